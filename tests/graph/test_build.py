@@ -1,0 +1,142 @@
+import pytest
+
+from tests.helpers import PS, PS1, W0, W1, op, var
+from tfsched.errors import TfschedError
+from tfsched.graph import RawNode, build_comm_graph
+from tfsched.graph.devices import parse_device
+
+
+class TestDevices:
+    def test_partial_and_legacy_forms(self):
+        assert parse_device("/job:ps/task:1").full() == "/job:ps/replica:0/task:1/device:CPU:0"
+        assert parse_device("/job:worker/cpu:0").full() == "/job:worker/replica:0/task:0/device:CPU:0"
+        assert parse_device("/job:w/replica:0/task:2/device:GPU:1").full() == "/job:w/replica:0/task:2/device:GPU:1"
+
+    def test_garbage_is_an_error(self):
+        with pytest.raises(TfschedError, match="cannot parse device"):
+            parse_device("/job:ps/banana:1")
+
+
+class TestPlacement:
+    def test_reads_of_resources_go_to_the_ps(self):
+        g = build_comm_graph(var("w") + [op("y", ["w/read"])], fetches=["y"])
+        assert g.op("w/read").device == PS
+        assert g.op("y").device == W0
+
+    def test_class_colocation_is_honoured(self):
+        nodes = var("w") + [
+            RawNode("c", "Const", "", attrs={"dtype": "FLOAT"}, output_shapes=[(4,)], colocate_with=["w"]),
+            op("y", ["w/read", "c"]),
+        ]
+        g = build_comm_graph(nodes, fetches=["y"])
+        assert g.op("c").device == PS
+        assert {t.tensor for t in g.transfers} == {"w/read:0", "c:0"}
+
+    def test_generator_goes_with_its_only_consumer(self):
+        # Heuristic A of TensorFlow's placer: an unplaced Const follows its single consumer.
+        nodes = var("w") + [RawNode("c", "Const", "", attrs={"dtype": "FLOAT"}, output_shapes=[(4,)]), op("y", ["w/read", "c"], device=W1)]
+        g = build_comm_graph(nodes, fetches=["y"], default_device=W0)
+        assert g.op("c").device == W1
+
+    def test_unplaced_ops_take_the_default_device(self):
+        nodes = var("w") + [op("a", ["w/read"], device=""), op("y", ["a"], device=W1)]
+        g = build_comm_graph(nodes, fetches=["y"], default_device=W0)
+        assert g.op("a").device == W0
+
+    def test_partial_devices_are_completed(self):
+        nodes = var("w", device="/job:ps") + [op("y", ["w/read"], device="/job:worker/task:1")]
+        g = build_comm_graph(nodes, fetches=["y"])
+        assert g.op("w").device == PS and g.op("y").device == W1
+
+
+class TestTransfers:
+    def test_pull_push_and_variable(self):
+        nodes = var("w", (3, 5)) + [
+            op("y", ["w/read"], shape=(3, 5)),
+            op("grad", ["y"], shape=(3, 5)),
+            RawNode("lr", "Const", W0, attrs={"dtype": "FLOAT"}, output_shapes=[()]),
+            RawNode("apply", "ResourceApplyGradientDescent", "", ["w", "lr", "grad"], attrs={"T": "FLOAT"}, output_shapes=[]),
+        ]
+        g = build_comm_graph(nodes, fetches=["apply"])
+        by = {t.tensor: t for t in g.transfers}
+        assert by["w/read:0"].kind == "pull" and by["w/read:0"].bytes == 60 and by["w/read:0"].variable == "w"
+        assert by["grad:0"].kind == "push" and by["grad:0"].bytes == 60 and by["grad:0"].variable == "w"
+        assert by["lr:0"].kind == "push" and by["lr:0"].bytes == 4
+        assert by["w/read:0"].channel == ("/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0")
+
+    def test_one_transfer_per_tensor_and_destination_task(self):
+        nodes = var("w") + [op("a", ["w/read"]), op("b", ["w/read"]), op("c", ["w/read"], device=W1), op("y", ["a", "b", "c"])]
+        g = build_comm_graph(nodes, fetches=["y"])
+        pulls = sorted((t.tensor, t.dst_task, t.consumers) for t in g.transfers if t.src_task in g.ps_tasks)
+        # c:0 also crosses, from worker 1 to worker 0 (the receiver pulls it).
+        assert {t.tensor for t in g.transfers if t.src_task not in g.ps_tasks} == {"c:0"}
+        assert pulls == [
+            ("w/read:0", "/job:worker/replica:0/task:0", ("a", "b")),
+            ("w/read:0", "/job:worker/replica:0/task:1", ("c",)),
+        ]
+
+    def test_control_edges_cross_tasks_too(self):
+        nodes = var("w") + [op("y", ["w/read"]), RawNode("train", "NoOp", W0, ["^w/read", "^y"])]
+        g = build_comm_graph(nodes, fetches=["train"])
+        ctrl = [t for t in g.transfers if t.kind == "control"]
+        assert [(t.tensor, t.bytes) for t in ctrl] == [("^w/read", 0)]
+
+    def test_pruning_to_fetches(self):
+        nodes = var("a") + var("b") + [op("ya", ["a/read"]), op("yb", ["b/read"])]
+        g = build_comm_graph(nodes, fetches=["ya:0"])
+        assert {t.variable for t in g.transfers} == {"a"}
+        assert "yb" not in g.graph
+
+    def test_unknown_shape_gives_no_bytes(self):
+        nodes = [RawNode("w", "VarHandleOp", PS, attrs={"dtype": "FLOAT", "shape": (-1, 3)}),
+                 RawNode("r", "ReadVariableOp", "", ["w"], attrs={"dtype": "FLOAT"}), op("y", ["r"])]
+        g = build_comm_graph(nodes, fetches=["y"])
+        assert g.transfers[0].bytes is None
+
+    def test_several_ps_tasks(self):
+        nodes = var("a") + var("b", device=PS1) + [op("y", ["a/read", "b/read"])]
+        g = build_comm_graph(nodes, fetches=["y"])
+        assert g.ps_tasks == ["/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]
+        assert sorted(t.src_task for t in g.transfers) == g.ps_tasks
+
+    def test_in_graph_replication(self):
+        nodes = var("w") + [op("y0", ["w/read"], device=W0), op("y1", ["w/read"], device=W1), op("loss", ["y0", "y1"])]
+        g = build_comm_graph(nodes, fetches=["loss"])
+        assert g.worker_tasks == ["/job:worker/replica:0/task:0", "/job:worker/replica:0/task:1"]
+        assert sorted(t.dst_task for t in g.transfers if t.src_task in g.ps_tasks) == g.worker_tasks
+        assert [t.tensor for t in g.transfers if t.src_task not in g.ps_tasks] == ["y1:0"]
+
+    def test_while_loop_back_edges_are_allowed(self):
+        nodes = var("w") + [
+            op("enter", ["w/read"], op_type="Enter"),
+            op("merge", ["enter", "next"], op_type="Merge"),
+            op("body", ["merge"]),
+            op("next", ["body"], op_type="NextIteration"),
+            op("exit", ["merge"], op_type="Exit"),
+        ]
+        g = build_comm_graph(nodes, fetches=["exit"])
+        assert ("next", "merge") in g.back_edges
+        assert [t.tensor for t in g.transfers] == ["w/read:0"]
+
+
+class TestBadGraphs:
+    def test_cycle_outside_control_flow(self):
+        nodes = var("w") + [op("a", ["w/read", "b"]), op("b", ["a"])]
+        with pytest.raises(TfschedError, match="cycle outside control flow: .*a.*b"):
+            build_comm_graph(nodes, fetches=["b"], source="g.pb")
+
+    def test_no_ps(self):
+        with pytest.raises(TfschedError, match="no parameter server"):
+            build_comm_graph([op("a", []), op("b", ["a"])], fetches=["b"], source="g.pb")
+
+    def test_missing_input(self):
+        with pytest.raises(TfschedError, match="g.pb: node 'a' has input 'zz'"):
+            build_comm_graph([op("a", ["zz"])], source="g.pb")
+
+    def test_missing_fetch(self):
+        with pytest.raises(TfschedError, match="fetch 'nope' is not in the graph"):
+            build_comm_graph(var("w") + [op("y", ["w/read"])], fetches=["nope"])
+
+    def test_duplicate_names(self):
+        with pytest.raises(TfschedError, match="appears twice"):
+            build_comm_graph([op("a", []), op("a", [])])

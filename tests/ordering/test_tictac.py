@@ -1,0 +1,97 @@
+"""TIO and TAO on graphs from the TicTac paper, answers worked out by hand."""
+
+from tests.helpers import PS, W0, oracle_with, op, var
+from tfsched.graph import RawNode, build_comm_graph
+from tfsched.ordering import order, tao_order, tio_order_values, transfer_stages
+from tfsched.sim import simulate_schedule
+
+
+def fig2a():
+    # recv1 -> op1; op1 + recv2 -> op2   (TicTac Figure 2a)
+    nodes = var("r1") + var("r2") + [op("op1", ["r1/read"]), op("op2", ["op1", "r2/read"])]
+    return build_comm_graph(nodes, fetches=["op2"])
+
+
+def fig4():
+    # A and B feed one op; C joins after; D last (TicTac Figure 4 / Case 2).
+    nodes = var("A") + var("B") + var("C") + var("D") + [
+        op("ab", ["A/read", "B/read"]), op("abc", ["ab", "C/read"]), op("abcd", ["abc", "D/read"])
+    ]
+    return build_comm_graph(nodes, fetches=["abcd"])
+
+
+def _names(view, idx):
+    return [view.recvs[i].variable for i in idx]
+
+
+class TestTIO:
+    def test_fig2a_ties(self):
+        # Both recvs have M+ = 2 (op2 needs both): same priority, the partial order.
+        g = fig2a()
+        view = g.worker_view(g.worker_tasks[0])
+        assert tio_order_values(view) == [2.0, 2.0]
+        assert sorted(order(g, "tio").priorities.values()) == [0, 0]
+
+    def test_fig4_partial_order(self):
+        g = fig4()
+        view = g.worker_view(g.worker_tasks[0])
+        assert dict(zip([t.variable for t in view.recvs], tio_order_values(view))) == {"A": 2, "B": 2, "C": 3, "D": 4}
+        prios = {t.variable: p for t, p in order(g, "tio").priorities.items()}
+        assert prios == {"A": 0, "B": 0, "C": 2, "D": 3}
+
+    def test_independent_pairs_tie(self):
+        nodes = var("a") + var("b") + var("c") + var("d") + [
+            op("x", ["a/read", "b/read"]), op("y", ["c/read", "d/read"]), op("z", ["x", "y"])
+        ]
+        g = build_comm_graph(nodes, fetches=["z"])
+        assert set(order(g, "tio").priorities.values()) == {0}
+
+
+class TestTAO:
+    def test_fig2a_recv1_first(self):
+        # P(recv1) = Time(op1) > 0 = P(recv2): eq. 5 puts recv1 first.
+        g = fig2a()
+        o = oracle_with({"op1": 1.0, "op2": 1.0})
+        view = g.worker_view(g.worker_tasks[0])
+        assert _names(view, tao_order(view, o)) == ["r1", "r2"]
+
+    def test_fig4_order(self):
+        g = fig4()
+        o = oracle_with({"ab": 1.0, "abc": 1.0, "abcd": 1.0})
+        view = g.worker_view(g.worker_tasks[0])
+        assert _names(view, tao_order(view, o)) == ["A", "B", "C", "D"]
+
+    def test_overlap_beats_graph_order(self):
+        # big (slow) needed late, small needed first: TAO sends small first whatever the graph order.
+        nodes = var("big", (1_000_000,)) + var("small", (10,)) + [
+            op("early", ["small/read"], shape=(10,)), op("late", ["early", "big/read"]),
+        ]
+        g = build_comm_graph(nodes, fetches=["late"])
+        o = oracle_with({"early": 0.5, "late": 0.01}, bandwidth_bps=8e6)
+        prios = {t.variable: p for t, p in order(g, "tao", o).priorities.items()}
+        assert prios == {"small": 0, "big": 1}
+        fifo_first_big = simulate_schedule(g, o, order(g, "fifo", o)).step_time
+        tao_time = simulate_schedule(g, o, order(g, "tao", o)).step_time
+        # 4 MB at 8 Mbit/s = 4 s, 40 B = 40 us. Big first: 4 s + 40 us, then 0.5 + 0.01 of compute.
+        assert abs(fifo_first_big - (4.0 + 40e-6 + 0.51)) < 1e-9
+        # Small first: `early` runs while big is on the wire; only `late` is left after it.
+        assert abs(tao_time - (40e-6 + 4.0 + 0.01)) < 1e-9
+
+
+class TestStages:
+    def test_control_edge_that_waits_for_pushes_goes_last(self):
+        # PS apply depends on the worker's gradient; the worker's train op waits on the apply.
+        nodes = var("w") + var("v") + [
+            op("y", ["w/read"]), op("z", ["y", "v/read"]),
+            RawNode("apply", "ResourceApplyGradientDescent", PS, ["w", "z"], attrs={"T": "FLOAT"}, output_shapes=[]),
+            RawNode("train", "NoOp", W0, ["^apply", "^z"]),
+        ]
+        g = build_comm_graph(nodes, fetches=["train"])
+        stage = {t.tensor: s for t, s in transfer_stages(g).items()}
+        assert stage == {"w/read:0": 0, "v/read:0": 0, "z:0": 1, "^apply": 2}
+        for alg in ("tio", "tao"):
+            s = order(g, alg)
+            prios = {t.tensor: p for t, p in s.priorities.items()}
+            assert prios["^apply"] == 2  # after both pulls on the PS -> worker channel
+            # and the counter discipline finishes the step instead of deadlocking
+            assert simulate_schedule(g, oracle_with({}), s).step_time > 0

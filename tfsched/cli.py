@@ -1,0 +1,118 @@
+"""The ``tfsched`` command: thin commands over the library (sqlite-utils style).
+
+Each command parses options, calls one library function and prints its record as a table or
+``--json``. Bad input ends in one ``Error: ...`` line and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from tfsched.errors import TfschedError
+
+
+class _Group(click.Group):
+    def main(self, args=None, prog_name=None, **extra):
+        # TensorFlow's C++ INFO logging would bury our output; users can override.
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        try:
+            rv = super().main(args=args, prog_name=prog_name or "tfsched", standalone_mode=False, **extra)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(130)
+        except click.ClickException as e:
+            # One line: the usage dump click prints by default buries the error.
+            click.echo(f"Error: {e.format_message()}", err=True)
+            sys.exit(e.exit_code)
+        except TfschedError as e:
+            click.echo(f"Error: {e}", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tfsched")
+def main() -> None:
+    """Communication scheduling for parameter-server TensorFlow training.
+
+    \b
+    Example:
+      tfsched analyze train.pb --fetch train --algorithm tao -o schedule.json
+    """
+
+
+def _bandwidth(ctx, param, value):
+    from tfsched.units import parse_bandwidth
+
+    try:
+        return parse_bandwidth(value)
+    except TfschedError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _duration(ctx, param, value):
+    from tfsched.units import parse_duration
+
+    try:
+        return parse_duration(value)
+    except TfschedError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+@main.command()
+@click.argument("graph", type=click.Path(dir_okay=False))
+@click.option("--fetch", "fetches", multiple=True, help="Op or tensor the step runs (repeatable). Default: the train_op collection, else the graph's sinks.")
+@click.option("--algorithm", type=click.Choice(["tio", "tao", "layer", "fifo"]), default="tio", show_default=True)
+@click.option("--bandwidth", default="1Gbit", show_default=True, callback=_bandwidth, help="Per-host link bandwidth.")
+@click.option("--overhead", default="300us", show_default=True, callback=_duration, help="Per-message overhead.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Replicate a one-worker graph (between-graph replication). Default: the workers in the graph.")
+@click.option("--format", "fmt", type=click.Choice(["graphdef", "metagraph", "runmeta"]), default=None, help="Force the file format (default: from the name and content).")
+@click.option("--ps-job", "ps_jobs", multiple=True, default=["ps"], show_default=True, help="Job name(s) of the parameter servers.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the schedule (JSON) for the enforcement pass.")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object on stdout.")
+@click.option("--all", "show_all", is_flag=True, help="List every transfer (default: the first 12 per channel).")
+def analyze(graph, fetches, algorithm, bandwidth, overhead, workers, fmt, ps_jobs, output, as_json, show_all):
+    """Find the transfers of a saved PS graph, order them, and predict the step time.
+
+    \b
+    Examples:
+      tfsched analyze train.pb --fetch train
+      tfsched analyze model.meta --algorithm tao --bandwidth 100Mbit --workers 4 -o schedule.json
+      tfsched analyze run.runmeta --json
+    """
+    from tfsched.analysis import analyze as run_analysis
+
+    result = run_analysis(
+        graph, fetches=list(fetches) or None, algorithm=algorithm, bandwidth_bps=bandwidth,
+        overhead_s=overhead, workers=workers, fmt=fmt, ps_jobs=tuple(ps_jobs),
+    )
+    if output:
+        result.schedule.save(output)
+    if as_json:
+        click.echo(json.dumps(result.to_json()))
+        return
+    from tfsched.report import print_analysis
+
+    print_analysis(result, limit=None if show_all else 12, output=output)
+
+
+@main.command()
+@click.option("--model", type=click.Choice(["vgg16", "resnet50", "inception_v3", "seq32", "par32"]), default="vgg16", show_default=True)
+@click.option("--bandwidth", default="1Gbit", show_default=True, callback=_bandwidth)
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
+def demo(model, bandwidth, workers):
+    """Build a built-in model's PS training graph, analyze it with every algorithm, show the result.
+
+    \b
+    Example:
+      tfsched demo --model vgg16 --workers 4 --bandwidth 1Gbit
+    """
+    from tfsched.demo import run_demo
+
+    run_demo(model=model, bandwidth_bps=bandwidth, workers=workers)

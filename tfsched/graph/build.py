@@ -1,0 +1,461 @@
+"""Building a :class:`CommGraph` from raw nodes: placement, pruning, transfers.
+
+Placement follows TensorFlow's placer (``common_runtime/placer.cc`` and
+``colocation_graph.cc``) closely enough to find the same transfers in a saved graph:
+
+1. colocation groups from ``_class: loc:@name`` and from resource / ref edges (an op that
+   consumes a resource handle runs where the resource lives);
+2. a group takes the device its members request, the resource owner's first;
+3. an unplaced group of one generator (no inputs, one consumer) goes to its consumer
+   (heuristic A), a metadata op (``Shape``, ``Size``, ...) to its input (heuristic B), and
+   anything else to the session's default device (the task the client talks to);
+4. partial devices are completed from the default device.
+
+As in TensorFlow, placement is done on the whole graph, then the graph is pruned to the fetches.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable
+
+import networkx as nx
+
+from tfsched.errors import TfschedError
+from tfsched.graph.devices import DeviceSpec, parse_device, task_of
+from tfsched.graph.model import (
+    DTYPE_SIZES,
+    VARIABLE_SIZE_DTYPES,
+    CommGraph,
+    Op,
+    RawNode,
+    Shape,
+    Transfer,
+)
+
+VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "_VarHandlesOp", "AutoReloadVariable"})
+# Ops that forward their first input unchanged: followed when looking for the variable behind a tensor.
+FORWARDING_OPS = frozenset(
+    {"Identity", "RefIdentity", "Snapshot", "Enter", "RefEnter", "Switch", "RefSwitch", "ReadVariableOp", "StopGradient"}
+)
+UPDATE_OPS = frozenset(
+    {
+        "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+        "ScatterAdd", "ScatterSub", "ScatterUpdate", "ResourceScatterAdd", "ResourceScatterSub", "ResourceScatterUpdate",
+    }
+)
+UPDATE_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply")
+METADATA_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+LOOP_BACK_OPS = frozenset({"NextIteration", "RefNextIteration"})
+# Sinks that are not part of a training step: initializers, savers, summaries.
+_NOT_A_STEP = re.compile(r"(^|/)(init(_\d+)?|init_all_tables|save(_\d+)?|report_uninitialized\w*|\w*[Ii]nitializer\w*)($|/)")
+
+# Ops whose outputs all have the type of one attr; checked against TensorFlow's registry in the
+# tests. Anything else asks the registry (tfsched.graph.load.output_specs).
+_ALL_OUTPUTS_OF = {
+    "ReadVariableOp": "dtype", "Const": "dtype", "Placeholder": "dtype", "VariableV2": "dtype",
+    "Identity": "T", "Snapshot": "T", "MatMul": "T", "Conv2D": "T", "Conv2DBackpropFilter": "T",
+    "Conv2DBackpropInput": "T", "BiasAdd": "T", "BiasAddGrad": "T", "AddN": "T", "AddV2": "T", "Add": "T",
+    "Mul": "T", "Sub": "T", "Relu": "T", "ReluGrad": "T", "Reshape": "T", "Sum": "T", "Mean": "T",
+    "Tile": "T", "Transpose": "T", "ConcatV2": "T", "Pack": "T", "Neg": "T", "RealDiv": "T",
+    "DepthwiseConv2dNativeBackpropFilter": "T", "Square": "T", "Sqrt": "T", "Rsqrt": "T",
+}
+
+OutputSpecs = Callable[[str], "list[tuple[str | None, str, str, str]] | None"]
+ShapeInference = Callable[[set[str]], dict[str, list]]
+
+
+def _split_input(inp: str) -> tuple[str, int, bool]:
+    """``"a:1"`` -> ("a", 1, False); ``"^a"`` -> ("a", -1, True)."""
+    if inp.startswith("^"):
+        return inp[1:], -1, True
+    name, sep, idx = inp.rpartition(":")
+    if sep and idx.isdigit():
+        return name, int(idx), False
+    return inp, 0, False
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, x: str) -> str:
+        root = x
+        while self.parent.get(root, root) != root:
+            root = self.parent[root]
+        while self.parent.get(x, x) != root:
+            self.parent[x], x = root, self.parent[x]
+        return root
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+
+
+def _is_resource_output(node: RawNode, index: int) -> bool:
+    if node.op in VARIABLE_OPS:
+        return True
+    t = node.attrs.get("T", node.attrs.get("dtype"))
+    return isinstance(t, str) and (t == "RESOURCE" or t.endswith("_REF"))
+
+
+def place(
+    nodes: dict[str, RawNode],
+    inputs: dict[str, list[tuple[str, int, bool]]],
+    consumers: dict[str, list[str]],
+    default_device: str,
+    source: str,
+) -> dict[str, str]:
+    """Resolve every node's device to the full form, as TensorFlow's placer would."""
+    default = parse_device(default_device)
+    uf = _UnionFind()
+    for name, node in nodes.items():
+        for other in node.colocate_with:
+            if other in nodes:
+                uf.union(other, name)
+        for src, idx, ctrl in inputs[name]:
+            if not ctrl and _is_resource_output(nodes[src], idx):
+                uf.union(src, name)
+
+    members: dict[str, list[str]] = defaultdict(list)
+    for name in nodes:
+        members[uf.find(name)].append(name)
+
+    specs: dict[str, DeviceSpec] = {}
+    for name, node in nodes.items():
+        try:
+            specs[name] = parse_device(node.device)
+        except TfschedError as e:
+            raise TfschedError(f"{source}: node {name!r}: {e}") from None
+
+    group_spec: dict[str, DeviceSpec] = {}
+    for root, names in members.items():
+        # The resource owner's request wins, as in TensorFlow ("resource ops run where the resource is").
+        ordered = sorted(names, key=lambda n: nodes[n].op not in VARIABLE_OPS)
+        merged = DeviceSpec()
+        for n in ordered:
+            if not specs[n].is_empty:
+                merged = merged.merged(specs[n]) if not merged.is_empty else specs[n]
+        group_spec[root] = merged
+
+    device: dict[str, str] = {}
+    second_pass = []
+    for name, node in nodes.items():
+        spec = group_spec[uf.find(name)]
+        if spec.is_empty:
+            second_pass.append(name)
+        else:
+            device[name] = spec.merged(default).full()
+    for name in second_pass:
+        node = nodes[name]
+        data_inputs = [i for i in inputs[name] if not i[2]]
+        target = None
+        if not inputs[name] and len(consumers[name]) == 1 and not _is_resource_output(node, 0):
+            target = consumers[name][0]  # heuristic A: a generator goes with its only consumer
+        elif node.op in METADATA_OPS and data_inputs:
+            target = data_inputs[0][0]  # heuristic B: metadata ops go with their input
+        if target is not None and target in device:
+            device[name] = device[target]
+        else:
+            device[name] = default.full()
+    return device
+
+
+def _default_fetches(nodes: dict[str, RawNode], consumers: dict[str, list[str]]) -> list[str]:
+    sinks = [n for n in nodes if not consumers[n] and not _NOT_A_STEP.search(n)]
+    return [n for n in sinks if nodes[n].op not in ("Const", "Placeholder", "NoOp") or nodes[n].op == "NoOp" and nodes[n].inputs]
+
+
+def _tensor_bytes(dtype: str | None, shape: Shape | None) -> int | None:
+    if dtype is None or shape is None or any(d < 0 for d in shape):
+        return None
+    size = DTYPE_SIZES.get(dtype.removesuffix("_REF"))
+    if size is None:
+        return None
+    return size * math.prod(shape)
+
+
+def build_comm_graph(
+    raw_nodes: Iterable[RawNode],
+    *,
+    fetches: list[str] | None = None,
+    default_device: str | None = None,
+    ps_jobs: tuple[str, ...] = ("ps",),
+    source: str = "<graph>",
+    output_specs: OutputSpecs | None = None,
+    infer_shapes: ShapeInference | None = None,
+) -> CommGraph:
+    """Build the communication graph of one training step.
+
+    Parameters
+    ----------
+    raw_nodes : the graph's nodes (see :mod:`tfsched.graph.load`).
+    fetches : op or tensor names the step runs (``train_op``, ``loss:0``); default: the graph's
+        sinks that are not initializers or savers.
+    default_device : where TensorFlow puts unplaced ops: the task the client connects to.
+        Default: task 0 of the first non-PS job in the graph.
+    ps_jobs : job names of parameter servers.
+    output_specs : op type -> output arg specs (TensorFlow's registry), for output dtypes.
+    infer_shapes : names -> output shapes, for transfer sources saved without ``_output_shapes``.
+
+    Examples
+    --------
+    >>> from tfsched.graph.model import RawNode
+    >>> g = build_comm_graph([
+    ...     RawNode("w", "VarHandleOp", "/job:ps/task:0", attrs={"dtype": "FLOAT", "shape": (4, 4)}),
+    ...     RawNode("r", "ReadVariableOp", "", ["w"], attrs={"dtype": "FLOAT"}),
+    ...     RawNode("y", "MatMul", "/job:worker/task:0", ["r", "r"], attrs={"T": "FLOAT"}),
+    ... ], fetches=["y"])
+    >>> [(t.tensor, t.kind, t.bytes, t.variable) for t in g.transfers]
+    [('r:0', 'pull', 64, 'w')]
+    """
+    nodes: dict[str, RawNode] = {}
+    for rn in raw_nodes:
+        if rn.name in nodes:
+            raise TfschedError(f"{source}: node name {rn.name!r} appears twice")
+        nodes[rn.name] = rn
+    if not nodes:
+        raise TfschedError(f"{source}: the graph has no nodes")
+
+    inputs: dict[str, list[tuple[str, int, bool]]] = {}
+    consumers: dict[str, list[str]] = defaultdict(list)
+    for name, rn in nodes.items():
+        parsed = []
+        for inp in rn.inputs:
+            src, idx, ctrl = _split_input(inp)
+            if src not in nodes:
+                raise TfschedError(f"{source}: node {name!r} has input {inp!r}, which is not in the graph")
+            parsed.append((src, idx, ctrl))
+            consumers[src].append(name)
+        inputs[name] = parsed
+
+    # The DAG check: loops are legal only through NextIteration (TensorFlow's while loops).
+    dag = nx.DiGraph()
+    dag.add_nodes_from(nodes)
+    back_edges = []
+    for name, ins in inputs.items():
+        for src, _, _ in ins:
+            if nodes[src].op in LOOP_BACK_OPS:
+                back_edges.append((src, name))
+            else:
+                dag.add_edge(src, name)
+    if not nx.is_directed_acyclic_graph(dag):
+        cycle = nx.find_cycle(dag)
+        path = " -> ".join([u for u, _ in cycle] + [cycle[0][0]])
+        raise TfschedError(f"{source}: the graph has a cycle outside control flow: {path}")
+
+    if default_device is None:
+        jobs = sorted({parse_device(n.device).job for n in nodes.values() if n.device} - {None} - set(ps_jobs))
+        default_device = f"/job:{jobs[0] if jobs else 'worker'}/replica:0/task:0/device:CPU:0"
+    devices = place(nodes, inputs, consumers, default_device, source)
+
+    # Prune to what the fetches need (data and control inputs, as TensorFlow's pruning does).
+    if fetches:
+        fetch_ops = []
+        for f in fetches:
+            op = _split_input(f)[0]
+            if op not in nodes:
+                raise TfschedError(f"{source}: fetch {f!r} is not in the graph")
+            fetch_ops.append(op)
+    else:
+        fetch_ops = _default_fetches(nodes, consumers)
+        if not fetch_ops:
+            raise TfschedError(f"{source}: cannot tell what a step runs; name it with --fetch")
+    keep: set[str] = set()
+    stack = list(fetch_ops)
+    while stack:
+        n = stack.pop()
+        if n in keep:
+            continue
+        keep.add(n)
+        stack.extend(src for src, _, _ in inputs[n] if src not in keep)
+
+    g = nx.DiGraph()
+    for name in nodes:  # graph order, so that topological sorts follow the file
+        if name in keep:
+            rn = nodes[name]
+            n_out = len(rn.output_shapes) if rn.output_shapes is not None else 0
+            g.add_node(
+                name,
+                op=Op(
+                    name=name,
+                    type=rn.op,
+                    device=devices[name],
+                    output_dtypes=[None] * n_out,
+                    output_shapes=list(rn.output_shapes) if rn.output_shapes is not None else [],
+                    attrs=rn.attrs,
+                ),
+            )
+    kept_back = []
+    for name in g:
+        for src, idx, ctrl in inputs[name]:
+            if (src, name) in back_edges:
+                kept_back.append((src, name))
+                continue
+            tensor = f"^{src}" if ctrl else f"{src}:{idx}"
+            if g.has_edge(src, name):
+                g.edges[src, name]["tensors"].add(tensor)
+            else:
+                g.add_edge(src, name, tensors={tensor})
+
+    tasks = {task_of(devices[n]) for n in g}
+    ps_tasks = sorted(t for t in tasks if t.split("/")[1].split(":", 1)[1] in ps_jobs)
+    if not ps_tasks:
+        holders = {task_of(devices[n]) for n in g if nodes[n].op in VARIABLE_OPS}
+        if holders and holders != tasks:
+            ps_tasks = sorted(holders)
+    if not ps_tasks:
+        jobs = ", ".join(sorted({t.split("/")[1] for t in tasks}))
+        raise TfschedError(
+            f"{source}: no parameter server: no op of the step is placed on a job named "
+            f"{' or '.join(ps_jobs)} (jobs found: {jobs})"
+        )
+    worker_tasks = sorted(tasks - set(ps_tasks))
+
+    transfers = _find_transfers(g, nodes, inputs, set(ps_tasks), source, output_specs, infer_shapes)
+    return CommGraph(
+        graph=g,
+        transfers=transfers,
+        fetches=fetch_ops,
+        ps_tasks=ps_tasks,
+        worker_tasks=worker_tasks,
+        back_edges=kept_back,
+        source=source,
+    )
+
+
+def _variable_behind(g: nx.DiGraph, name: str, inputs) -> str | None:
+    seen = set()
+    while name not in seen:
+        seen.add(name)
+        op = g.nodes[name]["op"] if name in g else None
+        if op is None:
+            return None
+        if op.type in VARIABLE_OPS:
+            return name
+        if op.type not in FORWARDING_OPS:
+            return None
+        data = [src for src, _, ctrl in inputs[name] if not ctrl]
+        if not data:
+            return None
+        name = data[0]
+    return None
+
+
+def _variable_updated_by(g: nx.DiGraph, start: Iterable[str], task: str, inputs, depth: int = 8) -> str | None:
+    """The variable that the update ops nearest to ``start`` on ``task`` write.
+
+    None when the nearest updates write several variables (a learning rate feeding every
+    apply op is not the push of any one of them).
+    """
+    frontier = sorted(set(start))
+    seen: set[str] = set()
+    for _ in range(depth):
+        found = set()
+        nxt = []
+        for n in frontier:
+            if n in seen:
+                continue
+            seen.add(n)
+            op = g.nodes[n]["op"]
+            if op.task != task:
+                continue
+            if op.type in UPDATE_OPS or op.type.startswith(UPDATE_PREFIXES):
+                data = [src for src, _, ctrl in inputs[n] if not ctrl]
+                var = _variable_behind(g, data[0], inputs) if data else None
+                if var is not None:
+                    found.add(var)
+                    continue
+            nxt.extend(g.successors(n))
+        if found:
+            return found.pop() if len(found) == 1 else None
+        frontier = nxt
+    return None
+
+
+def _find_transfers(g, nodes, inputs, ps_tasks, source, output_specs, infer_shapes) -> list[Transfer]:
+    crossing: dict[tuple[str, str], list[str]] = {}  # (tensor, destination task) -> consumers
+    for u, v, data in g.edges(data=True):
+        tu, tv = g.nodes[u]["op"].task, g.nodes[v]["op"].task
+        if tu != tv:
+            for tensor in data["tensors"]:
+                crossing.setdefault((tensor, tv), []).append(v)
+
+    # Shapes: `_output_shapes` first, then the variable's own shape for reads, then TensorFlow.
+    def shape_of(op_name: str, idx: int) -> Shape | None:
+        op = g.nodes[op_name]["op"]
+        if idx < len(op.output_shapes) and op.output_shapes[idx] is not None:
+            return op.output_shapes[idx]
+        if op.type in ("ReadVariableOp", "VariableV2", "Identity"):
+            var = _variable_behind(g, op_name, inputs)
+            if var is not None and isinstance(nodes[var].attrs.get("shape"), tuple):
+                return nodes[var].attrs["shape"]
+        return None
+
+    missing = {
+        t.split(":")[0]
+        for t, _ in crossing
+        if not t.startswith("^") and shape_of(t.rsplit(":", 1)[0], int(t.rsplit(":", 1)[1])) is None
+    }
+    inferred = infer_shapes(missing) if (missing and infer_shapes is not None) else {}
+
+    transfers = []
+    for (tensor, dst_task), cons in sorted(crossing.items()):
+        cons = sorted(set(cons))
+        ctrl = tensor.startswith("^")
+        src_op = tensor[1:] if ctrl else tensor.rsplit(":", 1)[0]
+        op = g.nodes[src_op]["op"]
+        src_dev = op.device
+        dst_dev = g.nodes[cons[0]]["op"].device
+        if ctrl:
+            kind, nbytes, dtype, shape, var = "control", 0, None, None, None
+        else:
+            idx = int(tensor.rsplit(":", 1)[1])
+            dtype = _output_dtype(nodes[src_op], idx, output_specs, source)
+            shape = shape_of(src_op, idx)
+            if shape is None and src_op in inferred and idx < len(inferred[src_op]):
+                shape = inferred[src_op][idx]
+            nbytes = _tensor_bytes(dtype, shape)
+            if op.task in ps_tasks:
+                kind = "pull"
+                var = _variable_behind(g, src_op, inputs)
+            elif dst_task in ps_tasks:
+                kind = "push"
+                var = _variable_updated_by(g, cons, dst_task, inputs)
+            else:
+                # Worker to worker: in gRPC TensorFlow the receiver pulls every tensor.
+                kind, var = "pull", _variable_behind(g, src_op, inputs)
+        transfers.append(
+            Transfer(
+                tensor=tensor, src=src_dev, dst=dst_dev, kind=kind, bytes=nbytes, variable=var,
+                consumers=tuple(cons), dtype=dtype, shape=shape,
+            )
+        )
+    return transfers
+
+
+def _output_dtype(node: RawNode, idx: int, output_specs: OutputSpecs | None, source: str) -> str | None:
+    attr = _ALL_OUTPUTS_OF.get(node.op)
+    if attr is not None and isinstance(node.attrs.get(attr), str):
+        return node.attrs[attr]
+    specs = output_specs(node.op) if output_specs is not None else None
+    if specs is None:
+        if output_specs is not None:
+            raise TfschedError(f"{source}: node {node.name!r} has op {node.op!r}, which TensorFlow does not know")
+        t = node.attrs.get("T", node.attrs.get("dtype"))
+        return t if isinstance(t, str) else None
+    # Expand the arg list into one dtype per output index.
+    flat: list[str | None] = []
+    for fixed, type_attr, number_attr, type_list_attr in specs:
+        if type_list_attr:
+            flat.extend(node.attrs.get(type_list_attr, []))
+            continue
+        dt = fixed if fixed else node.attrs.get(type_attr)
+        flat.extend([dt] * (int(node.attrs.get(number_attr, 1)) if number_attr else 1))
+    dt = flat[idx] if idx < len(flat) else None
+    if dt is not None and dt.removesuffix("_REF") not in DTYPE_SIZES and dt not in VARIABLE_SIZE_DTYPES:
+        raise TfschedError(f"{source}: node {node.name!r}: unsupported dtype {dt}")
+    return dt

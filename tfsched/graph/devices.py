@@ -1,0 +1,95 @@
+"""Device strings: parsing, merging and normalization to TensorFlow's full form.
+
+TensorFlow accepts partial and legacy spellings (``/job:ps/task:0``, ``/cpu:0``,
+``/device:CPU:0``); the placer fills the missing fields from the session's default device.
+tfsched keys everything by the full form ``/job:J/replica:R/task:T/device:TYPE:N``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tfsched.errors import TfschedError
+
+_FIELD = re.compile(r"^(job|replica|task|device|cpu|gpu|CPU|GPU|TPU|XLA_CPU|XLA_GPU):?(.*)$")
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A possibly partial device; ``None`` marks a field the string did not give."""
+
+    job: str | None = None
+    replica: int | None = None
+    task: int | None = None
+    type: str | None = None
+    index: int | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return self == DeviceSpec()
+
+    def merged(self, default: DeviceSpec) -> DeviceSpec:
+        """Fill the fields this spec leaves open from ``default``."""
+        return DeviceSpec(
+            job=self.job if self.job is not None else default.job,
+            replica=self.replica if self.replica is not None else default.replica,
+            task=self.task if self.task is not None else default.task,
+            type=self.type if self.type is not None else default.type,
+            index=self.index if self.index is not None else default.index,
+        )
+
+    def full(self) -> str:
+        """The full device string; open fields take TensorFlow's defaults (replica 0, task 0, CPU:0)."""
+        if self.job is None:
+            raise TfschedError(f"device {self} has no job; give a default device")
+        return (
+            f"/job:{self.job}/replica:{self.replica or 0}/task:{self.task or 0}"
+            f"/device:{self.type or 'CPU'}:{self.index or 0}"
+        )
+
+
+def parse_device(text: str) -> DeviceSpec:
+    """Parse a TensorFlow device string, partial or full.
+
+    >>> parse_device("/job:ps/task:1").task
+    1
+    >>> parse_device("/job:worker/replica:0/task:0/device:CPU:0").full()
+    '/job:worker/replica:0/task:0/device:CPU:0'
+    """
+    spec: dict = {}
+    if not text:
+        return DeviceSpec()
+    for part in text.strip("/").split("/"):
+        if not part:
+            continue
+        key, _, value = part.partition(":")
+        low = key.lower()
+        try:
+            if low == "job":
+                spec["job"] = value
+            elif low == "replica":
+                spec["replica"] = int(value)
+            elif low == "task":
+                spec["task"] = int(value)
+            elif low == "device":
+                dtype, _, idx = value.partition(":")
+                spec["type"] = dtype.upper()
+                spec["index"] = int(idx) if idx not in ("", "*") else None
+            elif low in ("cpu", "gpu", "tpu"):
+                spec["type"] = low.upper()
+                spec["index"] = int(value) if value not in ("", "*") else None
+            else:
+                raise ValueError(part)
+        except ValueError:
+            raise TfschedError(f"cannot parse device string {text!r} (at {part!r})") from None
+    return DeviceSpec(**spec)
+
+
+def task_of(device: str) -> str:
+    """The task part of a full device string: ``/job:ps/replica:0/task:0``."""
+    return device.split("/device:")[0]
+
+
+def job_of(device: str) -> str:
+    return device.split("/")[1].split(":", 1)[1]

@@ -1,0 +1,303 @@
+"""Reading TensorFlow graph files into :class:`~tfsched.graph.model.RawNode` records.
+
+Accepted inputs:
+
+* a GraphDef, binary (``.pb``) or text (``.pbtxt``);
+* a MetaGraphDef (``.meta``, binary or text), whose ``train_op`` collection supplies default fetches;
+* a RunMetadata (``.runmeta``) holding the partition graphs of a real run
+  (``RunOptions(output_partition_graphs=True)``); its ``_Send``/``_Recv`` pairs are turned back
+  into the cross-task edges they implement, so the result is the ground truth of what crossed.
+
+Only this module (and ``_tf``) touches protobuf; everything downstream sees plain records.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from tfsched.errors import TfschedError
+from tfsched.graph._tf import op_def, tf_submodule
+from tfsched.graph.model import RawNode
+
+GRAPH_FORMATS = ("graphdef", "metagraph", "runmeta")
+_TEXT_SUFFIXES = (".pbtxt", ".pbtext", ".txt", ".prototxt")
+
+
+@dataclass
+class LoadedGraph:
+    """The nodes of a graph file and what the file says about fetches."""
+
+    path: str
+    format: str  # one of GRAPH_FORMATS
+    nodes: list[RawNode]
+    fetch_hints: list[str] = field(default_factory=list)  # e.g. MetaGraphDef's train_op collection
+    graph_def: object | None = None  # the GraphDef proto, kept for TensorFlow's shape inference
+
+
+def _protos():
+    return (
+        tf_submodule("core.framework.graph_pb2"),
+        tf_submodule("core.protobuf.meta_graph_pb2"),
+        tf_submodule("core.protobuf.config_pb2"),
+    )
+
+
+def _parse(message, data: bytes, text: bool):
+    from google.protobuf import text_format
+
+    if text:
+        text_format.Parse(data.decode("utf-8"), message)
+    else:
+        message.ParseFromString(data)
+    return message
+
+
+def _plausible_graph(graph_def) -> bool:
+    return len(graph_def.node) > 0 and all(n.name and n.op for n in graph_def.node)
+
+
+def read_graph_file(path: str, fmt: str | None = None) -> LoadedGraph:
+    """Read a graph file; ``fmt`` forces one of ``graphdef``, ``metagraph``, ``runmeta``.
+
+    Raises :class:`TfschedError` naming the file for a missing, unreadable, truncated or
+    foreign file.
+    """
+    if fmt is not None and fmt not in GRAPH_FORMATS:
+        raise TfschedError(f"unknown graph format {fmt!r}; expected one of {', '.join(GRAPH_FORMATS)}")
+    if not os.path.exists(path):
+        raise TfschedError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise TfschedError(f"{path}: is a directory, not a graph file")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise TfschedError(f"{path}: cannot read ({e.strerror})") from None
+    if not data:
+        raise TfschedError(f"{path}: empty file")
+
+    graph_pb2, meta_graph_pb2, config_pb2 = _protos()
+    low = path.lower()
+    if fmt is None:
+        if low.endswith(".meta") or low.endswith(".meta.pbtxt"):
+            order = ["metagraph", "graphdef", "runmeta"]
+        elif ".runmeta" in low or ".partitions" in low:
+            order = ["runmeta", "graphdef", "metagraph"]
+        else:
+            order = ["graphdef", "metagraph", "runmeta"]
+    else:
+        order = [fmt]
+    text = low.endswith(_TEXT_SUFFIXES) or _looks_like_text(data)
+
+    first_error = None
+    for kind in order:
+        try:
+            if kind == "graphdef":
+                g = _parse(graph_pb2.GraphDef(), data, text)
+                if _plausible_graph(g):
+                    return LoadedGraph(path, kind, nodes_from_graph_def(g, path), graph_def=g)
+            elif kind == "metagraph":
+                m = _parse(meta_graph_pb2.MetaGraphDef(), data, text)
+                if _plausible_graph(m.graph_def):
+                    hints = []
+                    if "train_op" in m.collection_def:
+                        hints = list(m.collection_def["train_op"].node_list.value)
+                    return LoadedGraph(path, kind, nodes_from_graph_def(m.graph_def, path), hints, m.graph_def)
+            else:
+                r = _parse(config_pb2.RunMetadata(), data, text)
+                if r.partition_graphs and all(_plausible_graph(p) for p in r.partition_graphs):
+                    return LoadedGraph(path, kind, nodes_from_partition_graphs(list(r.partition_graphs), path))
+        except TfschedError:
+            raise
+        except Exception as e:  # protobuf raises DecodeError, ParseError, UnicodeDecodeError...
+            first_error = first_error or e
+    what = " or ".join({"graphdef": "GraphDef", "metagraph": "MetaGraphDef", "runmeta": "RunMetadata"}[k] for k in order)
+    detail = f" ({_one_line(first_error)})" if first_error else ""
+    raise TfschedError(f"{path}: not a TensorFlow {what}: the file is truncated, corrupt or of another kind{detail}")
+
+
+def _looks_like_text(data: bytes) -> bool:
+    head = data[:4096]
+    try:
+        s = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return all(c.isprintable() or c in "\r\n\t" for c in s)
+
+
+def _one_line(e: Exception) -> str:
+    s = str(e).strip().splitlines()
+    return (s[0] if s else type(e).__name__)[:200]
+
+
+def _dtype_name(value: int, node: str, attr: str, path: str) -> str:
+    types_pb2 = tf_submodule("core.framework.types_pb2")
+    try:
+        return types_pb2.DataType.Name(value).removeprefix("DT_")
+    except ValueError:
+        raise TfschedError(f"{path}: node {node!r}: unknown dtype {value} in attr {attr!r}") from None
+
+
+def _shape(shape_proto) -> tuple[int, ...] | None:
+    if shape_proto.unknown_rank:
+        return None
+    return tuple(int(d.size) for d in shape_proto.dim)
+
+
+def _convert_attrs(node, path: str) -> tuple[dict, list[str], list | None]:
+    attrs: dict = {}
+    colocate: list[str] = []
+    shapes = None
+    for key, value in node.attr.items():
+        which = value.WhichOneof("value")
+        if key == "_class" and which == "list":
+            colocate = [s.decode()[5:] for s in value.list.s if s.startswith(b"loc:@")]
+        elif key == "_output_shapes" and which == "list":
+            shapes = [_shape(s) for s in value.list.shape]
+        elif which == "type":
+            attrs[key] = _dtype_name(value.type, node.name, key, path)
+        elif which == "i":
+            attrs[key] = int(value.i)
+        elif which == "b":
+            attrs[key] = bool(value.b)
+        elif which == "f":
+            attrs[key] = float(value.f)
+        elif which == "s":
+            attrs[key] = value.s.decode("utf-8", "replace")
+        elif which == "shape":
+            attrs[key] = _shape(value.shape)
+        elif which == "list":
+            if value.list.type:
+                attrs[key] = [_dtype_name(t, node.name, key, path) for t in value.list.type]
+            elif value.list.i:
+                attrs[key] = [int(i) for i in value.list.i]
+    return attrs, colocate, shapes
+
+
+def nodes_from_graph_def(graph_def, path: str = "<graph>") -> list[RawNode]:
+    """Convert a GraphDef proto into RawNodes (output dtypes are resolved later, on demand)."""
+    nodes = []
+    for n in graph_def.node:
+        attrs, colocate, shapes = _convert_attrs(n, path)
+        nodes.append(
+            RawNode(
+                name=n.name,
+                op=n.op,
+                device=n.device,
+                inputs=list(n.input),
+                colocate_with=colocate,
+                output_shapes=shapes,
+                attrs=attrs,
+            )
+        )
+    if graph_def.library.function:
+        # Function bodies run inside their caller's partition; their ops do not cross tasks.
+        pass
+    return nodes
+
+
+def nodes_from_partition_graphs(graphs: list, path: str = "<partitions>") -> list[RawNode]:
+    """Merge partition graphs, replacing each ``_Send``/``_Recv`` pair by the edge it implements.
+
+    The partitioner (``graph_partition.cc``) turns a cross-device data edge ``a:i -> b`` into
+    ``a:i -> _Send`` on a's device and ``_Recv -> b`` on b's, matched by ``tensor_name``; a
+    control edge ``a -> b`` becomes ``a -> (^) dummy Const -> _Send`` and ``_Recv -> (^) b``.
+    Node names are unique across partitions, so the partitions merge by name.
+    """
+    nodes: dict[str, RawNode] = {}
+    sends: dict[str, tuple[str, str]] = {}  # tensor_name -> (input spelled as in NodeDef, send device)
+    recvs: dict[str, str] = {}  # recv node name -> tensor_name
+    for g in graphs:
+        for rn in nodes_from_graph_def(g, path):
+            if rn.op in ("_Send", "_HostSend"):
+                data_inputs = [i for i in rn.inputs if not i.startswith("^")]
+                sends[rn.attrs.get("tensor_name", "")] = (data_inputs[0] if data_inputs else "", rn.device)
+            elif rn.op in ("_Recv", "_HostRecv"):
+                recvs[rn.name] = rn.attrs.get("tensor_name", "")
+            else:
+                nodes[rn.name] = rn
+    # A control edge's dummy: a Const with only control inputs, feeding only a _Send.
+    dummies = {}
+    for name, rn in nodes.items():
+        if rn.op == "Const" and rn.inputs and all(i.startswith("^") for i in rn.inputs):
+            dummies[name] = rn.inputs[0][1:]
+
+    def source_of(recv: str) -> tuple[str, bool]:
+        tensor_name = recvs[recv]
+        if tensor_name not in sends:
+            raise TfschedError(f"{path}: _Recv {recv!r} has no matching _Send (tensor_name {tensor_name!r})")
+        src = sends[tensor_name][0]
+        op = src.split(":")[0].lstrip("^")
+        if op in dummies:
+            return dummies[op], True
+        return src, False
+
+    for rn in nodes.values():
+        new_inputs = []
+        for i in rn.inputs:
+            ctrl = i.startswith("^")
+            op, _, idx = i.lstrip("^").partition(":")
+            if op in recvs:
+                src, is_ctrl = source_of(op)
+                new_inputs.append(f"^{src.split(':')[0]}" if (ctrl or is_ctrl) else src)
+            else:
+                new_inputs.append(i)
+        rn.inputs = list(dict.fromkeys(new_inputs))
+    for d in dummies:
+        # Drop dummies that only fed a _Send.
+        if not any(d == i.lstrip("^").split(":")[0] for rn in nodes.values() for i in rn.inputs):
+            nodes.pop(d)
+    return list(nodes.values())
+
+
+def output_specs(op_type: str) -> list[tuple[str | None, str, str, str]] | None:
+    """The output args of an op type from TensorFlow's registry, as plain tuples.
+
+    Each is ``(fixed dtype or None, type_attr, number_attr, type_list_attr)``; None when
+    TensorFlow does not know the op.
+    """
+    od = op_def(op_type)
+    if od is None:
+        return None
+    types_pb2 = tf_submodule("core.framework.types_pb2")
+    out = []
+    for arg in od.output_arg:
+        fixed = types_pb2.DataType.Name(arg.type).removeprefix("DT_") if arg.type else None
+        if fixed is not None and arg.is_ref:
+            fixed += "_REF"
+        out.append((fixed, arg.type_attr, arg.number_attr, arg.type_list_attr))
+    return out
+
+
+def infer_shapes_with_tensorflow(graph_def, names: set[str], path: str) -> dict[str, list]:
+    """Static output shapes of ``names`` from TensorFlow's shape inference (imports TensorFlow).
+
+    Used only when the file was saved without ``_output_shapes`` for a transfer's source.
+    """
+    import tensorflow as tf
+
+    graph_pb2 = tf_submodule("core.framework.graph_pb2")
+    stripped = graph_pb2.GraphDef()
+    stripped.CopyFrom(graph_def)
+    for n in stripped.node:  # placement is ours to decide; TF only has to infer shapes here
+        n.device = ""
+        if "_class" in n.attr:
+            del n.attr["_class"]
+    g = tf.Graph()
+    try:
+        with g.as_default():
+            tf.compat.v1.import_graph_def(stripped, name="")
+    except Exception as e:
+        raise TfschedError(f"{path}: TensorFlow cannot import the graph: {_one_line(e)}") from None
+    shapes = {}
+    for name in names:
+        try:
+            op = g.get_operation_by_name(name)
+        except KeyError:
+            continue
+        shapes[name] = [
+            tuple(-1 if d is None else d for d in o.shape.as_list()) if o.shape.rank is not None else None
+            for o in op.outputs
+        ]
+    return shapes

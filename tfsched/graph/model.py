@@ -1,0 +1,183 @@
+"""The records of the communication graph: ops, transfers and the ``CommGraph`` itself.
+
+Everything here is plain Python and networkx; ``tfsched.graph.load`` turns TensorFlow protos
+into :class:`RawNode` records and ``tfsched.graph.build`` turns those into a :class:`CommGraph`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import networkx as nx
+
+from tfsched.graph.devices import job_of, task_of
+
+Shape = tuple[int, ...]  # -1 marks an unknown dimension
+TransferKind = Literal["pull", "push", "control"]
+
+# Bytes per element of TensorFlow's dtypes (names as in types.proto, without the DT_ prefix).
+DTYPE_SIZES: dict[str, int] = {
+    "FLOAT": 4, "DOUBLE": 8, "INT32": 4, "UINT8": 1, "INT16": 2, "INT8": 1, "COMPLEX64": 8,
+    "INT64": 8, "BOOL": 1, "QINT8": 1, "QUINT8": 1, "QINT32": 4, "BFLOAT16": 2, "QINT16": 2,
+    "QUINT16": 2, "UINT16": 2, "COMPLEX128": 16, "HALF": 2, "UINT32": 4, "UINT64": 8,
+    "FLOAT8_E5M2": 1, "FLOAT8_E4M3FN": 1, "INT4": 1, "UINT4": 1,
+}
+# Dtypes that are valid but have no fixed element size (their transfers get bytes=None).
+VARIABLE_SIZE_DTYPES = {"STRING", "RESOURCE", "VARIANT"}
+
+
+@dataclass
+class RawNode:
+    """One NodeDef, stripped of protobuf: what building a ``CommGraph`` needs.
+
+    ``inputs`` keeps TensorFlow's spelling (``op``, ``op:1``, ``^op`` for control inputs);
+    ``output_dtypes`` are dtype names (``FLOAT``, ``RESOURCE``; a ``_REF`` suffix marks ref
+    outputs) and ``output_shapes`` static shapes, each ``None`` where unknown.
+    """
+
+    name: str
+    op: str
+    device: str = ""
+    inputs: list[str] = field(default_factory=list)
+    colocate_with: list[str] = field(default_factory=list)  # from `_class: loc:@name`
+    output_dtypes: list[str | None] | None = None
+    output_shapes: list[Shape | None] | None = None
+    attrs: dict = field(default_factory=dict)  # small scalar attrs (strides, padding, ...)
+
+
+@dataclass
+class Op:
+    """An op of the graph with its device resolved to the full form."""
+
+    name: str
+    type: str
+    device: str
+    output_dtypes: list[str | None]
+    output_shapes: list[Shape | None]
+    attrs: dict = field(default_factory=dict)
+
+    @property
+    def task(self) -> str:
+        return task_of(self.device)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One tensor (or control signal) that crosses from one task to another each step.
+
+    There is one transfer per (source tensor, destination task), as TensorFlow's partitioner
+    makes one ``_Send``/``_Recv`` pair per source tensor and receiving device.
+    """
+
+    tensor: str  # "op:index" for data, "^op" for a control edge
+    src: str  # full device of the sender
+    dst: str  # full device of the receiver
+    kind: TransferKind
+    bytes: int | None  # None when the static shape or the dtype size is unknown
+    variable: str | None  # the variable a pull reads or a push updates
+    consumers: tuple[str, ...] = ()  # ops on the receiving task that use it
+    dtype: str | None = None
+    shape: Shape | None = None
+
+    @property
+    def src_task(self) -> str:
+        return task_of(self.src)
+
+    @property
+    def dst_task(self) -> str:
+        return task_of(self.dst)
+
+    @property
+    def channel(self) -> tuple[str, str]:
+        """(sender task, receiver task): the unit a priority order is enforced on."""
+        return (self.src_task, self.dst_task)
+
+    @property
+    def src_op(self) -> str:
+        return self.tensor.lstrip("^").rsplit(":", 1)[0] if ":" in self.tensor else self.tensor.lstrip("^")
+
+    @property
+    def key(self) -> str:
+        """What identifies this transfer across graph rewrites: the variable, else the tensor."""
+        return f"{self.kind}:{self.variable}" if self.variable else f"{self.kind}:{self.tensor}"
+
+
+@dataclass
+class WorkerView:
+    """TicTac's worker partition (§2.4): the ops of one task, with incoming transfers as leaves.
+
+    ``dep[op]`` is the op's communication dependency (§4.1) as a bitset over ``recvs``:
+    bit ``i`` is set when the op transitively needs ``recvs[i]``.
+    """
+
+    task: str
+    ops: list[str]  # ops on the task, in topological order
+    recvs: list[Transfer]
+    sends: list[Transfer]
+    dep: dict[str, int]
+
+
+@dataclass
+class CommGraph:
+    """Ops with resolved devices, their data and control edges, and the transfers between tasks.
+
+    ``graph`` is a networkx DiGraph over op names; node attribute ``op`` holds the :class:`Op`,
+    edge attribute ``tensors`` the set of ``"op:index"`` / ``"^op"`` strings the edge carries.
+    Back edges of loops (from ``NextIteration``) are kept out of ``graph`` and listed in
+    ``back_edges``, so that ``graph`` is a DAG.
+    """
+
+    graph: nx.DiGraph
+    transfers: list[Transfer]
+    fetches: list[str]
+    ps_tasks: list[str]
+    worker_tasks: list[str]
+    back_edges: list[tuple[str, str]] = field(default_factory=list)
+    source: str = ""
+
+    def op(self, name: str) -> Op:
+        return self.graph.nodes[name]["op"]
+
+    @property
+    def tasks(self) -> list[str]:
+        return sorted({self.op(n).task for n in self.graph})
+
+    def topological_order(self) -> list[str]:
+        order = self.__dict__.get("_topo")
+        if order is None:
+            order = list(nx.topological_sort(self.graph))  # deterministic: follows insertion order
+            self.__dict__["_topo"] = order
+        return order
+
+    def transfers_to(self, task: str) -> list[Transfer]:
+        return [t for t in self.transfers if t.dst_task == task]
+
+    def transfers_from(self, task: str) -> list[Transfer]:
+        return [t for t in self.transfers if t.src_task == task]
+
+    def worker_view(self, task: str) -> WorkerView:
+        """The partition of ``task`` with its incoming transfers as leaves (TicTac §2.4, §4.1)."""
+        recvs = self.transfers_to(task)
+        sends = self.transfers_from(task)
+        bit: dict[tuple[str, str], int] = {}  # (source op, consumer) -> recv bits entering there
+        for i, t in enumerate(recvs):
+            for c in t.consumers:
+                key = (t.src_op, c)
+                bit[key] = bit.get(key, 0) | (1 << i)
+        dep: dict[str, int] = {}
+        ops = [n for n in self.topological_order() if self.op(n).task == task]
+        g = self.graph
+        for n in ops:
+            d = 0
+            for u in g.predecessors(n):
+                if u in dep:
+                    d |= dep[u]
+                else:
+                    d |= bit.get((u, n), 0)
+            dep[n] = d
+        return WorkerView(task=task, ops=ops, recvs=recvs, sends=sends, dep=dep)
+
+
+def is_ps_job(device: str, ps_jobs: tuple[str, ...] = ("ps",)) -> bool:
+    return job_of(device) in ps_jobs

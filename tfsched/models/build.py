@@ -1,0 +1,167 @@
+"""PS graphs of built-in models, built the standard TF1 way (``replica_device_setter``).
+
+Each graph is one worker's graph of between-graph replication (``worker_task`` picks which),
+or, with ``in_graph_workers=N``, one graph holding N worker replicas that share the variables
+(in-graph replication). Variables are spread over ``ps_tasks`` PS tasks round-robin, as
+``replica_device_setter`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tfsched.errors import TfschedError
+
+
+@dataclass
+class BuiltGraph:
+    """A built model graph with what a session needs to run it."""
+
+    graph: object  # tf.Graph
+    train_op: object | None  # the op a training step runs (None for inference)
+    loss: object  # the step's scalar output (loss, or the mean of the predictions for inference)
+    init_op: object
+    model: str
+    mode: str
+    fetches: list[str] = field(default_factory=list)  # op names of one step, for analyze
+
+    def graph_def(self, add_shapes: bool = True):
+        return self.graph.as_graph_def(add_shapes=add_shapes)
+
+
+def _keras_app(name: str) -> Callable:
+    def make(inputs, num_classes):
+        import tf_keras
+
+        ctor = {
+            "vgg16": tf_keras.applications.VGG16,
+            "resnet50": tf_keras.applications.ResNet50,
+            "inception_v3": tf_keras.applications.InceptionV3,
+            "mobilenet": tf_keras.applications.MobileNet,
+        }[name]
+        model = ctor(weights=None, input_tensor=inputs, classes=num_classes)
+        return model.output
+
+    return make
+
+
+def _toy_seq(n: int, width: int = 256) -> Callable:
+    """TicTac's Seq-N: a chain of N dense layers, each with its own weight matrix."""
+
+    def make(inputs, num_classes):
+        import tensorflow as tf
+
+        x = tf.reshape(inputs, [tf.shape(inputs)[0], -1])[:, :width]
+        for i in range(n):
+            w = tf.compat.v1.get_variable(f"seq/w{i}", [width, width], initializer=tf.compat.v1.glorot_uniform_initializer(seed=i))
+            x = tf.nn.relu(tf.matmul(x, w))
+        w = tf.compat.v1.get_variable("seq/out", [width, num_classes], initializer=tf.compat.v1.glorot_uniform_initializer(seed=n))
+        return tf.nn.softmax(tf.matmul(x, w))
+
+    return make
+
+
+def _toy_par(n: int, width: int = 256) -> Callable:
+    """TicTac's Par-N: N independent dense branches over the same input, summed."""
+
+    def make(inputs, num_classes):
+        import tensorflow as tf
+
+        x = tf.reshape(inputs, [tf.shape(inputs)[0], -1])[:, :width]
+        outs = []
+        for i in range(n):
+            w = tf.compat.v1.get_variable(f"par/w{i}", [width, num_classes], initializer=tf.compat.v1.glorot_uniform_initializer(seed=i))
+            outs.append(tf.matmul(x, w))
+        return tf.nn.softmax(tf.add_n(outs))
+
+    return make
+
+
+# name -> (builder, default image size); sizes are the smallest the architectures accept.
+MODELS: dict[str, tuple[Callable, int]] = {
+    "vgg16": (_keras_app("vgg16"), 32),
+    "resnet50": (_keras_app("resnet50"), 32),
+    "inception_v3": (_keras_app("inception_v3"), 75),
+    "mobilenet": (_keras_app("mobilenet"), 32),
+    "seq32": (_toy_seq(32), 16),
+    "par32": (_toy_par(32), 16),
+}
+
+
+def build_graph(
+    model: str,
+    *,
+    mode: str = "train",
+    batch_size: int = 4,
+    image_size: int | None = None,
+    num_classes: int = 10,
+    ps_tasks: int = 1,
+    worker_task: int = 0,
+    in_graph_workers: int = 0,
+    optimizer: str = "sgd",
+    seed: int = 1,
+) -> BuiltGraph:
+    """Build the PS graph of a built-in model.
+
+    >>> bg = build_graph("seq32", batch_size=2)  # doctest: +SKIP
+    >>> bg.fetches
+    ['train']
+    """
+    if model not in MODELS:
+        raise TfschedError(f"unknown model {model!r}; choose one of {', '.join(sorted(MODELS))}")
+    if mode not in ("train", "inference"):
+        raise TfschedError(f"unknown mode {mode!r}; expected train or inference")
+    import tensorflow as tf
+
+    make, default_size = MODELS[model]
+    size = image_size or default_size
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.set_random_seed(seed)
+        replicas = range(in_graph_workers) if in_graph_workers else [worker_task]
+        losses, grads_per_replica = [], []
+        opt = _optimizer(optimizer)
+        for r in replicas:
+            setter = tf.compat.v1.train.replica_device_setter(
+                ps_tasks=ps_tasks, worker_device=f"/job:worker/task:{r}"
+            )
+            with g.device(setter), tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=tf.compat.v1.AUTO_REUSE):
+                images = tf.random.stateless_uniform([batch_size, size, size, 3], seed=[seed, r])
+                labels = tf.random.stateless_uniform([batch_size], seed=[seed + 1, r], maxval=num_classes, dtype=tf.int32)
+                probs = make(images, num_classes) if r == replicas[0] or model in ("seq32", "par32") else _reuse(make, images, num_classes)
+                loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, probs), name=f"loss_{r}" if in_graph_workers else "loss")
+                losses.append(loss)
+                if mode == "train":
+                    grads_per_replica.append(opt.compute_gradients(loss))
+        with g.device(tf.compat.v1.train.replica_device_setter(ps_tasks=ps_tasks, worker_device=f"/job:worker/task:{worker_task}")):
+            train_op = None
+            if mode == "train":
+                step = tf.compat.v1.train.get_or_create_global_step()
+                if in_graph_workers:
+                    train_op = tf.group(
+                        *[opt.apply_gradients(gv) for gv in grads_per_replica] + [step.assign_add(1)], name="train"
+                    )
+                else:
+                    train_op = opt.apply_gradients(grads_per_replica[0], global_step=step, name="train")
+            out = losses[0] if len(losses) == 1 else tf.add_n(losses, name="loss")
+        init = tf.compat.v1.global_variables_initializer()
+    fetches = [train_op.name] if train_op is not None else [out.op.name]
+    return BuiltGraph(graph=g, train_op=train_op, loss=out, init_op=init, model=model, mode=mode, fetches=fetches)
+
+
+def _reuse(make, images, num_classes):
+    raise TfschedError("in-graph replication of tf_keras applications is not supported; use seq32 or par32")
+
+
+def _optimizer(name: str):
+    import tensorflow as tf
+
+    opts = {
+        "sgd": lambda: tf.compat.v1.train.GradientDescentOptimizer(0.01),
+        "momentum": lambda: tf.compat.v1.train.MomentumOptimizer(0.01, 0.9),
+        "adam": lambda: tf.compat.v1.train.AdamOptimizer(0.001),
+    }
+    if name not in opts:
+        raise TfschedError(f"unknown optimizer {name!r}; choose one of {', '.join(opts)}")
+    return opts[name]()

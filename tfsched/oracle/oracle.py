@@ -1,0 +1,95 @@
+"""The time oracle: how long an op computes and how long a transfer takes on its link."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tfsched.errors import TfschedError
+from tfsched.graph.model import CommGraph, Transfer
+
+DEFAULT_BANDWIDTH_BPS = 1e9  # bits per second
+# ByteScheduler §4.1 measured about 300 us of per-message ("partition") overhead.
+DEFAULT_OVERHEAD_S = 300e-6
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """Transfer time = fixed per-message overhead + bytes / bandwidth."""
+
+    bandwidth_bps: float = DEFAULT_BANDWIDTH_BPS
+    overhead_s: float = DEFAULT_OVERHEAD_S
+
+    def __post_init__(self) -> None:
+        if not (self.bandwidth_bps > 0 and math.isfinite(self.bandwidth_bps)):
+            raise TfschedError(f"bandwidth must be a positive number of bits per second, got {self.bandwidth_bps}")
+        if not (self.overhead_s >= 0 and math.isfinite(self.overhead_s)):
+            raise TfschedError(f"overhead must be a non-negative number of seconds, got {self.overhead_s}")
+
+    def time(self, nbytes: int | None) -> float:
+        return self.overhead_s + 8.0 * (nbytes or 0) / self.bandwidth_bps
+
+
+@dataclass
+class TimeOracle:
+    """Per-op compute times (seconds) and link models; TicTac's ``Time(op)``.
+
+    ``op_times`` maps op names to seconds; ops it does not name take ``default_op_s``.
+    ``links`` overrides ``link`` per (sender task, receiver task).
+    """
+
+    op_times: dict[str, float] = field(default_factory=dict)
+    link: LinkModel = field(default_factory=LinkModel)
+    links: dict[tuple[str, str], LinkModel] = field(default_factory=dict)
+    default_op_s: float = 0.0
+    fixed_transfer_s: float | None = None  # TIO's general oracle: every transfer costs the same
+    name: str = "model"
+
+    @classmethod
+    def general(cls) -> TimeOracle:
+        """TicTac's general time oracle (§4.3, eq. 6): a recv costs 1, everything else 0."""
+        return cls(fixed_transfer_s=1.0, name="general")
+
+    @classmethod
+    def from_cost_model(
+        cls,
+        graph: CommGraph,
+        *,
+        link: LinkModel | None = None,
+        flops_per_s: float = 2e10,
+        mem_bytes_per_s: float = 1e10,
+        per_op_s: float = 5e-6,
+    ) -> TimeOracle:
+        """Compute times estimated from op shapes (FLOPs and bytes touched); a trace replaces them."""
+        from tfsched.oracle.compute import estimate_op_time
+
+        times = {}
+        g = graph.graph
+        for name in g:
+            op = graph.op(name)
+            in_shapes = []
+            for u in g.predecessors(name):
+                src = graph.op(u)
+                for tensor in g.edges[u, name]["tensors"]:
+                    if not tensor.startswith("^"):
+                        idx = int(tensor.rsplit(":", 1)[1])
+                        in_shapes.append(src.output_shapes[idx] if idx < len(src.output_shapes) else None)
+            times[name] = estimate_op_time(
+                op.type, in_shapes, op.output_shapes, op.attrs,
+                flops_per_s=flops_per_s, mem_bytes_per_s=mem_bytes_per_s, per_op_s=per_op_s,
+            )
+        return cls(op_times=times, link=link or LinkModel(), name="cost-model")
+
+    def compute(self, op_name: str) -> float:
+        if self.fixed_transfer_s is not None:
+            return 0.0
+        return self.op_times.get(op_name, self.default_op_s)
+
+    def link_for(self, src_task: str, dst_task: str) -> LinkModel:
+        return self.links.get((src_task, dst_task), self.link)
+
+    def transfer(self, t: Transfer, nbytes: int | None = None) -> float:
+        """Time of a transfer (or of ``nbytes`` of it, for a slice) with its link to itself."""
+        if self.fixed_transfer_s is not None:
+            return self.fixed_transfer_s
+        return self.link_for(t.src_task, t.dst_task).time(t.bytes if nbytes is None else nbytes)

@@ -1,0 +1,133 @@
+"""The ``Schedule``: per-channel transfer priorities, the contract between ``analyze`` and the pass.
+
+A channel is (sender task, receiver task). Priorities are normalized per channel to
+``0..n-1`` the way TicTac's enforcement reads them (§5.1): a transfer's priority is the number of
+transfers on its channel that must be released before it, so tied transfers share a number and
+the next one skips ahead (``0, 0, 2, 3``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from tfsched.errors import TfschedError
+from tfsched.graph.model import CommGraph, Transfer
+
+SCHEMA = "tfsched.schedule/1"
+ALGORITHMS = ("tio", "tao", "layer", "fifo")
+# How the gates enforce the order: TicTac's per-step counters, ByteScheduler's priority queue of
+# ready transfers (needed when high priorities become ready last, as layer-order pushes do), or nothing.
+MODES = ("counter", "queue", "none")
+
+
+def normalize(values: dict) -> dict[Transfer, int]:
+    """Competition ranks per channel: priority = transfers on the channel with a smaller value.
+
+    >>> from tfsched.graph.model import Transfer
+    >>> a, b, c = (Transfer(f"{x}:0", "/job:ps/replica:0/task:0/device:CPU:0",
+    ...            "/job:worker/replica:0/task:0/device:CPU:0", "pull", 4, None) for x in "abc")
+    >>> sorted(normalize({a: 2.0, b: 2.0, c: 0.5}).values())
+    [0, 1, 1]
+    """
+    by_channel: dict[tuple[str, str], list[Transfer]] = defaultdict(list)
+    for t in values:
+        by_channel[t.channel].append(t)
+    out: dict[Transfer, int] = {}
+    for ts in by_channel.values():
+        ts.sort(key=lambda t: values[t])
+        rank = 0
+        for i, t in enumerate(ts):
+            if i and values[t] != values[ts[i - 1]]:
+                rank = i
+            out[t] = rank
+    return out
+
+
+@dataclass
+class Schedule:
+    """Priorities for every transfer of a step, grouped by channel."""
+
+    algorithm: str
+    priorities: dict[Transfer, int]
+    mode: str = "counter"
+    partition: int | None = None  # parameters per slice (ByteScheduler's unit); None: no partitioning
+    credit: int | None = None  # parameters in flight per channel; None: unlimited
+    source: str = ""
+    fetches: list[str] = field(default_factory=list)
+
+    def channels(self) -> dict[tuple[str, str], list[Transfer]]:
+        """(sender task, receiver task) -> transfers in priority order (ties in graph order)."""
+        out: dict[tuple[str, str], list[Transfer]] = defaultdict(list)
+        for t in sorted(self.priorities, key=lambda t: (self.priorities[t], t.tensor)):
+            out[t.channel].append(t)
+        return dict(sorted(out.items()))
+
+    def to_json(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "algorithm": self.algorithm,
+            "mode": self.mode,
+            "partition": self.partition,
+            "credit": self.credit,
+            "graph": {"source": self.source, "fetches": self.fetches, "transfers": len(self.priorities)},
+            "channels": [
+                {
+                    "sender": s,
+                    "receiver": r,
+                    "transfers": [
+                        {
+                            "key": t.key, "tensor": t.tensor, "variable": t.variable, "kind": t.kind,
+                            "src": t.src, "dst": t.dst, "bytes": t.bytes, "priority": self.priorities[t],
+                        }
+                        for t in ts
+                    ],
+                }
+                for (s, r), ts in self.channels().items()
+            ],
+        }
+
+    def save(self, path: str) -> None:
+        """Write atomically: a failed write leaves no half-written file behind."""
+        directory = os.path.dirname(os.path.abspath(path))
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".schedule-", dir=directory)
+        except OSError as e:
+            raise TfschedError(f"{path}: cannot write ({e.strerror})") from None
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.to_json(), f, indent=1)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+
+def load_schedule(path: str) -> dict:
+    """Read and validate a schedule file; returns its JSON (matching to a graph is the caller's)."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise TfschedError(f"{path}: no such schedule file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TfschedError(f"{path}: not a schedule file: {e}") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise TfschedError(f"{path}: not a {SCHEMA} file (schema: {found!r})")
+    if data.get("algorithm") not in ALGORITHMS or data.get("mode") not in MODES:
+        raise TfschedError(f"{path}: unknown algorithm or mode ({data.get('algorithm')!r}, {data.get('mode')!r})")
+    for ch in data.get("channels", []):
+        ps = [t.get("priority") for t in ch.get("transfers", [])]
+        if not all(isinstance(p, int) and 0 <= p < len(ps) for p in ps):
+            raise TfschedError(f"{path}: channel {ch.get('sender')} -> {ch.get('receiver')}: priorities must be 0..n-1")
+    return data
+
+
+def schedule_for(graph: CommGraph, algorithm: str, values: dict, mode: str) -> Schedule:
+    return Schedule(
+        algorithm=algorithm, priorities=normalize(values), mode=mode, source=graph.source, fetches=list(graph.fetches)
+    )

@@ -1,0 +1,57 @@
+"""Human-readable output of the commands (rich tables)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from tfsched.analysis import Analysis
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000.0
+    return str(n)
+
+
+def _short(task: str) -> str:
+    parts = dict(p.split(":", 1) for p in task.strip("/").split("/") if ":" in p)
+    return f"{parts.get('job', '?')}:{parts.get('task', '0')}"
+
+
+def print_analysis(a: Analysis, *, limit: int | None = 12, output: str | None = None, console: Console | None = None) -> None:
+    console = console or Console()
+    g, s, p = a.graph, a.schedule, a.prediction
+    kinds = {k: sum(1 for t in g.transfers if t.kind == k) for k in ("pull", "push", "control")}
+    console.print(
+        f"[bold]{g.source}[/]: {len(g.graph)} ops in the step (fetches: {', '.join(g.fetches)}), "
+        f"PS tasks: {len(g.ps_tasks)}, workers: {a.workers}; transfers: {kinds['pull']} pulls, "
+        f"{kinds['push']} pushes, {kinds['control']} control"
+    )
+    for (sender, receiver), ts in s.channels().items():
+        table = Table(title=f"{_short(sender)} → {_short(receiver)}  ({len(ts)} transfers, {s.algorithm}, {s.mode})", title_justify="left")
+        for col in ("priority", "kind", "tensor", "variable", "bytes"):
+            table.add_column(col, justify="right" if col in ("priority", "bytes") else "left")
+        shown = ts if limit is None else ts[:limit]
+        for t in shown:
+            table.add_row(str(s.priorities[t]), t.kind, t.tensor, t.variable or "-", _bytes(t.bytes))
+        if len(shown) < len(ts):
+            table.add_row("…", "", f"{len(ts) - len(shown)} more (--all lists them)", "", "")
+        console.print(table)
+    summary = Table(title="Predicted step time (simulated)", title_justify="left")
+    summary.add_column("")
+    summary.add_column("seconds", justify="right")
+    summary.add_row("baseline (FIFO)", f"{p.baseline_s:.4f}")
+    summary.add_row(f"scheduled ({s.algorithm})", f"{p.scheduled_s:.4f}")
+    summary.add_row("speedup", f"{p.baseline_s / p.scheduled_s:.3f}x" if p.scheduled_s > 0 else "-")
+    summary.add_row("makespan lower bound", f"{p.lower_bound_s:.4f}")
+    summary.add_row("makespan upper bound", f"{p.upper_bound_s:.4f}")
+    summary.add_row("ordering efficiency E (baseline → scheduled)", f"{p.baseline_efficiency:.3f} → {p.efficiency:.3f}")
+    summary.add_row("speedup bound S", f"{p.speedup_bound:.3f}")
+    console.print(summary)
+    if output:
+        console.print(f"schedule written to [bold]{output}[/]")

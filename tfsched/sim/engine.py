@@ -1,0 +1,273 @@
+"""Discrete-event simulation of training steps on a PS cluster.
+
+The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measured):
+
+* each task has one compute resource running one op at a time, ready ops in the order they
+  became ready (TicTac §3: ops are "tasks already assigned to machines");
+* each host has one full-duplex NIC: an uplink and a downlink of the link's bandwidth;
+  concurrent flows share a link max-min fairly (TCP's steady state);
+* a channel (sender task, receiver task) is one HTTP/2 connection: the messages handed to it
+  go out one after another, each paying the per-message overhead before its bytes flow
+  (a small tensor released behind a large one waits for it: TF-NOTES "What the wire does");
+* a policy decides when a ready message is handed to its channel:
+  ``fifo`` at once (ties in graph order), ``random`` at once with ties shuffled by a seed
+  (the spread TicTac reports for unordered runs), ``counter`` when all messages of higher
+  priority on its channel were released in this step (TicTac §5.1), ``queue`` the
+  highest-priority ready message whenever it fits the credit window (ByteScheduler §4.2).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+
+from tfsched.errors import TfschedError
+from tfsched.sim.model import BARRIER, COMPUTE, MESSAGE, SimGraph
+
+POLICIES = ("fifo", "random", "counter", "queue")
+_EPS = 1e-12
+
+
+@dataclass
+class SimResult:
+    """Finish times of every worker run and, if asked for, a record of every node."""
+
+    makespan: float
+    run_finish: dict[tuple[str, int], float]  # (worker run, step) -> when its last op finished
+    run_start: dict[tuple[str, int], float]
+    starts: list[float] = field(default_factory=list)  # per node: compute start / message release
+    sends: list[float] = field(default_factory=list)  # per message: when its bytes started to flow
+    ends: list[float] = field(default_factory=list)
+
+    def step_times(self) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = defaultdict(list)
+        for (run, step), end in sorted(self.run_finish.items(), key=lambda kv: kv[0][1]):
+            out[run].append(end - self.run_start[(run, step)])
+        return dict(out)
+
+    @property
+    def step_time(self) -> float:
+        """Mean step time of the slowest worker."""
+        times = self.step_times()
+        return max(sum(v) / len(v) for v in times.values()) if times else 0.0
+
+
+def _max_min_rates(flows: list[tuple[int, str, str, float]]) -> dict[int, float]:
+    """Max-min fair rates for flows (id, uplink, downlink, link capacity in bytes/s)."""
+    cap: dict[str, float] = {}
+    users: dict[str, set[int]] = defaultdict(set)
+    for fid, up, down, c in flows:
+        for link in (up, down):
+            cap[link] = min(cap.get(link, math.inf), c)
+            users[link].add(fid)
+    links_of = {fid: (up, down) for fid, up, down, _ in flows}
+    rate: dict[int, float] = {}
+    while len(rate) < len(flows):
+        share, bottleneck = min((cap[l] / len(u), l) for l, u in users.items() if u)
+        for fid in list(users[bottleneck]):
+            rate[fid] = share
+            for link in links_of[fid]:
+                cap[link] -= share
+                users[link].discard(fid)
+    return rate
+
+
+def simulate(
+    sg: SimGraph,
+    policy: str = "fifo",
+    *,
+    credit_bytes: int | None = None,
+    latency_s: float = 0.0,
+    seed: int = 0,
+    record: bool = False,
+) -> SimResult:
+    """Run the simulation; see the module docstring for the model."""
+    if policy not in POLICIES:
+        raise TfschedError(f"unknown simulation policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    if credit_bytes is not None and credit_bytes <= 0:
+        raise TfschedError(f"credit must be positive, got {credit_bytes}")
+    n = len(sg)
+    rng = random.Random(seed)
+    tiebreak = [rng.random() for _ in range(n)] if policy == "random" else list(range(n))
+    npred = list(sg.npred)
+    starts = [math.nan] * n if record else []
+    sends = [math.nan] * n if record else []
+    ends = [math.nan] * n if record else []
+
+    # Counter policy: a message's rank is the number of messages on its gate channel with a smaller key.
+    rank = [0] * n
+    if policy == "counter":
+        by_gate: dict[tuple, list[int]] = defaultdict(list)
+        for i in range(n):
+            if sg.kind[i] == MESSAGE:
+                by_gate[sg.gate[i]].append(i)
+        for ids in by_gate.values():
+            ids.sort(key=lambda i: sg.key[i])
+            r = 0
+            for j, i in enumerate(ids):
+                if j and sg.key[i] != sg.key[ids[j - 1]]:
+                    r = j
+                rank[i] = r
+    released_count: dict[tuple, int] = defaultdict(int)
+    waiting: dict[tuple, list] = defaultdict(list)  # gate -> heap of (rank or key, tiebreak, id)
+    inflight: dict[tuple, int] = defaultdict(int)  # gate -> bytes released but not yet received
+
+    busy: dict[str, bool] = defaultdict(bool)
+    ready_ops: dict[str, list] = defaultdict(list)  # resource -> heap of (ready time, tiebreak, id)
+    wire: dict[str, deque] = defaultdict(deque)  # channel -> released messages, in order
+    in_service: dict[str, int] = {}  # channel -> message whose overhead or bytes are being served
+    flows: dict[int, float] = {}  # message -> bytes left (data phase)
+    rates: dict[int, float] = {}
+    events: list = []  # (time, seq, kind, id)
+    seq = 0
+    now = 0.0
+    run_start: dict[tuple[str, int], float] = {}
+    run_finish: dict[tuple[str, int], float] = {}
+
+    def push_event(t: float, kind: str, i: int) -> None:
+        nonlocal seq
+        heapq.heappush(events, (t, seq, kind, i))
+        seq += 1
+
+    def start_ops(res: str) -> None:
+        if busy[res] or not ready_ops[res]:
+            return
+        _, _, i = heapq.heappop(ready_ops[res])
+        busy[res] = True
+        if record:
+            starts[i] = now
+        push_event(now + sg.duration[i], "op", i)
+
+    def serve(ch: str) -> None:
+        if ch in in_service or not wire[ch]:
+            return
+        i = wire[ch].popleft()
+        in_service[ch] = i
+        push_event(now + sg.overhead[i], "overhead", i)
+
+    def release(i: int) -> None:
+        gate = sg.gate[i]
+        released_count[gate] += 1
+        inflight[gate] += sg.nbytes[i]
+        if record:
+            starts[i] = now
+        ch = sg.resource[i]
+        wire[ch].append(i)
+        serve(ch)
+
+    def try_release(gate: tuple) -> None:
+        heap = waiting[gate]
+        if policy == "counter":
+            while heap and heap[0][0] <= released_count[gate]:
+                release(heapq.heappop(heap)[2])
+        elif policy == "queue":
+            while heap:
+                i = heap[0][2]
+                if credit_bytes is not None and inflight[gate] > 0 and inflight[gate] + sg.nbytes[i] > credit_bytes:
+                    break
+                heapq.heappop(heap)
+                release(i)
+
+    def became_ready(i: int) -> None:
+        k = sg.kind[i]
+        run = (sg.worker[i], sg.step[i])
+        if run not in run_start:
+            run_start[run] = now
+        if k == COMPUTE:
+            heapq.heappush(ready_ops[sg.resource[i]], (now, tiebreak[i], i))
+            start_ops(sg.resource[i])
+        elif k == MESSAGE:
+            if policy in ("fifo", "random"):
+                # Ties at one instant: graph order, or the seeded shuffle.
+                heapq.heappush(waiting[sg.gate[i]], (now, tiebreak[i], i))
+                push_event(now, "flush", i)
+            elif policy == "counter":
+                heapq.heappush(waiting[sg.gate[i]], (rank[i], tiebreak[i], i))
+                try_release(sg.gate[i])
+            else:
+                heapq.heappush(waiting[sg.gate[i]], (sg.key[i], tiebreak[i], i))
+                try_release(sg.gate[i])
+        else:
+            done(i)
+
+    def done(i: int) -> None:
+        if record:
+            ends[i] = now
+        if sg.kind[i] != BARRIER:
+            run = (sg.worker[i], sg.step[i])
+            run_finish[run] = max(run_finish.get(run, 0.0), now)
+        for s in sg.succ[i]:
+            npred[s] -= 1
+            if npred[s] == 0:
+                became_ready(s)
+
+    for i in range(n):
+        if npred[i] == 0:
+            became_ready(i)
+
+    while True:
+        t_event = events[0][0] if events else math.inf
+        t_flow, f_first = math.inf, -1
+        for i, left in flows.items():
+            t = now + left / rates[i] if rates[i] > 0 else math.inf
+            if t < t_flow:
+                t_flow, f_first = t, i
+        t_next = min(t_event, t_flow)
+        if t_next == math.inf:
+            break
+        dt = t_next - now
+        if dt > 0:
+            for i in flows:
+                flows[i] -= rates[i] * dt
+        now = t_next
+        changed = False
+        finished = [i for i, left in flows.items() if left <= _EPS * max(1.0, sg.nbytes[i]) or i == f_first and t_flow <= t_event]
+        for i in finished:
+            del flows[i]
+            changed = True
+            ch = sg.resource[i]
+            del in_service[ch]
+            serve(ch)
+            push_event(now + latency_s, "arrive", i)
+        while events and events[0][0] <= now:
+            _, _, kind, i = heapq.heappop(events)
+            if kind == "op":
+                busy[sg.resource[i]] = False
+                start_ops(sg.resource[i])
+                done(i)
+            elif kind == "overhead":
+                if record:
+                    sends[i] = now
+                if sg.nbytes[i] > 0 and math.isfinite(sg.bandwidth[i]):
+                    flows[i] = float(sg.nbytes[i])
+                    changed = True
+                else:
+                    del in_service[sg.resource[i]]
+                    serve(sg.resource[i])
+                    push_event(now + latency_s, "arrive", i)
+            elif kind == "arrive":
+                inflight[sg.gate[i]] -= sg.nbytes[i]
+                done(i)
+                if policy == "queue":
+                    try_release(sg.gate[i])
+            elif kind == "flush":
+                gate = sg.gate[i]
+                heap = waiting[gate]
+                while heap and heap[0][0] <= now:
+                    release(heapq.heappop(heap)[2])
+        if changed:
+            spec = []
+            for i in flows:
+                src, dst = sg.resource[i].split("->")
+                spec.append((i, "up:" + src, "down:" + dst, sg.bandwidth[i]))
+            rates = _max_min_rates(spec) if spec else {}
+
+    stuck = [e[2] for heap in waiting.values() for e in heap]
+    unfinished = stuck + [i for i in range(n) if npred[i] > 0]
+    if unfinished:
+        raise TfschedError(f"simulation stalled with {len(unfinished)} ops never ready (first: {sg.name[unfinished[0]]})")
+    makespan = max(run_finish.values(), default=0.0)
+    return SimResult(makespan=makespan, run_finish=run_finish, run_start=run_start, starts=starts, sends=sends, ends=ends)

@@ -1,0 +1,156 @@
+"""The simulator's input: a step as a DAG of compute ops and messages, built from a CommGraph.
+
+Compute ops run on their task's compute resource; a message is one transfer, or one slice of
+a partitioned transfer, sent on its channel. Consumers of a transfer wait for all its slices.
+Between-graph replication (one worker in the graph, ``workers=N``) is simulated by copying the
+worker's graph, PS side included, once per worker: each worker's run executes its own reads
+and updates on the shared PS tasks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tfsched.errors import TfschedError
+from tfsched.graph.devices import task_of
+from tfsched.graph.model import CommGraph, Transfer
+from tfsched.oracle.oracle import TimeOracle
+from tfsched.ordering.schedule import Schedule
+
+COMPUTE, MESSAGE, BARRIER = 0, 1, 2
+
+
+@dataclass
+class SimGraph:
+    """Flat arrays over nodes; a node is a compute op, a message or a step barrier."""
+
+    kind: list[int] = field(default_factory=list)
+    name: list[str] = field(default_factory=list)
+    resource: list[str] = field(default_factory=list)  # compute: task; message: "src->dst"
+    duration: list[float] = field(default_factory=list)  # compute seconds
+    nbytes: list[int] = field(default_factory=list)  # message bytes
+    overhead: list[float] = field(default_factory=list)  # message per-message seconds
+    bandwidth: list[float] = field(default_factory=list)  # message link bytes per second
+    key: list[tuple] = field(default_factory=list)  # message: (priority, slice) on its gate channel
+    gate: list[tuple] = field(default_factory=list)  # message: (src task, dst task, worker, step)
+    worker: list[str] = field(default_factory=list)  # the worker run a node belongs to
+    step: list[int] = field(default_factory=list)
+    transfer: list[Transfer | None] = field(default_factory=list)
+    succ: list[list[int]] = field(default_factory=list)
+    npred: list[int] = field(default_factory=list)
+
+    def add(self, kind, name, resource, worker, step, *, duration=0.0, nbytes=0, overhead=0.0,
+            bandwidth=math.inf, key=(), gate=(), transfer=None) -> int:
+        self.kind.append(kind)
+        self.name.append(name)
+        self.resource.append(resource)
+        self.duration.append(duration)
+        self.nbytes.append(nbytes)
+        self.overhead.append(overhead)
+        self.bandwidth.append(bandwidth)
+        self.key.append(key)
+        self.gate.append(gate)
+        self.worker.append(worker)
+        self.step.append(step)
+        self.transfer.append(transfer)
+        self.succ.append([])
+        self.npred.append(0)
+        return len(self.kind) - 1
+
+    def edge(self, a: int, b: int) -> None:
+        self.succ[a].append(b)
+        self.npred[b] += 1
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+
+def _rename(device_or_task: str, old: str, new: str) -> str:
+    return new + device_or_task[len(old):] if device_or_task.startswith(old) else device_or_task
+
+
+def build_sim_graph(
+    graph: CommGraph,
+    oracle: TimeOracle,
+    schedule: Schedule | None = None,
+    *,
+    workers: int | None = None,
+    steps: int = 1,
+    partition_bytes: int | None = None,
+) -> SimGraph:
+    """Lay out ``steps`` consecutive runs of every worker as one SimGraph.
+
+    ``workers`` > the number of worker tasks in the graph replicates its single worker
+    (between-graph replication). ``partition_bytes`` splits larger transfers into slices.
+    """
+    wtasks = list(graph.worker_tasks)
+    if workers is not None and workers != len(wtasks):
+        if len(wtasks) != 1:
+            raise TfschedError(
+                f"--workers {workers} needs a one-worker graph to replicate; this graph has {len(wtasks)} workers"
+            )
+        base = wtasks[0]
+        job = base.split("/")[1]
+        clones = [(base, f"/{job}/replica:0/task:{k}") if k else (base, base) for k in range(workers)]
+    else:
+        clones = [(w, w) for w in wtasks] if len(wtasks) == 1 else [(None, None)]
+    if partition_bytes is not None and partition_bytes <= 0:
+        raise TfschedError(f"partition size must be positive, got {partition_bytes}")
+
+    prio = schedule.priorities if schedule is not None else {}
+    topo = graph.topological_order()
+    g = graph.graph
+    sg = SimGraph()
+    # In-graph replication: one run covers all workers, its steps are the graph's.
+    for step in range(steps):
+        for old, new in clones:
+            run = new or "all"
+
+            def task(x: str) -> str:
+                return _rename(x, old, new) if old else x
+
+            ids: dict[str, int] = {}
+            for n in topo:
+                op = graph.op(n)
+                ids[n] = sg.add(COMPUTE, n, task(op.task), run, step, duration=oracle.compute(n))
+            crossing: dict[tuple[str, str], list[int]] = {}  # (src op, consumer) -> message ids
+            for t in graph.transfers:
+                src, dst = task(t.src_task), task(t.dst_task)
+                link = oracle.link_for(t.src_task, t.dst_task)
+                nbytes = t.bytes or 0
+                n_slices = 1
+                if partition_bytes and nbytes > partition_bytes:
+                    n_slices = math.ceil(nbytes / partition_bytes)
+                msgs = []
+                for s in range(n_slices):
+                    size = min(partition_bytes, nbytes - s * partition_bytes) if n_slices > 1 else nbytes
+                    m = sg.add(
+                        MESSAGE, t.tensor, f"{src}->{dst}", run, step,
+                        nbytes=size, overhead=link.overhead_s, bandwidth=link.bandwidth_bps / 8.0,
+                        key=(prio.get(t, 0), s), gate=(src, dst, run, step), transfer=t,
+                    )
+                    sg.edge(ids[t.src_op], m)
+                    msgs.append(m)
+                for c in t.consumers:
+                    crossing.setdefault((t.src_op, c), []).extend(msgs)
+            for u, v in g.edges():
+                if (u, v) in crossing:
+                    for m in crossing[(u, v)]:
+                        sg.edge(m, ids[v])
+                elif graph.op(u).task == graph.op(v).task:
+                    sg.edge(ids[u], ids[v])
+            if step + 1 < steps:
+                barrier = sg.add(BARRIER, f"end of step {step}", "", run, step)
+                for i in ids.values():
+                    sg.edge(i, barrier)
+                sg.__dict__.setdefault("_barriers", {})[(run, step)] = barrier
+            prev = sg.__dict__.get("_barriers", {}).get((run, step - 1))
+            if prev is not None:
+                for i in ids.values():
+                    sg.edge(prev, i)
+    return sg
+
+
+def task_name(device: str) -> str:
+    return task_of(device)

@@ -1,0 +1,47 @@
+"""Parsing the quantities users type: bandwidths and durations."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from tfsched.errors import TfschedError
+
+_BW = {"": 1.0, "bit": 1.0, "bps": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}
+_TIME = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_NUM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Zµ/]*)\s*$")
+
+
+def _parse(text: str, units: dict[str, float], what: str, example: str) -> float:
+    m = _NUM.match(str(text))
+    unit = m.group(2).lower().replace("/s", "") if m else None
+    if not m or unit not in units:
+        raise TfschedError(f"cannot read {what} {text!r}; write it like {example}")
+    value = float(m.group(1)) * units[unit]
+    if not math.isfinite(value):
+        raise TfschedError(f"{what} {text!r} is not finite")
+    return value
+
+
+def parse_bandwidth(text: str) -> float:
+    """Bits per second from ``1Gbit``, ``100mbit``, ``2.5gbps`` or a plain number of bits/s.
+
+    >>> parse_bandwidth("1Gbit"), parse_bandwidth("100mbit")
+    (1000000000.0, 100000000.0)
+    """
+    value = _parse(text, _BW, "bandwidth", "1Gbit or 100Mbit")
+    if value <= 0:
+        raise TfschedError(f"bandwidth {text!r} must be positive")
+    return value
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``300us``, ``1.5ms``, ``0.002`` (seconds).
+
+    >>> parse_duration("300us")
+    0.0003
+    """
+    value = _parse(text, _TIME, "duration", "300us or 1ms")
+    if value < 0:
+        raise TfschedError(f"duration {text!r} must not be negative")
+    return value
