@@ -33,5 +33,7 @@ def chain_graph(n: int, sizes: list[int] | None = None) -> CommGraph:
     return build_comm_graph(nodes, fetches=[f"f{n - 1}"])
 
 
-def oracle_with(op_times: dict[str, float], bandwidth_bps: float = 8e6, overhead_s: float = 0.0) -> TimeOracle:
+def oracle_with(
+    op_times: dict[str, float], bandwidth_bps: float = 8e6, overhead_s: float = 0.0
+) -> TimeOracle:
     return TimeOracle(op_times=op_times, link=LinkModel(bandwidth_bps=bandwidth_bps, overhead_s=overhead_s))

@@ -53,8 +53,13 @@ class Analysis:
             "algorithm": self.schedule.algorithm,
             "transfers": [
                 {
-                    "tensor": t.tensor, "variable": t.variable, "kind": t.kind, "src": t.src, "dst": t.dst,
-                    "bytes": t.bytes, "priority": prios[t],
+                    "tensor": t.tensor,
+                    "variable": t.variable,
+                    "kind": t.kind,
+                    "src": t.src,
+                    "dst": t.dst,
+                    "bytes": t.bytes,
+                    "priority": prios[t],
                 }
                 for ts in self.schedule.channels().values()
                 for t in ts
@@ -66,7 +71,9 @@ class Analysis:
 BASELINE_SEEDS = 3
 
 
-def predict(graph: CommGraph, schedule: Schedule, oracle: TimeOracle, *, workers: int | None = None) -> Prediction:
+def predict(
+    graph: CommGraph, schedule: Schedule, oracle: TimeOracle, *, workers: int | None = None
+) -> Prediction:
     """Simulate one step under FIFO and under ``schedule``, with TicTac's bounds.
 
     The baseline is FIFO with ties in a random order (TensorFlow hands ready transfers to gRPC
@@ -111,5 +118,10 @@ def analyze(
     oracle = TimeOracle.from_cost_model(graph, link=link)
     schedule = order(graph, algorithm, oracle)
     prediction = predict(graph, schedule, oracle, workers=workers)
-    return Analysis(graph=graph, schedule=schedule, oracle=oracle, prediction=prediction,
-                    workers=workers or len(graph.worker_tasks))
+    return Analysis(
+        graph=graph,
+        schedule=schedule,
+        oracle=oracle,
+        prediction=prediction,
+        workers=workers or len(graph.worker_tasks),
+    )

@@ -67,16 +67,53 @@ def _duration(ctx, param, value):
 
 @main.command()
 @click.argument("graph", type=click.Path(dir_okay=False))
-@click.option("--fetch", "fetches", multiple=True, help="Op or tensor the step runs (repeatable). Default: the train_op collection, else the graph's sinks.")
-@click.option("--algorithm", type=click.Choice(["tio", "tao", "layer", "fifo"]), default="tio", show_default=True)
-@click.option("--bandwidth", default="1Gbit", show_default=True, callback=_bandwidth, help="Per-host link bandwidth.")
-@click.option("--overhead", default="300us", show_default=True, callback=_duration, help="Per-message overhead.")
-@click.option("--workers", type=click.IntRange(min=1), default=None, help="Replicate a one-worker graph (between-graph replication). Default: the workers in the graph.")
-@click.option("--format", "fmt", type=click.Choice(["graphdef", "metagraph", "runmeta"]), default=None, help="Force the file format (default: from the name and content).")
-@click.option("--ps-job", "ps_jobs", multiple=True, default=["ps"], show_default=True, help="Job name(s) of the parameter servers.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the schedule (JSON) for the enforcement pass.")
+@click.option(
+    "--fetch",
+    "fetches",
+    multiple=True,
+    help="Op or tensor the step runs (repeatable). Default: the train_op collection, else the graph's sinks.",
+)
+@click.option(
+    "--algorithm", type=click.Choice(["tio", "tao", "layer", "fifo"]), default="tio", show_default=True
+)
+@click.option(
+    "--bandwidth", default="1Gbit", show_default=True, callback=_bandwidth, help="Per-host link bandwidth."
+)
+@click.option(
+    "--overhead", default="300us", show_default=True, callback=_duration, help="Per-message overhead."
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Replicate a one-worker graph (between-graph replication). Default: the workers in the graph.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["graphdef", "metagraph", "runmeta"]),
+    default=None,
+    help="Force the file format (default: from the name and content).",
+)
+@click.option(
+    "--ps-job",
+    "ps_jobs",
+    multiple=True,
+    default=["ps"],
+    show_default=True,
+    help="Job name(s) of the parameter servers.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the schedule (JSON) for the enforcement pass.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object on stdout.")
-@click.option("--all", "show_all", is_flag=True, help="List every transfer (default: the first 12 per channel).")
+@click.option(
+    "--all", "show_all", is_flag=True, help="List every transfer (default: the first 12 per channel)."
+)
 def analyze(graph, fetches, algorithm, bandwidth, overhead, workers, fmt, ps_jobs, output, as_json, show_all):
     """Find the transfers of a saved PS graph, order them, and predict the step time.
 
@@ -89,8 +126,14 @@ def analyze(graph, fetches, algorithm, bandwidth, overhead, workers, fmt, ps_job
     from tfsched.analysis import analyze as run_analysis
 
     result = run_analysis(
-        graph, fetches=list(fetches) or None, algorithm=algorithm, bandwidth_bps=bandwidth,
-        overhead_s=overhead, workers=workers, fmt=fmt, ps_jobs=tuple(ps_jobs),
+        graph,
+        fetches=list(fetches) or None,
+        algorithm=algorithm,
+        bandwidth_bps=bandwidth,
+        overhead_s=overhead,
+        workers=workers,
+        fmt=fmt,
+        ps_jobs=tuple(ps_jobs),
     )
     if output:
         result.schedule.save(output)
@@ -103,7 +146,12 @@ def analyze(graph, fetches, algorithm, bandwidth, overhead, workers, fmt, ps_job
 
 
 @main.command()
-@click.option("--model", type=click.Choice(["vgg16", "resnet50", "inception_v3", "seq32", "par32"]), default="vgg16", show_default=True)
+@click.option(
+    "--model",
+    type=click.Choice(["vgg16", "resnet50", "inception_v3", "seq32", "par32"]),
+    default="vgg16",
+    show_default=True,
+)
 @click.option("--bandwidth", default="1Gbit", show_default=True, callback=_bandwidth)
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
 def demo(model, bandwidth, workers):
@@ -116,3 +164,7 @@ def demo(model, bandwidth, workers):
     from tfsched.demo import run_demo
 
     run_demo(model=model, bandwidth_bps=bandwidth, workers=workers)
+
+
+if __name__ == "__main__":
+    main()

@@ -23,7 +23,9 @@ def _short(task: str) -> str:
     return f"{parts.get('job', '?')}:{parts.get('task', '0')}"
 
 
-def print_analysis(a: Analysis, *, limit: int | None = 12, output: str | None = None, console: Console | None = None) -> None:
+def print_analysis(
+    a: Analysis, *, limit: int | None = 12, output: str | None = None, console: Console | None = None
+) -> None:
     console = console or Console()
     g, s, p = a.graph, a.schedule, a.prediction
     kinds = {k: sum(1 for t in g.transfers if t.kind == k) for k in ("pull", "push", "control")}
@@ -33,7 +35,10 @@ def print_analysis(a: Analysis, *, limit: int | None = 12, output: str | None = 
         f"{kinds['push']} pushes, {kinds['control']} control"
     )
     for (sender, receiver), ts in s.channels().items():
-        table = Table(title=f"{_short(sender)} → {_short(receiver)}  ({len(ts)} transfers, {s.algorithm}, {s.mode})", title_justify="left")
+        table = Table(
+            title=f"{_short(sender)} → {_short(receiver)}  ({len(ts)} transfers, {s.algorithm}, {s.mode})",
+            title_justify="left",
+        )
         for col in ("priority", "kind", "tensor", "variable", "bytes"):
             table.add_column(col, justify="right" if col in ("priority", "bytes") else "left")
         shown = ts if limit is None else ts[:limit]
@@ -50,7 +55,9 @@ def print_analysis(a: Analysis, *, limit: int | None = 12, output: str | None = 
     summary.add_row("speedup", f"{p.baseline_s / p.scheduled_s:.3f}x" if p.scheduled_s > 0 else "-")
     summary.add_row("makespan lower bound", f"{p.lower_bound_s:.4f}")
     summary.add_row("makespan upper bound", f"{p.upper_bound_s:.4f}")
-    summary.add_row("ordering efficiency E (baseline → scheduled)", f"{p.baseline_efficiency:.3f} → {p.efficiency:.3f}")
+    summary.add_row(
+        "ordering efficiency E (baseline → scheduled)", f"{p.baseline_efficiency:.3f} → {p.efficiency:.3f}"
+    )
     summary.add_row("speedup bound S", f"{p.speedup_bound:.3f}")
     console.print(summary)
     if output:

@@ -7,7 +7,17 @@ import re
 
 from tfsched.errors import TfschedError
 
-_BW = {"": 1.0, "bit": 1.0, "bps": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}
+_BW = {
+    "": 1.0,
+    "bit": 1.0,
+    "bps": 1.0,
+    "kbit": 1e3,
+    "mbit": 1e6,
+    "gbit": 1e9,
+    "kbps": 1e3,
+    "mbps": 1e6,
+    "gbps": 1e9,
+}
 _TIME = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 _NUM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Zµ/]*)\s*$")
 

@@ -10,7 +10,10 @@ class TestDevices:
     def test_partial_and_legacy_forms(self):
         assert parse_device("/job:ps/task:1").full() == "/job:ps/replica:0/task:1/device:CPU:0"
         assert parse_device("/job:worker/cpu:0").full() == "/job:worker/replica:0/task:0/device:CPU:0"
-        assert parse_device("/job:w/replica:0/task:2/device:GPU:1").full() == "/job:w/replica:0/task:2/device:GPU:1"
+        assert (
+            parse_device("/job:w/replica:0/task:2/device:GPU:1").full()
+            == "/job:w/replica:0/task:2/device:GPU:1"
+        )
 
     def test_garbage_is_an_error(self):
         with pytest.raises(TfschedError, match="cannot parse device"):
@@ -34,7 +37,10 @@ class TestPlacement:
 
     def test_generator_goes_with_its_only_consumer(self):
         # Heuristic A of TensorFlow's placer: an unplaced Const follows its single consumer.
-        nodes = var("w") + [RawNode("c", "Const", "", attrs={"dtype": "FLOAT"}, output_shapes=[(4,)]), op("y", ["w/read", "c"], device=W1)]
+        nodes = var("w") + [
+            RawNode("c", "Const", "", attrs={"dtype": "FLOAT"}, output_shapes=[(4,)]),
+            op("y", ["w/read", "c"], device=W1),
+        ]
         g = build_comm_graph(nodes, fetches=["y"], default_device=W0)
         assert g.op("c").device == W1
 
@@ -55,7 +61,14 @@ class TestTransfers:
             op("y", ["w/read"], shape=(3, 5)),
             op("grad", ["y"], shape=(3, 5)),
             RawNode("lr", "Const", W0, attrs={"dtype": "FLOAT"}, output_shapes=[()]),
-            RawNode("apply", "ResourceApplyGradientDescent", "", ["w", "lr", "grad"], attrs={"T": "FLOAT"}, output_shapes=[]),
+            RawNode(
+                "apply",
+                "ResourceApplyGradientDescent",
+                "",
+                ["w", "lr", "grad"],
+                attrs={"T": "FLOAT"},
+                output_shapes=[],
+            ),
         ]
         g = build_comm_graph(nodes, fetches=["apply"])
         by = {t.tensor: t for t in g.transfers}
@@ -65,7 +78,12 @@ class TestTransfers:
         assert by["w/read:0"].channel == ("/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0")
 
     def test_one_transfer_per_tensor_and_destination_task(self):
-        nodes = var("w") + [op("a", ["w/read"]), op("b", ["w/read"]), op("c", ["w/read"], device=W1), op("y", ["a", "b", "c"])]
+        nodes = var("w") + [
+            op("a", ["w/read"]),
+            op("b", ["w/read"]),
+            op("c", ["w/read"], device=W1),
+            op("y", ["a", "b", "c"]),
+        ]
         g = build_comm_graph(nodes, fetches=["y"])
         pulls = sorted((t.tensor, t.dst_task, t.consumers) for t in g.transfers if t.src_task in g.ps_tasks)
         # c:0 also crosses, from worker 1 to worker 0 (the receiver pulls it).
@@ -88,8 +106,11 @@ class TestTransfers:
         assert "yb" not in g.graph
 
     def test_unknown_shape_gives_no_bytes(self):
-        nodes = [RawNode("w", "VarHandleOp", PS, attrs={"dtype": "FLOAT", "shape": (-1, 3)}),
-                 RawNode("r", "ReadVariableOp", "", ["w"], attrs={"dtype": "FLOAT"}), op("y", ["r"])]
+        nodes = [
+            RawNode("w", "VarHandleOp", PS, attrs={"dtype": "FLOAT", "shape": (-1, 3)}),
+            RawNode("r", "ReadVariableOp", "", ["w"], attrs={"dtype": "FLOAT"}),
+            op("y", ["r"]),
+        ]
         g = build_comm_graph(nodes, fetches=["y"])
         assert g.transfers[0].bytes is None
 
@@ -100,7 +121,11 @@ class TestTransfers:
         assert sorted(t.src_task for t in g.transfers) == g.ps_tasks
 
     def test_in_graph_replication(self):
-        nodes = var("w") + [op("y0", ["w/read"], device=W0), op("y1", ["w/read"], device=W1), op("loss", ["y0", "y1"])]
+        nodes = var("w") + [
+            op("y0", ["w/read"], device=W0),
+            op("y1", ["w/read"], device=W1),
+            op("loss", ["y0", "y1"]),
+        ]
         g = build_comm_graph(nodes, fetches=["loss"])
         assert g.worker_tasks == ["/job:worker/replica:0/task:0", "/job:worker/replica:0/task:1"]
         assert sorted(t.dst_task for t in g.transfers if t.src_task in g.ps_tasks) == g.worker_tasks
@@ -140,3 +165,41 @@ class TestBadGraphs:
     def test_duplicate_names(self):
         with pytest.raises(TfschedError, match="appears twice"):
             build_comm_graph([op("a", []), op("a", [])])
+
+
+class TestReplicatedConstants:
+    def _graph(self, devices):
+        nodes = [RawNode("lr", "Const", W0, attrs={"dtype": "FLOAT", "value_shape": ()}, output_shapes=[()])]
+        for i, dev in enumerate(devices):
+            nodes += var(f"w{i}", device=dev)
+            nodes.append(
+                RawNode(
+                    f"apply{i}",
+                    "ResourceApplyGradientDescent",
+                    "",
+                    [f"w{i}", "lr", f"w{i}/read"],
+                    attrs={"T": "FLOAT"},
+                    output_shapes=[],
+                )
+            )
+        return build_comm_graph(nodes, fetches=[f"apply{i}" for i in range(len(devices))])
+
+    def test_small_constant_used_on_two_devices_is_copied_not_sent(self):
+        # TensorFlow's ReplicateConstantsPass: no transfer of lr when its users span two PS tasks.
+        g = self._graph([PS, PS1])
+        assert not [t for t in g.transfers if t.tensor == "lr:0"]
+
+    def test_constant_used_on_one_device_is_sent(self):
+        g = self._graph([PS, PS])
+        assert [t.dst_task for t in g.transfers if t.tensor == "lr:0"] == ["/job:ps/replica:0/task:0"]
+
+
+@pytest.mark.tf
+def test_fast_dtype_table_agrees_with_tensorflow():
+    from tfsched.graph.build import _ALL_OUTPUTS_OF
+    from tfsched.graph.load import output_specs
+
+    for op_type, attr in _ALL_OUTPUTS_OF.items():
+        specs = output_specs(op_type)
+        assert specs, op_type
+        assert all(type_attr == attr and not fixed for fixed, type_attr, _, _ in specs), (op_type, specs)

@@ -31,7 +31,9 @@ def test_layer_order_is_optimal_and_tao_finds_it(n, seed, overhead):
     rng = random.Random(seed * 100 + n)
     sizes = [rng.randint(1, 2000) for _ in range(n)]
     g = chain_graph(n, sizes)
-    o = oracle_with({f"f{i}": rng.uniform(1e-4, 3e-3) for i in range(n)}, bandwidth_bps=8e6, overhead_s=overhead)
+    o = oracle_with(
+        {f"f{i}": rng.uniform(1e-4, 3e-3) for i in range(n)}, bandwidth_bps=8e6, overhead_s=overhead
+    )
 
     times = {perm: _step_time(g, o, perm) for perm in itertools.permutations(range(n))}
     best = min(times.values())

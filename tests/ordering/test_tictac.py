@@ -1,6 +1,6 @@
 """TIO and TAO on graphs from the TicTac paper, answers worked out by hand."""
 
-from tests.helpers import PS, W0, oracle_with, op, var
+from tests.helpers import PS, W0, op, oracle_with, var
 from tfsched.graph import RawNode, build_comm_graph
 from tfsched.ordering import order, tao_order, tio_order_values, transfer_stages
 from tfsched.sim import simulate_schedule
@@ -14,9 +14,13 @@ def fig2a():
 
 def fig4():
     # A and B feed one op; C joins after; D last (TicTac Figure 4 / Case 2).
-    nodes = var("A") + var("B") + var("C") + var("D") + [
-        op("ab", ["A/read", "B/read"]), op("abc", ["ab", "C/read"]), op("abcd", ["abc", "D/read"])
-    ]
+    nodes = (
+        var("A")
+        + var("B")
+        + var("C")
+        + var("D")
+        + [op("ab", ["A/read", "B/read"]), op("abc", ["ab", "C/read"]), op("abcd", ["abc", "D/read"])]
+    )
     return build_comm_graph(nodes, fetches=["abcd"])
 
 
@@ -35,14 +39,23 @@ class TestTIO:
     def test_fig4_partial_order(self):
         g = fig4()
         view = g.worker_view(g.worker_tasks[0])
-        assert dict(zip([t.variable for t in view.recvs], tio_order_values(view))) == {"A": 2, "B": 2, "C": 3, "D": 4}
+        assert dict(zip([t.variable for t in view.recvs], tio_order_values(view), strict=True)) == {
+            "A": 2,
+            "B": 2,
+            "C": 3,
+            "D": 4,
+        }
         prios = {t.variable: p for t, p in order(g, "tio").priorities.items()}
         assert prios == {"A": 0, "B": 0, "C": 2, "D": 3}
 
     def test_independent_pairs_tie(self):
-        nodes = var("a") + var("b") + var("c") + var("d") + [
-            op("x", ["a/read", "b/read"]), op("y", ["c/read", "d/read"]), op("z", ["x", "y"])
-        ]
+        nodes = (
+            var("a")
+            + var("b")
+            + var("c")
+            + var("d")
+            + [op("x", ["a/read", "b/read"]), op("y", ["c/read", "d/read"]), op("z", ["x", "y"])]
+        )
         g = build_comm_graph(nodes, fetches=["z"])
         assert set(order(g, "tio").priorities.values()) == {0}
 
@@ -63,9 +76,14 @@ class TestTAO:
 
     def test_overlap_beats_graph_order(self):
         # big (slow) needed late, small needed first: TAO sends small first whatever the graph order.
-        nodes = var("big", (1_000_000,)) + var("small", (10,)) + [
-            op("early", ["small/read"], shape=(10,)), op("late", ["early", "big/read"]),
-        ]
+        nodes = (
+            var("big", (1_000_000,))
+            + var("small", (10,))
+            + [
+                op("early", ["small/read"], shape=(10,)),
+                op("late", ["early", "big/read"]),
+            ]
+        )
         g = build_comm_graph(nodes, fetches=["late"])
         o = oracle_with({"early": 0.5, "late": 0.01}, bandwidth_bps=8e6)
         prios = {t.variable: p for t, p in order(g, "tao", o).priorities.items()}
@@ -81,11 +99,23 @@ class TestTAO:
 class TestStages:
     def test_control_edge_that_waits_for_pushes_goes_last(self):
         # PS apply depends on the worker's gradient; the worker's train op waits on the apply.
-        nodes = var("w") + var("v") + [
-            op("y", ["w/read"]), op("z", ["y", "v/read"]),
-            RawNode("apply", "ResourceApplyGradientDescent", PS, ["w", "z"], attrs={"T": "FLOAT"}, output_shapes=[]),
-            RawNode("train", "NoOp", W0, ["^apply", "^z"]),
-        ]
+        nodes = (
+            var("w")
+            + var("v")
+            + [
+                op("y", ["w/read"]),
+                op("z", ["y", "v/read"]),
+                RawNode(
+                    "apply",
+                    "ResourceApplyGradientDescent",
+                    PS,
+                    ["w", "z"],
+                    attrs={"T": "FLOAT"},
+                    output_shapes=[],
+                ),
+                RawNode("train", "NoOp", W0, ["^apply", "^z"]),
+            ]
+        )
         g = build_comm_graph(nodes, fetches=["train"])
         stage = {t.tensor: s for t, s in transfer_stages(g).items()}
         assert stage == {"w/read:0": 0, "v/read:0": 0, "z:0": 1, "^apply": 2}

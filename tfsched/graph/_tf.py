@@ -47,7 +47,7 @@ _op_defs: dict[str, object] = {}
 
 
 @contextlib.contextmanager
-def _quiet_stderr():
+def quiet_stderr():
     """Silence the C++ start-up chatter (oneDNN, CUDA probes) of TensorFlow's shared libraries.
 
     It is printed by absl before any log level setting is read, so only the file descriptor
@@ -71,9 +71,19 @@ def _quiet_stderr():
 def op_def(op_type: str):
     """TensorFlow's registered ``OpDef`` for an op type, or None for an op TensorFlow does not know."""
     if op_type not in _op_defs:
-        with _quiet_stderr():
+        with quiet_stderr():
             registry = tf_submodule("python.framework._op_def_registry")
         op_def_pb2 = tf_submodule("core.framework.op_def_pb2")
         raw = registry.get(op_type)
         _op_defs[op_type] = op_def_pb2.OpDef.FromString(raw) if raw is not None else None
     return _op_defs[op_type]
+
+
+def import_tensorflow():
+    """``import tensorflow`` without its C++ start-up chatter on stderr."""
+    if "tensorflow" in sys.modules and hasattr(sys.modules["tensorflow"], "Graph"):
+        return sys.modules["tensorflow"]
+    with quiet_stderr():
+        import tensorflow
+
+    return tensorflow

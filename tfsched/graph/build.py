@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 import networkx as nx
@@ -38,29 +38,92 @@ from tfsched.graph.model import (
 VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "_VarHandlesOp", "AutoReloadVariable"})
 # Ops that forward their first input unchanged: followed when looking for the variable behind a tensor.
 FORWARDING_OPS = frozenset(
-    {"Identity", "RefIdentity", "Snapshot", "Enter", "RefEnter", "Switch", "RefSwitch", "ReadVariableOp", "StopGradient"}
+    {
+        "Identity",
+        "RefIdentity",
+        "Snapshot",
+        "Enter",
+        "RefEnter",
+        "Switch",
+        "RefSwitch",
+        "ReadVariableOp",
+        "StopGradient",
+    }
 )
 UPDATE_OPS = frozenset(
     {
-        "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
-        "ScatterAdd", "ScatterSub", "ScatterUpdate", "ResourceScatterAdd", "ResourceScatterSub", "ResourceScatterUpdate",
+        "Assign",
+        "AssignAdd",
+        "AssignSub",
+        "AssignVariableOp",
+        "AssignAddVariableOp",
+        "AssignSubVariableOp",
+        "ScatterAdd",
+        "ScatterSub",
+        "ScatterUpdate",
+        "ResourceScatterAdd",
+        "ResourceScatterSub",
+        "ResourceScatterUpdate",
     }
 )
 UPDATE_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply")
+# Functional ops take resource handles as arguments without being colocated with them (they are
+# lowered or run as functions on their own device); seen on ResNet-50's BatchNorm `If`, whose four
+# variables TensorFlow keeps on different PS tasks.
+FUNCTIONAL_OPS = frozenset(
+    {
+        "If",
+        "StatelessIf",
+        "While",
+        "StatelessWhile",
+        "Case",
+        "StatelessCase",
+        "PartitionedCall",
+        "StatefulPartitionedCall",
+    }
+)
 METADATA_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 LOOP_BACK_OPS = frozenset({"NextIteration", "RefNextIteration"})
 # Sinks that are not part of a training step: initializers, savers, summaries.
-_NOT_A_STEP = re.compile(r"(^|/)(init(_\d+)?|init_all_tables|save(_\d+)?|report_uninitialized\w*|\w*[Ii]nitializer\w*)($|/)")
+_NOT_A_STEP = re.compile(
+    r"(^|/)(init(_\d+)?|init_all_tables|save(_\d+)?|report_uninitialized\w*|\w*[Ii]nitializer\w*)($|/)"
+)
 
 # Ops whose outputs all have the type of one attr; checked against TensorFlow's registry in the
 # tests. Anything else asks the registry (tfsched.graph.load.output_specs).
 _ALL_OUTPUTS_OF = {
-    "ReadVariableOp": "dtype", "Const": "dtype", "Placeholder": "dtype", "VariableV2": "dtype",
-    "Identity": "T", "Snapshot": "T", "MatMul": "T", "Conv2D": "T", "Conv2DBackpropFilter": "T",
-    "Conv2DBackpropInput": "T", "BiasAdd": "T", "BiasAddGrad": "T", "AddN": "T", "AddV2": "T", "Add": "T",
-    "Mul": "T", "Sub": "T", "Relu": "T", "ReluGrad": "T", "Reshape": "T", "Sum": "T", "Mean": "T",
-    "Tile": "T", "Transpose": "T", "ConcatV2": "T", "Pack": "T", "Neg": "T", "RealDiv": "T",
-    "DepthwiseConv2dNativeBackpropFilter": "T", "Square": "T", "Sqrt": "T", "Rsqrt": "T",
+    "ReadVariableOp": "dtype",
+    "Const": "dtype",
+    "Placeholder": "dtype",
+    "VariableV2": "dtype",
+    "Identity": "T",
+    "Snapshot": "T",
+    "MatMul": "T",
+    "Conv2D": "T",
+    "Conv2DBackpropFilter": "T",
+    "Conv2DBackpropInput": "T",
+    "BiasAdd": "T",
+    "BiasAddGrad": "T",
+    "AddN": "T",
+    "AddV2": "T",
+    "Add": "T",
+    "Mul": "T",
+    "Sub": "T",
+    "Relu": "T",
+    "ReluGrad": "T",
+    "Reshape": "T",
+    "Sum": "T",
+    "Mean": "T",
+    "Tile": "T",
+    "Transpose": "T",
+    "ConcatV2": "T",
+    "Pack": "T",
+    "Neg": "T",
+    "RealDiv": "T",
+    "DepthwiseConv2dNativeBackpropFilter": "T",
+    "Square": "T",
+    "Sqrt": "T",
+    "Rsqrt": "T",
 }
 
 OutputSpecs = Callable[[str], "list[tuple[str | None, str, str, str]] | None"]
@@ -117,7 +180,7 @@ def place(
             if other in nodes:
                 uf.union(other, name)
         for src, idx, ctrl in inputs[name]:
-            if not ctrl and _is_resource_output(nodes[src], idx):
+            if not ctrl and node.op not in FUNCTIONAL_OPS and _is_resource_output(nodes[src], idx):
                 uf.union(src, name)
 
     members: dict[str, list[str]] = defaultdict(list)
@@ -143,7 +206,7 @@ def place(
 
     device: dict[str, str] = {}
     second_pass = []
-    for name, node in nodes.items():
+    for name in nodes:
         spec = group_spec[uf.find(name)]
         if spec.is_empty:
             second_pass.append(name)
@@ -166,7 +229,11 @@ def place(
 
 def _default_fetches(nodes: dict[str, RawNode], consumers: dict[str, list[str]]) -> list[str]:
     sinks = [n for n in nodes if not consumers[n] and not _NOT_A_STEP.search(n)]
-    return [n for n in sinks if nodes[n].op not in ("Const", "Placeholder", "NoOp") or nodes[n].op == "NoOp" and nodes[n].inputs]
+    return [
+        n
+        for n in sinks
+        if nodes[n].op not in ("Const", "Placeholder", "NoOp") or nodes[n].op == "NoOp" and nodes[n].inputs
+    ]
 
 
 def _tensor_bytes(dtype: str | None, shape: Shape | None) -> int | None:
@@ -248,7 +315,9 @@ def build_comm_graph(
         raise TfschedError(f"{source}: the graph has a cycle outside control flow: {path}")
 
     if default_device is None:
-        jobs = sorted({parse_device(n.device).job for n in nodes.values() if n.device} - {None} - set(ps_jobs))
+        jobs = sorted(
+            {parse_device(n.device).job for n in nodes.values() if n.device} - {None} - set(ps_jobs)
+        )
         default_device = f"/job:{jobs[0] if jobs else 'worker'}/replica:0/task:0/device:CPU:0"
     devices = place(nodes, inputs, consumers, default_device, source)
 
@@ -345,7 +414,9 @@ def _variable_behind(g: nx.DiGraph, name: str, inputs) -> str | None:
     return None
 
 
-def _variable_updated_by(g: nx.DiGraph, start: Iterable[str], task: str, inputs, depth: int = 8) -> str | None:
+def _variable_updated_by(
+    g: nx.DiGraph, start: Iterable[str], task: str, inputs, depth: int = 8
+) -> str | None:
     """The variable that the update ops nearest to ``start`` on ``task`` write.
 
     None when the nearest updates write several variables (a learning rate feeding every
@@ -376,11 +447,39 @@ def _variable_updated_by(g: nx.DiGraph, start: Iterable[str], task: str, inputs,
     return None
 
 
+REPLICATED_CONST_MAX_ELEMENTS = 16
+
+
+def _replicated_constants(g: nx.DiGraph, nodes: dict[str, RawNode]) -> set[str]:
+    """Constants that TensorFlow copies to each consuming device instead of sending them.
+
+    ``ReplicateConstantsPass`` (``common_runtime/replicate_constants_pass.cc``, after placement):
+    a CPU ``Const`` of at most 16 elements with more than one out edge, no control successor,
+    and consumers on more than one device is replicated onto each of those devices.
+    """
+    out = set()
+    for n in g:
+        op = g.nodes[n]["op"]
+        if op.type != "Const" or "/device:CPU:" not in op.device:
+            continue
+        shape = nodes[n].attrs.get("value_shape")
+        if shape is None or math.prod(max(d, 0) for d in shape) > REPLICATED_CONST_MAX_ELEMENTS:
+            continue
+        edges = [t for _, _, d in g.out_edges(n, data=True) for t in d["tensors"]]
+        uses = sum(1 for _, v in g.out_edges(n) for t in g.edges[n, v]["tensors"])
+        if uses <= 1 or any(t.startswith("^") for t in edges):
+            continue
+        if len({g.nodes[v]["op"].device for v in g.successors(n)}) > 1:
+            out.add(n)
+    return out
+
+
 def _find_transfers(g, nodes, inputs, ps_tasks, source, output_specs, infer_shapes) -> list[Transfer]:
     crossing: dict[tuple[str, str], list[str]] = {}  # (tensor, destination task) -> consumers
+    replicated = _replicated_constants(g, nodes)
     for u, v, data in g.edges(data=True):
         tu, tv = g.nodes[u]["op"].task, g.nodes[v]["op"].task
-        if tu != tv:
+        if tu != tv and u not in replicated:
             for tensor in data["tensors"]:
                 crossing.setdefault((tensor, tv), []).append(v)
 
@@ -430,8 +529,15 @@ def _find_transfers(g, nodes, inputs, ps_tasks, source, output_specs, infer_shap
                 kind, var = "pull", _variable_behind(g, src_op, inputs)
         transfers.append(
             Transfer(
-                tensor=tensor, src=src_dev, dst=dst_dev, kind=kind, bytes=nbytes, variable=var,
-                consumers=tuple(cons), dtype=dtype, shape=shape,
+                tensor=tensor,
+                src=src_dev,
+                dst=dst_dev,
+                kind=kind,
+                bytes=nbytes,
+                variable=var,
+                consumers=tuple(cons),
+                dtype=dtype,
+                shape=shape,
             )
         )
     return transfers
@@ -444,7 +550,9 @@ def _output_dtype(node: RawNode, idx: int, output_specs: OutputSpecs | None, sou
     specs = output_specs(node.op) if output_specs is not None else None
     if specs is None:
         if output_specs is not None:
-            raise TfschedError(f"{source}: node {node.name!r} has op {node.op!r}, which TensorFlow does not know")
+            raise TfschedError(
+                f"{source}: node {node.name!r} has op {node.op!r}, which TensorFlow does not know"
+            )
         t = node.attrs.get("T", node.attrs.get("dtype"))
         return t if isinstance(t, str) else None
     # Expand the arg list into one dtype per output index.

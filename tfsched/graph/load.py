@@ -103,18 +103,25 @@ def read_graph_file(path: str, fmt: str | None = None) -> LoadedGraph:
                     hints = []
                     if "train_op" in m.collection_def:
                         hints = list(m.collection_def["train_op"].node_list.value)
-                    return LoadedGraph(path, kind, nodes_from_graph_def(m.graph_def, path), hints, m.graph_def)
+                    return LoadedGraph(
+                        path, kind, nodes_from_graph_def(m.graph_def, path), hints, m.graph_def
+                    )
             else:
                 r = _parse(config_pb2.RunMetadata(), data, text)
                 if r.partition_graphs and all(_plausible_graph(p) for p in r.partition_graphs):
-                    return LoadedGraph(path, kind, nodes_from_partition_graphs(list(r.partition_graphs), path))
+                    return LoadedGraph(
+                        path, kind, nodes_from_partition_graphs(list(r.partition_graphs), path)
+                    )
         except TfschedError:
             raise
         except Exception as e:  # protobuf raises DecodeError, ParseError, UnicodeDecodeError...
             first_error = first_error or e
-    what = " or ".join({"graphdef": "GraphDef", "metagraph": "MetaGraphDef", "runmeta": "RunMetadata"}[k] for k in order)
+    names = {"graphdef": "GraphDef", "metagraph": "MetaGraphDef", "runmeta": "RunMetadata"}
+    what = " or ".join(names[k] for k in order)
     detail = f" ({_one_line(first_error)})" if first_error else ""
-    raise TfschedError(f"{path}: not a TensorFlow {what}: the file is truncated, corrupt or of another kind{detail}")
+    raise TfschedError(
+        f"{path}: not a TensorFlow {what}: the file is truncated, corrupt or of another kind{detail}"
+    )
 
 
 def _looks_like_text(data: bytes) -> bool:
@@ -167,6 +174,8 @@ def _convert_attrs(node, path: str) -> tuple[dict, list[str], list | None]:
             attrs[key] = value.s.decode("utf-8", "replace")
         elif which == "shape":
             attrs[key] = _shape(value.shape)
+        elif which == "tensor" and key == "value":
+            attrs["value_shape"] = _shape(value.tensor.tensor_shape)
         elif which == "list":
             if value.list.type:
                 attrs[key] = [_dtype_name(t, node.name, key, path) for t in value.list.type]

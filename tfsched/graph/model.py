@@ -18,10 +18,30 @@ TransferKind = Literal["pull", "push", "control"]
 
 # Bytes per element of TensorFlow's dtypes (names as in types.proto, without the DT_ prefix).
 DTYPE_SIZES: dict[str, int] = {
-    "FLOAT": 4, "DOUBLE": 8, "INT32": 4, "UINT8": 1, "INT16": 2, "INT8": 1, "COMPLEX64": 8,
-    "INT64": 8, "BOOL": 1, "QINT8": 1, "QUINT8": 1, "QINT32": 4, "BFLOAT16": 2, "QINT16": 2,
-    "QUINT16": 2, "UINT16": 2, "COMPLEX128": 16, "HALF": 2, "UINT32": 4, "UINT64": 8,
-    "FLOAT8_E5M2": 1, "FLOAT8_E4M3FN": 1, "INT4": 1, "UINT4": 1,
+    "FLOAT": 4,
+    "DOUBLE": 8,
+    "INT32": 4,
+    "UINT8": 1,
+    "INT16": 2,
+    "INT8": 1,
+    "COMPLEX64": 8,
+    "INT64": 8,
+    "BOOL": 1,
+    "QINT8": 1,
+    "QUINT8": 1,
+    "QINT32": 4,
+    "BFLOAT16": 2,
+    "QINT16": 2,
+    "QUINT16": 2,
+    "UINT16": 2,
+    "COMPLEX128": 16,
+    "HALF": 2,
+    "UINT32": 4,
+    "UINT64": 8,
+    "FLOAT8_E5M2": 1,
+    "FLOAT8_E4M3FN": 1,
+    "INT4": 1,
+    "UINT4": 1,
 }
 # Dtypes that are valid but have no fixed element size (their transfers get bytes=None).
 VARIABLE_SIZE_DTYPES = {"STRING", "RESOURCE", "VARIANT"}

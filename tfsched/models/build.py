@@ -31,7 +31,7 @@ class BuiltGraph:
 
 
 def _keras_app(name: str) -> Callable:
-    def make(inputs, num_classes):
+    def make(inputs, num_classes, training=True):
         import tf_keras
 
         ctor = {
@@ -40,8 +40,10 @@ def _keras_app(name: str) -> Callable:
             "inception_v3": tf_keras.applications.InceptionV3,
             "mobilenet": tf_keras.applications.MobileNet,
         }[name]
-        model = ctor(weights=None, input_tensor=inputs, classes=num_classes)
-        return model.output
+        model = ctor(weights=None, input_shape=tuple(inputs.shape[1:]), classes=num_classes)
+        # A Python bool, not the learning-phase placeholder: BatchNorm then needs no tf.cond
+        # (a functional If that TensorFlow lowers before placement).
+        return model(inputs, training=training)
 
     return make
 
@@ -49,14 +51,18 @@ def _keras_app(name: str) -> Callable:
 def _toy_seq(n: int, width: int = 256) -> Callable:
     """TicTac's Seq-N: a chain of N dense layers, each with its own weight matrix."""
 
-    def make(inputs, num_classes):
+    def make(inputs, num_classes, training=True):
         import tensorflow as tf
 
         x = tf.reshape(inputs, [tf.shape(inputs)[0], -1])[:, :width]
         for i in range(n):
-            w = tf.compat.v1.get_variable(f"seq/w{i}", [width, width], initializer=tf.compat.v1.glorot_uniform_initializer(seed=i))
+            w = tf.compat.v1.get_variable(
+                f"seq/w{i}", [width, width], initializer=tf.compat.v1.glorot_uniform_initializer(seed=i)
+            )
             x = tf.nn.relu(tf.matmul(x, w))
-        w = tf.compat.v1.get_variable("seq/out", [width, num_classes], initializer=tf.compat.v1.glorot_uniform_initializer(seed=n))
+        w = tf.compat.v1.get_variable(
+            "seq/out", [width, num_classes], initializer=tf.compat.v1.glorot_uniform_initializer(seed=n)
+        )
         return tf.nn.softmax(tf.matmul(x, w))
 
     return make
@@ -65,13 +71,15 @@ def _toy_seq(n: int, width: int = 256) -> Callable:
 def _toy_par(n: int, width: int = 256) -> Callable:
     """TicTac's Par-N: N independent dense branches over the same input, summed."""
 
-    def make(inputs, num_classes):
+    def make(inputs, num_classes, training=True):
         import tensorflow as tf
 
         x = tf.reshape(inputs, [tf.shape(inputs)[0], -1])[:, :width]
         outs = []
         for i in range(n):
-            w = tf.compat.v1.get_variable(f"par/w{i}", [width, num_classes], initializer=tf.compat.v1.glorot_uniform_initializer(seed=i))
+            w = tf.compat.v1.get_variable(
+                f"par/w{i}", [width, num_classes], initializer=tf.compat.v1.glorot_uniform_initializer(seed=i)
+            )
             outs.append(tf.matmul(x, w))
         return tf.nn.softmax(tf.add_n(outs))
 
@@ -112,7 +120,9 @@ def build_graph(
         raise TfschedError(f"unknown model {model!r}; choose one of {', '.join(sorted(MODELS))}")
     if mode not in ("train", "inference"):
         raise TfschedError(f"unknown mode {mode!r}; expected train or inference")
-    import tensorflow as tf
+    from tfsched.graph._tf import import_tensorflow
+
+    tf = import_tensorflow()
 
     make, default_size = MODELS[model]
     size = image_size or default_size
@@ -126,32 +136,47 @@ def build_graph(
             setter = tf.compat.v1.train.replica_device_setter(
                 ps_tasks=ps_tasks, worker_device=f"/job:worker/task:{r}"
             )
-            with g.device(setter), tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=tf.compat.v1.AUTO_REUSE):
+            with (
+                g.device(setter),
+                tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=tf.compat.v1.AUTO_REUSE),
+            ):
                 images = tf.random.stateless_uniform([batch_size, size, size, 3], seed=[seed, r])
-                labels = tf.random.stateless_uniform([batch_size], seed=[seed + 1, r], maxval=num_classes, dtype=tf.int32)
-                probs = make(images, num_classes) if r == replicas[0] or model in ("seq32", "par32") else _reuse(make, images, num_classes)
-                loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, probs), name=f"loss_{r}" if in_graph_workers else "loss")
+                labels = tf.random.stateless_uniform(
+                    [batch_size], seed=[seed + 1, r], maxval=num_classes, dtype=tf.int32
+                )
+                if r != replicas[0] and model not in ("seq32", "par32"):
+                    raise TfschedError(
+                        "in-graph replication of tf_keras applications is not supported; use seq32 or par32"
+                    )
+                probs = make(images, num_classes, training=mode == "train")
+                loss = tf.reduce_mean(
+                    tf.keras.losses.sparse_categorical_crossentropy(labels, probs),
+                    name=f"loss_{r}" if in_graph_workers else "loss",
+                )
                 losses.append(loss)
                 if mode == "train":
                     grads_per_replica.append(opt.compute_gradients(loss))
-        with g.device(tf.compat.v1.train.replica_device_setter(ps_tasks=ps_tasks, worker_device=f"/job:worker/task:{worker_task}")):
+        with g.device(
+            tf.compat.v1.train.replica_device_setter(
+                ps_tasks=ps_tasks, worker_device=f"/job:worker/task:{worker_task}"
+            )
+        ):
             train_op = None
             if mode == "train":
                 step = tf.compat.v1.train.get_or_create_global_step()
                 if in_graph_workers:
                     train_op = tf.group(
-                        *[opt.apply_gradients(gv) for gv in grads_per_replica] + [step.assign_add(1)], name="train"
+                        *[opt.apply_gradients(gv) for gv in grads_per_replica] + [step.assign_add(1)],
+                        name="train",
                     )
                 else:
                     train_op = opt.apply_gradients(grads_per_replica[0], global_step=step, name="train")
             out = losses[0] if len(losses) == 1 else tf.add_n(losses, name="loss")
         init = tf.compat.v1.global_variables_initializer()
     fetches = [train_op.name] if train_op is not None else [out.op.name]
-    return BuiltGraph(graph=g, train_op=train_op, loss=out, init_op=init, model=model, mode=mode, fetches=fetches)
-
-
-def _reuse(make, images, num_classes):
-    raise TfschedError("in-graph replication of tf_keras applications is not supported; use seq32 or par32")
+    return BuiltGraph(
+        graph=g, train_op=train_op, loss=out, init_op=init, model=model, mode=mode, fetches=fetches
+    )
 
 
 def _optimizer(name: str):

@@ -13,9 +13,30 @@ from tfsched.graph.model import Shape
 
 # Ops that do no work at run time (or that the runtime elides).
 _FREE = frozenset(
-    {"Const", "Identity", "NoOp", "VarHandleOp", "VariableV2", "Placeholder", "Shape", "ShapeN", "Size",
-     "Rank", "StopGradient", "Reshape", "Squeeze", "ExpandDims", "Enter", "Exit", "Merge", "Switch",
-     "NextIteration", "LoopCond", "ReadVariableOp", "Snapshot"}
+    {
+        "Const",
+        "Identity",
+        "NoOp",
+        "VarHandleOp",
+        "VariableV2",
+        "Placeholder",
+        "Shape",
+        "ShapeN",
+        "Size",
+        "Rank",
+        "StopGradient",
+        "Reshape",
+        "Squeeze",
+        "ExpandDims",
+        "Enter",
+        "Exit",
+        "Merge",
+        "Switch",
+        "NextIteration",
+        "LoopCond",
+        "ReadVariableOp",
+        "Snapshot",
+    }
 )
 
 
@@ -48,7 +69,11 @@ def estimate_op_time(
         return 0.0
     out0 = out_shapes[0] if out_shapes else None
     flops = 0.0
-    if op_type in ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3") and len(in_shapes) >= 2 and in_shapes[0]:
+    if (
+        op_type in ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
+        and len(in_shapes) >= 2
+        and in_shapes[0]
+    ):
         a = in_shapes[0]
         k = a[-2] if attrs.get("transpose_a") or attrs.get("adj_x") else a[-1]
         flops = 2.0 * _n(out0) * max(k, 1)
@@ -62,6 +87,8 @@ def estimate_op_time(
     elif op_type.startswith("DepthwiseConv2dNative") and len(in_shapes) >= 2:
         filt = in_shapes[1] if op_type == "DepthwiseConv2dNative" else out0
         if filt and len(filt) == 4:
-            flops = 2.0 * _n(out0 if op_type == "DepthwiseConv2dNative" else in_shapes[-1]) * filt[0] * filt[1]
+            flops = (
+                2.0 * _n(out0 if op_type == "DepthwiseConv2dNative" else in_shapes[-1]) * filt[0] * filt[1]
+            )
     touched = 4.0 * (sum(_n(s) for s in in_shapes) + sum(_n(s) for s in out_shapes))
     return per_op_s + max(flops / flops_per_s, touched / mem_bytes_per_s)

@@ -22,7 +22,9 @@ class LinkModel:
 
     def __post_init__(self) -> None:
         if not (self.bandwidth_bps > 0 and math.isfinite(self.bandwidth_bps)):
-            raise TfschedError(f"bandwidth must be a positive number of bits per second, got {self.bandwidth_bps}")
+            raise TfschedError(
+                f"bandwidth must be a positive number of bits per second, got {self.bandwidth_bps}"
+            )
         if not (self.overhead_s >= 0 and math.isfinite(self.overhead_s)):
             raise TfschedError(f"overhead must be a non-negative number of seconds, got {self.overhead_s}")
 
@@ -75,8 +77,13 @@ class TimeOracle:
                         idx = int(tensor.rsplit(":", 1)[1])
                         in_shapes.append(src.output_shapes[idx] if idx < len(src.output_shapes) else None)
             times[name] = estimate_op_time(
-                op.type, in_shapes, op.output_shapes, op.attrs,
-                flops_per_s=flops_per_s, mem_bytes_per_s=mem_bytes_per_s, per_op_s=per_op_s,
+                op.type,
+                in_shapes,
+                op.output_shapes,
+                op.attrs,
+                flops_per_s=flops_per_s,
+                mem_bytes_per_s=mem_bytes_per_s,
+                per_op_s=per_op_s,
             )
         return cls(op_times=times, link=link or LinkModel(), name="cost-model")
 

@@ -44,6 +44,17 @@ def order(graph: CommGraph, algorithm: str = "tio", oracle: TimeOracle | None = 
 
 
 __all__ = [
-    "ALGORITHMS", "DEFAULT_MODE", "Schedule", "load_schedule", "normalize", "order", "tao_order",
-    "tao_values", "tio_order_values", "transfer_stages", "tio_values", "layer_values", "fifo_values",
+    "ALGORITHMS",
+    "DEFAULT_MODE",
+    "Schedule",
+    "load_schedule",
+    "normalize",
+    "order",
+    "tao_order",
+    "tao_values",
+    "tio_order_values",
+    "transfer_stages",
+    "tio_values",
+    "layer_values",
+    "fifo_values",
 ]

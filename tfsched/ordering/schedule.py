@@ -80,8 +80,14 @@ class Schedule:
                     "receiver": r,
                     "transfers": [
                         {
-                            "key": t.key, "tensor": t.tensor, "variable": t.variable, "kind": t.kind,
-                            "src": t.src, "dst": t.dst, "bytes": t.bytes, "priority": self.priorities[t],
+                            "key": t.key,
+                            "tensor": t.tensor,
+                            "variable": t.variable,
+                            "kind": t.kind,
+                            "src": t.src,
+                            "dst": t.dst,
+                            "bytes": t.bytes,
+                            "priority": self.priorities[t],
                         }
                         for t in ts
                     ],
@@ -119,15 +125,23 @@ def load_schedule(path: str) -> dict:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise TfschedError(f"{path}: not a {SCHEMA} file (schema: {found!r})")
     if data.get("algorithm") not in ALGORITHMS or data.get("mode") not in MODES:
-        raise TfschedError(f"{path}: unknown algorithm or mode ({data.get('algorithm')!r}, {data.get('mode')!r})")
+        raise TfschedError(
+            f"{path}: unknown algorithm or mode ({data.get('algorithm')!r}, {data.get('mode')!r})"
+        )
     for ch in data.get("channels", []):
         ps = [t.get("priority") for t in ch.get("transfers", [])]
         if not all(isinstance(p, int) and 0 <= p < len(ps) for p in ps):
-            raise TfschedError(f"{path}: channel {ch.get('sender')} -> {ch.get('receiver')}: priorities must be 0..n-1")
+            raise TfschedError(
+                f"{path}: channel {ch.get('sender')} -> {ch.get('receiver')}: priorities must be 0..n-1"
+            )
     return data
 
 
 def schedule_for(graph: CommGraph, algorithm: str, values: dict, mode: str) -> Schedule:
     return Schedule(
-        algorithm=algorithm, priorities=normalize(values), mode=mode, source=graph.source, fetches=list(graph.fetches)
+        algorithm=algorithm,
+        priorities=normalize(values),
+        mode=mode,
+        source=graph.source,
+        fetches=list(graph.fetches),
     )

@@ -31,7 +31,7 @@ def tio_values(graph: CommGraph) -> dict[Transfer, float]:
     values: dict[Transfer, float] = {}
     for task in graph.worker_tasks:
         view = graph.worker_view(task)
-        for t, v in zip(view.recvs, tio_order_values(view)):
+        for t, v in zip(view.recvs, tio_order_values(view), strict=True):
             values[t] = v
         for t in view.sends:
             values[t] = 0.0

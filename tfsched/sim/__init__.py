@@ -29,10 +29,19 @@ def simulate_schedule(
     """Simulate ``steps`` steps of ``graph`` under ``schedule`` (FIFO when None)."""
     if policy is None:
         policy = POLICY_OF_MODE[schedule.mode] if schedule is not None else "fifo"
-    sg = build_sim_graph(graph, oracle, schedule, workers=workers, steps=steps, partition_bytes=partition_bytes)
+    sg = build_sim_graph(
+        graph, oracle, schedule, workers=workers, steps=steps, partition_bytes=partition_bytes
+    )
     return simulate(sg, policy, credit_bytes=credit_bytes, seed=seed, record=record)
 
 
 __all__ = [
-    "POLICIES", "Bounds", "SimGraph", "SimResult", "build_sim_graph", "simulate", "simulate_schedule", "step_bounds",
+    "POLICIES",
+    "Bounds",
+    "SimGraph",
+    "SimResult",
+    "build_sim_graph",
+    "simulate",
+    "simulate_schedule",
+    "step_bounds",
 ]

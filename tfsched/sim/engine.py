@@ -66,7 +66,7 @@ def _max_min_rates(flows: list[tuple[int, str, str, float]]) -> dict[int, float]
     links_of = {fid: (up, down) for fid, up, down, _ in flows}
     rate: dict[int, float] = {}
     while len(rate) < len(flows):
-        share, bottleneck = min((cap[l] / len(u), l) for l, u in users.items() if u)
+        share, bottleneck = min((cap[link] / len(u), link) for link, u in users.items() if u)
         for fid in list(users[bottleneck]):
             rate[fid] = share
             for link in links_of[fid]:
@@ -166,7 +166,11 @@ def simulate(
         elif policy == "queue":
             while heap:
                 i = heap[0][2]
-                if credit_bytes is not None and inflight[gate] > 0 and inflight[gate] + sg.nbytes[i] > credit_bytes:
+                if (
+                    credit_bytes is not None
+                    and inflight[gate] > 0
+                    and inflight[gate] + sg.nbytes[i] > credit_bytes
+                ):
                     break
                 heapq.heappop(heap)
                 release(i)
@@ -224,7 +228,11 @@ def simulate(
                 flows[i] -= rates[i] * dt
         now = t_next
         changed = False
-        finished = [i for i, left in flows.items() if left <= _EPS * max(1.0, sg.nbytes[i]) or i == f_first and t_flow <= t_event]
+        finished = [
+            i
+            for i, left in flows.items()
+            if left <= _EPS * max(1.0, sg.nbytes[i]) or i == f_first and t_flow <= t_event
+        ]
         for i in finished:
             del flows[i]
             changed = True
@@ -268,6 +276,10 @@ def simulate(
     stuck = [e[2] for heap in waiting.values() for e in heap]
     unfinished = stuck + [i for i in range(n) if npred[i] > 0]
     if unfinished:
-        raise TfschedError(f"simulation stalled with {len(unfinished)} ops never ready (first: {sg.name[unfinished[0]]})")
+        raise TfschedError(
+            f"simulation stalled with {len(unfinished)} ops never ready (first: {sg.name[unfinished[0]]})"
+        )
     makespan = max(run_finish.values(), default=0.0)
-    return SimResult(makespan=makespan, run_finish=run_finish, run_start=run_start, starts=starts, sends=sends, ends=ends)
+    return SimResult(
+        makespan=makespan, run_finish=run_finish, run_start=run_start, starts=starts, sends=sends, ends=ends
+    )

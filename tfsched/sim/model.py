@@ -40,8 +40,22 @@ class SimGraph:
     succ: list[list[int]] = field(default_factory=list)
     npred: list[int] = field(default_factory=list)
 
-    def add(self, kind, name, resource, worker, step, *, duration=0.0, nbytes=0, overhead=0.0,
-            bandwidth=math.inf, key=(), gate=(), transfer=None) -> int:
+    def add(
+        self,
+        kind,
+        name,
+        resource,
+        worker,
+        step,
+        *,
+        duration=0.0,
+        nbytes=0,
+        overhead=0.0,
+        bandwidth=math.inf,
+        key=(),
+        gate=(),
+        transfer=None,
+    ) -> int:
         self.kind.append(kind)
         self.name.append(name)
         self.resource.append(resource)
@@ -67,7 +81,7 @@ class SimGraph:
 
 
 def _rename(device_or_task: str, old: str, new: str) -> str:
-    return new + device_or_task[len(old):] if device_or_task.startswith(old) else device_or_task
+    return new + device_or_task[len(old) :] if device_or_task.startswith(old) else device_or_task
 
 
 def build_sim_graph(
@@ -107,7 +121,7 @@ def build_sim_graph(
         for old, new in clones:
             run = new or "all"
 
-            def task(x: str) -> str:
+            def task(x: str, old=old, new=new) -> str:
                 return _rename(x, old, new) if old else x
 
             ids: dict[str, int] = {}
@@ -126,9 +140,17 @@ def build_sim_graph(
                 for s in range(n_slices):
                     size = min(partition_bytes, nbytes - s * partition_bytes) if n_slices > 1 else nbytes
                     m = sg.add(
-                        MESSAGE, t.tensor, f"{src}->{dst}", run, step,
-                        nbytes=size, overhead=link.overhead_s, bandwidth=link.bandwidth_bps / 8.0,
-                        key=(prio.get(t, 0), s), gate=(src, dst, run, step), transfer=t,
+                        MESSAGE,
+                        t.tensor,
+                        f"{src}->{dst}",
+                        run,
+                        step,
+                        nbytes=size,
+                        overhead=link.overhead_s,
+                        bandwidth=link.bandwidth_bps / 8.0,
+                        key=(prio.get(t, 0), s),
+                        gate=(src, dst, run, step),
+                        transfer=t,
                     )
                     sg.edge(ids[t.src_op], m)
                     msgs.append(m)

@@ -1,0 +1,140 @@
+"""``tfsched analyze`` as a user runs it: a real process, real graph files."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.tf
+
+
+def run(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "tfsched.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
+
+
+def assert_one_line_error(p, *needles):
+    assert p.returncode != 0
+    lines = [line for line in p.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("Error: ") and "Traceback" not in p.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+class TestAnalyze:
+    def test_json_shape(self, seq_graph_file):
+        p = run("analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--json")
+        assert p.returncode == 0, p.stderr
+        out = json.loads(p.stdout)  # exactly one JSON object
+        assert set(out) == {"algorithm", "transfers", "prediction"}
+        assert out["algorithm"] == "tao"
+        assert set(out["prediction"]) == {
+            "baseline_s",
+            "scheduled_s",
+            "lower_bound_s",
+            "upper_bound_s",
+            "efficiency",
+            "speedup_bound",
+        }
+        kinds = {t["kind"] for t in out["transfers"]}
+        assert {"pull", "push"} <= kinds
+        pulls = [t for t in out["transfers"] if t["kind"] == "pull"]
+        assert len(pulls) == 33 and all(t["bytes"] > 0 and t["variable"] for t in pulls)
+        assert all(t["src"].startswith("/job:ps/replica:0/task:0/device:") for t in pulls)
+        pr = out["prediction"]
+        assert pr["lower_bound_s"] <= pr["scheduled_s"] <= pr["upper_bound_s"]
+        # priorities are 0..n-1 per channel
+        by_channel = {}
+        for t in out["transfers"]:
+            by_channel.setdefault((t["src"], t["dst"]), []).append(t["priority"])
+        for prios in by_channel.values():
+            assert min(prios) == 0 and max(prios) < len(prios)
+
+    def test_formats_agree_and_schedule_is_written(self, seq_graph_file, tmp_path):
+        outs = []
+        for key in ("pb", "pbtxt", "meta"):
+            args = ["analyze", seq_graph_file[key], "--json", "--algorithm", "tio"]
+            if key != "meta":  # the MetaGraph's train_op collection names the fetch
+                args += ["--fetch", "train"]
+            p = run(*args)
+            assert p.returncode == 0, p.stderr
+            outs.append(json.loads(p.stdout)["transfers"])
+        assert outs[0] == outs[1] == outs[2]
+        sched = tmp_path / "s.json"
+        p = run("analyze", seq_graph_file["pb"], "--fetch", "train", "-o", str(sched))
+        assert p.returncode == 0 and "Predicted step time" in p.stdout
+        data = json.loads(sched.read_text())
+        assert data["schema"] == "tfsched.schedule/1" and data["mode"] == "counter"
+        from tfsched.ordering import load_schedule
+
+        assert load_schedule(str(sched))["graph"]["transfers"] == len(outs[0])
+
+    def test_help_has_examples(self):
+        for cmd in ("analyze", "demo"):
+            p = run(cmd, "--help")
+            assert p.returncode == 0 and "Example" in p.stdout
+
+
+class TestBadInput:
+    def test_missing_file(self, tmp_path):
+        assert_one_line_error(run("analyze", str(tmp_path / "nope.pb")), "nope.pb", "no such file")
+
+    def test_truncated_pb(self, seq_graph_file, tmp_path):
+        data = open(seq_graph_file["pb"], "rb").read()
+        bad = tmp_path / "cut.pb"
+        bad.write_bytes(data[: len(data) // 2])
+        assert_one_line_error(run("analyze", str(bad)), "cut.pb", "truncated, corrupt")
+
+    def test_text_that_is_not_a_graph(self, tmp_path):
+        bad = tmp_path / "notes.pbtxt"
+        bad.write_text("these are my notes, not a graph\n")
+        assert_one_line_error(run("analyze", str(bad)), "notes.pbtxt", "not a TensorFlow")
+
+    def test_fetch_not_in_graph(self, seq_graph_file):
+        assert_one_line_error(
+            run("analyze", seq_graph_file["pb"], "--fetch", "no_such_op"), "no_such_op", "not in the graph"
+        )
+
+    def test_graph_without_ps(self, tmp_path):
+        import tensorflow as tf
+
+        g = tf.Graph()
+        with g.as_default(), g.device("/job:worker/task:0"):
+            v = tf.compat.v1.get_variable("v", [3])
+            tf.identity(v * 2.0, name="out")
+        path = tmp_path / "local.pb"
+        path.write_bytes(g.as_graph_def().SerializeToString())
+        assert_one_line_error(run("analyze", str(path), "--fetch", "out"), "local.pb", "no parameter server")
+
+    def test_unknown_dtype(self, seq_graph_file, tmp_path):
+        gd = type(seq_graph_file["graph_def"])()
+        gd.CopyFrom(seq_graph_file["graph_def"])
+        victim = next(n for n in gd.node if "dtype" in n.attr)
+        victim.attr["dtype"].type = 777
+        path = tmp_path / "baddtype.pb"
+        path.write_bytes(gd.SerializeToString())
+        assert_one_line_error(run("analyze", str(path)), "baddtype.pb", victim.name, "unknown dtype 777")
+
+    def test_cycle(self, seq_graph_file, tmp_path):
+        gd = type(seq_graph_file["graph_def"])()
+        gd.CopyFrom(seq_graph_file["graph_def"])
+        by = {n.name: n for n in gd.node}
+        a = next(n for n in gd.node if n.op == "MatMul")
+        consumer = next(n for n in gd.node if any(i.split(":")[0] == a.name for i in n.input))
+        a.input.append(consumer.name)  # a -> consumer -> a
+        assert consumer.name in by
+        path = tmp_path / "cycle.pb"
+        path.write_bytes(gd.SerializeToString())
+        assert_one_line_error(run("analyze", str(path)), "cycle.pb", "cycle outside control flow")
+
+    def test_bad_option_value(self, seq_graph_file):
+        assert_one_line_error(run("analyze", seq_graph_file["pb"], "--bandwidth", "fast"), "--bandwidth")
+        assert_one_line_error(run("analyze", seq_graph_file["pb"], "--algorithm", "magic"), "magic")
+
+    def test_output_not_written_on_error(self, tmp_path):
+        out = tmp_path / "s.json"
+        p = run("analyze", str(tmp_path / "missing.pb"), "-o", str(out))
+        assert p.returncode != 0 and not out.exists()

@@ -1,0 +1,38 @@
+import os
+import socket
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def seq_graph_file(tmp_path_factory):
+    """A small real PS training graph (TicTac's Seq-32), saved as binary and text GraphDef and as a MetaGraph."""
+    import tensorflow as tf
+
+    from tfsched.models import build_graph
+
+    d = tmp_path_factory.mktemp("graphs")
+    bg = build_graph("seq32", batch_size=2)
+    gd = bg.graph_def()
+    pb = d / "seq32.pb"
+    pb.write_bytes(gd.SerializeToString())
+    tf.io.write_graph(gd, str(d), "seq32.pbtxt", as_text=True)
+    with bg.graph.as_default():
+        tf.compat.v1.add_to_collection("train_op", bg.train_op)
+        tf.compat.v1.train.export_meta_graph(str(d / "seq32.meta"))
+    return {
+        "pb": str(pb),
+        "pbtxt": str(d / "seq32.pbtxt"),
+        "meta": str(d / "seq32.meta"),
+        "graph_def": gd,
+        "dir": d,
+        "fetches": bg.fetches,
+    }

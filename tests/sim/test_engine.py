@@ -1,0 +1,100 @@
+"""The simulator against step times worked out by hand."""
+
+import pytest
+
+from tests.helpers import W0, W1, chain_graph, op, oracle_with, var
+from tfsched.errors import TfschedError
+from tfsched.graph import build_comm_graph
+from tfsched.ordering import order
+from tfsched.ordering.schedule import Schedule
+from tfsched.sim import build_sim_graph, simulate, simulate_schedule, step_bounds
+
+
+class TestSimulate:
+    def test_single_transfer_is_overhead_plus_bytes_over_bandwidth(self):
+        g = chain_graph(1, [250_000])  # 1 MB
+        o = oracle_with({"f0": 0.25}, bandwidth_bps=8e6, overhead_s=0.01)
+        assert simulate_schedule(g, o).step_time == pytest.approx(0.01 + 1.0 + 0.25)
+
+    def test_messages_on_one_channel_go_one_after_another(self):
+        g = chain_graph(2, [250_000, 250_000])
+        o = oracle_with({"f0": 0.0, "f1": 0.0}, bandwidth_bps=8e6)
+        assert simulate_schedule(g, o).step_time == pytest.approx(2.0)
+
+    def test_two_receivers_share_the_senders_uplink(self):
+        # One PS, two workers each pulling 1 MB: the PS uplink is shared, so 2 s for both.
+        nodes = var("w", (250_000,)) + [op("a", ["w/read"], device=W0), op("b", ["w/read"], device=W1)]
+        g = build_comm_graph(nodes, fetches=["a", "b"])
+        o = oracle_with({}, bandwidth_bps=8e6)
+        r = simulate_schedule(g, o)
+        assert r.makespan == pytest.approx(2.0)
+
+    def test_between_graph_replication_doubles_ps_load(self):
+        g = chain_graph(1, [250_000])
+        o = oracle_with({}, bandwidth_bps=8e6)
+        assert simulate_schedule(g, o, workers=1).step_time == pytest.approx(1.0)
+        assert simulate_schedule(g, o, workers=2).step_time == pytest.approx(2.0)
+
+    def test_counter_policy_follows_priorities(self):
+        g = chain_graph(3, [1000, 1000, 1000])
+        o = oracle_with({}, bandwidth_bps=8e6)
+        pulls = sorted(g.transfers, key=lambda t: t.variable)
+        s = Schedule("tao", {pulls[0]: 2, pulls[1]: 0, pulls[2]: 1}, mode="counter")
+        sg = build_sim_graph(g, o, s)
+        r = simulate(sg, "counter", record=True)
+        wire_order = sorted((r.sends[i], i) for i, k in enumerate(sg.kind) if k == 1)
+        assert [sg.name[i] for _, i in wire_order] == ["v1/read:0", "v2/read:0", "v0/read:0"]
+        assert [round(t, 9) for t, _ in wire_order] == [0.0, 0.004, 0.008]
+
+    def test_queue_policy_keeps_credit(self):
+        g = chain_graph(4, [1000] * 4)
+        o = oracle_with({}, bandwidth_bps=8e6)
+        sg = build_sim_graph(g, o, order(g, "layer", o))
+        r = simulate(sg, "queue", credit_bytes=8000, record=True)
+        msgs = [i for i, k in enumerate(sg.kind) if k == 1]
+        for i in msgs:  # at most two 4000-byte messages released and not yet arrived at any time
+            in_flight = [j for j in msgs if r.starts[j] <= r.starts[i] < r.ends[j]]
+            assert sum(sg.nbytes[j] for j in in_flight) <= 8000
+
+    def test_random_fifo_spreads(self):
+        nodes = (
+            var("big", (1_000_000,))
+            + var("small", (10,))
+            + [op("early", ["small/read"]), op("late", ["early", "big/read"])]
+        )
+        g = build_comm_graph(nodes, fetches=["late"])
+        o = oracle_with({"early": 0.5, "late": 0.01})
+        sg = build_sim_graph(g, o)
+        times = {round(simulate(sg, "random", seed=s).step_time, 6) for s in range(12)}
+        assert len(times) == 2
+
+    def test_partitioning_splits_messages(self):
+        g = chain_graph(1, [625_000])  # 2.5 MB -> 3 slices of 1 MB
+        o = oracle_with({}, bandwidth_bps=8e6, overhead_s=0.001)
+        sg = build_sim_graph(g, o, partition_bytes=1_000_000)
+        assert sorted(sg.nbytes[i] for i, k in enumerate(sg.kind) if k == 1) == [
+            500_000,
+            1_000_000,
+            1_000_000,
+        ]
+        assert simulate(sg).step_time == pytest.approx(2.5 + 3 * 0.001)
+
+    def test_several_steps_run_back_to_back(self):
+        g = chain_graph(1, [250_000])
+        o = oracle_with({"f0": 0.5}, bandwidth_bps=8e6)
+        r = simulate_schedule(g, o, steps=3)
+        assert r.step_times()[g.worker_tasks[0]] == pytest.approx([1.5, 1.5, 1.5])
+
+    def test_bounds_hold(self):
+        g = chain_graph(4, [1000, 50_000, 200, 9000])
+        o = oracle_with({f"f{i}": 0.01 for i in range(4)}, bandwidth_bps=8e6, overhead_s=0.001)
+        sg = build_sim_graph(g, o, order(g, "tio"))
+        b = step_bounds(sg)
+        for policy in ("fifo", "counter"):
+            t = simulate(sg, policy).step_time
+            assert b.lower - 1e-12 <= t <= b.upper + 1e-12
+            assert 0.0 <= b.efficiency(t) <= 1.0
+
+    def test_bad_policy(self):
+        with pytest.raises(TfschedError, match="unknown simulation policy"):
+            simulate(build_sim_graph(chain_graph(1), oracle_with({})), "lifo")
