@@ -125,3 +125,31 @@ class TestStages:
             assert prios["^apply"] == 2  # after both pulls on the PS -> worker channel
             # and the counter discipline finishes the step instead of deadlocking
             assert simulate_schedule(g, oracle_with({}), s).step_time > 0
+
+
+class TestFastTAOMatchesReference:
+    """The vectorized TAO against the straightforward one on random DAGs with several PS tasks."""
+
+    def test_random_dags(self):
+        import random
+
+        from tests.helpers import PS1
+        from tfsched.ordering.tao import tao_order_reference
+
+        for seed in range(25):
+            rng = random.Random(seed)
+            n_vars, n_ops = rng.randint(2, 40), rng.randint(3, 60)
+            nodes = []
+            for i in range(n_vars):
+                nodes += var(f"v{i}", (rng.randint(1, 5000),), device=PS if rng.random() < 0.6 else PS1)
+            names = []
+            for j in range(n_ops):
+                k = rng.randint(1, 3)
+                pool = [f"v{i}/read" for i in rng.sample(range(n_vars), min(k, n_vars))]
+                pool += rng.sample(names, min(len(names), rng.randint(0, 2)))
+                nodes.append(op(f"o{j}", pool))
+                names.append(f"o{j}")
+            g = build_comm_graph(nodes, fetches=names)
+            o = oracle_with({nm: rng.choice([0.0, 1e-4, 2e-4, rng.uniform(0, 1e-3)]) for nm in names}, overhead_s=1e-4)
+            view = g.worker_view(g.worker_tasks[0])
+            assert tao_order(view, o) == tao_order_reference(view, o), seed

@@ -81,3 +81,41 @@ def expected_finish_times(
             start = max(start, finish[u] if u in finish else at.get((u, n), 0.0))
         finish[n] = start + oracle.compute(n)
     return finish
+
+
+def tao_order_reference(view: WorkerView, oracle: TimeOracle) -> list[int]:
+    """The straightforward TAO: Algorithm 1 recomputed over every op for every pick.
+
+    Kept as the reference the vectorized :func:`tao_order` is tested and benchmarked against;
+    same comparator, same tie-breaking, same integer-nanosecond arithmetic.
+    """
+    n = len(view.recvs)
+    ns = [round(oracle.transfer(t) * 1e9) for t in view.recvs]
+    senders = sorted({t.src_task for t in view.recvs})
+    chan = [senders.index(t.src_task) for t in view.recvs]
+    ops = [(view.dep[op], round(oracle.compute(op) * 1e9)) for op in view.ops if view.dep[op]]
+    outstanding = list(range(n))
+    order: list[int] = []
+    while outstanding:
+        mask = sum(1 << r for r in outstanding)
+        p = dict.fromkeys(outstanding, 0)
+        m_plus = dict.fromkeys(outstanding, float("inf"))
+        for dep, t in ops:
+            d = [r for r in outstanding if dep & mask & (1 << r)]
+            if len(d) == 1:
+                p[d[0]] += t
+            elif len(d) > 1:
+                per = [0] * len(senders)
+                for r in d:
+                    per[chan[r]] += ns[r]
+                m = max(per)
+                for r in d:
+                    m_plus[r] = min(m_plus[r], m)
+        best = outstanding[0]
+        for a in outstanding[1:]:
+            lhs, rhs = min(p[best], ns[a]), min(p[a], ns[best])
+            if lhs < rhs or (lhs == rhs and m_plus[a] < m_plus[best]):
+                best = a
+        order.append(best)
+        outstanding.remove(best)
+    return order
