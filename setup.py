@@ -1,7 +1,7 @@
 """Packaging for tfsched.
 
-The compiled gate op and Grappler pass (``cc/``) are built against the installed
-TensorFlow by ``tfsched.enforce`` (see that package); this file installs the Python side.
+The compiled gate op and Grappler pass (``cc/``) are built against the installed TensorFlow
+on first use by ``tfsched.enforce.build`` (see there why not at install time).
 """
 
 from setuptools import find_packages, setup
@@ -13,7 +13,11 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["tfsched", "tfsched.*"]),
+    packages=find_packages(include=["tfsched", "tfsched.*"]) + ["tfsched._cc"],
+    # The C++ sources live in cc/ (see ARCHITECTURE.md) and ship as tfsched._cc; they are
+    # compiled against the installed TensorFlow on first use (tfsched/enforce/build.py).
+    package_dir={"tfsched._cc": "cc"},
+    package_data={"tfsched._cc": ["*.cc", "*.h"]},
     install_requires=[
         # tf_keras depends on the `tensorflow` wheel: depending on tensorflow-cpu would install both.
         "tensorflow>=2.21,<2.22",

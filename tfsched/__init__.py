@@ -7,4 +7,20 @@ plain Python and networkx objects; TensorFlow is imported only at the edges.
 from tfsched.errors import TfschedError
 
 __version__ = "0.1.0"
-__all__ = ["TfschedError", "__version__"]
+
+
+def enable(config=None, **kwargs):
+    """Turn the scheduling pass on in a session config (see :func:`tfsched.enforce.api.enable`)."""
+    from tfsched.enforce.api import enable as _enable
+
+    return _enable(config, **kwargs)
+
+
+def start_server(cluster, job_name, task_index, **kwargs):
+    """A tf.distribute.Server with tfsched loaded (see :func:`tfsched.enforce.api.start_server`)."""
+    from tfsched.enforce.api import start_server as _start_server
+
+    return _start_server(cluster, job_name, task_index, **kwargs)
+
+
+__all__ = ["TfschedError", "__version__", "enable", "start_server"]

@@ -1,0 +1,471 @@
+#include "scheduler.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "tensorflow/core/framework/attr_value.pb.h"
+#include "tensorflow/core/framework/graph.pb.h"
+#include "tensorflow/core/framework/node_def.pb.h"
+#include "tensorflow/core/framework/node_def_util.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/types.h"
+#include "tensorflow/core/grappler/grappler_item.h"
+#include "tensorflow/core/grappler/optimizers/custom_graph_optimizer_registry.h"
+#include "tensorflow/core/platform/logging.h"
+
+namespace tfsched {
+namespace {
+
+using tensorflow::DataType;
+using tensorflow::GraphDef;
+using tensorflow::NodeDef;
+
+constexpr char kGateOp[] = "TfschedGate";
+// TensorFlow's ReplicateConstantsPass copies constants this small instead of sending them.
+constexpr int64_t kReplicatedConstMaxElements = 16;
+
+std::string TaskOf(const std::string& device) {
+  auto pos = device.find("/device:");
+  return pos == std::string::npos ? device : device.substr(0, pos);
+}
+
+std::string JobOf(const std::string& task) {
+  // "/job:ps/replica:0/task:0" -> "ps"
+  auto start = task.find("/job:");
+  if (start == std::string::npos) return "";
+  start += 5;
+  auto end = task.find('/', start);
+  return task.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
+struct Input {
+  std::string node;
+  int port = 0;
+  bool control = false;
+};
+
+Input ParseInput(const std::string& s) {
+  Input in;
+  if (!s.empty() && s[0] == '^') {
+    in.control = true;
+    in.node = s.substr(1);
+    return in;
+  }
+  auto colon = s.rfind(':');
+  if (colon != std::string::npos &&
+      s.find_first_not_of("0123456789", colon + 1) == std::string::npos && colon + 1 < s.size()) {
+    in.node = s.substr(0, colon);
+    in.port = std::stoi(s.substr(colon + 1));
+  } else {
+    in.node = s;
+  }
+  return in;
+}
+
+bool IsVariableOp(const std::string& op) {
+  return op == "VarHandleOp" || op == "VariableV2" || op == "Variable" || op == "_VarHandlesOp";
+}
+bool IsForwarding(const std::string& op) {
+  static const auto* ops = new std::set<std::string>{
+      "Identity", "RefIdentity", "Snapshot", "Enter", "RefEnter", "Switch",
+      "RefSwitch", "ReadVariableOp", "StopGradient"};
+  return ops->count(op) > 0;
+}
+bool IsUpdate(const std::string& op) {
+  static const auto* ops = new std::set<std::string>{
+      "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp",
+      "AssignSubVariableOp", "ScatterAdd", "ScatterSub", "ScatterUpdate", "ResourceScatterAdd",
+      "ResourceScatterSub", "ResourceScatterUpdate"};
+  return ops->count(op) > 0 || absl::StartsWith(op, "Apply") || absl::StartsWith(op, "ResourceApply") ||
+         absl::StartsWith(op, "SparseApply") || absl::StartsWith(op, "ResourceSparseApply");
+}
+bool StartsControlFlow(const std::string& op) {
+  return op == "Switch" || op == "RefSwitch" || op == "Enter" || op == "RefEnter";
+}
+bool EndsControlFlow(const std::string& op) {
+  return op == "Merge" || op == "RefMerge" || op == "Exit" || op == "RefExit";
+}
+
+// The graph as index-based adjacency, for the analyses below.
+struct Graph {
+  const GraphDef* def;
+  std::unordered_map<std::string, int> index;
+  std::vector<std::vector<Input>> inputs;           // per node, parsed
+  std::vector<std::vector<int>> preds;              // data + control, without loop back edges
+  std::vector<std::vector<std::pair<int, int>>> data_out;  // (consumer, input index) per node
+  std::vector<std::vector<int>> out;                // data + control successors
+  std::vector<std::string> task;
+  std::vector<int> topo;
+
+  explicit Graph(const GraphDef& g) : def(&g) {
+    const int n = g.node_size();
+    for (int i = 0; i < n; ++i) index[g.node(i).name()] = i;
+    inputs.resize(n);
+    preds.resize(n);
+    data_out.resize(n);
+    out.resize(n);
+    task.resize(n);
+    for (int i = 0; i < n; ++i) {
+      const NodeDef& node = g.node(i);
+      task[i] = TaskOf(node.device());
+      for (int k = 0; k < node.input_size(); ++k) {
+        Input in = ParseInput(node.input(k));
+        inputs[i].push_back(in);
+        auto it = index.find(in.node);
+        if (it == index.end()) continue;
+        int src = it->second;
+        const std::string& sop = g.node(src).op();
+        if (sop == "NextIteration" || sop == "RefNextIteration") continue;  // loop back edge
+        preds[i].push_back(src);
+        out[src].push_back(i);
+        if (!in.control) data_out[src].push_back({i, k});
+      }
+    }
+    // Kahn's algorithm; nodes left over (a cycle TensorFlow would reject) are appended.
+    std::vector<int> indeg(n);
+    for (int i = 0; i < n; ++i) indeg[i] = static_cast<int>(preds[i].size());
+    std::deque<int> q;
+    for (int i = 0; i < n; ++i)
+      if (indeg[i] == 0) q.push_back(i);
+    std::vector<bool> seen(n);
+    while (!q.empty()) {
+      int v = q.front();
+      q.pop_front();
+      topo.push_back(v);
+      seen[v] = true;
+      for (int s : out[v])
+        if (--indeg[s] == 0) q.push_back(s);
+    }
+    for (int i = 0; i < n; ++i)
+      if (!seen[i]) topo.push_back(i);
+  }
+
+  const NodeDef& node(int i) const { return def->node(i); }
+  int Find(const std::string& name) const {
+    auto it = index.find(name);
+    return it == index.end() ? -1 : it->second;
+  }
+};
+
+struct Transfer {
+  int src = 0;
+  int port = 0;
+  std::string sender, receiver;  // tasks
+  std::vector<std::pair<int, int>> uses;  // (consumer node, input index) on the receiver
+  DataType dtype = tensorflow::DT_INVALID;
+  std::string kind, key;
+  int stage = 0;
+  double value = 0;  // the order within a stage: schedule priority or TIO's M+
+  bool matched = false;
+  int64_t priority = 0;
+  int64_t channel_size = 0;
+};
+
+std::string VariableBehind(const Graph& g, int n) {
+  for (int guard = 0; guard < 64 && n >= 0; ++guard) {
+    const std::string& op = g.node(n).op();
+    if (IsVariableOp(op)) return g.node(n).name();
+    if (!IsForwarding(op)) return "";
+    int next = -1;
+    for (const Input& in : g.inputs[n])
+      if (!in.control) {
+        next = g.Find(in.node);
+        break;
+      }
+    n = next;
+  }
+  return "";
+}
+
+std::string VariableUpdatedBy(const Graph& g, const std::vector<int>& start, const std::string& task) {
+  std::vector<int> frontier(start);
+  std::sort(frontier.begin(), frontier.end(),
+            [&](int a, int b) { return g.node(a).name() < g.node(b).name(); });
+  std::unordered_set<int> seen;
+  for (int depth = 0; depth < 8 && !frontier.empty(); ++depth) {
+    std::set<std::string> found;
+    std::vector<int> next;
+    for (int n : frontier) {
+      if (!seen.insert(n).second || g.task[n] != task) continue;
+      if (IsUpdate(g.node(n).op())) {
+        for (const Input& in : g.inputs[n]) {
+          if (in.control) continue;
+          std::string var = VariableBehind(g, g.Find(in.node));
+          if (!var.empty()) found.insert(var);
+          break;
+        }
+        if (!found.empty()) continue;
+      }
+      for (int s : g.out[n]) next.push_back(s);
+    }
+    if (!found.empty()) return found.size() == 1 ? *found.begin() : "";
+    frontier = next;
+  }
+  return "";
+}
+
+// Nodes whose outputs may be dead or live in a loop frame: gating them could leave a counter
+// short (a dead tensor's gate never runs) or run a gate once per iteration.
+std::vector<bool> ControlFlowRegion(const Graph& g) {
+  const int n = g.def->node_size();
+  std::vector<bool> in(n, false);
+  std::deque<int> q;
+  for (int i = 0; i < n; ++i)
+    if (StartsControlFlow(g.node(i).op())) {
+      in[i] = true;
+      q.push_back(i);
+    }
+  while (!q.empty()) {
+    int v = q.front();
+    q.pop_front();
+    for (int s : g.out[v]) {
+      if (in[s] || EndsControlFlow(g.node(s).op())) continue;
+      in[s] = true;
+      q.push_back(s);
+    }
+  }
+  return in;
+}
+
+bool IsSmallConst(const NodeDef& node) {
+  if (node.op() != "Const") return false;
+  auto it = node.attr().find("value");
+  if (it == node.attr().end()) return false;
+  int64_t elements = 1;
+  for (const auto& d : it->second.tensor().tensor_shape().dim()) elements *= std::max<int64_t>(d.size(), 0);
+  return elements <= kReplicatedConstMaxElements;
+}
+
+// Stage: the most transfers on any path into the node (tfsched.ordering.stages).
+std::vector<int> Levels(const Graph& g) {
+  std::vector<int> level(g.def->node_size(), 0);
+  for (int v : g.topo)
+    for (int u : g.preds[v])
+      level[v] = std::max(level[v], level[u] + (g.task[u] != g.task[v] ? 1 : 0));
+  return level;
+}
+
+// TIO (TicTac §4.3): M+ of every recv of each worker under the general oracle.
+void Tio(const Graph& g, std::vector<Transfer>* xfers, const std::string& ps_job) {
+  std::map<std::string, std::vector<int>> by_receiver;
+  for (int i = 0; i < static_cast<int>(xfers->size()); ++i) {
+    const Transfer& t = (*xfers)[i];
+    if (JobOf(t.receiver) != ps_job) by_receiver[t.receiver].push_back(i);
+  }
+  for (auto& [task, ids] : by_receiver) {
+    const int r = static_cast<int>(ids.size());
+    const int words = (r + 63) / 64;
+    std::map<std::string, std::vector<uint64_t>> channel_mask;
+    std::unordered_map<int64_t, std::vector<int>> bits_at;  // (source node, consumer) -> recv bits
+    for (int k = 0; k < r; ++k) {
+      const Transfer& t = (*xfers)[ids[k]];
+      auto& mask = channel_mask[t.sender];
+      mask.resize(words);
+      mask[k / 64] |= uint64_t{1} << (k % 64);
+      for (const auto& use : t.uses)
+        bits_at[static_cast<int64_t>(t.src) * g.def->node_size() + use.first].push_back(k);
+    }
+    std::vector<std::vector<uint64_t>> dep(g.def->node_size());
+    std::vector<double> m_plus(r, std::numeric_limits<double>::infinity());
+    for (int v : g.topo) {
+      if (g.task[v] != task) continue;
+      std::vector<uint64_t> d(words, 0);
+      for (int u : g.preds[v]) {
+        if (g.task[u] == task) {
+          for (int w = 0; w < words && !dep[u].empty(); ++w) d[w] |= dep[u][w];
+        } else {
+          auto it = bits_at.find(static_cast<int64_t>(u) * g.def->node_size() + v);
+          if (it != bits_at.end())
+            for (int k : it->second) d[k / 64] |= uint64_t{1} << (k % 64);
+        }
+      }
+      int total = 0;
+      for (uint64_t x : d) total += __builtin_popcountll(x);
+      if (total > 1) {
+        int m = 0;  // op.M: max over channels (§4.1)
+        for (const auto& [sender, mask] : channel_mask) {
+          int c = 0;
+          for (int w = 0; w < words; ++w) c += __builtin_popcountll(d[w] & mask[w]);
+          m = std::max(m, c);
+        }
+        for (int k = 0; k < r; ++k)
+          if (d[k / 64] >> (k % 64) & 1) m_plus[k] = std::min(m_plus[k], static_cast<double>(m));
+      }
+      dep[v] = std::move(d);
+    }
+    for (int k = 0; k < r; ++k) (*xfers)[ids[k]].value = m_plus[k];
+  }
+}
+
+std::string Sanitize(const std::string& task) {
+  // "/job:worker/replica:0/task:1" -> "worker_1"
+  std::string job = JobOf(task);
+  auto pos = task.rfind("/task:");
+  return absl::StrCat(job, "_", pos == std::string::npos ? "0" : task.substr(pos + 6));
+}
+
+}  // namespace
+
+absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraphOptimizer* config) {
+  if (config == nullptr) return absl::OkStatus();
+  const auto& params = config->parameter_map();
+  if (auto it = params.find("timeout_ms"); it != params.end()) timeout_ms_ = it->second.i();
+  if (timeout_ms_ < 0) return absl::InvalidArgumentError("tfsched: timeout_ms must be >= 0");
+  if (auto it = params.find("ps_job"); it != params.end() && !it->second.s().empty())
+    ps_job_ = it->second.s();
+  if (auto it = params.find("priorities"); it != params.end()) {
+    for (const std::string& line : it->second.list().s()) {
+      std::vector<std::string> f = absl::StrSplit(line, '|');
+      int64_t p = 0;
+      if (f.size() != 4 || !absl::SimpleAtoi(f[3], &p) || p < 0)
+        return absl::InvalidArgumentError(absl::StrCat("tfsched: malformed priority entry '", line, "'"));
+      exact_[absl::StrCat(f[0], "|", f[1], "|", f[2])] = p;
+      const std::string& ps_side = JobOf(f[0]) == ps_job_ ? f[0] : f[1];
+      by_ps_.emplace(absl::StrCat(ps_side, "|", f[2]), p);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster*/,
+                                        const tensorflow::grappler::GrapplerItem& item,
+                                        GraphDef* optimized_graph) {
+  *optimized_graph = item.graph;
+  GraphDef& out = *optimized_graph;
+  for (const NodeDef& n : out.node())
+    if (n.op() == kGateOp) return absl::OkStatus();  // idempotent: already gated
+
+  const Graph g(out);
+  const std::vector<bool> in_flow = ControlFlowRegion(g);
+  const std::vector<int> level = Levels(g);
+  const auto* registry = tensorflow::OpRegistry::Global();
+
+  // One transfer per (source tensor, receiving task), as TensorFlow's partitioner makes them.
+  std::map<std::pair<std::string, std::string>, Transfer> found;  // ordered: deterministic output
+  for (int v = 0; v < out.node_size(); ++v) {
+    for (int k = 0; k < static_cast<int>(g.inputs[v].size()); ++k) {
+      const Input& in = g.inputs[v][k];
+      int src = g.Find(in.node);
+      if (in.control || src < 0 || g.task[src].empty() || g.task[v].empty() || g.task[src] == g.task[v])
+        continue;
+      if (in_flow[src] || IsSmallConst(g.node(src))) continue;
+      auto& t = found[{absl::StrCat(in.node, ":", in.port), g.task[v]}];
+      t.src = src;
+      t.port = in.port;
+      t.sender = g.task[src];
+      t.receiver = g.task[v];
+      t.uses.push_back({v, k});
+    }
+  }
+  std::vector<Transfer> xfers;
+  for (auto& [key, t] : found) {
+    const NodeDef& src = g.node(t.src);
+    const tensorflow::OpDef* op_def = nullptr;
+    if (!registry->LookUpOpDef(src.op(), &op_def).ok()) continue;  // a function call: leave it
+    tensorflow::DataTypeVector ins, outs;
+    if (!tensorflow::InOutTypesForNode(src, *op_def, &ins, &outs).ok() || t.port >= static_cast<int>(outs.size()))
+      continue;
+    t.dtype = outs[t.port];
+    if (tensorflow::IsRefType(t.dtype) || t.dtype == tensorflow::DT_RESOURCE || t.dtype == tensorflow::DT_VARIANT)
+      continue;
+    std::string variable;
+    if (JobOf(t.sender) == ps_job_) {
+      t.kind = "pull";
+      variable = VariableBehind(g, t.src);
+    } else if (JobOf(t.receiver) == ps_job_) {
+      t.kind = "push";
+      std::vector<int> consumers;
+      for (const auto& u : t.uses) consumers.push_back(u.first);
+      variable = VariableUpdatedBy(g, consumers, t.receiver);
+    } else {
+      t.kind = "pull";
+      variable = VariableBehind(g, t.src);
+    }
+    t.key = absl::StrCat(t.kind, ":", variable.empty() ? key.first : variable);
+    t.stage = level[t.src];
+    xfers.push_back(std::move(t));
+  }
+  if (xfers.empty()) return absl::OkStatus();  // nothing crosses: the graph comes back unchanged
+
+  int matched = 0;
+  if (!exact_.empty()) {
+    for (Transfer& t : xfers) {
+      auto it = exact_.find(absl::StrCat(t.sender, "|", t.receiver, "|", t.key));
+      if (it == exact_.end()) {
+        const std::string& ps_side = JobOf(t.sender) == ps_job_ ? t.sender : t.receiver;
+        it = by_ps_.find(absl::StrCat(ps_side, "|", t.key));
+        if (it == by_ps_.end()) continue;
+      }
+      t.value = static_cast<double>(it->second);
+      t.matched = true;
+      ++matched;
+    }
+    if (matched == 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tfsched: the schedule matches none of the ", xfers.size(),
+          " transfers of this graph; it was made for another graph"));
+    // Transfers the schedule does not name follow the named ones of their stage, in TIO order.
+    std::vector<Transfer> copy(xfers);
+    Tio(g, &copy, ps_job_);
+    for (size_t i = 0; i < xfers.size(); ++i)
+      if (!xfers[i].matched) xfers[i].value = 1e12 + copy[i].value;
+  } else {
+    Tio(g, &xfers, ps_job_);
+  }
+
+  // Competition ranks per channel over the transfers present (TicTac §5.1's 0..n-1).
+  std::map<std::string, std::vector<int>> channels;
+  for (int i = 0; i < static_cast<int>(xfers.size()); ++i)
+    channels[absl::StrCat(xfers[i].sender, "->", xfers[i].receiver)].push_back(i);
+  for (auto& [name, ids] : channels) {
+    std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) {
+      return std::make_pair(xfers[a].stage, xfers[a].value) < std::make_pair(xfers[b].stage, xfers[b].value);
+    });
+    for (size_t j = 0; j < ids.size(); ++j) {
+      Transfer& t = xfers[ids[j]];
+      const Transfer* prev = j ? &xfers[ids[j - 1]] : nullptr;
+      t.priority = (prev && prev->stage == t.stage && prev->value == t.value) ? prev->priority : static_cast<int64_t>(j);
+      t.channel_size = static_cast<int64_t>(ids.size());
+    }
+  }
+
+  std::unordered_set<std::string> names;
+  for (const NodeDef& n : out.node()) names.insert(n.name());
+  for (const Transfer& t : xfers) {
+    const NodeDef& src = out.node(t.src);
+    std::string base = absl::StrCat(src.name(), "/tfsched_gate", t.port ? absl::StrCat("_", t.port) : "",
+                                    "_to_", Sanitize(t.receiver));
+    std::string name = base;
+    for (int i = 1; names.count(name); ++i) name = absl::StrCat(base, "_", i);
+    names.insert(name);
+    NodeDef gate;
+    gate.set_name(name);
+    gate.set_op(kGateOp);
+    gate.set_device(src.device());
+    gate.add_input(t.port ? absl::StrCat(src.name(), ":", t.port) : src.name());
+    auto& attr = *gate.mutable_attr();
+    attr["T"].set_type(t.dtype);
+    attr["channel"].set_s(absl::StrCat(t.sender, "->", t.receiver));
+    attr["priority"].set_i(t.priority);
+    attr["channel_size"].set_i(t.channel_size);
+    attr["timeout_ms"].set_i(timeout_ms_);
+    for (const auto& [consumer, input_index] : t.uses) out.mutable_node(consumer)->set_input(input_index, name);
+    *out.add_node() = std::move(gate);
+  }
+  VLOG(1) << "tfsched: gated " << xfers.size() << " transfers on " << channels.size() << " channels"
+          << (exact_.empty() ? " (TIO)" : absl::StrCat(" (", matched, " from the schedule)"));
+  return absl::OkStatus();
+}
+
+REGISTER_GRAPH_OPTIMIZER_AS(TfschedScheduler, "TfschedScheduler");
+
+}  // namespace tfsched

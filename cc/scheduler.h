@@ -1,0 +1,37 @@
+// TfschedScheduler: the Grappler pass that puts a TfschedGate in front of every tensor that
+// crosses from one task to another, with its priority on its channel.
+#ifndef TFSCHED_CC_SCHEDULER_H_
+#define TFSCHED_CC_SCHEDULER_H_
+
+#include <map>
+#include <string>
+
+#include "tensorflow/core/grappler/optimizers/custom_graph_optimizer.h"
+
+namespace tfsched {
+
+class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
+ public:
+  // parameter_map:
+  //   priorities: list of "sender|receiver|key|priority" from a tfsched.schedule/1 file (may be empty:
+  //               then TIO, computed here from the graph)
+  //   timeout_ms: int, longest gate wait (default 60000)
+  //   ps_job:     string, job name of the parameter servers (default "ps")
+  absl::Status Init(const tensorflow::RewriterConfig_CustomGraphOptimizer* config) override;
+  std::string name() const override { return "TfschedScheduler"; }
+  bool UsesFunctionLibrary() const override { return false; }
+  absl::Status Optimize(tensorflow::grappler::Cluster* cluster,
+                        const tensorflow::grappler::GrapplerItem& item,
+                        tensorflow::GraphDef* optimized_graph) override;
+
+ private:
+  // "sender|receiver|key" and "ps-side task|key" -> priority from the schedule
+  std::map<std::string, int64_t> exact_;
+  std::map<std::string, int64_t> by_ps_;
+  int64_t timeout_ms_ = 60000;
+  std::string ps_job_ = "ps";
+};
+
+}  // namespace tfsched
+
+#endif  // TFSCHED_CC_SCHEDULER_H_

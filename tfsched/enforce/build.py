@@ -1,0 +1,99 @@
+"""Building the gate op and the Grappler pass against the installed TensorFlow.
+
+The shared library is built on first use, not by ``pip install``: pip builds in an isolated
+environment that would have to download TensorFlow a second time to compile against it, and a
+library built at install time goes stale when TensorFlow is upgraded. Instead the library is
+cached per (TensorFlow version, compile flags, source hash) under ``~/.cache/tfsched``
+(``TFSCHED_CACHE_DIR`` overrides), so a new TensorFlow or new sources get a new build
+(about 15 s on two cores) and every later load is instant. A file lock makes the processes of a
+cluster that start together build it once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+from importlib import resources
+
+from tfsched.errors import TfschedError
+
+SOURCES = ("gate.cc", "gate_ops.cc", "scheduler.cc")
+HEADERS = ("gate.h", "scheduler.h")
+EXTRA_FLAGS = ["-O2", "-fPIC", "-Wno-deprecated-declarations", "-Wno-interference-size"]
+
+
+def source_dir() -> str:
+    """The C++ sources: ``cc/`` of the checkout, installed as the package ``tfsched._cc``."""
+    return str(resources.files("tfsched._cc"))
+
+
+def cache_dir() -> str:
+    return os.environ.get("TFSCHED_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tfsched")
+
+
+def _flags() -> tuple[list[str], list[str], str]:
+    from tfsched.graph._tf import import_tensorflow
+
+    tf = import_tensorflow()
+    return list(tf.sysconfig.get_compile_flags()), list(tf.sysconfig.get_link_flags()), tf.__version__
+
+
+def library_path() -> tuple[str, str]:
+    """(path of the library for this TensorFlow and these sources, TensorFlow version)."""
+    cflags, lflags, version = _flags()
+    h = hashlib.sha256()
+    for name in SOURCES + HEADERS:
+        with open(os.path.join(source_dir(), name), "rb") as f:
+            h.update(name.encode() + b"\0" + f.read())
+    h.update(" ".join(cflags + lflags + EXTRA_FLAGS).encode())
+    return os.path.join(cache_dir(), f"libtfsched-tf{version}-{h.hexdigest()[:16]}.so"), version
+
+
+def build(force: bool = False) -> str:
+    """Build the library if this TensorFlow and these sources have none yet; returns its path."""
+    path, version = library_path()
+    if os.path.exists(path) and not force:
+        return path
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process of the cluster may be building it
+        if os.path.exists(path) and not force:
+            return path
+        cflags, lflags, _ = _flags()
+        src = source_dir()
+        with tempfile.TemporaryDirectory(prefix="tfsched-build-") as tmp:
+            objects, procs = [], []
+            for name in SOURCES:  # compile the translation units in parallel
+                obj = os.path.join(tmp, name + ".o")
+                objects.append(obj)
+                cmd = ["g++", "-c", os.path.join(src, name), "-o", obj, "-I", src, *cflags, *EXTRA_FLAGS]
+                procs.append((cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+            for cmd, p in procs:
+                out, _ = p.communicate()
+                if p.returncode != 0:
+                    raise TfschedError(
+                        f"building the tfsched op for TensorFlow {version} failed ({' '.join(cmd[:3])}): "
+                        + _first_error(out)
+                    )
+            tmp_lib = os.path.join(tmp, "lib.so")
+            link = ["g++", "-shared", *objects, "-o", tmp_lib, *lflags]
+            p = subprocess.run(link, capture_output=True, text=True)
+            if p.returncode != 0:
+                raise TfschedError(f"linking the tfsched op failed: {_first_error(p.stderr)}")
+            os.replace(tmp_lib, path)  # atomic: no process ever loads a half-written library
+    return path
+
+
+def _first_error(output: str) -> str:
+    for line in output.splitlines():
+        if "error" in line:
+            return line.strip()[:300]
+    return output.strip().splitlines()[-1][:300] if output.strip() else "no output"
+
+
+if __name__ == "__main__":  # python -m tfsched.enforce.build
+    print(build(force="--force" in sys.argv))
