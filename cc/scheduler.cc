@@ -21,6 +21,7 @@
 #include "tensorflow/core/grappler/grappler_item.h"
 #include "tensorflow/core/grappler/optimizers/custom_graph_optimizer_registry.h"
 #include "tensorflow/core/platform/logging.h"
+#include "tensorflow/core/util/device_name_utils.h"
 
 namespace tfsched {
 namespace {
@@ -33,9 +34,12 @@ constexpr char kGateOp[] = "TfschedGate";
 // TensorFlow's ReplicateConstantsPass copies constants this small instead of sending them.
 constexpr int64_t kReplicatedConstMaxElements = 16;
 
+// "/job:J/replica:R/task:T" of a device, full or partial ("/job:ps/task:1"); "" if it names no job.
 std::string TaskOf(const std::string& device) {
-  auto pos = device.find("/device:");
-  return pos == std::string::npos ? device : device.substr(0, pos);
+  tensorflow::DeviceNameUtils::ParsedName p;
+  if (device.empty() || !tensorflow::DeviceNameUtils::ParseFullName(device, &p) || !p.has_job) return "";
+  return absl::StrCat("/job:", p.job, "/replica:", p.has_replica ? p.replica : 0, "/task:",
+                      p.has_task ? p.task : 0);
 }
 
 std::string JobOf(const std::string& task) {

@@ -150,6 +150,8 @@ class TestFastTAOMatchesReference:
                 nodes.append(op(f"o{j}", pool))
                 names.append(f"o{j}")
             g = build_comm_graph(nodes, fetches=names)
-            o = oracle_with({nm: rng.choice([0.0, 1e-4, 2e-4, rng.uniform(0, 1e-3)]) for nm in names}, overhead_s=1e-4)
+            o = oracle_with(
+                {nm: rng.choice([0.0, 1e-4, 2e-4, rng.uniform(0, 1e-3)]) for nm in names}, overhead_s=1e-4
+            )
             view = g.worker_view(g.worker_tasks[0])
             assert tao_order(view, o) == tao_order_reference(view, o), seed

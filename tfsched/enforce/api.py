@@ -26,11 +26,17 @@ def match_schedule(schedule: dict, graph_def, fetches: list[str] | None, path: s
     from tfsched.graph.load import nodes_from_graph_def, output_specs
 
     g = build_comm_graph(
-        nodes_from_graph_def(graph_def, path), fetches=fetches or schedule.get("graph", {}).get("fetches") or None,
-        source=path, output_specs=output_specs,
+        nodes_from_graph_def(graph_def, path),
+        fetches=fetches or schedule.get("graph", {}).get("fetches") or None,
+        source=path,
+        output_specs=output_specs,
     )
     keys = {(ch["sender"], ch["receiver"], t["key"]) for ch in schedule["channels"] for t in ch["transfers"]}
-    by_ps = {(ch["sender"] if "/job:ps" in ch["sender"] else ch["receiver"], t["key"]) for ch in schedule["channels"] for t in ch["transfers"]}
+    by_ps = {
+        (ch["sender"] if "/job:ps" in ch["sender"] else ch["receiver"], t["key"])
+        for ch in schedule["channels"]
+        for t in ch["transfers"]
+    }
     data = [t for t in g.transfers if t.kind != "control"]
     matched = sum(
         1
@@ -91,7 +97,9 @@ def enable(
                     "it was made for another graph (run tfsched analyze on this one)"
                 )
     elif algorithm != "tio":
-        raise TfschedError(f"algorithm {algorithm!r} needs a schedule file: tfsched analyze --algorithm {algorithm} -o FILE")
+        raise TfschedError(
+            f"algorithm {algorithm!r} needs a schedule file: tfsched analyze --algorithm {algorithm} -o FILE"
+        )
 
     from tfsched.enforce._loader import load_ops
     from tfsched.graph._tf import import_tensorflow
@@ -140,7 +148,9 @@ def stats(session=None, device: str | None = None) -> dict[str, int]:
         g = tf.Graph()
         with g.as_default(), g.device(device):
             t = ops.tfsched_stats()
-        with tf.compat.v1.Session(session.sess_str if hasattr(session, "sess_str") else session, graph=g) as s:
+        with tf.compat.v1.Session(
+            session.sess_str if hasattr(session, "sess_str") else session, graph=g
+        ) as s:
             values = s.run(t)
     return dict(zip(STAT_NAMES, (int(v) for v in values), strict=True))
 

@@ -71,7 +71,9 @@ def build(force: bool = False) -> str:
                 obj = os.path.join(tmp, name + ".o")
                 objects.append(obj)
                 cmd = ["g++", "-c", os.path.join(src, name), "-o", obj, "-I", src, *cflags, *EXTRA_FLAGS]
-                procs.append((cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+                procs.append(
+                    (cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+                )
             for cmd, p in procs:
                 out, _ = p.communicate()
                 if p.returncode != 0:

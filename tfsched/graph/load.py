@@ -310,3 +310,30 @@ def infer_shapes_with_tensorflow(graph_def, names: set[str], path: str) -> dict[
             for o in op.outputs
         ]
     return shapes
+
+
+def placed_graph_def(graph_def, default_device: str | None = None, path: str = "<graph>"):
+    """A copy of ``graph_def`` with every node's device resolved as TensorFlow's placer would.
+
+    This is the state a session's master hands to Grappler; useful to run the pass offline.
+    """
+    from collections import defaultdict
+
+    from tfsched.graph.build import _split_input, place
+    from tfsched.graph.devices import parse_device
+
+    nodes = {rn.name: rn for rn in nodes_from_graph_def(graph_def, path)}
+    inputs = {n: [_split_input(i) for i in rn.inputs] for n, rn in nodes.items()}
+    consumers = defaultdict(list)
+    for n, ins in inputs.items():
+        for src, _, _ in ins:
+            consumers[src].append(n)
+    if default_device is None:
+        jobs = sorted({parse_device(rn.device).job for rn in nodes.values() if rn.device} - {None, "ps"})
+        default_device = f"/job:{jobs[0] if jobs else 'worker'}/replica:0/task:0/device:CPU:0"
+    devices = place(nodes, inputs, consumers, default_device, path)
+    out = type(graph_def)()
+    out.CopyFrom(graph_def)
+    for n in out.node:
+        n.device = devices[n.name]
+    return out

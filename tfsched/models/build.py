@@ -59,7 +59,7 @@ def _toy_seq(n: int, width: int = 256) -> Callable:
             w = tf.compat.v1.get_variable(
                 f"seq/w{i}", [width, width], initializer=tf.compat.v1.glorot_uniform_initializer(seed=i)
             )
-            x = tf.nn.relu(tf.matmul(x, w))
+            x = tf.tanh(tf.matmul(x, w))
         w = tf.compat.v1.get_variable(
             "seq/out", [width, num_classes], initializer=tf.compat.v1.glorot_uniform_initializer(seed=n)
         )
@@ -165,10 +165,15 @@ def build_graph(
             if mode == "train":
                 step = tf.compat.v1.train.get_or_create_global_step()
                 if in_graph_workers:
-                    train_op = tf.group(
-                        *[opt.apply_gradients(gv) for gv in grads_per_replica] + [step.assign_add(1)],
-                        name="train",
-                    )
+                    # Synchronous in-graph replication: the replicas' gradients are averaged where
+                    # each variable lives, then applied once (two racing applies would make even
+                    # vanilla TensorFlow nondeterministic).
+                    averaged = []
+                    for pairs in zip(*grads_per_replica, strict=True):
+                        var = pairs[0][1]
+                        with tf.compat.v1.colocate_with(var):
+                            averaged.append((tf.add_n([g for g, _ in pairs]) / float(len(pairs)), var))
+                    train_op = opt.apply_gradients(averaged, global_step=step, name="train")
                 else:
                     train_op = opt.apply_gradients(grads_per_replica[0], global_step=step, name="train")
             out = losses[0] if len(losses) == 1 else tf.add_n(losses, name="loss")

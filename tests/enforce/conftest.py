@@ -1,0 +1,52 @@
+import threading
+
+import numpy as np
+import pytest
+
+from tfsched.bench.local import LocalCluster
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(ps=2, workers=2) as c:
+        yield c
+
+
+def train(target, built, steps, config=None, options=None, run_metadata=None):
+    """Run init and ``steps`` training steps; returns (losses, final variable values)."""
+    import tensorflow as tf
+
+    losses = []
+    with tf.compat.v1.Session(target, graph=built.graph, config=config) as sess:
+        sess.run(built.init_op)
+        for _ in range(steps):
+            _, loss = sess.run([built.train_op, built.loss], options=options, run_metadata=run_metadata)
+            losses.append(loss)
+        values = sess.run(built.graph.get_collection("variables"))
+    return losses, values
+
+
+def assert_bitwise_equal(a, b):
+    la, va = a
+    lb, vb = b
+    assert [np.float32(x).tobytes() for x in la] == [np.float32(x).tobytes() for x in lb]
+    assert len(va) == len(vb)
+    for x, y in zip(va, vb, strict=True):
+        assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
+
+
+def within(seconds, fn):
+    """Run fn in a thread; fail if it has not returned after ``seconds`` (a hang)."""
+    box = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"still running after {seconds} s"
+    return box

@@ -1,0 +1,180 @@
+"""The Grappler pass on its own (TensorFlow's tf_optimizer), and enable()'s checks."""
+
+import json
+
+import pytest
+
+from tfsched.errors import TfschedError
+from tfsched.models import build_graph
+
+pytestmark = pytest.mark.tf
+
+
+def optimize(graph_def, fetch_names, config):
+    """Run the meta optimizer as a session's master would: on the placed graph."""
+    import tensorflow as tf
+    from tensorflow.python.grappler import tf_optimizer
+
+    from tfsched.graph.load import placed_graph_def
+
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.import_graph_def(placed_graph_def(graph_def), name="")
+        for name in fetch_names:
+            tf.compat.v1.add_to_collection("train_op", g.get_operation_by_name(name))
+        meta = tf.compat.v1.train.export_meta_graph(graph=g, clear_devices=False)
+    return tf_optimizer.OptimizeGraph(config, meta)
+
+
+def only_tfsched(**kwargs):
+    import tensorflow as tf
+    from tensorflow.core.protobuf import rewriter_config_pb2
+
+    import tfsched
+
+    cfg = tf.compat.v1.ConfigProto()
+    rw = cfg.graph_options.rewrite_options
+    off = rewriter_config_pb2.RewriterConfig.OFF
+    for field in (
+        "layout_optimizer",
+        "constant_folding",
+        "shape_optimization",
+        "remapping",
+        "arithmetic_optimization",
+        "dependency_optimization",
+        "loop_optimization",
+        "function_optimization",
+        "debug_stripper",
+        "scoped_allocator_optimization",
+        "pin_to_host_optimization",
+        "implementation_selector",
+        "auto_mixed_precision",
+        "memory_optimization",
+    ):
+        setattr(rw, field, off)
+    rw.min_graph_nodes = -1
+    rw.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
+    rw.fail_on_optimizer_errors = True
+    return tfsched.enable(cfg, strict=True, **kwargs)
+
+
+def gates(gd):
+    return sorted(
+        (n.name, n.device, n.attr["priority"].i, n.attr["channel"].s)
+        for n in gd.node
+        if n.op == "TfschedGate"
+    )
+
+
+class TestPass:
+    def test_gates_every_transfer_on_the_sender(self):
+        built = build_graph("seq32", ps_tasks=2)
+        out = optimize(built.graph_def(), built.fetches, only_tfsched())
+        gs = gates(out)
+        assert len(gs) == 66
+        for name, device, _prio, channel in gs:
+            assert "tfsched_gate" in name
+            assert device.startswith(("/job:ps/replica:0/task:", "/job:worker/replica:0/task:0/device:CPU:0"))
+            assert channel.decode().startswith(device.split("/device:")[0] + "->")
+        # priorities are competition ranks per channel
+        by_channel = {}
+        for _, _, prio, channel in gs:
+            by_channel.setdefault(channel, []).append(prio)
+        for prios in by_channel.values():
+            assert min(prios) == 0 and max(prios) < len(prios)
+
+    def test_idempotent(self):
+        built = build_graph("seq32", ps_tasks=2)
+        cfg = only_tfsched()
+        once = optimize(built.graph_def(), built.fetches, cfg)
+        twice = optimize(once, built.fetches, cfg)
+        assert gates(once) == gates(twice)
+        assert len(once.node) == len(twice.node)
+
+    def test_graph_without_crossing_edges_is_unchanged(self):
+        import tensorflow as tf
+
+        g = tf.Graph()
+        with g.as_default(), g.device("/job:worker/task:0"):
+            v = tf.compat.v1.get_variable("v", [4])
+            out = tf.identity(v * 2.0 + 1.0, name="out")
+            extra = tf.identity(out * 3.0, name="extra")
+        gd = g.as_graph_def()
+        cfg = only_tfsched()
+        result = optimize(gd, [extra.op.name], cfg)
+        # The same meta-optimizer run without tfsched (Grappler itself prunes to the fetches).
+        del cfg.graph_options.rewrite_options.custom_optimizers[:]
+        baseline = optimize(gd, [extra.op.name], cfg)
+        assert gates(result) == []
+        assert result == baseline
+
+    def test_pruned_fetch_only_waits_for_present_transfers(self):
+        # Fetch half of par32's branches: the pass sees (and ranks) only their transfers.
+        built = build_graph("par32", ps_tasks=1)
+        half = [f"MatMul_{i}" if i else "MatMul" for i in range(16)]
+        g = built.graph
+        names = [n for n in half if n in {op.name for op in g.get_operations()}]
+        assert len(names) == 16
+        out = optimize(built.graph_def(), names, only_tfsched())
+        gs = gates(out)
+        assert 16 <= len(gs) < 33
+        assert max(p for _, _, p, _ in gs) < len(gs)
+
+    def test_schedule_priorities_are_used(self, tmp_path):
+        from tfsched.analysis import analyze
+
+        built = build_graph("seq32", ps_tasks=1)
+        path = tmp_path / "g.pb"
+        path.write_bytes(built.graph_def().SerializeToString())
+        sched = tmp_path / "layer.json"
+        a = analyze(str(path), fetches=built.fetches, algorithm="layer")
+        a.schedule.save(str(sched))
+        out = optimize(built.graph_def(), built.fetches, only_tfsched(schedule=str(sched), algorithm="layer"))
+        want = {(t.src_op, p) for t, p in a.schedule.priorities.items() if t.kind == "pull"}
+        got = {
+            (name.split("/tfsched_gate")[0], p) for name, dev, p, _ in gates(out) if dev.startswith("/job:ps")
+        }
+        assert got == want
+
+
+class TestEnableChecks:
+    def test_missing_schedule(self, tmp_path):
+        import tfsched
+
+        with pytest.raises(TfschedError, match="no such schedule file"):
+            tfsched.enable(schedule=str(tmp_path / "nope.json"))
+
+    def test_negative_timeout(self):
+        import tfsched
+
+        with pytest.raises(TfschedError, match="timeout_ms must be a non-negative"):
+            tfsched.enable(timeout_ms=-5)
+
+    def test_tao_needs_a_schedule(self):
+        import tfsched
+
+        with pytest.raises(TfschedError, match="needs a schedule file"):
+            tfsched.enable(algorithm="tao")
+
+    def test_not_a_schedule(self, tmp_path):
+        import tfsched
+
+        bad = tmp_path / "s.json"
+        bad.write_text(json.dumps({"schema": "something/else"}))
+        with pytest.raises(TfschedError, match="not a tfsched.schedule/1 file"):
+            tfsched.enable(schedule=str(bad))
+
+    def test_schedule_for_another_graph(self, tmp_path):
+        import tfsched
+        from tfsched.analysis import analyze
+
+        par = build_graph("par32")
+        path = tmp_path / "par.pb"
+        path.write_bytes(par.graph_def().SerializeToString())
+        sched = tmp_path / "par.json"
+        analyze(str(path), fetches=par.fetches).schedule.save(str(sched))
+        seq = build_graph("seq32")
+        with pytest.raises(TfschedError, match=r"matches \d+ of the \d+ transfers of this graph"):
+            tfsched.enable(schedule=str(sched), graph=seq.graph, fetches=seq.fetches)
+        # and the right graph passes
+        tfsched.enable(schedule=str(sched), graph=par.graph, fetches=par.fetches)

@@ -1,0 +1,153 @@
+"""No gate waits forever: timeouts, cancelled steps, closed sessions and dead workers.
+
+These build TfschedGate ops by hand (no pass), so that a gate is made to wait for a turn that
+never comes: the only ways out are the mechanisms under test.
+"""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tests.enforce.conftest import within
+from tfsched.bench.local import LocalCluster
+
+pytestmark = [pytest.mark.tf, pytest.mark.cluster]
+
+
+def stranded_gate(timeout_ms):
+    """A gate with priority 1 on a channel whose priority-0 gate does not exist."""
+    import tensorflow as tf
+
+    from tfsched.enforce._loader import load_ops
+
+    ops = load_ops()
+    g = tf.Graph()
+    with g.as_default():
+        with g.device("/job:ps/task:0"):
+            x = tf.compat.v1.get_variable("x", initializer=tf.constant([1.0, 2.0, 3.0]))
+            gated = ops.tfsched_gate(
+                x.read_value(), channel="test", priority=1, channel_size=2, timeout_ms=timeout_ms
+            )
+        with g.device("/job:worker/task:0"):
+            y = gated * 2.0
+        init = tf.compat.v1.global_variables_initializer()
+    return g, y, init
+
+
+def ps_stats(cluster):
+    import tfsched
+
+    return tfsched.enforce.stats(cluster.target("worker", 0), "/job:ps/task:0")
+
+
+def test_timeout_releases_the_tensor(cluster):
+    import tensorflow as tf
+
+    g, y, init = stranded_gate(timeout_ms=300)
+    before = ps_stats(cluster)
+    with tf.compat.v1.Session(cluster.target("worker", 0), graph=g) as sess:
+        sess.run(init)
+        t = time.monotonic()
+        out = within(30, lambda: sess.run(y))
+        elapsed = time.monotonic() - t
+    assert "error" not in out
+    np.testing.assert_array_equal(out["value"], [2.0, 4.0, 6.0])
+    assert 0.3 <= elapsed < 10
+    after = ps_stats(cluster)
+    assert after["timeouts"] == before["timeouts"] + 1
+    assert after["live_steps"] == 0
+
+
+def test_run_options_timeout_cancels_the_wait(cluster):
+    import tensorflow as tf
+
+    g, y, init = stranded_gate(timeout_ms=600_000)
+    before = ps_stats(cluster)
+    with tf.compat.v1.Session(cluster.target("worker", 0), graph=g) as sess:
+        sess.run(init)
+        t = time.monotonic()
+        out = within(60, lambda: sess.run(y, options=tf.compat.v1.RunOptions(timeout_in_ms=500)))
+        assert time.monotonic() - t < 30
+    assert isinstance(out.get("error"), tf.errors.DeadlineExceededError)
+    deadline = time.monotonic() + 20
+    while True:  # the PS learns of the cancellation asynchronously
+        after = ps_stats(cluster)
+        if after["cancelled"] > before["cancelled"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert after["cancelled"] == before["cancelled"] + 1
+    assert after["live_steps"] == 0 and after["timeouts"] == before["timeouts"]
+
+
+def test_closing_the_session_ends_a_waiting_step(cluster):
+    import tensorflow as tf
+
+    g, y, init = stranded_gate(timeout_ms=600_000)
+    sess = tf.compat.v1.Session(cluster.target("worker", 0), graph=g)
+    sess.run(init)
+    box = {}
+    runner = threading.Thread(target=lambda: box.update(r=_catch(lambda: sess.run(y))), daemon=True)
+    runner.start()
+    time.sleep(1.0)
+    assert runner.is_alive(), "the step should be waiting at its gate"
+    within(30, sess.close)
+    runner.join(30)
+    assert not runner.is_alive(), "the step still waits after the session closed"
+    assert isinstance(box["r"], Exception)
+    deadline = time.monotonic() + 20
+    while ps_stats(cluster)["live_steps"] != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ps_stats(cluster)["live_steps"] == 0
+
+
+def _catch(fn):
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - the test inspects it
+        return e
+
+
+def test_killing_a_worker_leaves_the_others_training():
+    import tensorflow as tf
+
+    import tfsched
+    from tfsched.models import build_graph
+
+    with LocalCluster(ps=1, workers=2) as c:
+        progress = [0, 0]
+        stop = threading.Event()
+
+        def loop(w):
+            built = build_graph("seq32", worker_task=w)
+            cfg = tfsched.enable(timeout_ms=3000)
+            try:
+                with tf.compat.v1.Session(c.target("worker", w), graph=built.graph, config=cfg) as sess:
+                    if w == 0:
+                        sess.run(built.init_op)
+                    else:
+                        while not stop.is_set() and progress[0] == 0:
+                            time.sleep(0.1)
+                    while not stop.is_set():
+                        sess.run(built.train_op)
+                        progress[w] += 1
+            except tf.errors.OpError:
+                pass  # worker 1's session dies with its process
+
+        threads = [threading.Thread(target=loop, args=(w,), daemon=True) for w in (0, 1)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 120
+        while min(progress) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert min(progress) >= 3, progress
+        c.kill("worker", 1)
+        at_kill = progress[0]
+        deadline = time.monotonic() + 60
+        while progress[0] < at_kill + 10 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stop.set()
+        assert progress[0] >= at_kill + 10, "worker 0 stopped training when worker 1 died"
+        for t in threads:
+            t.join(30)

@@ -1,0 +1,178 @@
+"""With tfsched on, training is bitwise identical to vanilla TensorFlow, and gates really run."""
+
+import os
+
+import pytest
+
+from tests.enforce.conftest import assert_bitwise_equal, train
+from tfsched.models import build_graph
+
+pytestmark = [pytest.mark.tf, pytest.mark.cluster]
+
+
+def _strict(tfsched_config=None):
+    import tensorflow as tf
+
+    cfg = tfsched_config or tf.compat.v1.ConfigProto()
+    cfg.graph_options.rewrite_options.fail_on_optimizer_errors = True
+    return cfg
+
+
+def _gates(target, built, config):
+    import tensorflow as tf
+
+    md = tf.compat.v1.RunMetadata()
+    with tf.compat.v1.Session(target, graph=built.graph, config=config) as sess:
+        sess.run(built.init_op)
+        sess.run(
+            built.train_op, options=tf.compat.v1.RunOptions(output_partition_graphs=True), run_metadata=md
+        )
+    return [n for pg in md.partition_graphs for n in pg.node if n.op == "TfschedGate"]
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
+def test_tio_bitwise_identical(cluster, optimizer):
+    import tfsched
+
+    target = cluster.target("worker", 0)
+    vanilla = train(target, build_graph("seq32", ps_tasks=2, optimizer=optimizer), 10, _strict())
+    built = build_graph("seq32", ps_tasks=2, optimizer=optimizer)
+    scheduled = train(target, built, 10, tfsched.enable(_strict(), strict=True))
+    assert_bitwise_equal(vanilla, scheduled)
+    gates = _gates(
+        target, build_graph("seq32", ps_tasks=2, optimizer=optimizer), tfsched.enable(_strict(), strict=True)
+    )
+    pulls = [g for g in gates if g.device.startswith("/job:ps")]
+    pushes = [g for g in gates if g.device.startswith("/job:worker")]
+    assert len(pulls) >= 33 and len(pushes) >= 33  # every variable's read and its gradient
+
+
+def test_tao_schedule_file_bitwise_identical(cluster, tmp_path):
+    import tfsched
+    from tfsched.analysis import analyze
+
+    built = build_graph("seq32", ps_tasks=2)
+    path = tmp_path / "seq32.pb"
+    path.write_bytes(built.graph_def().SerializeToString())
+    sched = tmp_path / "tao.json"
+    analyze(str(path), fetches=built.fetches, algorithm="tao").schedule.save(str(sched))
+    target = cluster.target("worker", 0)
+    vanilla = train(target, build_graph("seq32", ps_tasks=2), 10, _strict())
+    cfg = tfsched.enable(_strict(), schedule=str(sched), algorithm="tao", graph=built.graph, strict=True)
+    assert_bitwise_equal(vanilla, train(target, built, 10, cfg))
+
+
+def test_between_graph_two_workers_two_ps(cluster):
+    """Two workers' graphs, stepped alternately from here so that vanilla is deterministic too."""
+    import tensorflow as tf
+
+    import tfsched
+
+    def run(config):
+        builts = [build_graph("par32", ps_tasks=2, worker_task=w) for w in (0, 1)]
+        sessions = [
+            tf.compat.v1.Session(cluster.target("worker", w), graph=b.graph, config=config)
+            for w, b in enumerate(builts)
+        ]
+        try:
+            sessions[0].run(builts[0].init_op)
+            losses = []
+            for _ in range(5):
+                for s, b in zip(sessions, builts, strict=True):
+                    losses.append(s.run([b.train_op, b.loss])[1])
+            return losses, sessions[1].run(builts[1].graph.get_collection("variables"))
+        finally:
+            for s in sessions:
+                s.close()
+
+    assert_bitwise_equal(run(_strict()), run(tfsched.enable(_strict(), strict=True)))
+
+
+def test_in_graph_replication(cluster):
+    import tfsched
+
+    target = cluster.target("worker", 0)
+    vanilla = train(target, build_graph("seq32", ps_tasks=2, in_graph_workers=2), 5, _strict())
+    built = build_graph("seq32", ps_tasks=2, in_graph_workers=2)
+    assert_bitwise_equal(vanilla, train(target, built, 5, tfsched.enable(_strict(), strict=True)))
+    gates = _gates(
+        target, build_graph("seq32", ps_tasks=2, in_graph_workers=2), tfsched.enable(_strict(), strict=True)
+    )
+    channels = {g.attr["channel"].s.decode() for g in gates}
+    # both workers pull from both PS tasks and push to them: 8 channels
+    assert len(channels) == 8, channels
+
+
+def test_release_order_follows_priorities(cluster):
+    """From a traced step: on every channel a gate never finishes before one of lower priority."""
+    import tensorflow as tf
+
+    import tfsched
+
+    built = build_graph("seq32", ps_tasks=2)  # a chain: TIO gives distinct priorities
+    md = tf.compat.v1.RunMetadata()
+    opts = tf.compat.v1.RunOptions(
+        trace_level=tf.compat.v1.RunOptions.FULL_TRACE, output_partition_graphs=True
+    )
+    with tf.compat.v1.Session(
+        cluster.target("worker", 0), graph=built.graph, config=tfsched.enable(_strict(), strict=True)
+    ) as sess:
+        sess.run(built.init_op)
+        for _ in range(3):
+            sess.run(built.train_op, options=opts, run_metadata=md)
+    attrs = {
+        n.name: (n.attr["channel"].s.decode(), n.attr["priority"].i)
+        for pg in md.partition_graphs
+        for n in pg.node
+        if n.op == "TfschedGate"
+    }
+    ends = {}
+    for dev in md.step_stats.dev_stats:
+        for ns in dev.node_stats:
+            if ns.node_name in attrs:
+                ends[ns.node_name] = ns.all_start_micros + ns.op_end_rel_micros
+    assert set(ends) == set(attrs), "every gate appears in the trace under its name"
+    assert all("tfsched_gate" in n for n in ends)
+    by_channel = {}
+    for name, (channel, prio) in attrs.items():
+        by_channel.setdefault(channel, []).append((prio, ends[name]))
+    checked = 0
+    for gates in by_channel.values():
+        for pa, ea in gates:
+            for pb, eb in gates:
+                if pa < pb:
+                    assert ea <= eb, (pa, ea, pb, eb)
+                    checked += 1
+    assert checked > 100
+
+
+def test_default_session_no_config_is_untouched(cluster):
+    """Loading the library changes nothing unless enable() is called."""
+    target = cluster.target("worker", 0)
+    assert _gates(target, build_graph("seq32", ps_tasks=2), _strict()) == []
+
+
+@pytest.mark.skipif(os.environ.get("TFSCHED_SKIP_SLOW") == "1", reason="slow")
+def test_thousand_steps_leave_no_state(cluster):
+    import tensorflow as tf
+
+    import tfsched
+
+    g = tf.Graph()
+    with g.as_default():
+        with g.device("/job:ps/task:0"):
+            v = tf.compat.v1.get_variable("v", [8], initializer=tf.compat.v1.zeros_initializer())
+        with g.device("/job:worker/task:0"):
+            step = tf.compat.v1.assign_add(v, tf.ones([8]) * tf.reduce_sum(v.read_value() * 0 + 1))
+        init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(
+        cluster.target("worker", 0), graph=g, config=tfsched.enable(_strict(), strict=True)
+    ) as sess:
+        sess.run(init)
+        before = tfsched.enforce.stats(sess, "/job:ps/task:0")
+        for _ in range(1000):
+            sess.run(step)
+        after = tfsched.enforce.stats(sess, "/job:ps/task:0")
+    assert after["released"] - before["released"] >= 1000
+    assert after["live_steps"] == 0
+    assert after["timeouts"] == before["timeouts"]
