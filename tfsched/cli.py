@@ -152,18 +152,61 @@ def analyze(graph, fetches, algorithm, bandwidth, overhead, workers, fmt, ps_job
     default="vgg16",
     show_default=True,
 )
-@click.option("--bandwidth", default="1Gbit", show_default=True, callback=_bandwidth)
+@click.option(
+    "--bandwidth",
+    default="1Gbit",
+    show_default=True,
+    callback=_bandwidth,
+    help="Link bandwidth for the prediction.",
+)
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
-def demo(model, bandwidth, workers):
-    """Build a built-in model's PS training graph, analyze it with every algorithm, show the result.
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Measured steps per worker per round.",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Interleaved rounds of every mode.",
+)
+@click.option(
+    "--modes",
+    default="baseline,tio,tao",
+    show_default=True,
+    help="Comma-separated: baseline, tio, tao, layer.",
+)
+@click.option("--no-train", is_flag=True, help="Only the offline analysis, no cluster.")
+def demo(model, bandwidth, workers, steps, rounds, modes, no_train):
+    """Analyze a built-in model, then train it on a local PS cluster with and without tfsched.
 
     \b
     Example:
-      tfsched demo --model vgg16 --workers 4 --bandwidth 1Gbit
+      tfsched demo --model vgg16 --workers 2 --steps 5
+      tfsched demo --model resnet50 --no-train
     """
     from tfsched.demo import run_demo
 
-    run_demo(model=model, bandwidth_bps=bandwidth, workers=workers)
+    mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
+    bad = [m for m in mode_list if m not in ("baseline", "tio", "tao", "layer")]
+    if bad or "baseline" not in mode_list:
+        raise click.BadParameter(
+            f"modes must include baseline and be among baseline, tio, tao, layer (got {modes!r})",
+            param_hint="--modes",
+        )
+    run_demo(
+        model=model,
+        bandwidth_bps=bandwidth,
+        workers=workers,
+        steps=steps,
+        rounds=rounds,
+        modes=mode_list,
+        train=not no_train,
+    )
 
 
 if __name__ == "__main__":

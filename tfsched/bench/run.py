@@ -1,0 +1,174 @@
+"""Training side by side: vanilla TensorFlow and tfsched modes, interleaved on one cluster.
+
+Every worker runs its own session (between-graph replication) in a thread of this process;
+modes alternate in rounds (baseline, tio, baseline, tio, ...) after a warm-up, so that drift
+(caches, other load) hits every mode alike.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tfsched.errors import TfschedError
+
+MODES = ("baseline", "tio", "tao", "layer")
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    step_times: list[float] = field(default_factory=list)  # seconds, every worker's steps
+    wall_s: float = 0.0  # time the rounds of this mode took
+    steps: int = 0  # steps completed by all workers together
+
+    @property
+    def throughput(self) -> float:
+        """Steps per second, all workers together."""
+        return self.steps / self.wall_s if self.wall_s > 0 else 0.0
+
+    def percentile(self, q: float) -> float:
+        xs = sorted(self.step_times)
+        return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))] if xs else 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "mode": self.mode,
+            "steps": self.steps,
+            "throughput_steps_per_s": self.throughput,
+            "p50_s": self.percentile(50),
+            "p95_s": self.percentile(95),
+            "mean_s": statistics.fmean(self.step_times) if self.step_times else 0.0,
+        }
+
+
+def mode_configs(
+    model: str, modes: tuple[str, ...], builder: Callable, *, workdir: str, timeout_ms: int = 60_000
+) -> dict:
+    """Session config of each mode (None: vanilla TensorFlow); schedules come from ``analyze``."""
+    import tfsched
+    from tfsched.analysis import analyze
+
+    configs = {}
+    for mode in modes:
+        if mode not in MODES:
+            raise TfschedError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+        if mode == "baseline":
+            configs[mode] = None
+        elif mode == "tio":
+            configs[mode] = tfsched.enable(timeout_ms=timeout_ms)
+        else:
+            built = builder(0)
+            path = os.path.join(workdir, f"{model}.pb")
+            with open(path, "wb") as f:
+                f.write(built.graph_def().SerializeToString())
+            sched = os.path.join(workdir, f"{model}-{mode}.json")
+            analyze(path, fetches=built.fetches, algorithm=mode).schedule.save(sched)
+            configs[mode] = tfsched.enable(schedule=sched, algorithm=mode, timeout_ms=timeout_ms)
+    return configs
+
+
+def run_side_by_side(
+    targets: list[str],
+    builder: Callable[[int], object],
+    configs: dict,
+    *,
+    steps: int = 10,
+    warmup: int = 2,
+    rounds: int = 2,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, ModeResult]:
+    """Train every mode ``rounds`` times ``steps`` steps on every worker, interleaved."""
+    import tensorflow as tf
+
+    if steps <= 0 or rounds <= 0:
+        raise TfschedError("steps and rounds must be positive")
+    results = {mode: ModeResult(mode) for mode in configs}
+    # One graph and session per (mode, worker), kept for all rounds: what a user's job does.
+    sessions = {}
+    try:
+        for mode, config in configs.items():
+            for w, target in enumerate(targets):
+                built = builder(w)
+                sess = tf.compat.v1.Session(target, graph=built.graph, config=config)
+                sessions[(mode, w)] = (sess, built)
+        first_sess, first_built = sessions[(next(iter(configs)), 0)]
+        first_sess.run(first_built.init_op)
+        for r in range(rounds):
+            for mode in configs:
+                if progress:
+                    progress(f"round {r + 1}/{rounds}: {mode}")
+                times: list[float] = []
+                errors: list[BaseException] = []
+                lock = threading.Lock()
+                barrier = threading.Barrier(len(targets))
+
+                def work(
+                    w: int, mode=mode, times=times, errors=errors, lock=lock, barrier=barrier, r=r
+                ) -> None:
+                    sess, built = sessions[(mode, w)]
+                    try:
+                        for _ in range(warmup if r == 0 else 0):
+                            sess.run(built.train_op)
+                        barrier.wait(timeout=600)
+                        for _ in range(steps):
+                            t = time.perf_counter()
+                            sess.run(built.train_op)
+                            with lock:
+                                times.append(time.perf_counter() - t)
+                    except BaseException as e:  # noqa: BLE001 - re-raised below
+                        barrier.abort()
+                        errors.append(e)
+
+                threads = [threading.Thread(target=work, args=(w,), daemon=True) for w in range(len(targets))]
+                start = time.perf_counter()
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                wall = time.perf_counter() - start
+                if errors:
+                    raise TfschedError(
+                        f"mode {mode}: a worker failed: {str(errors[0]).splitlines()[0][:200]}"
+                    )
+                res = results[mode]
+                res.step_times.extend(times)
+                res.wall_s += wall
+                res.steps += len(times)
+    finally:
+        for sess, _ in sessions.values():
+            sess.close()
+    return results
+
+
+def local_side_by_side(
+    model: str = "seq32",
+    *,
+    workers: int = 2,
+    ps: int = 1,
+    modes: tuple[str, ...] = ("baseline", "tio"),
+    steps: int = 10,
+    rounds: int = 2,
+    batch_size: int = 4,
+    image_size: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, ModeResult]:
+    """A local multi-process cluster on loopback, every mode interleaved."""
+    from tfsched.bench.local import LocalCluster
+    from tfsched.models import build_graph
+
+    def builder(w: int):
+        return build_graph(model, worker_task=w, ps_tasks=ps, batch_size=batch_size, image_size=image_size)
+
+    with tempfile.TemporaryDirectory(prefix="tfsched-bench-") as d:
+        configs = mode_configs(model, modes, builder, workdir=d)
+        if progress:
+            progress(f"starting {ps} PS and {workers} worker processes")
+        with LocalCluster(ps=ps, workers=workers) as cluster:
+            targets = [cluster.target("worker", w) for w in range(workers)]
+            return run_side_by_side(targets, builder, configs, steps=steps, rounds=rounds, progress=progress)
