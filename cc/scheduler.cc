@@ -326,6 +326,9 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
   if (timeout_ms_ < 0) return absl::InvalidArgumentError("tfsched: timeout_ms must be >= 0");
   if (auto it = params.find("ps_job"); it != params.end() && !it->second.s().empty())
     ps_job_ = it->second.s();
+  if (auto it = params.find("mode"); it != params.end() && !it->second.s().empty()) mode_ = it->second.s();
+  if (mode_ != "counter" && mode_ != "queue")
+    return absl::InvalidArgumentError(absl::StrCat("tfsched: unknown mode '", mode_, "'"));
   if (auto it = params.find("priorities"); it != params.end()) {
     for (const std::string& line : it->second.list().s()) {
       std::vector<std::string> f = absl::StrSplit(line, '|');
@@ -386,6 +389,7 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
       t.kind = "pull";
       variable = VariableBehind(g, t.src);
     } else if (JobOf(t.receiver) == ps_job_) {
+      if (mode_ == "queue") continue;  // a credit-less queue sends a push as soon as it is ready
       t.kind = "push";
       std::vector<int> consumers;
       for (const auto& u : t.uses) consumers.push_back(u.first);

@@ -17,6 +17,9 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   //               then TIO, computed here from the graph)
   //   timeout_ms: int, longest gate wait (default 60000)
   //   ps_job:     string, job name of the parameter servers (default "ps")
+  //   mode:       "counter" (default) gates every transfer; "queue" (ByteScheduler's priority queue,
+  //               here without a credit window) gates pulls, which are all ready at the start of
+  //               a step so that counters give queue order, and leaves pushes to go when ready
   absl::Status Init(const tensorflow::RewriterConfig_CustomGraphOptimizer* config) override;
   std::string name() const override { return "TfschedScheduler"; }
   bool UsesFunctionLibrary() const override { return false; }
@@ -30,6 +33,7 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   std::map<std::string, int64_t> by_ps_;
   int64_t timeout_ms_ = 60000;
   std::string ps_job_ = "ps";
+  std::string mode_ = "counter";
 };
 
 }  // namespace tfsched

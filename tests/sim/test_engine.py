@@ -98,3 +98,37 @@ class TestSimulate:
     def test_bad_policy(self):
         with pytest.raises(TfschedError, match="unknown simulation policy"):
             simulate(build_sim_graph(chain_graph(1), oracle_with({})), "lifo")
+
+
+class TestQueueWithoutCredit:
+    def test_layer_pushes_do_not_wait_for_the_last_gradient(self):
+        # Chain with backward: grad_i depends on grad_{i+1}; layer order ranks push_0 first,
+        # but push_0's gradient is computed last. Counters would hold every push until then.
+        from tests.helpers import PS
+        from tfsched.graph import RawNode
+
+        n = 4
+        nodes = []
+        for i in range(n):
+            nodes += var(f"v{i}", (250_000,))
+            nodes.append(op(f"f{i}", [f"v{i}/read"] + ([f"f{i - 1}"] if i else [])))
+        for i in reversed(range(n)):
+            nodes.append(op(f"g{i}", [f"f{n - 1}"] + ([f"g{i + 1}"] if i < n - 1 else []), shape=(250_000,)))
+            nodes.append(
+                RawNode(
+                    f"apply{i}",
+                    "ResourceApplyGradientDescent",
+                    PS,
+                    [f"v{i}", f"g{i}"],
+                    attrs={"T": "FLOAT"},
+                    output_shapes=[],
+                )
+            )
+        g = build_comm_graph(nodes, fetches=[f"apply{i}" for i in range(n)])
+        o = oracle_with({f"g{i}": 0.5 for i in range(n)}, bandwidth_bps=8e7)
+        layer = order(g, "layer", o)
+        assert layer.mode == "queue"
+        queue_time = simulate(build_sim_graph(g, o, layer), "queue").step_time
+        counter_time = simulate(build_sim_graph(g, o, layer), "counter").step_time
+        # pushes of 1 MB take 0.1 s each; with counters they all wait for g0 (at 2.0 s + pulls)
+        assert queue_time < counter_time - 0.2

@@ -81,11 +81,13 @@ def enable(
     if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0:
         raise TfschedError(f"timeout_ms must be a non-negative integer (milliseconds), got {timeout_ms!r}")
     lines: list[str] = []
+    mode = "counter"
     if schedule is not None:
         doc = load_schedule(schedule)
         if algorithm not in ("tio", doc["algorithm"]):
             raise TfschedError(f"{schedule}: the schedule is {doc['algorithm']!r}, not {algorithm!r}")
         lines = schedule_priorities(doc)
+        mode = "queue" if doc["mode"] == "queue" else "counter"
         if not lines:
             raise TfschedError(f"{schedule}: the schedule has no transfers to order")
         if graph is not None:
@@ -115,6 +117,7 @@ def enable(
     opt = rewrite.custom_optimizers.add(name=OPTIMIZER_NAME)
     opt.parameter_map["timeout_ms"].i = timeout_ms
     opt.parameter_map["ps_job"].s = ps_job.encode()
+    opt.parameter_map["mode"].s = mode.encode()
     opt.parameter_map["priorities"].list.s.extend(s.encode() for s in lines)
     if strict:
         rewrite.fail_on_optimizer_errors = True

@@ -14,6 +14,8 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   (the spread TicTac reports for unordered runs), ``counter`` when all messages of higher
   priority on its channel were released in this step (TicTac §5.1), ``queue`` the
   highest-priority ready message whenever it fits the credit window (ByteScheduler §4.2).
+  Without a credit window, ``queue`` is what the enforcement pass does for such schedules: pulls
+  (all ready at the start of a step) by counters, pushes as soon as they are ready.
 """
 
 from __future__ import annotations
@@ -97,12 +99,19 @@ def simulate(
     sends = [math.nan] * n if record else []
     ends = [math.nan] * n if record else []
 
-    # Counter policy: a message's rank is the number of messages on its gate channel with a smaller key.
-    rank = [0] * n
-    if policy == "counter":
-        by_gate: dict[tuple, list[int]] = defaultdict(list)
+    # Per message: how it is released (see the module docstring for queue without credit).
+    how = [policy] * n
+    if policy == "queue" and credit_bytes is None:
         for i in range(n):
             if sg.kind[i] == MESSAGE:
+                t = sg.transfer[i]
+                how[i] = "counter" if t is not None and t.kind == "pull" else "fifo"
+    # Counter policy: a message's rank is the number of messages on its gate channel with a smaller key.
+    rank = [0] * n
+    if "counter" in how:
+        by_gate: dict[tuple, list[int]] = defaultdict(list)
+        for i in range(n):
+            if sg.kind[i] == MESSAGE and how[i] == "counter":
                 by_gate[sg.gate[i]].append(i)
         for ids in by_gate.values():
             ids.sort(key=lambda i: sg.key[i])
@@ -113,6 +122,7 @@ def simulate(
                 rank[i] = r
     released_count: dict[tuple, int] = defaultdict(int)
     waiting: dict[tuple, list] = defaultdict(list)  # gate -> heap of (rank or key, tiebreak, id)
+    fifo_waiting: dict[tuple, list] = defaultdict(list)  # gate -> heap of (ready time, tiebreak, id)
     inflight: dict[tuple, int] = defaultdict(int)  # gate -> bytes released but not yet received
 
     busy: dict[str, bool] = defaultdict(bool)
@@ -150,7 +160,8 @@ def simulate(
 
     def release(i: int) -> None:
         gate = sg.gate[i]
-        released_count[gate] += 1
+        if how[i] == "counter":  # counters count gated transfers only, as the gates do
+            released_count[gate] += 1
         inflight[gate] += sg.nbytes[i]
         if record:
             starts[i] = now
@@ -160,10 +171,12 @@ def simulate(
 
     def try_release(gate: tuple) -> None:
         heap = waiting[gate]
-        if policy == "counter":
+        if not heap:
+            return
+        if how[heap[0][2]] == "counter":
             while heap and heap[0][0] <= released_count[gate]:
                 release(heapq.heappop(heap)[2])
-        elif policy == "queue":
+        else:
             while heap:
                 i = heap[0][2]
                 if (
@@ -184,11 +197,11 @@ def simulate(
             heapq.heappush(ready_ops[sg.resource[i]], (now, tiebreak[i], i))
             start_ops(sg.resource[i])
         elif k == MESSAGE:
-            if policy in ("fifo", "random"):
+            if how[i] in ("fifo", "random"):
                 # Ties at one instant: graph order, or the seeded shuffle.
-                heapq.heappush(waiting[sg.gate[i]], (now, tiebreak[i], i))
+                heapq.heappush(fifo_waiting[sg.gate[i]], (now, tiebreak[i], i))
                 push_event(now, "flush", i)
-            elif policy == "counter":
+            elif how[i] == "counter":
                 heapq.heappush(waiting[sg.gate[i]], (rank[i], tiebreak[i], i))
                 try_release(sg.gate[i])
             else:
@@ -259,11 +272,11 @@ def simulate(
             elif kind == "arrive":
                 inflight[sg.gate[i]] -= sg.nbytes[i]
                 done(i)
-                if policy == "queue":
+                if how[i] == "queue":
                     try_release(sg.gate[i])
             elif kind == "flush":
                 gate = sg.gate[i]
-                heap = waiting[gate]
+                heap = fifo_waiting[gate]
                 while heap and heap[0][0] <= now:
                     release(heapq.heappop(heap)[2])
         if changed:
@@ -273,7 +286,7 @@ def simulate(
                 spec.append((i, "up:" + src, "down:" + dst, sg.bandwidth[i]))
             rates = _max_min_rates(spec) if spec else {}
 
-    stuck = [e[2] for heap in waiting.values() for e in heap]
+    stuck = [e[2] for heaps in (waiting, fifo_waiting) for heap in heaps.values() for e in heap]
     unfinished = stuck + [i for i in range(n) if npred[i] > 0]
     if unfinished:
         raise TfschedError(
