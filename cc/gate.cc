@@ -6,40 +6,45 @@ namespace tfsched {
 
 using tensorflow::mutex_lock;
 
-bool Channel::ArriveOrWait(const std::shared_ptr<Waiter>& w,
-                           std::vector<std::shared_ptr<Waiter>>* ready) {
+bool Channel::ArriveOrWait(const std::shared_ptr<Waiter>& w) {
   mutex_lock l(mu_);
-  if (released_ >= w->priority) {
-    ++released_;
-    ReleaseReadyLocked(ready);
-    return true;
-  }
+  if (released_ >= w->priority) return true;
   waiting_.emplace(w->priority, w);
   return false;
 }
 
-bool Channel::Withdraw(const std::shared_ptr<Waiter>& w,
-                       std::vector<std::shared_ptr<Waiter>>* ready) {
+void Channel::Complete(std::vector<std::shared_ptr<Waiter>>* ready) {
+  mutex_lock l(mu_);
+  ++released_;
+  while (!waiting_.empty() && waiting_.begin()->first <= released_) {
+    ready->push_back(waiting_.begin()->second);
+    waiting_.erase(waiting_.begin());
+  }
+}
+
+bool Channel::Withdraw(const std::shared_ptr<Waiter>& w) {
   mutex_lock l(mu_);
   auto range = waiting_.equal_range(w->priority);
   for (auto it = range.first; it != range.second; ++it) {
     if (it->second == w) {
       waiting_.erase(it);
-      // A gate that goes without its turn still counts: the transfers behind it need not wait
-      // for it a second time.
-      ++released_;
-      ReleaseReadyLocked(ready);
       return true;
     }
   }
   return false;
 }
 
-void Channel::ReleaseReadyLocked(std::vector<std::shared_ptr<Waiter>>* ready) {
-  while (!waiting_.empty() && waiting_.begin()->first <= released_) {
-    ready->push_back(waiting_.begin()->second);
-    waiting_.erase(waiting_.begin());
-    ++released_;
+void FireInTurn(std::vector<std::shared_ptr<Waiter>> ready, Outcome how) {
+  while (!ready.empty()) {
+    std::shared_ptr<Waiter> w = std::move(ready.back());
+    ready.pop_back();
+    if (w->fired.exchange(true)) continue;
+    if (how == Outcome::kTurn) Watchdog::Get().Unwatch(w);
+    w->fire(how);
+    // A gate that went without its turn (timeout, cancellation) still counts: the transfers
+    // behind it need not wait for it a second time.
+    w->channel->Complete(&ready);
+    how = Outcome::kTurn;  // whoever comes next goes because it is their turn
   }
 }
 

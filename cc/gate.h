@@ -28,11 +28,14 @@ enum class Outcome { kTurn, kTimeout, kCancelled };
 
 class StepGates;
 
+class Channel;
+
 struct Waiter {
   ~Waiter();
   int64_t priority = 0;
   // Keeps the step's state (and so the channel) alive for as long as the waiter can be reached.
   StepGates* gates = nullptr;
+  Channel* channel = nullptr;
   Clock::time_point since;
   Clock::time_point deadline;
   // Called exactly once, outside any lock.
@@ -40,19 +43,22 @@ struct Waiter {
   std::atomic<bool> fired{false};
 };
 
+// A gate counts as released only once its done() has been called: the next gate's turn comes
+// after that, so the order in which tensors are handed on is the priority order, not just the
+// order of the counter updates.
 class Channel {
  public:
-  // Either releases now (returns true, counter advanced) or parks `w` (returns false).
-  // `ready` receives waiters whose turn came because of this release.
-  bool ArriveOrWait(const std::shared_ptr<Waiter>& w, std::vector<std::shared_ptr<Waiter>>* ready);
-  // Removes a parked waiter (timeout or cancellation) and counts it as released.
-  // Returns false if it was already taken by another path.
-  bool Withdraw(const std::shared_ptr<Waiter>& w, std::vector<std::shared_ptr<Waiter>>* ready);
+  // True if it is `w`'s turn now (nothing is counted yet: call Complete after done()); otherwise
+  // parks `w` and returns false.
+  bool ArriveOrWait(const std::shared_ptr<Waiter>& w);
+  // Counts one released gate; `ready` receives the parked waiters whose turn has come.
+  void Complete(std::vector<std::shared_ptr<Waiter>>* ready);
+  // Removes a parked waiter (timeout or cancellation); false if another path took it already.
+  bool Withdraw(const std::shared_ptr<Waiter>& w);
   int64_t released() const;
   size_t waiting() const;
 
  private:
-  void ReleaseReadyLocked(std::vector<std::shared_ptr<Waiter>>* ready);
 
   mutable tensorflow::mutex mu_;
   int64_t released_ = 0;
@@ -82,6 +88,10 @@ struct Stats {
   std::atomic<int64_t> wait_us{0};    // total time spent waiting
 };
 Stats& GlobalStats();
+
+// Fires `ready` (each at most once, guarded by Waiter::fired) and, after each one's done(),
+// counts it and fires whoever's turn that makes; iterative, so long chains use no stack.
+void FireInTurn(std::vector<std::shared_ptr<Waiter>> ready, Outcome how);
 
 // One background thread fires waiters whose deadline passed.
 class Watchdog {

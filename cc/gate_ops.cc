@@ -92,6 +92,7 @@ class TfschedGateOp : public AsyncOpKernel {
             }),
         done);
     Channel* channel = w->gates->Get(channel_);
+    w->channel = channel;
     w->priority = priority_;
     w->since = Clock::now();
     w->deadline = timeout_ms_ > 0 ? w->since + std::chrono::milliseconds(timeout_ms_)
@@ -114,12 +115,13 @@ class TfschedGateOp : public AsyncOpKernel {
       }
       done();
     };
-    std::vector<std::shared_ptr<Waiter>> ready;
-    if (channel->ArriveOrWait(w, &ready)) {
+    if (channel->ArriveOrWait(w)) {
       stats.released.fetch_add(1);
       w->fired.store(true);
       done();
-      Fire(ready, Outcome::kTurn);
+      std::vector<std::shared_ptr<Waiter>> ready;
+      channel->Complete(&ready);
+      FireInTurn(std::move(ready), Outcome::kTurn);
       return;
     }
     std::weak_ptr<Waiter> weak = w;
@@ -127,11 +129,9 @@ class TfschedGateOp : public AsyncOpKernel {
     auto withdraw = [weak, channel, name = channel_](Outcome how) {
       auto waiter = weak.lock();  // alive => its StepGates, and so `channel`, are alive
       if (!waiter) return;
-      std::vector<std::shared_ptr<Waiter>> next;
-      if (channel->Withdraw(waiter, &next)) {
+      if (channel->Withdraw(waiter)) {
         if (how == Outcome::kTimeout) WarnTimeout(name, waiter->priority, channel->released());
-        Fire({waiter}, how);
-        Fire(next, Outcome::kTurn);
+        FireInTurn({waiter}, how);
       }
     };
     if (cm != nullptr &&
@@ -145,15 +145,6 @@ class TfschedGateOp : public AsyncOpKernel {
   }
 
  private:
-  static void Fire(const std::vector<std::shared_ptr<Waiter>>& ws, Outcome how) {
-    for (const auto& w : ws) {
-      if (!w->fired.exchange(true)) {
-        if (how == Outcome::kTurn) Watchdog::Get().Unwatch(w);
-        w->fire(how);
-      }
-    }
-  }
-
   std::string channel_;
   int64_t priority_ = 0;
   int64_t timeout_ms_ = 0;
