@@ -151,3 +151,38 @@ def test_killing_a_worker_leaves_the_others_training():
         assert progress[0] >= at_kill + 10, "worker 0 stopped training when worker 1 died"
         for t in threads:
             t.join(30)
+
+
+@pytest.mark.parametrize("what", ["loss", "init", "half"])
+def test_partial_fetches_do_not_wait_for_pruned_transfers(cluster, what):
+    """The pass ranks only the transfers of the graph it is given: a partial run never waits for
+    gates that were pruned away (it would hang until the timeout if it did)."""
+    import tensorflow as tf
+
+    import tfsched
+    from tfsched.models import build_graph
+
+    def fetch(built):
+        if what == "loss":
+            return built.loss
+        if what == "init":
+            return built.init_op
+        return [built.graph.get_tensor_by_name(f"MatMul{'_' + str(i) if i else ''}:0") for i in range(16)]
+
+    def run(config):
+        built = build_graph("par32", ps_tasks=2)
+        with tf.compat.v1.Session(cluster.target("worker", 0), graph=built.graph, config=config) as sess:
+            sess.run(built.init_op)
+            return within(60, lambda: sess.run(fetch(built)))
+
+    before = ps_stats(cluster)
+    cfg = tfsched.enable(timeout_ms=20_000, strict=True)
+    t = time.monotonic()
+    scheduled = run(cfg)
+    assert time.monotonic() - t < 15, "a partial run waited for pruned transfers"
+    assert "error" not in scheduled, scheduled.get("error")
+    assert ps_stats(cluster)["timeouts"] == before["timeouts"]
+    if what != "init":
+        vanilla = run(None)
+        for a, b in zip(np.atleast_1d(vanilla["value"]), np.atleast_1d(scheduled["value"]), strict=True):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
