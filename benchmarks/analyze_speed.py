@@ -15,15 +15,14 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = os.path.join(HERE, "results")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _results import machine, write  # noqa: E402
 
 
 def _reference(path: str, fetches: list[str], queue) -> None:
@@ -71,8 +70,21 @@ def main() -> None:
             for _ in range(args.repeat):
                 t = time.perf_counter()
                 p = subprocess.run(
-                    [sys.executable, "-m", "tfsched.cli", "analyze", path, "--fetch", built.fetches[0], "--algorithm", alg, "--json"],
-                    capture_output=True, text=True, check=True,
+                    [
+                        sys.executable,
+                        "-m",
+                        "tfsched.cli",
+                        "analyze",
+                        path,
+                        "--fetch",
+                        built.fetches[0],
+                        "--algorithm",
+                        alg,
+                        "--json",
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
                 )
                 times.append(time.perf_counter() - t)
                 json.loads(p.stdout)
@@ -96,16 +108,13 @@ def main() -> None:
 
     result = {
         "benchmark": "analyze_speed",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": machine(),
         "graph": "inception_v3 PS training graph (tf_keras, 75x75 input, batch 4, 1 PS, 1 worker)",
         **facts,
         "analyze_command": commands,
         "tao_ordering_only": {"vectorized_s": fast_s, "straightforward_s": reference},
         "target": {"tao_command_s": 3.0, "met": commands["tao"]["median_s"] < 3.0},
     }
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "analyze_speed.json"), "w") as f:
-        json.dump(result, f, indent=1)
     ref_s = reference.get("seconds")
     md = [
         "# analyze speed: Inception-v3 PS training graph",
@@ -122,9 +131,7 @@ def main() -> None:
         "",
         f"Target: TAO command under 3 s: {'met' if result['target']['met'] else 'NOT met'}.",
     ]
-    with open(os.path.join(RESULTS, "analyze_speed.md"), "w") as f:
-        f.write("\n".join(md) + "\n")
-    print("\n".join(md))
+    write("analyze_speed", result, md)
 
 
 if __name__ == "__main__":

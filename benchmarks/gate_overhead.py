@@ -13,14 +13,13 @@ Writes ``benchmarks/results/gate_overhead.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
+import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = os.path.join(HERE, "results")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _results import machine, write  # noqa: E402
 
 
 def per_gate_cost(n: int = 2000, reps: int = 30) -> dict:
@@ -40,7 +39,9 @@ def per_gate_cost(n: int = 2000, reps: int = 30) -> dict:
                     outs.append(tf.identity(x))
                 else:
                     prio = i if kind == "ordered" else 0
-                    outs.append(ops.tfsched_gate(x, channel="bench", priority=prio, channel_size=n, timeout_ms=60000))
+                    outs.append(
+                        ops.tfsched_gate(x, channel="bench", priority=prio, channel_size=n, timeout_ms=60000)
+                    )
             fetch = tf.group(*outs)
         return g, x, fetch
 
@@ -84,25 +85,37 @@ def main() -> None:
 
     micro = per_gate_cost()
     runs = local_side_by_side(
-        args.model, workers=1, ps=1, modes=("baseline", "tio"), steps=args.steps, rounds=args.rounds,
-        batch_size=args.batch_size, image_size=args.image_size, progress=lambda s: print(s, flush=True),
+        args.model,
+        workers=1,
+        ps=1,
+        modes=("baseline", "tio"),
+        steps=args.steps,
+        rounds=args.rounds,
+        batch_size=args.batch_size,
+        image_size=args.image_size,
+        progress=lambda s: print(s, flush=True),
     )
     base, tio = runs["baseline"].to_json(), runs["tio"].to_json()
     overhead = tio["mean_s"] / base["mean_s"] - 1.0
     result = {
         "benchmark": "gate_overhead",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": machine(),
         "per_gate": micro,
         "compute_bound": {
-            "model": args.model, "batch_size": args.batch_size, "image_size": args.image_size, "workers": 1, "ps": 1, "link": "loopback, unshaped",
-            "rounds": args.rounds, "steps_per_round": args.steps, "baseline": base, "tio": tio,
+            "model": args.model,
+            "batch_size": args.batch_size,
+            "image_size": args.image_size,
+            "workers": 1,
+            "ps": 1,
+            "link": "loopback, unshaped",
+            "rounds": args.rounds,
+            "steps_per_round": args.steps,
+            "baseline": base,
+            "tio": tio,
             "overhead_mean": overhead,
         },
         "target": {"overhead_max": 0.01, "met": overhead <= 0.01},
     }
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "gate_overhead.json"), "w") as f:
-        json.dump(result, f, indent=1)
     md = [
         "# Gate overhead",
         "",
@@ -121,9 +134,7 @@ def main() -> None:
         "",
         f"Overhead: {overhead * 100:+.2f}% (target: within 1%: {'met' if result['target']['met'] else 'NOT met'}).",
     ]
-    with open(os.path.join(RESULTS, "gate_overhead.md"), "w") as f:
-        f.write("\n".join(md) + "\n")
-    print("\n".join(md))
+    write("gate_overhead", result, md)
 
 
 if __name__ == "__main__":

@@ -51,19 +51,7 @@ class Analysis:
         prios = self.schedule.priorities
         return {
             "algorithm": self.schedule.algorithm,
-            "transfers": [
-                {
-                    "tensor": t.tensor,
-                    "variable": t.variable,
-                    "kind": t.kind,
-                    "src": t.src,
-                    "dst": t.dst,
-                    "bytes": t.bytes,
-                    "priority": prios[t],
-                }
-                for ts in self.schedule.channels().values()
-                for t in ts
-            ],
+            "transfers": [t.record(prios[t]) for ts in self.schedule.channels().values() for t in ts],
             "prediction": self.prediction.to_json(),
         }
 

@@ -122,6 +122,18 @@ class Transfer:
         """What identifies this transfer across graph rewrites: the variable, else the tensor."""
         return f"{self.kind}:{self.variable}" if self.variable else f"{self.kind}:{self.tensor}"
 
+    def record(self, priority: int) -> dict:
+        """The JSON record of the transfer with its priority (``analyze --json``, schedule files)."""
+        return {
+            "tensor": self.tensor,
+            "variable": self.variable,
+            "kind": self.kind,
+            "src": self.src,
+            "dst": self.dst,
+            "bytes": self.bytes,
+            "priority": priority,
+        }
+
 
 @dataclass
 class WorkerView:

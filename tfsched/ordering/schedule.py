@@ -78,19 +78,7 @@ class Schedule:
                 {
                     "sender": s,
                     "receiver": r,
-                    "transfers": [
-                        {
-                            "key": t.key,
-                            "tensor": t.tensor,
-                            "variable": t.variable,
-                            "kind": t.kind,
-                            "src": t.src,
-                            "dst": t.dst,
-                            "bytes": t.bytes,
-                            "priority": self.priorities[t],
-                        }
-                        for t in ts
-                    ],
+                    "transfers": [{"key": t.key, **t.record(self.priorities[t])} for t in ts],
                 }
                 for (s, r), ts in self.channels().items()
             ],

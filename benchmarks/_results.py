@@ -1,0 +1,23 @@
+"""Where benchmarks write their results: ``benchmarks/results/<name>.json`` and ``.md``."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def machine() -> dict:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+
+
+def write(name: str, result: dict, markdown: list[str]) -> None:
+    """Write the JSON record and the Markdown summary, and print the summary."""
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(RESULTS, f"{name}.md"), "w") as f:
+        f.write("\n".join(markdown) + "\n")
+    print("\n".join(markdown))
