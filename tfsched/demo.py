@@ -109,8 +109,8 @@ def run_demo(
         )
     console.print(table)
     console.print(
-        "Loopback has no bandwidth limit, so ordering has little to win here; "
-        "the emulated multi-host benchmark shapes each host's link."
+        "All tasks share this machine's cores and an unshaped loopback link, so numbers vary from run "
+        "to run; benchmarks/ has repeated, interleaved measurements."
     )
     out["measured"] = {mode: r.to_json() for mode, r in measured.items()}
     return out

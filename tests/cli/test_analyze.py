@@ -138,3 +138,15 @@ class TestBadInput:
         out = tmp_path / "s.json"
         p = run("analyze", str(tmp_path / "missing.pb"), "-o", str(out))
         assert p.returncode != 0 and not out.exists()
+
+
+@pytest.mark.cluster
+def test_demo_trains_on_a_local_cluster():
+    p = run("demo", "--model", "seq32", "--steps", "2", "--rounds", "1", "--modes", "baseline,tio")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "Predicted step time" in p.stdout and "Measured on a local cluster" in p.stdout
+    assert "vanilla" in p.stdout and "tfsched tio" in p.stdout
+
+
+def test_demo_rejects_bad_modes():
+    assert_one_line_error(run("demo", "--modes", "tio,warp"), "--modes")

@@ -106,7 +106,10 @@ def run_side_by_side(
                 times: list[float] = []
                 errors: list[BaseException] = []
                 lock = threading.Lock()
-                barrier = threading.Barrier(len(targets))
+                started: list[float] = []  # when every worker is past warm-up: the timed part starts
+                barrier = threading.Barrier(
+                    len(targets), action=lambda started=started: started.append(time.perf_counter())
+                )
 
                 def work(
                     w: int, mode=mode, times=times, errors=errors, lock=lock, barrier=barrier, r=r
@@ -126,12 +129,11 @@ def run_side_by_side(
                         errors.append(e)
 
                 threads = [threading.Thread(target=work, args=(w,), daemon=True) for w in range(len(targets))]
-                start = time.perf_counter()
                 for t in threads:
                     t.start()
                 for t in threads:
                     t.join()
-                wall = time.perf_counter() - start
+                wall = time.perf_counter() - started[0] if started else 0.0
                 if errors:
                     raise TfschedError(
                         f"mode {mode}: a worker failed: {str(errors[0]).splitlines()[0][:200]}"
