@@ -45,6 +45,7 @@ class Analysis:
     oracle: TimeOracle
     prediction: Prediction
     workers: int
+    trace_match: object | None = None  # tfsched.tracing.match.MatchReport when analyzed with a trace
 
     def to_json(self) -> dict:
         """The stable ``analyze --json`` shape."""
@@ -94,6 +95,8 @@ def analyze(
     fmt: str | None = None,
     default_device: str | None = None,
     ps_jobs: tuple[str, ...] = ("ps",),
+    trace: str | None = None,
+    statistic: str = "min",
 ) -> Analysis:
     """Analyze a saved graph: transfers, their order under ``algorithm``, and the predicted gain.
 
@@ -104,6 +107,15 @@ def analyze(
     graph = load_comm_graph(path, fetches=fetches, fmt=fmt, default_device=default_device, ps_jobs=ps_jobs)
     link = LinkModel(bandwidth_bps=bandwidth_bps, overhead_s=overhead_s)
     oracle = TimeOracle.from_cost_model(graph, link=link)
+    match = None
+    if trace is not None:
+        # Measured times (TicTac §5); ops the trace did not time keep the cost model's estimate.
+        from tfsched.tracing.match import match_trace
+        from tfsched.tracing.trace import Trace
+
+        measured = Trace.load(trace)
+        match = match_trace(graph, measured, trace)
+        oracle = TimeOracle.from_trace(measured, statistic, fallback=oracle)
     schedule = order(graph, algorithm, oracle)
     prediction = predict(graph, schedule, oracle, workers=workers)
     return Analysis(
@@ -112,4 +124,5 @@ def analyze(
         oracle=oracle,
         prediction=prediction,
         workers=workers or len(graph.worker_tasks),
+        trace_match=match,
     )

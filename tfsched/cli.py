@@ -114,7 +114,34 @@ def _duration(ctx, param, value):
 @click.option(
     "--all", "show_all", is_flag=True, help="List every transfer (default: the first 12 per channel)."
 )
-def analyze(graph, fetches, algorithm, bandwidth, overhead, workers, fmt, ps_jobs, output, as_json, show_all):
+@click.option(
+    "--trace",
+    "trace_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Measured times from `tfsched trace` (TAO and the prediction use them).",
+)
+@click.option(
+    "--statistic",
+    default="min",
+    show_default=True,
+    help="Over traced steps: min (TicTac), median, mean, max, pNN.",
+)
+def analyze(
+    graph,
+    fetches,
+    algorithm,
+    bandwidth,
+    overhead,
+    workers,
+    fmt,
+    ps_jobs,
+    output,
+    as_json,
+    show_all,
+    trace_path,
+    statistic,
+):
     """Find the transfers of a saved PS graph, order them, and predict the step time.
 
     \b
@@ -122,6 +149,7 @@ def analyze(graph, fetches, algorithm, bandwidth, overhead, workers, fmt, ps_job
       tfsched analyze train.pb --fetch train
       tfsched analyze model.meta --algorithm tao --bandwidth 100Mbit --workers 4 -o schedule.json
       tfsched analyze run.runmeta --json
+      tfsched analyze train.pb --fetch train --trace trace.json --algorithm tao
     """
     from tfsched.analysis import analyze as run_analysis
 
@@ -134,6 +162,8 @@ def analyze(graph, fetches, algorithm, bandwidth, overhead, workers, fmt, ps_job
         workers=workers,
         fmt=fmt,
         ps_jobs=tuple(ps_jobs),
+        trace=trace_path,
+        statistic=statistic,
     )
     if output:
         result.schedule.save(output)
@@ -207,6 +237,87 @@ def demo(model, bandwidth, workers, steps, rounds, modes, no_train):
         modes=mode_list,
         train=not no_train,
     )
+
+
+@main.command()
+@click.option(
+    "--model",
+    type=click.Choice(["vgg16", "resnet50", "inception_v3", "seq32", "par32"]),
+    default=None,
+    help="A built-in model.",
+)
+@click.option(
+    "--graph",
+    "graph_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Or a user's GraphDef / MetaGraphDef.",
+)
+@click.option("--fetch", "fetches", multiple=True, help="With --graph: what a step runs (repeatable).")
+@click.option("--init", default=None, help="With --graph: the initializer op to run once.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--ps", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--steps", type=int, default=5, show_default=True, help="Traced steps.")
+@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True)
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), required=True, help="Trace file to write (JSON)."
+)
+def trace(model, graph_path, fetches, init, workers, ps, steps, warmup, output):
+    """Run a local cluster (PS and workers as processes) and trace real steps.
+
+    \b
+    Examples:
+      tfsched trace --model seq32 --workers 2 --steps 5 -o trace.json
+      tfsched trace --graph train.pb --fetch train --init init -o trace.json
+    """
+    from rich.console import Console
+
+    from tfsched.tracing.run import trace_local
+
+    console = Console(stderr=True)
+    with console.status("tracing") as status:
+        result = trace_local(
+            model=model,
+            graph_path=graph_path,
+            fetches=list(fetches) or None,
+            init=init,
+            workers=workers,
+            ps=ps,
+            steps=steps,
+            warmup=warmup,
+            progress=lambda s: status.update(s),
+        )
+    result.save(output)
+    mean_ms = sum(result.step_times_us) / len(result.step_times_us) / 1e3
+    click.echo(
+        f"{output}: {result.steps} steps (mean {mean_ms:.1f} ms), {len(result.ops)} op records, "
+        f"{len(result.transfers)} transfer records"
+    )
+
+
+@main.command()
+@click.argument("trace_path", type=click.Path(dir_okay=False))
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), required=True, help="out.json: Chrome trace events."
+)
+@click.option(
+    "--schedule",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Show each transfer's priority from a schedule file.",
+)
+def viz(trace_path, output, schedule):
+    """Turn a trace into a Chrome trace (opens in Perfetto and chrome://tracing).
+
+    \b
+    Example:
+      tfsched viz trace.json -o trace.chrome.json
+    """
+    from tfsched.tracing.trace import Trace
+    from tfsched.viz.write import write_visualization
+
+    write_visualization(Trace.load(trace_path), output, schedule=schedule)
+    click.echo(f"{output} written")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ def print_analysis(
         f"PS tasks: {len(g.ps_tasks)}, workers: {a.workers}; transfers: {kinds['pull']} pulls, "
         f"{kinds['push']} pushes, {kinds['control']} control"
     )
+    if a.trace_match is not None:
+        console.print(f"times from the trace ({a.oracle.name}): {a.trace_match.line()}")
     for (sender, receiver), ts in s.channels().items():
         table = Table(
             title=f"{_short(sender)} → {_short(receiver)}  ({len(ts)} transfers, {s.algorithm}, {s.mode})",

@@ -171,7 +171,7 @@ def build_graph(
                     averaged = []
                     for pairs in zip(*grads_per_replica, strict=True):
                         var = pairs[0][1]
-                        with tf.compat.v1.colocate_with(var):
+                        with g.device(var.device):
                             averaged.append((tf.add_n([g for g, _ in pairs]) / float(len(pairs)), var))
                     train_op = opt.apply_gradients(averaged, global_step=step, name="train")
                 else:

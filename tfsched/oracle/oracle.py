@@ -87,6 +87,26 @@ class TimeOracle:
             )
         return cls(op_times=times, link=link or LinkModel(), name="cost-model")
 
+    @classmethod
+    def from_trace(cls, trace, statistic: str = "min", *, fallback: TimeOracle | None = None) -> TimeOracle:
+        """Op times and link models measured in ``trace`` (TicTac §5: the minimum over steps).
+
+        Ops the trace does not time (pruned, renamed) keep ``fallback``'s estimates.
+        """
+        from tfsched.oracle.fit import link_fits, op_times
+
+        fits, overall = link_fits(trace, statistic)
+        times = dict(fallback.op_times) if fallback is not None else {}
+        times.update(op_times(trace, statistic))
+        oracle = cls(
+            op_times=times,
+            link=overall.model,
+            links={link: f.model for link, f in fits.items()},
+            name=f"trace ({statistic})",
+        )
+        oracle.fits = fits  # kept for reports: samples, RMSE, R^2 per link
+        return oracle
+
     def compute(self, op_name: str) -> float:
         if self.fixed_transfer_s is not None:
             return 0.0

@@ -1,0 +1,61 @@
+"""Link fits and per-op statistics from traces, on synthetic data with known answers."""
+
+import pytest
+
+from tfsched.errors import TfschedError
+from tfsched.oracle import TimeOracle
+from tfsched.oracle.fit import fit_link, link_fits, op_times, statistic_fn
+from tfsched.tracing.trace import OpRecord, Trace, TransferRecord
+
+PS = "/job:ps/replica:0/task:0/device:CPU:0"
+W = "/job:worker/replica:0/task:0/device:CPU:0"
+
+
+def test_fit_recovers_overhead_and_bandwidth():
+    overhead, bw = 300e-6, 1e9
+    sizes = [1_000, 50_000, 200_000, 1_000_000, 4_000_000]
+    f = fit_link(sizes, [overhead + 8 * b / bw for b in sizes])
+    assert f.model.overhead_s == pytest.approx(overhead, rel=1e-6)
+    assert f.model.bandwidth_bps == pytest.approx(bw, rel=1e-6)
+    assert f.r2 == pytest.approx(1.0) and f.rmse_s < 1e-12
+
+
+def _sequential_trace(overhead, bw, sizes, steps=3, jitter=0.0):
+    """Transfers requested together at t=0 and served one after another on one channel."""
+    transfers = []
+    for step in range(steps):
+        t = 0.0
+        for i, b in enumerate(sizes):
+            service = (overhead + 8 * b / bw) * (1 + jitter * step)
+            t += service
+            transfers.append(TransferRecord(step, f"edge_{i}", f"v{i}/read:0", b, PS, W, 0.0, t * 1e6))
+    ops = [OpRecord(s, W, "op", "MatMul", 0.0, 10.0 + s) for s in range(steps)]
+    return Trace(steps=steps, ops=ops, transfers=transfers, step_times_us=[1e4] * steps)
+
+
+def test_queueing_is_taken_out_before_fitting():
+    # Each recorded duration includes the wait behind earlier transfers; the fit must not.
+    trace = _sequential_trace(500e-6, 2e8, [10_000, 400_000, 20_000, 800_000, 5_000])
+    fits, overall = link_fits(trace)
+    f = fits[("/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0")]
+    assert f.model.overhead_s == pytest.approx(500e-6, rel=1e-6)
+    assert f.model.bandwidth_bps == pytest.approx(2e8, rel=1e-6)
+    assert overall.model.bandwidth_bps == pytest.approx(2e8, rel=1e-6)
+
+
+def test_min_statistic_is_tictacs():
+    trace = _sequential_trace(500e-6, 2e8, [10_000, 400_000], steps=3, jitter=0.5)
+    o = TimeOracle.from_trace(trace, "min")
+    # min over steps: the fastest step's service times, and the op's shortest duration
+    assert o.links[
+        ("/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0")
+    ].bandwidth_bps == pytest.approx(2e8, rel=1e-6)
+    assert o.op_times["op"] == pytest.approx(10e-6)
+    assert op_times(trace, "max")["op"] == pytest.approx(12e-6)
+    assert op_times(trace, "median")["op"] == pytest.approx(11e-6)
+    assert statistic_fn("p50")([1.0, 2.0, 3.0]) == pytest.approx(2.0)
+
+
+def test_bad_statistic():
+    with pytest.raises(TfschedError, match="unknown statistic"):
+        statistic_fn("mode")

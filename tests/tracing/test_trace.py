@@ -1,0 +1,201 @@
+"""Tracing a real cluster, trace files, and matching traces to graphs."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tfsched.errors import TfschedError
+from tfsched.tracing.trace import Trace
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """A real 1 PS + 2 worker cluster (in-graph replication) traced for 2 steps."""
+    import tensorflow as tf
+
+    from tfsched.bench.local import LocalCluster
+    from tfsched.models import build_graph
+    from tfsched.tracing import collect
+
+    d = tmp_path_factory.mktemp("trace")
+    built = build_graph("seq32", in_graph_workers=2)
+    (d / "g.pb").write_bytes(built.graph_def().SerializeToString())
+    with LocalCluster(ps=1, workers=2, vanilla=True) as c:
+        with tf.compat.v1.Session(c.target(), graph=built.graph) as sess:
+            sess.run(built.init_op)
+            md = tf.compat.v1.RunMetadata()
+            sess.run(
+                built.train_op, options=tf.compat.v1.RunOptions(output_partition_graphs=True), run_metadata=md
+            )
+            trace = collect(sess, built.train_op, steps=2, warmup=1)
+    trace.save(str(d / "trace.json"))
+    return {"trace": trace, "dir": d, "built": built, "partitions": md.partition_graphs}
+
+
+@pytest.mark.tf
+@pytest.mark.cluster
+class TestCollect:
+    def test_every_crossing_tensor_is_traced_with_its_size(self, traced):
+        trace, built = traced["trace"], traced["built"]
+        crossing = set()
+        for pg in traced["partitions"]:
+            by = {n.name: n for n in pg.node}
+            for n in pg.node:
+                if n.op == "_Send":
+                    src = by.get(n.input[0].split(":")[0])
+                    if (
+                        src is not None
+                        and src.op == "Const"
+                        and src.input
+                        and all(i.startswith("^") for i in src.input)
+                    ):
+                        continue  # a control edge's dummy
+                    crossing.add(n.attr["tensor_name"].s.decode())
+        for step in range(2):
+            edges = {t.edge for t in trace.transfers if t.step == step}
+            assert edges == crossing
+        for t in trace.transfers:
+            tensor = built.graph.get_tensor_by_name(t.tensor)
+            assert t.bytes == tensor.dtype.size * tensor.shape.num_elements()
+            assert t.duration_us >= 0 and t.src != t.dst
+        devices = {o.device for o in trace.ops}
+        assert {d.split("/device:")[0] for d in devices} >= {
+            "/job:worker/replica:0/task:0",
+            "/job:worker/replica:0/task:1",
+            "/job:ps/replica:0/task:0",
+        }
+        assert len(trace.step_times_us) == 2 and all(t > 0 for t in trace.step_times_us)
+
+    def test_round_trip(self, traced):
+        again = Trace.load(str(traced["dir"] / "trace.json"))
+        assert again.ops == traced["trace"].ops and again.transfers == traced["trace"].transfers
+
+    def test_analyze_with_the_trace(self, traced):
+        from tfsched.analysis import analyze
+
+        a = analyze(
+            str(traced["dir"] / "g.pb"),
+            fetches=["train"],
+            algorithm="tao",
+            trace=str(traced["dir"] / "trace.json"),
+        )
+        m = a.trace_match
+        assert m.transfers_matched >= m.transfers_total - 2 and m.ops_matched > m.ops_total // 2
+        assert a.oracle.name == "trace (min)"
+        assert a.prediction.lower_bound_s <= a.prediction.scheduled_s <= a.prediction.upper_bound_s
+
+    def test_viz_json(self, traced, tmp_path):
+        out = tmp_path / "t.chrome.json"
+        p = subprocess.run(
+            [sys.executable, "-m", "tfsched.cli", "viz", str(traced["dir"] / "trace.json"), "-o", str(out)],
+            capture_output=True,
+            text=True,
+        )
+        assert p.returncode == 0, p.stderr
+        doc = json.loads(out.read_text())
+        events = doc["traceEvents"]
+        names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+        assert {
+            "/job:ps/replica:0/task:0",
+            "/job:worker/replica:0/task:0",
+            "/job:worker/replica:0/task:1",
+        } <= names
+        tracks = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+        assert "recv from /job:ps/replica:0/task:0" in tracks and any(t.startswith("compute") for t in tracks)
+        slices = [e for e in events if e["ph"] == "X" and e["cat"] == "transfer"]
+        assert len(slices) == len(traced["trace"].transfers)
+        assert all({"tensor", "bytes", "sender", "receiver"} <= set(e["args"]) for e in slices)
+        assert sum(e["ph"] == "s" for e in events) > len(slices) // 2  # flow arrows to consumers
+
+
+class TestBadTraces:
+    def _run(self, *args):
+        return subprocess.run([sys.executable, "-m", "tfsched.cli", *args], capture_output=True, text=True)
+
+    def _one_line(self, p, *needles):
+        lines = [x for x in p.stderr.strip().splitlines() if x.strip()]
+        assert p.returncode != 0 and len(lines) == 1 and lines[0].startswith("Error: "), p.stderr
+        for n in needles:
+            assert n in lines[0]
+
+    def test_truncated(self, tmp_path):
+        bad = tmp_path / "t.json"
+        bad.write_text('{"schema": "tfsched.trace/1", "steps": 2, "ops": [')
+        self._one_line(
+            self._run("viz", str(bad), "-o", str(tmp_path / "o.json")), "t.json", "not a trace file"
+        )
+        assert not (tmp_path / "o.json").exists()
+
+    def test_empty(self, tmp_path):
+        bad = tmp_path / "t.json"
+        bad.write_text(
+            json.dumps(
+                {"schema": "tfsched.trace/1", "steps": 0, "ops": [], "transfers": [], "step_times_us": []}
+            )
+        )
+        self._one_line(self._run("viz", str(bad), "-o", str(tmp_path / "o.json")), "empty")
+
+    def test_other_schema(self, tmp_path):
+        bad = tmp_path / "t.json"
+        bad.write_text(json.dumps({"schema": "tfsched.trace/0"}))
+        self._one_line(
+            self._run("viz", str(bad), "-o", str(tmp_path / "o.json")), "not a tfsched.trace/1 file"
+        )
+
+    def test_steps_zero(self, tmp_path):
+        self._one_line(
+            self._run("trace", "--model", "seq32", "--steps", "0", "-o", str(tmp_path / "t.json")), "steps"
+        )
+
+    @pytest.mark.tf
+    @pytest.mark.cluster
+    def test_trace_of_another_graph(self, traced, tmp_path):
+        from tfsched.models import build_graph
+
+        other = build_graph("par32")
+        g = tmp_path / "par.pb"
+        g.write_bytes(other.graph_def().SerializeToString())
+        p = self._run("analyze", str(g), "--fetch", "train", "--trace", str(traced["dir"] / "trace.json"))
+        self._one_line(p, "trace.json", "another graph")
+
+
+@pytest.mark.tf
+@pytest.mark.cluster
+@pytest.mark.parametrize("kwargs,expected", [({"every_n_steps": 3}, [0, 3, 6]), ({"steps": (2, 4)}, [2, 3])])
+def test_trace_hook_traces_exactly_the_steps_asked_for(tmp_path, kwargs, expected):
+    import tensorflow as tf
+
+    from tfsched.bench.local import LocalCluster
+    from tfsched.models import build_graph
+    from tfsched.tracing import TraceHook
+
+    built = build_graph("seq32")
+    out = tmp_path / "hook.json"
+    hook = TraceHook(str(out), **kwargs)
+    with LocalCluster(ps=1, workers=1, vanilla=True) as c:
+        with built.graph.as_default():
+            with tf.compat.v1.train.MonitoredTrainingSession(
+                master=c.target(),
+                hooks=[hook],
+                save_checkpoint_secs=None,
+                save_summaries_steps=None,
+                log_step_count_steps=None,
+            ) as sess:
+                for _ in range(7):
+                    sess.run(built.train_op)
+    assert hook.traced_runs == expected
+    trace = Trace.load(str(out))
+    assert trace.steps == len(expected) and trace.meta["traced_runs"] == expected
+    assert {t.step for t in trace.transfers} == set(range(len(expected)))
+
+
+def test_trace_hook_rejects_bad_settings():
+    pytest.importorskip("tensorflow")
+    from tfsched.tracing import TraceHook
+
+    with pytest.raises(TfschedError, match="either every_n_steps or steps"):
+        TraceHook("x.json")
+    with pytest.raises(TfschedError, match="every_n_steps must be positive"):
+        TraceHook("x.json", every_n_steps=0)

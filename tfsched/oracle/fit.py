@@ -1,0 +1,122 @@
+"""Time estimates from traces: per-op statistics and per-link transfer models.
+
+TicTac §5 takes the minimum over steps as an op's time; median, mean and percentiles (``p90``)
+are offered too. A link's model is fitted by least squares to its observed transfers
+(duration = overhead + bytes / bandwidth, each transfer's time taken with the same statistic
+over steps), so that transfers never observed, or slices of partitioned ones, get a time.
+
+A RecvTensor's recorded duration runs from the request to the last byte, so it includes the
+time spent queued behind earlier tensors of the same connection: with every pull requested at
+the start of a step, the late ones look slow whatever their size. The fit therefore uses
+service times, under the simulator's channel model (one FIFO byte stream per channel):
+``service = end - max(start, end of the previous transfer on the channel in that step)``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from tfsched.errors import TfschedError
+from tfsched.graph.devices import task_of
+from tfsched.oracle.oracle import LinkModel
+from tfsched.tracing.trace import Trace
+
+
+def statistic_fn(name: str):
+    """``min`` (TicTac), ``median``, ``mean``, ``max`` or a percentile ``pNN``."""
+    if name == "min":
+        return min
+    if name == "max":
+        return max
+    if name == "mean":
+        return lambda xs: float(np.mean(xs))
+    if name == "median":
+        return lambda xs: float(np.median(xs))
+    m = re.fullmatch(r"p([0-9]{1,2}(?:\.[0-9]+)?)", name)
+    if m:
+        q = float(m.group(1))
+        return lambda xs: float(np.percentile(xs, q))
+    raise TfschedError(f"unknown statistic {name!r}; use min, median, mean, max or pNN (e.g. p90)")
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    """A fitted link: the model and how well it explains the observations."""
+
+    model: LinkModel
+    samples: int
+    rmse_s: float
+    r2: float
+
+
+def fit_link(nbytes: list[float], seconds: list[float]) -> LinkFit:
+    """Least squares of seconds = overhead + 8 * bytes / bandwidth (both kept physical)."""
+    if not nbytes:
+        raise TfschedError("cannot fit a link without observed transfers")
+    x = np.asarray(nbytes, dtype=float)
+    y = np.asarray(seconds, dtype=float)
+    if len(x) >= 2 and np.ptp(x) > 0:
+        slope, intercept = np.polyfit(x, y, 1)
+    else:
+        slope, intercept = (float(np.mean(y)) / max(float(np.mean(x)), 1.0), 0.0)
+    if slope <= 0:  # sizes do not explain times (tiny tensors only): all overhead
+        slope, intercept = 1e-12, float(np.mean(y))
+    if intercept < 0:  # refit through the origin
+        intercept, slope = 0.0, float(np.dot(x, y) / max(np.dot(x, x), 1e-30))
+    pred = intercept + slope * x
+    ss_res = float(np.sum((y - pred) ** 2))
+    ss_tot = float(np.sum((y - np.mean(y)) ** 2))
+    return LinkFit(
+        model=LinkModel(bandwidth_bps=float(8.0 / slope), overhead_s=float(intercept)),
+        samples=len(x),
+        rmse_s=math.sqrt(ss_res / len(x)),
+        r2=1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0,
+    )
+
+
+def op_times(trace: Trace, statistic: str = "min") -> dict[str, float]:
+    """Seconds per op name, ``statistic`` over the traced steps."""
+    f = statistic_fn(statistic)
+    per: dict[str, list[float]] = defaultdict(list)
+    for o in trace.ops:
+        per[o.node].append(o.duration_us / 1e6)
+    return {name: f(xs) for name, xs in per.items()}
+
+
+def _by_channel_step(trace: Trace) -> dict[tuple[int, str, str], list]:
+    out: dict[tuple[int, str, str], list] = defaultdict(list)
+    for t in trace.transfers:
+        out[(t.step, task_of(t.src), task_of(t.dst))].append(t)
+    return out
+
+
+def link_fits(trace: Trace, statistic: str = "min") -> tuple[dict[tuple[str, str], LinkFit], LinkFit]:
+    """Per (sender task, receiver task) fits, and one over every link (for links never seen)."""
+    if not trace.transfers:
+        raise TfschedError("the trace has no transfers to fit links to")
+    f = statistic_fn(statistic)
+    per_edge: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    size: dict[tuple[str, str, str], int] = {}
+    for (_step, src, dst), ts in _by_channel_step(trace).items():
+        prev_end = -math.inf
+        for t in sorted(ts, key=lambda t: t.start_us + t.duration_us):
+            end = t.start_us + t.duration_us
+            service = end - max(t.start_us, prev_end)
+            prev_end = end
+            key = (src, dst, t.tensor)
+            per_edge[key].append(max(service, 0.0) / 1e6)
+            size[key] = t.bytes
+    by_link: dict[tuple[str, str], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    for key, xs in per_edge.items():
+        b, s = by_link[(key[0], key[1])]
+        b.append(size[key])
+        s.append(f(xs))
+    fits = {link: fit_link(b, s) for link, (b, s) in by_link.items()}
+    all_b = [b for bs, _ in by_link.values() for b in bs]
+    all_s = [s for _, ss in by_link.values() for s in ss]
+    return fits, fit_link(all_b, all_s)

@@ -1,0 +1,20 @@
+"""Tracing real steps: per-op compute times and every cross-task transfer."""
+
+from tfsched.tracing.trace import OpRecord, Trace, TransferRecord
+
+__all__ = ["OpRecord", "Trace", "TraceHook", "TransferRecord", "collect"]
+
+
+def __getattr__(name):
+    if name == "TraceHook":  # imports TensorFlow: only when asked for
+        from tfsched.tracing.hook import TraceHook
+
+        return TraceHook
+    raise AttributeError(name)
+
+
+def collect(sess, fetches, **kwargs):
+    """See :func:`tfsched.tracing.collect.collect`."""
+    from tfsched.tracing.collect import collect as _collect
+
+    return _collect(sess, fetches, **kwargs)

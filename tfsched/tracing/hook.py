@@ -1,0 +1,73 @@
+"""``TraceHook``: trace chosen steps of a user's ``MonitoredTrainingSession`` loop."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tfsched.errors import TfschedError
+from tfsched.tracing.collect import parse_run_metadata
+from tfsched.tracing.trace import Trace
+
+
+class TraceHook(tf.compat.v1.train.SessionRunHook):
+    """Traces every ``every_n_steps``-th run, or the runs ``first <= i < last``, and writes the trace.
+
+    Runs are counted from 0 as the hook sees them. Untraced runs get no options at all, so they
+    run exactly as without the hook. The file is written when the session ends.
+
+    >>> hook = TraceHook("trace.json", every_n_steps=100)  # doctest: +SKIP
+    >>> with tf.compat.v1.train.MonitoredTrainingSession(master, hooks=[hook]) as sess: ...  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        output: str,
+        *,
+        every_n_steps: int | None = None,
+        steps: tuple[int, int] | None = None,
+        meta: dict | None = None,
+    ) -> None:
+        if (every_n_steps is None) == (steps is None):
+            raise TfschedError("TraceHook: give either every_n_steps or steps=(first, last)")
+        if every_n_steps is not None and every_n_steps <= 0:
+            raise TfschedError(f"TraceHook: every_n_steps must be positive, got {every_n_steps}")
+        if steps is not None and not (0 <= steps[0] < steps[1]):
+            raise TfschedError(f"TraceHook: steps must be (first, last) with 0 <= first < last, got {steps}")
+        self.output = output
+        self._every = every_n_steps
+        self._range = steps
+        self._meta = dict(meta or {})
+        self._run = 0
+        self._trace = Trace(steps=0, meta=self._meta)
+        self.traced_runs: list[int] = []
+
+    def _wanted(self, i: int) -> bool:
+        if self._every is not None:
+            return i % self._every == 0
+        return self._range[0] <= i < self._range[1]
+
+    def before_run(self, run_context):
+        if not self._wanted(self._run):
+            return None
+        options = tf.compat.v1.RunOptions(
+            trace_level=tf.compat.v1.RunOptions.FULL_TRACE, output_partition_graphs=True
+        )
+        return tf.compat.v1.train.SessionRunArgs(fetches=None, options=options)
+
+    def after_run(self, run_context, run_values):
+        if self._wanted(self._run) and run_values.run_metadata is not None:
+            index = self._trace.steps
+            ops, transfers, wall = parse_run_metadata(
+                run_values.run_metadata, index, run_context.session.graph
+            )
+            self._trace.ops.extend(ops)
+            self._trace.transfers.extend(transfers)
+            self._trace.step_times_us.append(wall)
+            self._trace.steps += 1
+            self.traced_runs.append(self._run)
+        self._run += 1
+
+    def end(self, session):
+        if self._trace.steps:
+            self._trace.meta["traced_runs"] = self.traced_runs
+            self._trace.save(self.output)

@@ -1,0 +1,57 @@
+"""Mapping a trace back to a CommGraph: how much of the graph the trace explains."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tfsched.errors import TfschedError
+from tfsched.graph.devices import task_of
+from tfsched.graph.model import CommGraph
+from tfsched.tracing.trace import Trace
+
+
+@dataclass
+class MatchReport:
+    ops_matched: int
+    ops_total: int
+    transfers_matched: int
+    transfers_total: int
+    unmatched_transfers: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        return (
+            f"trace matches {self.ops_matched}/{self.ops_total} ops and "
+            f"{self.transfers_matched}/{self.transfers_total} transfers of the graph"
+        )
+
+
+def match_trace(graph: CommGraph, trace: Trace, source: str = "<trace>") -> MatchReport:
+    """Count the graph's ops and data transfers that the trace timed; never drops silently.
+
+    A trace that explains fewer than half of the graph's transfers is from another graph (or
+    another fetch set): an error. A trace of the same graph matches nearly all of them; the few
+    it may miss (constants TensorFlow replicated instead of sending) are listed in the report.
+    """
+    timed_ops = {o.node for o in trace.ops}
+    # Names alone are not enough (every model has a MatMul/ReadVariableOp): the size must agree too.
+    seen = {(t.tensor, task_of(t.dst)): t.bytes for t in trace.transfers}
+    data = [t for t in graph.transfers if t.kind != "control"]
+
+    def matches(t) -> bool:
+        key = (t.tensor, t.dst_task)
+        return key in seen and (t.bytes is None or seen[key] == t.bytes)
+
+    unmatched = [f"{t.tensor} -> {t.dst_task}" for t in data if not matches(t)]
+    report = MatchReport(
+        ops_matched=sum(1 for n in graph.graph if n in timed_ops),
+        ops_total=len(graph.graph),
+        transfers_matched=len(data) - len(unmatched),
+        transfers_total=len(data),
+        unmatched_transfers=unmatched,
+    )
+    if data and report.transfers_matched * 2 < len(data):
+        raise TfschedError(
+            f"{source}: the trace matches {report.transfers_matched} of the {len(data)} transfers of this graph; "
+            "it is from another graph or another fetch"
+        )
+    return report

@@ -1,0 +1,79 @@
+"""``tfsched trace``: trace a built-in model or a user's graph on a local cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tfsched.errors import TfschedError
+from tfsched.tracing.trace import Trace
+
+
+def trace_local(
+    *,
+    model: str | None = None,
+    graph_path: str | None = None,
+    fetches: list[str] | None = None,
+    init: str | None = None,
+    workers: int = 1,
+    ps: int = 1,
+    steps: int = 5,
+    warmup: int = 2,
+    batch_size: int = 4,
+    progress: Callable[[str], None] | None = None,
+) -> Trace:
+    """Start PS and worker processes, run ``steps`` traced steps, return the trace.
+
+    With a built-in model and several workers the graph uses in-graph replication, so that one
+    traced step covers every worker. A user's graph (GraphDef or MetaGraphDef) runs as saved, with
+    ``fetches`` and, once before, ``init``.
+    """
+    from tfsched.bench.local import LocalCluster
+    from tfsched.graph._tf import import_tensorflow
+
+    tf = import_tensorflow()
+
+    if steps <= 0:
+        raise TfschedError(f"--steps must be positive, got {steps}")
+    if (model is None) == (graph_path is None):
+        raise TfschedError("give either --model or --graph")
+    if model is not None:
+        from tfsched.models import build_graph
+
+        built = build_graph(
+            model, ps_tasks=ps, batch_size=batch_size, in_graph_workers=workers if workers > 1 else 0
+        )
+        graph, run_fetches, init_op = built.graph, built.train_op, built.init_op
+        meta = {"model": model, "fetches": built.fetches}
+    else:
+        from tfsched.graph.load import read_graph_file
+
+        loaded = read_graph_file(graph_path)
+        if loaded.graph_def is None:
+            raise TfschedError(
+                f"{graph_path}: tracing needs a GraphDef or MetaGraphDef, not partition graphs"
+            )
+        fetches = fetches or loaded.fetch_hints
+        if not fetches:
+            raise TfschedError(f"{graph_path}: name what a step runs with --fetch")
+        graph = tf.Graph()
+        with graph.as_default():
+            tf.compat.v1.import_graph_def(loaded.graph_def, name="")
+        names = {op.name for op in graph.get_operations()}
+        for f in fetches + ([init] if init else []):
+            if f.split(":")[0] not in names:
+                raise TfschedError(f"{graph_path}: {f!r} is not in the graph")
+        run_fetches = [graph.as_graph_element(f) for f in fetches]
+        init_op = graph.as_graph_element(init) if init else None
+        meta = {"graph": graph_path, "fetches": fetches}
+    meta.update({"workers": workers, "ps": ps})
+    if progress:
+        progress(f"starting {ps} PS and {workers} worker processes")
+    from tfsched.tracing.collect import collect
+
+    with LocalCluster(ps=ps, workers=workers, vanilla=True) as cluster:
+        with tf.compat.v1.Session(cluster.target("worker", 0), graph=graph) as sess:
+            if init_op is not None:
+                sess.run(init_op)
+            if progress:
+                progress(f"tracing {steps} steps after {warmup} warm-up steps")
+            return collect(sess, run_fetches, steps=steps, warmup=warmup, meta=meta)

@@ -1,0 +1,105 @@
+"""The ``Trace``: what real steps did, per op and per transfer, saved as versioned JSON.
+
+Times are microseconds relative to the start of their step (the earliest op of the step on any
+device). A trace keeps the partition graphs of its run (base64 GraphDefs) so that it is
+self-contained: ``analyze --trace`` can check it belongs to the graph it is used with.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+
+from tfsched.errors import TfschedError
+
+SCHEMA = "tfsched.trace/1"
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    step: int
+    device: str
+    node: str
+    op: str
+    start_us: float
+    duration_us: float
+
+
+@dataclass(frozen=True)
+class TransferRecord:
+    step: int
+    edge: str  # the partitioner's rendezvous name, e.g. edge_12_conv1/ReadVariableOp
+    tensor: str  # source tensor, "op:index"
+    bytes: int
+    src: str  # sender device
+    dst: str  # receiver device
+    start_us: float
+    duration_us: float
+    consumers: tuple[str, ...] = ()  # ops on the receiver that use it (from the partition graphs)
+
+
+@dataclass
+class Trace:
+    steps: int
+    ops: list[OpRecord] = field(default_factory=list)
+    transfers: list[TransferRecord] = field(default_factory=list)
+    step_times_us: list[float] = field(default_factory=list)  # wall time of each traced step
+    partition_graphs: list[str] = field(default_factory=list)  # base64 of serialized GraphDefs
+    meta: dict = field(default_factory=dict)  # model, fetches, cluster...
+
+    def to_json(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "steps": self.steps,
+            "step_times_us": self.step_times_us,
+            "meta": self.meta,
+            "ops": [asdict(o) for o in self.ops],
+            "transfers": [asdict(t) for t in self.transfers],
+            "partition_graphs": self.partition_graphs,
+        }
+
+    def save(self, path: str) -> None:
+        directory = os.path.dirname(os.path.abspath(path))
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".trace-", dir=directory)
+        except OSError as e:
+            raise TfschedError(f"{path}: cannot write ({e.strerror})") from None
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.to_json(), f)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path: str) -> Trace:
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            raise TfschedError(f"{path}: no such trace file") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise TfschedError(f"{path}: not a trace file (truncated or not JSON: {e})") from None
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+            raise TfschedError(f"{path}: not a {SCHEMA} file (schema: {found!r})")
+        try:
+            trace = cls(
+                steps=int(data["steps"]),
+                ops=[OpRecord(**o) for o in data["ops"]],
+                transfers=[
+                    TransferRecord(**{**t, "consumers": tuple(t.get("consumers", ()))})
+                    for t in data["transfers"]
+                ],
+                step_times_us=[float(x) for x in data["step_times_us"]],
+                partition_graphs=list(data.get("partition_graphs", [])),
+                meta=dict(data.get("meta", {})),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise TfschedError(f"{path}: malformed {SCHEMA} file ({type(e).__name__}: {e})") from None
+        if trace.steps <= 0 or not trace.ops:
+            raise TfschedError(f"{path}: the trace is empty (no traced step)")
+        return trace
