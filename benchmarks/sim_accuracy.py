@@ -1,0 +1,84 @@
+"""How well the simulator, fed the oracle from a trace, predicts the measured step time.
+
+For each model: trace real steps on a local cluster (1 PS, the given workers, loopback), build
+the oracle from the trace, simulate one step of the same graph (FIFO, the order vanilla
+TensorFlow ran), and compare with the measured mean step time. Issue target: within 10%.
+
+    python benchmarks/sim_accuracy.py [--models seq32,par32,vgg16] [--steps 5]
+
+Writes ``benchmarks/results/sim_accuracy.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _results import machine, write  # noqa: E402
+
+
+def measure(model: str, steps: int, workers: int) -> dict:
+    from tfsched.graph import load_comm_graph
+    from tfsched.models import build_graph
+    from tfsched.oracle import TimeOracle
+    from tfsched.sim import simulate_schedule
+    from tfsched.tracing.match import match_trace
+    from tfsched.tracing.run import trace_local
+
+    built = build_graph(model, in_graph_workers=workers if workers > 1 else 0)
+    with tempfile.TemporaryDirectory() as d:
+        # Trace the very file that is analyzed: a second build would name some ops differently.
+        path = os.path.join(d, "g.pb")
+        with open(path, "wb") as f:
+            f.write(built.graph_def().SerializeToString())
+        graph = load_comm_graph(path, fetches=built.fetches)
+        trace = trace_local(
+            graph_path=path,
+            fetches=built.fetches,
+            init=built.init_op.name,
+            workers=workers,
+            steps=steps,
+            warmup=2,
+        )
+    report = match_trace(graph, trace, model)
+    measured = statistics.fmean(trace.step_times_us) / 1e6
+    row = {"model": model, "workers": workers, "measured_s": measured, "match": report.line()}
+    for stat in ("min", "median"):
+        oracle = TimeOracle.from_trace(trace, stat, fallback=TimeOracle.from_cost_model(graph))
+        predicted = simulate_schedule(graph, oracle).step_time
+        row[f"predicted_{stat}_s"] = predicted
+        row[f"error_{stat}"] = predicted / measured - 1.0
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="seq32,par32,vgg16")
+    ap.add_argument("--steps", type=int, default=5)
+    args = ap.parse_args()
+    rows = []
+    for model in args.models.split(","):
+        workers = 2 if model in ("seq32", "par32") else 1  # keras models: no in-graph replication
+        print(f"tracing {model} ...", flush=True)
+        rows.append(measure(model, args.steps, workers))
+    md = [
+        "# Simulator accuracy against traced steps",
+        "",
+        "| model | workers | measured step (s) | predicted, min oracle (s) | error | predicted, median oracle (s) | error |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        md.append(
+            f"| {r['model']} | {r['workers']} | {r['measured_s']:.4f} | {r['predicted_min_s']:.4f} | "
+            f"{r['error_min'] * 100:+.0f}% | {r['predicted_median_s']:.4f} | {r['error_median'] * 100:+.0f}% |"
+        )
+    md += ["", "Target (issue: tracing): within 10%.", ""] + [f"- {r['model']}: {r['match']}" for r in rows]
+    write("sim_accuracy", {"benchmark": "sim_accuracy", "machine": machine(), "rows": rows}, md)
+
+
+if __name__ == "__main__":
+    main()
