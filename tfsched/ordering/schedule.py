@@ -9,13 +9,12 @@ the next one skips ahead (``0, 0, 2, 3``).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
 from tfsched.graph.model import CommGraph, Transfer
+from tfsched.io import read_json, write_atomic
 
 SCHEMA = "tfsched.schedule/1"
 ALGORITHMS = ("tio", "tao", "layer", "fifo")
@@ -86,32 +85,12 @@ class Schedule:
 
     def save(self, path: str) -> None:
         """Write atomically: a failed write leaves no half-written file behind."""
-        directory = os.path.dirname(os.path.abspath(path))
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=".schedule-", dir=directory)
-        except OSError as e:
-            raise TfschedError(f"{path}: cannot write ({e.strerror})") from None
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.to_json(), f, indent=1)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomic(path, lambda f: json.dump(self.to_json(), f, indent=1))
 
 
 def load_schedule(path: str) -> dict:
     """Read and validate a schedule file; returns its JSON (matching to a graph is the caller's)."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise TfschedError(f"{path}: no such schedule file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TfschedError(f"{path}: not a schedule file: {e}") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise TfschedError(f"{path}: not a {SCHEMA} file (schema: {found!r})")
+    data = read_json(path, "schedule", SCHEMA)
     if data.get("algorithm") not in ALGORITHMS or data.get("mode") not in MODES:
         raise TfschedError(
             f"{path}: unknown algorithm or mode ({data.get('algorithm')!r}, {data.get('mode')!r})"

@@ -8,11 +8,10 @@ self-contained: ``analyze --trace`` can check it belongs to the graph it is used
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 
 from tfsched.errors import TfschedError
+from tfsched.io import read_json, write_atomic
 
 SCHEMA = "tfsched.trace/1"
 
@@ -61,31 +60,11 @@ class Trace:
         }
 
     def save(self, path: str) -> None:
-        directory = os.path.dirname(os.path.abspath(path))
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=".trace-", dir=directory)
-        except OSError as e:
-            raise TfschedError(f"{path}: cannot write ({e.strerror})") from None
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.to_json(), f)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomic(path, lambda f: json.dump(self.to_json(), f))
 
     @classmethod
     def load(cls, path: str) -> Trace:
-        try:
-            with open(path) as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            raise TfschedError(f"{path}: no such trace file") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise TfschedError(f"{path}: not a trace file (truncated or not JSON: {e})") from None
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-            found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-            raise TfschedError(f"{path}: not a {SCHEMA} file (schema: {found!r})")
+        data = read_json(path, "trace", SCHEMA)
         try:
             trace = cls(
                 steps=int(data["steps"]),

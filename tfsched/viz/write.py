@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
 from tfsched.errors import TfschedError
+from tfsched.io import write_atomic
 from tfsched.tracing.trace import Trace
 from tfsched.viz.chrome import chrome_trace
 
@@ -33,15 +33,4 @@ def write_visualization(trace: Trace, output: str, *, schedule: str | None = Non
         )
     priorities = _priorities(schedule) if schedule else None
     doc = chrome_trace(trace, priorities=priorities)
-    directory = os.path.dirname(os.path.abspath(output))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".viz-", dir=directory)
-    except OSError as e:
-        raise TfschedError(f"{output}: cannot write ({e.strerror})") from None
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f)
-        os.replace(tmp, output)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_atomic(output, lambda f: json.dump(doc, f))

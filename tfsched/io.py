@@ -1,0 +1,42 @@
+"""Files the commands write and read: atomically, and with one clear line when they are bad."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from typing import IO
+
+from tfsched.errors import TfschedError
+
+
+def write_atomic(path: str, write: Callable[[IO[str]], None]) -> None:
+    """Write a text file so that a failure leaves nothing half-written behind."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tfsched-", dir=directory)
+    except OSError as e:
+        raise TfschedError(f"{path}: cannot write ({e.strerror})") from None
+    try:
+        with os.fdopen(fd, "w") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def read_json(path: str, what: str, schema: str):
+    """Load a ``schema`` JSON document; a missing, truncated or foreign file is a TfschedError."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise TfschedError(f"{path}: no such {what} file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TfschedError(f"{path}: not a {what} file (truncated or not JSON: {e})") from None
+    if not isinstance(data, dict) or data.get("schema") != schema:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise TfschedError(f"{path}: not a {schema} file (schema: {found!r})")
+    return data
