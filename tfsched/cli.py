@@ -320,5 +320,108 @@ def viz(trace_path, output, schedule):
     click.echo(f"{output} written")
 
 
+@main.command()
+@click.option(
+    "--model",
+    type=click.Choice(["vgg16", "resnet50", "inception_v3", "seq32", "par32"]),
+    default="vgg16",
+    show_default=True,
+)
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--ps", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--bandwidth",
+    default="1Gbit",
+    show_default=True,
+    callback=_bandwidth,
+    help="Per-host link, each direction.",
+)
+@click.option(
+    "--latency", default="0s", show_default=True, callback=_duration, help="One-way added latency per link."
+)
+@click.option(
+    "--modes",
+    default="baseline,tio,tao",
+    show_default=True,
+    help="Comma-separated: baseline, tio, tao, layer.",
+)
+@click.option(
+    "--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Steps per worker per round."
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Interleaved rounds of every mode.",
+)
+@click.option("--batch-size", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option(
+    "--mode", "run_mode", type=click.Choice(["train", "inference"]), default="train", show_default=True
+)
+@click.option("--loopback", is_flag=True, help="No namespaces: every task on loopback, unshaped.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default="bench.json",
+    show_default=True,
+    help="Results (JSON, and a .md beside it).",
+)
+def bench(
+    model, workers, ps, bandwidth, latency, modes, steps, rounds, batch_size, run_mode, loopback, output
+):
+    """Vanilla TensorFlow vs tfsched on an emulated multi-host PS cluster, interleaved in one run.
+
+    Every task runs in its own network namespace, its link shaped to --bandwidth in each
+    direction (root and iproute2 needed; --loopback otherwise).
+
+    \b
+    Example:
+      tfsched bench --model vgg16 --workers 4 --bandwidth 1Gbit --modes baseline,tio,tao -o vgg16.json
+    """
+    from rich.console import Console
+
+    from tfsched.bench.results import markdown, summarize, write
+    from tfsched.bench.run import cluster_side_by_side
+
+    mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
+    if "baseline" not in mode_list or any(m not in ("baseline", "tio", "tao", "layer") for m in mode_list):
+        raise click.BadParameter(
+            f"modes must include baseline and be among baseline, tio, tao, layer (got {modes!r})",
+            param_hint="--modes",
+        )
+    console = Console(stderr=True)
+    with console.status("benchmark") as status:
+        results = cluster_side_by_side(
+            model,
+            workers=workers,
+            ps=ps,
+            modes=mode_list,
+            steps=steps,
+            rounds=rounds,
+            batch_size=batch_size,
+            bandwidth_bps=None if loopback else bandwidth,
+            latency_s=latency,
+            mode=run_mode,
+            progress=lambda s: status.update(s),
+        )
+    config = {
+        "model": model,
+        "mode": run_mode,
+        "workers": workers,
+        "ps": ps,
+        "batch_size": batch_size,
+        "steps": steps,
+        "rounds": rounds,
+        "bandwidth": "loopback" if loopback else f"{bandwidth / 1e9:g} Gbit/s",
+        "latency": f"{latency * 1e3:g} ms" if latency else None,
+    }
+    summary = summarize(results, config)
+    md_path = write(summary, output)
+    click.echo(markdown(summary))
+    click.echo(f"results: {output}, {md_path}")
+
+
 if __name__ == "__main__":
     main()

@@ -24,6 +24,7 @@ MODES = ("baseline", "tio", "tao", "layer")
 class ModeResult:
     mode: str
     step_times: list[float] = field(default_factory=list)  # seconds, every worker's steps
+    per_worker: dict[int, list[float]] = field(default_factory=dict)  # worker -> its step times
     wall_s: float = 0.0  # time the rounds of this mode took
     steps: int = 0  # steps completed by all workers together
 
@@ -36,9 +37,20 @@ class ModeResult:
         xs = sorted(self.step_times)
         return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))] if xs else 0.0
 
+    @property
+    def straggler(self) -> float:
+        """Spread between workers: (slowest worker's mean step - fastest's) / mean step."""
+        means = [statistics.fmean(v) for v in self.per_worker.values() if v]
+        if len(means) < 2:
+            return 0.0
+        return (max(means) - min(means)) / statistics.fmean(self.step_times)
+
     def to_json(self) -> dict:
+        p50 = self.percentile(50)
         return {
             "mode": self.mode,
+            "p95_over_p50": self.percentile(95) / p50 if p50 else 0.0,
+            "straggler": self.straggler,
             "steps": self.steps,
             "throughput_steps_per_s": self.throughput,
             "p50_s": self.percentile(50),
@@ -123,7 +135,7 @@ def run_side_by_side(
                             t = time.perf_counter()
                             sess.run(built.train_op)
                             with lock:
-                                times.append(time.perf_counter() - t)
+                                times.append((w, time.perf_counter() - t))
                     except BaseException as e:  # noqa: BLE001 - re-raised below
                         barrier.abort()
                         errors.append(e)
@@ -139,13 +151,58 @@ def run_side_by_side(
                         f"mode {mode}: a worker failed: {str(errors[0]).splitlines()[0][:200]}"
                     )
                 res = results[mode]
-                res.step_times.extend(times)
+                res.step_times.extend(dt for _, dt in times)
+                for w, dt in times:
+                    res.per_worker.setdefault(w, []).append(dt)
                 res.wall_s += wall
                 res.steps += len(times)
     finally:
         for sess, _ in sessions.values():
             sess.close()
     return results
+
+
+def cluster_side_by_side(
+    model: str = "seq32",
+    *,
+    workers: int = 2,
+    ps: int = 1,
+    modes: tuple[str, ...] = ("baseline", "tio"),
+    steps: int = 10,
+    rounds: int = 2,
+    batch_size: int = 4,
+    image_size: int | None = None,
+    bandwidth_bps: float | None = None,
+    latency_s: float = 0.0,
+    mode: str = "train",
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, ModeResult]:
+    """Side by side on an emulated multi-host cluster (``bandwidth_bps`` given) or on loopback."""
+    from tfsched.bench.local import LocalCluster
+    from tfsched.bench.netns import EmulatedCluster
+    from tfsched.models import build_graph
+
+    def builder(w: int):
+        built = build_graph(
+            model, worker_task=w, ps_tasks=ps, batch_size=batch_size, image_size=image_size, mode=mode
+        )
+        if built.train_op is None:  # inference: a step is the forward pass
+            built.train_op = built.loss
+        return built
+
+    with tempfile.TemporaryDirectory(prefix="tfsched-bench-") as d:
+        configs = mode_configs(model, modes, builder, workdir=d)
+        if progress:
+            where = f"hosts shaped to {bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback"
+            progress(f"starting {ps} PS and {workers} worker processes ({where})")
+        cluster = (
+            EmulatedCluster(ps=ps, workers=workers, bandwidth_bps=bandwidth_bps, latency_s=latency_s)
+            if bandwidth_bps
+            else LocalCluster(ps=ps, workers=workers)
+        )
+        with cluster:
+            targets = [cluster.target("worker", w) for w in range(workers)]
+            return run_side_by_side(targets, builder, configs, steps=steps, rounds=rounds, progress=progress)
 
 
 def local_side_by_side(

@@ -1,0 +1,153 @@
+"""The emulated multi-host cluster: real namespaces, veths and tc, cleaned up afterwards."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tfsched.bench import netns
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(
+        netns.available() is not None, reason=f"no network namespaces here: {netns.available()}"
+    ),
+]
+
+
+def _leftovers(tag: str) -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    out += subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    out += subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if f"{netns.PREFIX}{tag}" in line]
+
+
+@pytest.mark.tf
+def test_cluster_starts_trains_and_leaves_nothing_behind():
+    import tensorflow as tf
+
+    from tfsched.models import build_graph
+
+    with netns.EmulatedCluster(ps=1, workers=2, bandwidth_bps=1e9, vanilla=True) as c:
+        tag = c._tag
+        assert len(_leftovers(tag)) >= 3  # the namespaces exist while it runs
+        built = build_graph("seq32")
+        with tf.compat.v1.Session(c.target("worker", 0), graph=built.graph) as sess:
+            sess.run(built.init_op)
+            loss = sess.run([built.train_op, built.loss])[1]
+        assert loss > 0
+    assert _leftovers(tag) == []
+
+
+def test_failure_while_starting_cleans_up(monkeypatch):
+    def boom(self):
+        raise RuntimeError("a task failed to start")
+
+    monkeypatch.setattr(netns.EmulatedCluster, "_start", boom)
+    c = netns.EmulatedCluster(ps=1, workers=1)
+    with pytest.raises(RuntimeError):
+        c.__enter__()
+    assert _leftovers(c._tag) == []
+
+
+RECEIVER = """
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 5201)); s.listen(1)
+print("listening", flush=True)
+c, _ = s.accept(); total = 0; first = None
+while True:
+    b = c.recv(1 << 16)
+    if not b: break
+    if first is None: first = time.perf_counter()
+    total += len(b)
+print(total, time.perf_counter() - first, flush=True)
+"""
+
+SENDER = """
+import socket, sys
+c = socket.create_connection((sys.argv[1], 5201)); c.sendall(b"x" * int(sys.argv[2])); c.close()
+"""
+
+
+@pytest.mark.parametrize("rate", [50e6, 200e6])
+def test_shaped_link_measures_its_bandwidth(rate):
+    nbytes = int(rate / 8 * 1.5)  # 1.5 s of data
+    with netns.EmulatedCluster(ps=1, workers=1, bandwidth_bps=rate, start_tasks=False) as c:
+        (ns_a, addr_a), (ns_b, _) = c.hosts[("ps", 0)], c.hosts[("worker", 0)]
+        rx = subprocess.Popen(
+            ["ip", "netns", "exec", ns_a, sys.executable, "-c", RECEIVER, addr_a],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert rx.stdout.readline().strip() == "listening"
+        t = time.perf_counter()
+        subprocess.run(
+            ["ip", "netns", "exec", ns_b, sys.executable, "-c", SENDER, addr_a, str(nbytes)],
+            check=True,
+            timeout=60,
+        )
+        total, seconds = rx.stdout.readline().split()
+        rx.wait(timeout=30)
+        assert int(total) == nbytes and time.perf_counter() - t < 30
+    measured = nbytes * 8 / float(seconds)
+    assert abs(measured - rate) / rate < 0.10, f"measured {measured / 1e6:.1f} Mbit/s for {rate / 1e6:.0f}"
+
+
+@pytest.mark.tf
+def test_bench_command_writes_every_field(tmp_path):
+    import json
+
+    out = tmp_path / "bench.json"
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfsched.cli",
+            "bench",
+            "--model",
+            "seq32",
+            "--workers",
+            "2",
+            "--bandwidth",
+            "200Mbit",
+            "--steps",
+            "3",
+            "--rounds",
+            "1",
+            "--modes",
+            "baseline,tio",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["config"]["bandwidth"] == "0.2 Gbit/s" and data["config"]["workers"] == 2
+    assert [r["mode"] for r in data["modes"]] == ["baseline", "tio"]
+    for r in data["modes"]:
+        for key in (
+            "steps",
+            "throughput_steps_per_s",
+            "vs_baseline",
+            "p50_s",
+            "p95_s",
+            "mean_s",
+            "p95_over_p50",
+            "straggler",
+        ):
+            assert r[key] is not None, key
+        assert r["steps"] == 6 and r["throughput_steps_per_s"] > 0 and r["p95_s"] >= r["p50_s"] > 0
+    md = (tmp_path / "bench.md").read_text()
+    assert "| baseline |" in md and "| tio |" in md
+    assert not [
+        line
+        for line in subprocess.run(
+            ["ip", "netns", "list"], capture_output=True, text=True
+        ).stdout.splitlines()
+        if line.startswith(netns.PREFIX)
+    ]

@@ -1,0 +1,242 @@
+"""An emulated multi-host PS cluster: one network namespace per task, shaped full-duplex links.
+
+Each task (PS or worker) runs in its own namespace with one interface, ``eth0``, a veth whose
+peer sits on a bridge in the root namespace. Each host's link is shaped in both directions with
+``tbf`` (egress of ``eth0`` is the host's uplink, egress of the bridge-side peer its downlink),
+so sending and receiving do not share bandwidth; ``netem`` adds latency when asked. The client
+(this process) reaches the tasks through the bridge's own address. Everything created is removed
+on exit, on Ctrl-C, on SIGTERM and on failure; ``cleanup_stale()`` removes what a killed run left.
+Addresses are in 10.213.<n>.0/24, on this machine only (TF-NOTES: keep traffic to our own hosts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+
+from tfsched.errors import TfschedError
+
+PREFIX = "tfs"  # every namespace, veth and bridge this module makes starts with it
+
+
+def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = (["ip", "netns", "exec", ns] if ns else []) + list(args)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise TfschedError(f"network emulation: `{' '.join(cmd)}` failed: {p.stderr.strip()[:200]}")
+    return p
+
+
+def available() -> str | None:
+    """None if namespaces can be used here, else why not."""
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        return "iproute2 (ip, tc) is not installed"
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    return None
+
+
+def cleanup_stale() -> int:
+    """Remove every namespace and bridge a tfsched run left behind; returns how many."""
+    removed = 0
+    for line in _ip("ip", "netns", "list", check=False).stdout.splitlines():
+        name = line.split()[0] if line.strip() else ""
+        if name.startswith(PREFIX):
+            _ip("ip", "netns", "del", name, check=False)
+            removed += 1
+    for line in _ip("ip", "-o", "link", "show", "type", "bridge", check=False).stdout.splitlines():
+        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+        if name.startswith(PREFIX):
+            _ip("ip", "link", "del", name, check=False)
+            removed += 1
+    return removed
+
+
+def shape(dev: str, rate_bps: float, latency_s: float, ns: str | None = None) -> None:
+    """tbf at ``rate_bps`` (burst above the MTU: TF-NOTES), behind netem when there is latency."""
+    rate = f"{int(rate_bps)}bit"
+    burst = max(int(rate_bps / 8 / 250), 32 * 1024)  # 4 ms worth, never below two jumbo frames
+    if latency_s > 0:
+        _ip(
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            dev,
+            "root",
+            "handle",
+            "1:",
+            "netem",
+            "delay",
+            f"{latency_s * 1e3:.3f}ms",
+            ns=ns,
+        )
+        _ip(
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            dev,
+            "parent",
+            "1:",
+            "handle",
+            "2:",
+            "tbf",
+            "rate",
+            rate,
+            "burst",
+            str(burst),
+            "latency",
+            "400ms",
+            ns=ns,
+        )
+    else:
+        _ip(
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            dev,
+            "root",
+            "tbf",
+            "rate",
+            rate,
+            "burst",
+            str(burst),
+            "latency",
+            "400ms",
+            ns=ns,
+        )
+
+
+@dataclass
+class EmulatedCluster:
+    """``with EmulatedCluster(ps=1, workers=4, bandwidth_bps=1e9) as c: c.target("worker", 0)``."""
+
+    ps: int = 1
+    workers: int = 2
+    bandwidth_bps: float = 1e9
+    latency_s: float = 0.0
+    vanilla: bool = False
+    start_tasks: bool = True  # False: only the hosts and links (for link measurements)
+    start_timeout_s: float = 180.0
+    spec: dict = field(default_factory=dict)
+    hosts: dict = field(default_factory=dict)  # (job, index) -> (namespace, address)
+    procs: dict = field(default_factory=dict)
+    _tag: str = ""
+    _old_sigterm: object = None
+
+    def __enter__(self) -> EmulatedCluster:
+        why = available()
+        if why:
+            raise TfschedError(f"cannot emulate hosts: {why}; use the loopback cluster instead (--loopback)")
+        if self.bandwidth_bps <= 0 or self.latency_s < 0:
+            raise TfschedError("bandwidth must be positive and latency not negative")
+        self._tag = f"{os.getpid() % 100000:05d}"
+        subnet = f"10.213.{os.getpid() % 250}"
+        if threading.current_thread() is threading.main_thread():
+            self._old_sigterm = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run __exit__
+        try:
+            self._build(subnet)
+            if self.start_tasks:
+                self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _build(self, subnet: str) -> None:
+        bridge = f"{PREFIX}{self._tag}br"
+        _ip("ip", "link", "add", bridge, "type", "bridge")
+        _ip("ip", "addr", "add", f"{subnet}.254/24", "dev", bridge)
+        _ip("ip", "link", "set", bridge, "up")
+        tasks = [("ps", i) for i in range(self.ps)] + [("worker", i) for i in range(self.workers)]
+        for k, (job, i) in enumerate(tasks):
+            ns, host, peer = (
+                f"{PREFIX}{self._tag}t{k}",
+                f"{PREFIX}{self._tag}h{k}",
+                f"{PREFIX}{self._tag}n{k}",
+            )
+            addr = f"{subnet}.{k + 1}"
+            _ip("ip", "netns", "add", ns)
+            _ip("ip", "link", "add", host, "type", "veth", "peer", "name", peer)
+            _ip("ip", "link", "set", peer, "netns", ns)
+            _ip("ip", "link", "set", peer, "name", "eth0", ns=ns)
+            _ip("ip", "addr", "add", f"{addr}/24", "dev", "eth0", ns=ns)
+            _ip("ip", "link", "set", "eth0", "up", ns=ns)
+            _ip("ip", "link", "set", "lo", "up", ns=ns)
+            _ip("ip", "link", "set", host, "master", bridge)
+            _ip("ip", "link", "set", host, "up")
+            shape("eth0", self.bandwidth_bps, self.latency_s, ns=ns)  # the host's uplink
+            shape(host, self.bandwidth_bps, self.latency_s)  # its downlink
+            self.hosts[(job, i)] = (ns, addr)
+        self.spec = {
+            "ps": [f"{self.hosts[('ps', i)][1]}:2222" for i in range(self.ps)],
+            "worker": [f"{self.hosts[('worker', i)][1]}:2222" for i in range(self.workers)],
+        }
+
+    def _start(self) -> None:
+        from tfsched.bench.local import LocalCluster
+
+        for (job, i), (ns, _) in self.hosts.items():
+            cmd = [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                sys.executable,
+                "-m",
+                "tfsched.bench.server",
+                json.dumps(self.spec),
+                job,
+                str(i),
+            ]
+            if self.vanilla:
+                cmd.append("--vanilla")
+            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+            self.procs[(job, i)] = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+            )
+        import time
+
+        deadline = time.monotonic() + self.start_timeout_s
+        for (job, i), p in self.procs.items():
+            LocalCluster._wait_ready(job, i, p, deadline)
+
+    def target(self, job: str = "worker", index: int = 0) -> str:
+        return f"grpc://{self.spec[job][index]}"
+
+    def kill(self, job: str, index: int) -> None:
+        p = self.procs[(job, index)]
+        p.kill()
+        p.wait(timeout=30)
+
+    def close(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        for ns, _ in self.hosts.values():
+            _ip("ip", "netns", "del", ns, check=False)  # takes its veth (and the peer) with it
+        if self._tag:
+            _ip("ip", "link", "del", f"{PREFIX}{self._tag}br", check=False)
+            for line in _ip("ip", "-o", "link", "show", check=False).stdout.splitlines():
+                name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+                if name.startswith(f"{PREFIX}{self._tag}"):
+                    _ip("ip", "link", "del", name, check=False)
+        if self._old_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+            self._old_sigterm = None
+
+    def __exit__(self, *exc) -> None:
+        self.close()
