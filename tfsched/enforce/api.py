@@ -20,7 +20,9 @@ def schedule_priorities(schedule: dict) -> list[str]:
     return lines
 
 
-def match_schedule(schedule: dict, graph_def, fetches: list[str] | None, path: str) -> tuple[int, int]:
+def match_schedule(
+    schedule: dict, graph_def, fetches: list[str] | None, path: str, ps_job: str = "ps"
+) -> tuple[int, int]:
     """How many of a graph's data transfers the schedule names: (matched, total)."""
     from tfsched.graph import build_comm_graph
     from tfsched.graph.load import nodes_from_graph_def, output_specs
@@ -30,10 +32,11 @@ def match_schedule(schedule: dict, graph_def, fetches: list[str] | None, path: s
         fetches=fetches or schedule.get("graph", {}).get("fetches") or None,
         source=path,
         output_specs=output_specs,
+        ps_jobs=(ps_job,),
     )
     keys = {(ch["sender"], ch["receiver"], t["key"]) for ch in schedule["channels"] for t in ch["transfers"]}
     by_ps = {
-        (ch["sender"] if "/job:ps" in ch["sender"] else ch["receiver"], t["key"])
+        (ch["sender"] if f"/job:{ps_job}/" in ch["sender"] else ch["receiver"], t["key"])
         for ch in schedule["channels"]
         for t in ch["transfers"]
     }
@@ -92,7 +95,7 @@ def enable(
             raise TfschedError(f"{schedule}: the schedule has no transfers to order")
         if graph is not None:
             gd = graph.as_graph_def() if hasattr(graph, "as_graph_def") else graph
-            matched, total = match_schedule(doc, gd, fetches, schedule)
+            matched, total = match_schedule(doc, gd, fetches, schedule, ps_job)
             if matched == 0 or matched < total // 2:
                 raise TfschedError(
                     f"{schedule}: the schedule matches {matched} of the {total} transfers of this graph; "

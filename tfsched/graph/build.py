@@ -228,12 +228,11 @@ def place(
 
 
 def _default_fetches(nodes: dict[str, RawNode], consumers: dict[str, list[str]]) -> list[str]:
+    """The graph's sinks that look like a step: not initializers or savers, not lone constants,
+    placeholders or empty NoOps."""
     sinks = [n for n in nodes if not consumers[n] and not _NOT_A_STEP.search(n)]
-    return [
-        n
-        for n in sinks
-        if nodes[n].op not in ("Const", "Placeholder", "NoOp") or nodes[n].op == "NoOp" and nodes[n].inputs
-    ]
+    lone = {"Const", "Placeholder", "NoOp"}
+    return [n for n in sinks if nodes[n].op not in lone or (nodes[n].op == "NoOp" and nodes[n].inputs)]
 
 
 def _tensor_bytes(dtype: str | None, shape: Shape | None) -> int | None:
@@ -465,9 +464,8 @@ def _replicated_constants(g: nx.DiGraph, nodes: dict[str, RawNode]) -> set[str]:
         shape = nodes[n].attrs.get("value_shape")
         if shape is None or math.prod(max(d, 0) for d in shape) > REPLICATED_CONST_MAX_ELEMENTS:
             continue
-        edges = [t for _, _, d in g.out_edges(n, data=True) for t in d["tensors"]]
-        uses = sum(1 for _, v in g.out_edges(n) for t in g.edges[n, v]["tensors"])
-        if uses <= 1 or any(t.startswith("^") for t in edges):
+        uses = [t for _, _, d in g.out_edges(n, data=True) for t in d["tensors"]]
+        if len(uses) <= 1 or any(t.startswith("^") for t in uses):
             continue
         if len({g.nodes[v]["op"].device for v in g.successors(n)}) > 1:
             out.add(n)

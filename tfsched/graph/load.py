@@ -200,9 +200,6 @@ def nodes_from_graph_def(graph_def, path: str = "<graph>") -> list[RawNode]:
                 attrs=attrs,
             )
         )
-    if graph_def.library.function:
-        # Function bodies run inside their caller's partition; their ops do not cross tasks.
-        pass
     return nodes
 
 

@@ -7,6 +7,7 @@ into :class:`RawNode` records and ``tfsched.graph.build`` turns those into a :cl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 import networkx as nx
@@ -176,11 +177,12 @@ class CommGraph:
         return sorted({self.op(n).task for n in self.graph})
 
     def topological_order(self) -> list[str]:
-        order = self.__dict__.get("_topo")
-        if order is None:
-            order = list(nx.topological_sort(self.graph))  # deterministic: follows insertion order
-            self.__dict__["_topo"] = order
-        return order
+        """Ops in a topological order that follows the file's order (computed once)."""
+        return self._topo
+
+    @cached_property
+    def _topo(self) -> list[str]:
+        return list(nx.topological_sort(self.graph))
 
     def transfers_to(self, task: str) -> list[Transfer]:
         return [t for t in self.transfers if t.dst_task == task]

@@ -13,7 +13,6 @@ import math
 from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
-from tfsched.graph.devices import task_of
 from tfsched.graph.model import CommGraph, Transfer
 from tfsched.oracle.oracle import TimeOracle
 from tfsched.ordering.schedule import Schedule
@@ -116,6 +115,7 @@ def build_sim_graph(
     topo = graph.topological_order()
     g = graph.graph
     sg = SimGraph()
+    barriers: dict[tuple[str, int], int] = {}  # (worker run, step) -> its end-of-step node
     # In-graph replication: one run covers all workers, its steps are the graph's.
     for step in range(steps):
         for old, new in clones:
@@ -166,13 +166,9 @@ def build_sim_graph(
                 barrier = sg.add(BARRIER, f"end of step {step}", "", run, step)
                 for i in ids.values():
                     sg.edge(i, barrier)
-                sg.__dict__.setdefault("_barriers", {})[(run, step)] = barrier
-            prev = sg.__dict__.get("_barriers", {}).get((run, step - 1))
+                barriers[(run, step)] = barrier
+            prev = barriers.get((run, step - 1))
             if prev is not None:
                 for i in ids.values():
                     sg.edge(prev, i)
     return sg
-
-
-def task_name(device: str) -> str:
-    return task_of(device)

@@ -1,0 +1,90 @@
+"""The rows of BENCHMARKS.md: ``tfsched bench`` on emulated multi-host clusters.
+
+Each row is one ``tfsched bench`` command (printed, and recorded in BENCHMARKS.md so that any
+row can be reproduced alone); vanilla TensorFlow is measured in the same run as every tfsched
+mode, interleaved. Results: ``benchmarks/results/bench-<row>.json`` and ``.md``.
+
+    python benchmarks/emulated_cluster.py [--rows vgg16-train,seq32-train] [--assemble-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+ROOT = os.path.dirname(HERE)
+
+# row -> tfsched bench arguments
+ROWS = {
+    "vgg16-train": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2",
+    "vgg16-inference": "--model vgg16 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2",
+    "seq32-train": "--model seq32 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2",
+    "par32-train": "--model par32 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2",
+    "resnet50-train-10g": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 3 --rounds 2",
+}
+MODES = "baseline,tio,tao"
+
+
+def command(row: str) -> list[str]:
+    out = os.path.join(RESULTS, f"bench-{row}.json")
+    return ["tfsched", "bench", *ROWS[row].split(), "--modes", MODES, "-o", out]
+
+
+def assemble() -> None:
+    parts = [
+        "# Benchmarks",
+        "",
+        "Vanilla TensorFlow against tfsched, measured in the same run: the modes alternate in rounds on one",
+        "cluster after warm-up. Every task (PS and workers) is its own process in its own network",
+        "namespace; each host's link is shaped with `tc` in both directions (full duplex).",
+        "",
+        f"Machine: {os.cpu_count()} CPU cores, no GPU, {platform.platform()}, Python {platform.python_version()}.",
+        "All tasks share these cores, which matters: see the reading at the end.",
+        "",
+    ]
+    for row in ROWS:
+        md = os.path.join(RESULTS, f"bench-{row}.md")
+        parts.append(f"## {row}")
+        parts.append("")
+        parts.append("```bash")
+        parts.append(" ".join(command(row)[:-2]) + f" -o bench-{row}.json")
+        parts.append("```")
+        parts.append("")
+        if os.path.exists(md):
+            with open(md) as f:
+                parts.append(f.read().strip())
+        else:
+            parts.append("Not run yet.")
+        parts.append("")
+    reading = os.path.join(HERE, "reading.md")
+    if os.path.exists(reading):
+        with open(reading) as f:
+            parts.append(f.read().strip())
+    with open(os.path.join(ROOT, "BENCHMARKS.md"), "w") as f:
+        f.write("\n".join(parts) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default=",".join(ROWS))
+    ap.add_argument("--assemble-only", action="store_true")
+    args = ap.parse_args()
+    if not args.assemble_only:
+        os.makedirs(RESULTS, exist_ok=True)
+        for row in args.rows.split(","):
+            cmd = command(row)
+            print("+", " ".join(cmd), flush=True)
+            p = subprocess.run(cmd)
+            if p.returncode != 0:
+                print(f"row {row} failed ({p.returncode})", file=sys.stderr)
+            assemble()
+    assemble()
+
+
+if __name__ == "__main__":
+    main()
