@@ -298,25 +298,57 @@ def trace(model, graph_path, fetches, init, workers, ps, steps, warmup, output):
 @main.command()
 @click.argument("trace_path", type=click.Path(dir_okay=False))
 @click.option(
-    "-o", "--output", type=click.Path(dir_okay=False), required=True, help="out.json: Chrome trace events."
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    required=True,
+    help="out.json (Chrome trace), out.png / out.svg (Gantt + CDF), out.html (a page).",
 )
 @click.option(
     "--schedule",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Show each transfer's priority from a schedule file.",
+    help="Show each transfer's priority (Chrome trace).",
 )
-def viz(trace_path, output, schedule):
-    """Turn a trace into a Chrome trace (opens in Perfetto and chrome://tracing).
+@click.option(
+    "--graph",
+    "graph_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Draw the simulator's prediction for this graph beside the measurement.",
+)
+@click.option("--fetch", "fetches", multiple=True, help="With --graph: what a step runs.")
+@click.option(
+    "--compare",
+    "compare",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="More traces for the step-time CDF (e.g. the baseline).",
+)
+@click.option("--step", type=int, default=0, show_default=True, help="The traced step to draw.")
+def viz(trace_path, output, schedule, graph_path, fetches, compare, step):
+    """Show a trace: Chrome trace JSON (Perfetto, chrome://tracing), a picture, or an HTML page.
 
     \b
-    Example:
+    Examples:
       tfsched viz trace.json -o trace.chrome.json
+      tfsched viz trace.json -o step.png --graph train.pb --fetch train
+      tfsched viz scheduled.json --compare baseline.json -o report.html
     """
     from tfsched.tracing.trace import Trace
     from tfsched.viz.write import write_visualization
 
-    write_visualization(Trace.load(trace_path), output, schedule=schedule)
+    trace = Trace.load(trace_path)
+    others = {"this trace": trace, **{path: Trace.load(path) for path in compare}} if compare else None
+    write_visualization(
+        trace,
+        output,
+        schedule=schedule,
+        graph=graph_path,
+        fetches=list(fetches) or None,
+        compare=others,
+        step=step,
+    )
     click.echo(f"{output} written")
 
 
