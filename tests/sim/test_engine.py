@@ -132,3 +132,31 @@ class TestQueueWithoutCredit:
         counter_time = simulate(build_sim_graph(g, o, layer), "counter").step_time
         # pushes of 1 MB take 0.1 s each; with counters they all wait for g0 (at 2.0 s + pulls)
         assert queue_time < counter_time - 0.2
+
+
+class TestHeterogeneousLinks:
+    def test_a_fast_channel_is_not_throttled_by_a_slow_one(self):
+        # One PS, two workers; the channel to w0 is 10x faster than the one to w1 (per-link fits).
+        from tests.helpers import PS
+        from tfsched.oracle import LinkModel
+
+        nodes = var("w", (250_000,)) + [op("a", ["w/read"], device=W0), op("b", ["w/read"], device=W1)]
+        g = build_comm_graph(nodes, fetches=["a", "b"])
+        o = oracle_with({}, bandwidth_bps=8e6)
+        ps_task = PS.split("/device:")[0]
+        o.links = {
+            (ps_task, W0.split("/device:")[0]): LinkModel(8e7, 0.0),
+            (ps_task, W1.split("/device:")[0]): LinkModel(8e6, 0.0),
+        }
+        sg = build_sim_graph(g, o)
+        r = simulate(sg, record=True)
+        ends = {sg.resource[i]: r.ends[i] for i, k in enumerate(sg.kind) if k == 1}
+        fast = ends[f"{ps_task}->{W0.split('/device:')[0]}"]
+        slow = ends[f"{ps_task}->{W1.split('/device:')[0]}"]
+        # 1 MB at 80 Mbit/s alone would take 0.1 s; it shares the PS NIC (80 Mbit/s) with a flow
+        # capped at 8 Mbit/s, so it gets 72 Mbit/s: 0.111 s. The slow one needs 1 s.
+        assert fast == pytest.approx(1e6 * 8 / 72e6, rel=1e-6)
+        assert slow == pytest.approx(1.0, rel=1e-6)
+        b = step_bounds(sg)
+        assert b.lower == pytest.approx(1.0)  # the slow channel; the PS NIC carries 2 MB in 0.2 s
+        assert b.lower <= r.makespan <= b.upper

@@ -58,14 +58,24 @@ class SimResult:
 
 
 def _max_min_rates(flows: list[tuple[int, str, str, float]]) -> dict[int, float]:
-    """Max-min fair rates for flows (id, uplink, downlink, link capacity in bytes/s)."""
+    """Max-min fair rates for flows (id, uplink, downlink, channel rate in bytes/s).
+
+    Each flow is capped at its own channel's rate; a host link carries at most the largest rate
+    of the channels on it (the same as every channel's when the links are uniform). With
+    per-channel models fitted to a trace, taking the smallest instead would throttle a fast
+    channel below its own rate, and a step could then exceed TicTac's upper bound.
+    """
     cap: dict[str, float] = {}
     users: dict[str, set[int]] = defaultdict(set)
+    links_of: dict[int, tuple[str, ...]] = {}
     for fid, up, down, c in flows:
+        own = f"flow:{fid}"
         for link in (up, down):
-            cap[link] = min(cap.get(link, math.inf), c)
+            cap[link] = max(cap.get(link, 0.0), c)
             users[link].add(fid)
-    links_of = {fid: (up, down) for fid, up, down, _ in flows}
+        cap[own] = c
+        users[own].add(fid)
+        links_of[fid] = (up, down, own)
     rate: dict[int, float] = {}
     while len(rate) < len(flows):
         share, bottleneck = min((cap[link] / len(u), link) for link, u in users.items() if u)

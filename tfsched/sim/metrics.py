@@ -35,17 +35,29 @@ class Bounds:
 
 
 def step_bounds(sg: SimGraph, steps: int = 1) -> Bounds:
-    """Bounds per step of a simulated graph; a message loads its sender's uplink and receiver's downlink."""
-    load: dict[str, float] = defaultdict(float)
+    """Bounds per step of a simulated graph.
+
+    Resources, as the simulator has them: each task's compute (op times), each channel (its
+    messages one after another: overhead + bytes / bandwidth), each host link direction (its
+    bytes over its capacity, the largest channel rate on it; overheads do not use the wire).
+    """
+    busy: dict[str, float] = defaultdict(float)
+    link_bytes: dict[str, float] = defaultdict(float)
+    link_rate: dict[str, float] = defaultdict(float)
     total = 0.0
     for i, kind in enumerate(sg.kind):
         if kind == COMPUTE:
-            load["compute:" + sg.resource[i]] += sg.duration[i]
+            busy["compute:" + sg.resource[i]] += sg.duration[i]
             total += sg.duration[i]
         elif kind == MESSAGE:
-            t = sg.overhead[i] + (sg.nbytes[i] / sg.bandwidth[i] if math.isfinite(sg.bandwidth[i]) else 0.0)
+            wire = sg.nbytes[i] / sg.bandwidth[i] if math.isfinite(sg.bandwidth[i]) else 0.0
+            busy["channel:" + sg.resource[i]] += sg.overhead[i] + wire
+            total += sg.overhead[i] + wire
             src, dst = sg.resource[i].split("->")
-            load["up:" + src] += t
-            load["down:" + dst] += t
-            total += t
-    return Bounds(upper=total / steps, lower=max(load.values(), default=0.0) / steps)
+            for link in ("up:" + src, "down:" + dst):
+                link_bytes[link] += sg.nbytes[i]
+                link_rate[link] = max(link_rate[link], sg.bandwidth[i])
+    for link, nbytes in link_bytes.items():
+        if math.isfinite(link_rate[link]) and link_rate[link] > 0:
+            busy[link] = nbytes / link_rate[link]
+    return Bounds(upper=total / steps, lower=max(busy.values(), default=0.0) / steps)
