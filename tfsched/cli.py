@@ -56,6 +56,15 @@ def _bandwidth(ctx, param, value):
         raise click.BadParameter(str(e)) from None
 
 
+def _modes(ctx, param, value) -> tuple[str, ...]:
+    modes = tuple(m.strip() for m in value.split(",") if m.strip())
+    if "baseline" not in modes or any(m not in ("baseline", "tio", "tao", "layer") for m in modes):
+        raise click.BadParameter(
+            f"must include baseline and be among baseline, tio, tao, layer (got {value!r})"
+        )
+    return modes
+
+
 def _duration(ctx, param, value):
     from tfsched.units import parse_duration
 
@@ -208,6 +217,7 @@ def analyze(
     "--modes",
     default="baseline,tio,tao",
     show_default=True,
+    callback=_modes,
     help="Comma-separated: baseline, tio, tao, layer.",
 )
 @click.option("--no-train", is_flag=True, help="Only the offline analysis, no cluster.")
@@ -221,20 +231,13 @@ def demo(model, bandwidth, workers, steps, rounds, modes, no_train):
     """
     from tfsched.demo import run_demo
 
-    mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
-    bad = [m for m in mode_list if m not in ("baseline", "tio", "tao", "layer")]
-    if bad or "baseline" not in mode_list:
-        raise click.BadParameter(
-            f"modes must include baseline and be among baseline, tio, tao, layer (got {modes!r})",
-            param_hint="--modes",
-        )
     run_demo(
         model=model,
         bandwidth_bps=bandwidth,
         workers=workers,
         steps=steps,
         rounds=rounds,
-        modes=mode_list,
+        modes=modes,
         train=not no_train,
     )
 
@@ -375,6 +378,7 @@ def viz(trace_path, output, schedule, graph_path, fetches, compare, step):
     "--modes",
     default="baseline,tio,tao",
     show_default=True,
+    callback=_modes,
     help="Comma-separated: baseline, tio, tao, layer.",
 )
 @click.option(
@@ -417,19 +421,13 @@ def bench(
     from tfsched.bench.results import markdown, summarize, write
     from tfsched.bench.run import cluster_side_by_side
 
-    mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
-    if "baseline" not in mode_list or any(m not in ("baseline", "tio", "tao", "layer") for m in mode_list):
-        raise click.BadParameter(
-            f"modes must include baseline and be among baseline, tio, tao, layer (got {modes!r})",
-            param_hint="--modes",
-        )
     console = Console(stderr=True)
     with console.status("benchmark") as status:
         results = cluster_side_by_side(
             model,
             workers=workers,
             ps=ps,
-            modes=mode_list,
+            modes=modes,
             steps=steps,
             rounds=rounds,
             batch_size=batch_size,

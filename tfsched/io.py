@@ -17,33 +17,16 @@ def _umask() -> int:
     return mask
 
 
-def write_atomic(path: str, write: Callable[[IO[str]], None]) -> None:
-    """Write a text file so that a failure leaves nothing half-written behind."""
+def write_atomic(path: str, write: Callable[[IO], None], *, binary: bool = False) -> None:
+    """Write a file so that a failure leaves nothing half-written behind."""
     directory = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".tfsched-", dir=directory)
     except OSError as e:
         raise TfschedError(f"{path}: cannot write ({e.strerror})") from None
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if binary else "w") as f:
             write(f)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result file is for others too
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def write_atomic_bytes(path: str, data: bytes) -> None:
-    """The binary twin of :func:`write_atomic`."""
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tfsched-", dir=directory)
-    except OSError as e:
-        raise TfschedError(f"{path}: cannot write ({e.strerror})") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result file is for others too
         os.replace(tmp, path)
     except BaseException:

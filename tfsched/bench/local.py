@@ -23,6 +23,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_processes(procs) -> None:
+    """Stop cluster tasks: SIGTERM, then SIGKILL what is still there after 5 s."""
+    procs = list(procs)
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=10)
+
+
 @dataclass
 class LocalCluster:
     """``with LocalCluster(ps=1, workers=2) as c: c.target("worker", 0)``."""
@@ -81,15 +95,7 @@ class LocalCluster:
         p.wait(timeout=30)
 
     def close(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
+        stop_processes(self.procs.values())
 
     def __exit__(self, *exc) -> None:
         self.close()

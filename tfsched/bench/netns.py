@@ -218,14 +218,9 @@ class EmulatedCluster:
         p.wait(timeout=30)
 
     def close(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.kill()
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+        from tfsched.bench.local import stop_processes
+
+        stop_processes(self.procs.values())
         for ns, _ in self.hosts.values():
             _ip("ip", "netns", "del", ns, check=False)  # takes its veth (and the peer) with it
         if self._tag:

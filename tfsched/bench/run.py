@@ -205,29 +205,6 @@ def cluster_side_by_side(
             return run_side_by_side(targets, builder, configs, steps=steps, rounds=rounds, progress=progress)
 
 
-def local_side_by_side(
-    model: str = "seq32",
-    *,
-    workers: int = 2,
-    ps: int = 1,
-    modes: tuple[str, ...] = ("baseline", "tio"),
-    steps: int = 10,
-    rounds: int = 2,
-    batch_size: int = 4,
-    image_size: int | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> dict[str, ModeResult]:
+def local_side_by_side(model: str = "seq32", **kwargs) -> dict[str, ModeResult]:
     """A local multi-process cluster on loopback, every mode interleaved."""
-    from tfsched.bench.local import LocalCluster
-    from tfsched.models import build_graph
-
-    def builder(w: int):
-        return build_graph(model, worker_task=w, ps_tasks=ps, batch_size=batch_size, image_size=image_size)
-
-    with tempfile.TemporaryDirectory(prefix="tfsched-bench-") as d:
-        configs = mode_configs(model, modes, builder, workdir=d)
-        if progress:
-            progress(f"starting {ps} PS and {workers} worker processes")
-        with LocalCluster(ps=ps, workers=workers) as cluster:
-            targets = [cluster.target("worker", w) for w in range(workers)]
-            return run_side_by_side(targets, builder, configs, steps=steps, rounds=rounds, progress=progress)
+    return cluster_side_by_side(model, bandwidth_bps=None, **kwargs)

@@ -8,7 +8,7 @@ import json
 import os
 
 from tfsched.errors import TfschedError
-from tfsched.io import write_atomic, write_atomic_bytes
+from tfsched.io import write_atomic
 from tfsched.tracing.trace import Trace
 from tfsched.viz.chrome import chrome_trace
 
@@ -72,7 +72,7 @@ def write_visualization(
     buf = io.BytesIO()
     if ext in (".png", ".svg"):
         fig.savefig(buf, format=ext[1:], dpi=110)
-        write_atomic_bytes(output, buf.getvalue())
+        write_atomic(output, lambda f: f.write(buf.getvalue()), binary=True)
         return
     fig.savefig(buf, format="svg")
     svg = buf.getvalue().decode()
