@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -76,10 +77,13 @@ class LocalCluster:
 
     @staticmethod
     def _wait_ready(job: str, index: int, p: subprocess.Popen, deadline: float) -> None:
-        # readline blocks, but the child either prints "ready" or exits (closing the pipe).
-        line = p.stdout.readline() if p.stdout else ""
-        if line.strip() != "ready" or time.monotonic() > deadline:
-            raise TfschedError(f"cluster task /job:{job}/task:{index} did not start (exit code {p.poll()})")
+        """Wait for the task's "ready" line, never past ``deadline``."""
+        remaining = deadline - time.monotonic()
+        ready, _, _ = select.select([p.stdout], [], [], max(remaining, 0.0)) if p.stdout else ([], [], [])
+        line = p.stdout.readline() if ready else ""
+        if line.strip() != "ready":
+            why = "timed out" if not ready else f"exit code {p.poll()}"
+            raise TfschedError(f"cluster task /job:{job}/task:{index} did not start ({why})")
 
     def target(self, job: str = "worker", index: int = 0) -> str:
         return f"grpc://{self.spec[job][index]}"

@@ -93,10 +93,16 @@ def run_side_by_side(
     steps: int = 10,
     warmup: int = 2,
     rounds: int = 2,
+    step_timeout_s: float = 600.0,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, ModeResult]:
-    """Train every mode ``rounds`` times ``steps`` steps on every worker, interleaved."""
+    """Train every mode ``rounds`` times ``steps`` steps on every worker, interleaved.
+
+    Every step has a deadline (``step_timeout_s``): a stuck cluster fails the run, never hangs it.
+    """
     import tensorflow as tf
+
+    run_options = tf.compat.v1.RunOptions(timeout_in_ms=int(step_timeout_s * 1000))
 
     if steps <= 0 or rounds <= 0:
         raise TfschedError("steps and rounds must be positive")
@@ -110,7 +116,7 @@ def run_side_by_side(
                 sess = tf.compat.v1.Session(target, graph=built.graph, config=config)
                 sessions[(mode, w)] = (sess, built)
         first_sess, first_built = sessions[(next(iter(configs)), 0)]
-        first_sess.run(first_built.init_op)
+        first_sess.run(first_built.init_op, options=run_options)
         for r in range(rounds):
             for mode in configs:
                 if progress:
@@ -129,11 +135,11 @@ def run_side_by_side(
                     sess, built = sessions[(mode, w)]
                     try:
                         for _ in range(warmup if r == 0 else 0):
-                            sess.run(built.train_op)
+                            sess.run(built.train_op, options=run_options)
                         barrier.wait(timeout=600)
                         for _ in range(steps):
                             t = time.perf_counter()
-                            sess.run(built.train_op)
+                            sess.run(built.train_op, options=run_options)
                             with lock:
                                 times.append((w, time.perf_counter() - t))
                     except BaseException as e:  # noqa: BLE001 - re-raised below
