@@ -116,13 +116,24 @@ def analyze(
         measured = Trace.load(trace)
         match = match_trace(graph, measured, trace)
         oracle = TimeOracle.from_trace(measured, statistic, fallback=oracle)
+    return analyze_graph(graph, oracle, algorithm=algorithm, workers=workers, trace_match=match)
+
+
+def analyze_graph(
+    graph: CommGraph,
+    oracle: TimeOracle,
+    *,
+    algorithm: str = "tio",
+    workers: int | None = None,
+    trace_match=None,
+) -> Analysis:
+    """Order and predict for a graph already loaded, e.g. to compare algorithms on one graph."""
     schedule = order(graph, algorithm, oracle)
-    prediction = predict(graph, schedule, oracle, workers=workers)
     return Analysis(
         graph=graph,
         schedule=schedule,
         oracle=oracle,
-        prediction=prediction,
+        prediction=predict(graph, schedule, oracle, workers=workers),
         workers=workers or len(graph.worker_tasks),
-        trace_match=match,
+        trace_match=trace_match,
     )

@@ -14,6 +14,9 @@ import click
 
 from tfsched.errors import TfschedError
 
+# The built-in models (tfsched.models.MODELS), listed here so that --help needs no import of them.
+BUILTIN_MODELS = ["vgg16", "resnet50", "inception_v3", "mobilenet", "seq32", "par32"]
+
 
 class _Group(click.Group):
     def main(self, args=None, prog_name=None, **extra):
@@ -187,7 +190,7 @@ def analyze(
 @main.command()
 @click.option(
     "--model",
-    type=click.Choice(["vgg16", "resnet50", "inception_v3", "seq32", "par32"]),
+    type=click.Choice(BUILTIN_MODELS),
     default="vgg16",
     show_default=True,
 )
@@ -245,7 +248,7 @@ def demo(model, bandwidth, workers, steps, rounds, modes, no_train):
 @main.command()
 @click.option(
     "--model",
-    type=click.Choice(["vgg16", "resnet50", "inception_v3", "seq32", "par32"]),
+    type=click.Choice(BUILTIN_MODELS),
     default=None,
     help="A built-in model.",
 )
@@ -358,7 +361,7 @@ def viz(trace_path, output, schedule, graph_path, fetches, compare, step):
 @main.command()
 @click.option(
     "--model",
-    type=click.Choice(["vgg16", "resnet50", "inception_v3", "seq32", "par32"]),
+    type=click.Choice(BUILTIN_MODELS),
     default="vgg16",
     show_default=True,
 )

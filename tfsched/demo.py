@@ -21,8 +21,10 @@ def run_demo(
     train: bool = True,
 ) -> dict:
     """Returns the predicted step times and, when ``train``, the measured ones."""
-    from tfsched.analysis import analyze
+    from tfsched.analysis import analyze_graph
+    from tfsched.graph import load_comm_graph
     from tfsched.models import build_graph
+    from tfsched.oracle import LinkModel, TimeOracle
 
     console = Console()
     with console.status(f"building the PS training graph of {model}"):
@@ -31,11 +33,12 @@ def run_demo(
             path = os.path.join(d, f"{model}.pb")
             with open(path, "wb") as f:
                 f.write(built.graph_def().SerializeToString())
-            results = {}
-            for alg in ("fifo", "layer", "tio", "tao"):
-                results[alg] = analyze(
-                    path, fetches=built.fetches, algorithm=alg, bandwidth_bps=bandwidth_bps, workers=workers
-                )
+            graph = load_comm_graph(path, fetches=built.fetches)  # once, for every algorithm
+    oracle = TimeOracle.from_cost_model(graph, link=LinkModel(bandwidth_bps=bandwidth_bps))
+    results = {
+        alg: analyze_graph(graph, oracle, algorithm=alg, workers=workers)
+        for alg in ("fifo", "layer", "tio", "tao")
+    }
     first = results["tao"]
     g = first.graph
     console.print(

@@ -24,6 +24,44 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def start_tasks(spec: dict, *, vanilla: bool, prefix=lambda job, index: []) -> dict:
+    """Start every task of ``spec`` as ``python -m tfsched.bench.server``; (job, index) -> Popen.
+
+    ``prefix`` gives the command a task runs under (e.g. ``ip netns exec <ns>``).
+    """
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+    procs = {}
+    for job, addrs in spec.items():
+        for i in range(len(addrs)):
+            cmd = [
+                *prefix(job, i),
+                sys.executable,
+                "-m",
+                "tfsched.bench.server",
+                json.dumps(spec),
+                job,
+                str(i),
+            ]
+            if vanilla:
+                cmd.append("--vanilla")
+            procs[(job, i)] = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+            )
+    return procs
+
+
+def wait_ready(procs: dict, timeout_s: float) -> None:
+    """Wait for every task's "ready" line, never longer than ``timeout_s`` in all."""
+    deadline = time.monotonic() + timeout_s
+    for (job, index), p in procs.items():
+        remaining = deadline - time.monotonic()
+        ready, _, _ = select.select([p.stdout], [], [], max(remaining, 0.0)) if p.stdout else ([], [], [])
+        line = p.stdout.readline() if ready else ""
+        if line.strip() != "ready":
+            why = "timed out" if not ready else f"exit code {p.poll()}"
+            raise TfschedError(f"cluster task /job:{job}/task:{index} did not start ({why})")
+
+
 def stop_processes(procs) -> None:
     """Stop cluster tasks: SIGTERM, then SIGKILL what is still there after 5 s."""
     procs = list(procs)
@@ -38,8 +76,25 @@ def stop_processes(procs) -> None:
             p.wait(timeout=10)
 
 
+class TaskHandles:
+    """What both cluster kinds offer once their tasks run (``spec`` and ``procs`` set)."""
+
+    def target(self, job: str = "worker", index: int = 0) -> str:
+        return f"grpc://{self.spec[job][index]}"
+
+    def cluster_spec(self):
+        import tensorflow as tf
+
+        return tf.train.ClusterSpec(self.spec)
+
+    def kill(self, job: str, index: int) -> None:
+        p = self.procs[(job, index)]
+        p.kill()
+        p.wait(timeout=30)
+
+
 @dataclass
-class LocalCluster:
+class LocalCluster(TaskHandles):
     """``with LocalCluster(ps=1, workers=2) as c: c.target("worker", 0)``."""
 
     ps: int = 1
@@ -55,48 +110,12 @@ class LocalCluster:
             "worker": [f"127.0.0.1:{free_port()}" for _ in range(self.workers)],
         }
         try:
-            for job, addrs in self.spec.items():
-                for i in range(len(addrs)):
-                    self._start(job, i)
-            deadline = time.monotonic() + self.start_timeout_s
-            for (job, i), p in self.procs.items():
-                self._wait_ready(job, i, p, deadline)
+            self.procs = start_tasks(self.spec, vanilla=self.vanilla)
+            wait_ready(self.procs, self.start_timeout_s)
         except BaseException:
             self.close()
             raise
         return self
-
-    def _start(self, job: str, index: int) -> None:
-        cmd = [sys.executable, "-m", "tfsched.bench.server", json.dumps(self.spec), job, str(index)]
-        if self.vanilla:
-            cmd.append("--vanilla")
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
-        self.procs[(job, index)] = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
-        )
-
-    @staticmethod
-    def _wait_ready(job: str, index: int, p: subprocess.Popen, deadline: float) -> None:
-        """Wait for the task's "ready" line, never past ``deadline``."""
-        remaining = deadline - time.monotonic()
-        ready, _, _ = select.select([p.stdout], [], [], max(remaining, 0.0)) if p.stdout else ([], [], [])
-        line = p.stdout.readline() if ready else ""
-        if line.strip() != "ready":
-            why = "timed out" if not ready else f"exit code {p.poll()}"
-            raise TfschedError(f"cluster task /job:{job}/task:{index} did not start ({why})")
-
-    def target(self, job: str = "worker", index: int = 0) -> str:
-        return f"grpc://{self.spec[job][index]}"
-
-    def cluster_spec(self):
-        import tensorflow as tf
-
-        return tf.train.ClusterSpec(self.spec)
-
-    def kill(self, job: str, index: int) -> None:
-        p = self.procs[(job, index)]
-        p.kill()
-        p.wait(timeout=30)
 
     def close(self) -> None:
         stop_processes(self.procs.values())

@@ -11,7 +11,6 @@ Addresses are in 10.213.<n>.0/24, on this machine only (TF-NOTES: keep traffic t
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -20,6 +19,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
+from tfsched.bench.local import TaskHandles, stop_processes
 from tfsched.errors import TfschedError
 
 PREFIX = "tfs"  # every namespace, veth and bridge this module makes starts with it
@@ -60,63 +60,18 @@ def cleanup_stale() -> int:
 
 def shape(dev: str, rate_bps: float, latency_s: float, ns: str | None = None) -> None:
     """tbf at ``rate_bps`` (burst above the MTU: TF-NOTES), behind netem when there is latency."""
-    rate = f"{int(rate_bps)}bit"
     burst = max(int(rate_bps / 8 / 250), 32 * 1024)  # 4 ms worth, never below two jumbo frames
+    tbf = ["tbf", "rate", f"{int(rate_bps)}bit", "burst", str(burst), "latency", "400ms"]
     if latency_s > 0:
-        _ip(
-            "tc",
-            "qdisc",
-            "add",
-            "dev",
-            dev,
-            "root",
-            "handle",
-            "1:",
-            "netem",
-            "delay",
-            f"{latency_s * 1e3:.3f}ms",
-            ns=ns,
-        )
-        _ip(
-            "tc",
-            "qdisc",
-            "add",
-            "dev",
-            dev,
-            "parent",
-            "1:",
-            "handle",
-            "2:",
-            "tbf",
-            "rate",
-            rate,
-            "burst",
-            str(burst),
-            "latency",
-            "400ms",
-            ns=ns,
-        )
+        delay = f"{latency_s * 1e3:.3f}ms"
+        _ip("tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "netem", "delay", delay, ns=ns)
+        _ip("tc", "qdisc", "add", "dev", dev, "parent", "1:", "handle", "2:", *tbf, ns=ns)
     else:
-        _ip(
-            "tc",
-            "qdisc",
-            "add",
-            "dev",
-            dev,
-            "root",
-            "tbf",
-            "rate",
-            rate,
-            "burst",
-            str(burst),
-            "latency",
-            "400ms",
-            ns=ns,
-        )
+        _ip("tc", "qdisc", "add", "dev", dev, "root", *tbf, ns=ns)
 
 
 @dataclass
-class EmulatedCluster:
+class EmulatedCluster(TaskHandles):
     """``with EmulatedCluster(ps=1, workers=4, bandwidth_bps=1e9) as c: c.target("worker", 0)``."""
 
     ps: int = 1
@@ -182,44 +137,16 @@ class EmulatedCluster:
         }
 
     def _start(self) -> None:
-        from tfsched.bench.local import LocalCluster
+        from tfsched.bench.local import start_tasks, wait_ready
 
-        for (job, i), (ns, _) in self.hosts.items():
-            cmd = [
-                "ip",
-                "netns",
-                "exec",
-                ns,
-                sys.executable,
-                "-m",
-                "tfsched.bench.server",
-                json.dumps(self.spec),
-                job,
-                str(i),
-            ]
-            if self.vanilla:
-                cmd.append("--vanilla")
-            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
-            self.procs[(job, i)] = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
-            )
-        import time
-
-        deadline = time.monotonic() + self.start_timeout_s
-        for (job, i), p in self.procs.items():
-            LocalCluster._wait_ready(job, i, p, deadline)
-
-    def target(self, job: str = "worker", index: int = 0) -> str:
-        return f"grpc://{self.spec[job][index]}"
-
-    def kill(self, job: str, index: int) -> None:
-        p = self.procs[(job, index)]
-        p.kill()
-        p.wait(timeout=30)
+        self.procs = start_tasks(
+            self.spec,
+            vanilla=self.vanilla,
+            prefix=lambda job, i: ["ip", "netns", "exec", self.hosts[(job, i)][0]],
+        )
+        wait_ready(self.procs, self.start_timeout_s)
 
     def close(self) -> None:
-        from tfsched.bench.local import stop_processes
-
         stop_processes(self.procs.values())
         for ns, _ in self.hosts.values():
             _ip("ip", "netns", "del", ns, check=False)  # takes its veth (and the peer) with it

@@ -145,7 +145,9 @@ def stats(session=None, device: str | None = None) -> dict[str, int]:
 
     ``live_steps`` is the number of steps whose gate state is still held: 0 between steps.
     """
-    ops = _ops_module()
+    from tfsched.enforce._loader import load_ops
+
+    ops = load_ops()
     if session is None:
         values = ops.tfsched_stats().numpy()
     else:
@@ -159,9 +161,3 @@ def stats(session=None, device: str | None = None) -> dict[str, int]:
         ) as s:
             values = s.run(t)
     return dict(zip(STAT_NAMES, (int(v) for v in values), strict=True))
-
-
-def _ops_module():
-    from tfsched.enforce._loader import load_ops
-
-    return load_ops()

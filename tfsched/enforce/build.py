@@ -17,12 +17,14 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from importlib import resources
 
 from tfsched.errors import TfschedError
 
 SOURCES = ("gate.cc", "gate_ops.cc", "scheduler.cc")
 HEADERS = ("gate.h", "scheduler.h")
+BUILD_TIMEOUT_S = 900  # a compile, or another process's build we wait for, never takes longer
 EXTRA_FLAGS = ["-O2", "-fPIC", "-Wno-deprecated-declarations", "-Wno-interference-size"]
 
 
@@ -60,7 +62,7 @@ def build(force: bool = False) -> str:
         return path
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process of the cluster may be building it
+        _lock(lock, path)  # another process of the cluster may be building it
         if os.path.exists(path) and not force:
             return path
         cflags, lflags, _ = _flags()
@@ -75,7 +77,13 @@ def build(force: bool = False) -> str:
                     (cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
                 )
             for cmd, p in procs:
-                out, _ = p.communicate()
+                try:
+                    out, _ = p.communicate(timeout=BUILD_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    raise TfschedError(
+                        f"building the tfsched op timed out after {BUILD_TIMEOUT_S} s"
+                    ) from None
                 if p.returncode != 0:
                     raise TfschedError(
                         f"building the tfsched op for TensorFlow {version} failed ({' '.join(cmd[:3])}): "
@@ -83,11 +91,26 @@ def build(force: bool = False) -> str:
                     )
             tmp_lib = os.path.join(tmp, "lib.so")
             link = ["g++", "-shared", *objects, "-o", tmp_lib, *lflags]
-            p = subprocess.run(link, capture_output=True, text=True)
+            p = subprocess.run(link, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
             if p.returncode != 0:
                 raise TfschedError(f"linking the tfsched op failed: {_first_error(p.stderr)}")
             os.replace(tmp_lib, path)  # atomic: no process ever loads a half-written library
     return path
+
+
+def _lock(lock, path: str) -> None:
+    """Take the build lock, waiting at most BUILD_TIMEOUT_S for a build in another process."""
+    deadline = time.monotonic() + BUILD_TIMEOUT_S
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise TfschedError(
+                    f"{path}.lock: another process has been building the op for too long"
+                ) from None
+            time.sleep(0.5)
 
 
 def _first_error(output: str) -> str:
