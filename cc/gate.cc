@@ -1,25 +1,73 @@
 #include "gate.h"
 
+#include <algorithm>
 #include <thread>
 
 namespace tfsched {
 
 using tensorflow::mutex_lock;
 
-bool Channel::ArriveOrWait(const std::shared_ptr<Waiter>& w) {
+namespace {
+std::atomic<int64_t> live_credit{-1};
+}  // namespace
+
+int64_t EffectiveCredit(int64_t configured) {
+  if (configured <= 0) return 0;
+  int64_t live = live_credit.load(std::memory_order_relaxed);
+  return live > 0 ? live : configured;
+}
+
+int64_t SetLiveCredit(int64_t credit) { return live_credit.exchange(credit > 0 ? credit : -1); }
+
+void Channel::Take(int64_t size) {
+  in_flight_ += size;
+  auto& peak = GlobalStats().peak_in_flight;
+  int64_t seen = peak.load();
+  while (in_flight_ > seen && !peak.compare_exchange_weak(seen, in_flight_)) {
+  }
+}
+
+void Channel::Pump(std::vector<std::shared_ptr<Waiter>>* ready) {
+  // The head of the queue (lowest priority number) goes first or nobody does: a smaller,
+  // later tensor never overtakes it, which is what makes the credit a preemption point.
+  while (!waiting_.empty()) {
+    const std::shared_ptr<Waiter>& w = waiting_.begin()->second;
+    if (w->ordered && w->priority > released_) return;  // not its turn yet
+    const int64_t credit = EffectiveCredit(w->credit);
+    if (credit > 0 && in_flight_ > 0 && in_flight_ + w->size > credit) return;  // wait for acks
+    if (w->credit > 0) Take(w->size);  // only acknowledged channels count what is in flight
+    ready->push_back(w);
+    waiting_.erase(waiting_.begin());
+  }
+}
+
+bool Channel::ArriveOrWait(const std::shared_ptr<Waiter>& w, std::vector<std::shared_ptr<Waiter>>* others) {
   mutex_lock l(mu_);
-  if (released_ >= w->priority) return true;
   waiting_.emplace(w->priority, w);
-  return false;
+  std::vector<std::shared_ptr<Waiter>> ready;
+  Pump(&ready);
+  // Usually `ready` is empty or just `w`; a live credit change can free parked ones as well.
+  bool go = false;
+  for (auto& r : ready) {
+    if (r == w) {
+      go = true;
+    } else {
+      others->push_back(std::move(r));
+    }
+  }
+  return go;
 }
 
 void Channel::Complete(std::vector<std::shared_ptr<Waiter>>* ready) {
   mutex_lock l(mu_);
   ++released_;
-  while (!waiting_.empty() && waiting_.begin()->first <= released_) {
-    ready->push_back(waiting_.begin()->second);
-    waiting_.erase(waiting_.begin());
-  }
+  Pump(ready);
+}
+
+void Channel::Return(int64_t size, std::vector<std::shared_ptr<Waiter>>* ready) {
+  mutex_lock l(mu_);
+  in_flight_ = std::max<int64_t>(0, in_flight_ - size);
+  Pump(ready);
 }
 
 bool Channel::Withdraw(const std::shared_ptr<Waiter>& w) {
@@ -28,10 +76,16 @@ bool Channel::Withdraw(const std::shared_ptr<Waiter>& w) {
   for (auto it = range.first; it != range.second; ++it) {
     if (it->second == w) {
       waiting_.erase(it);
+      if (w->credit > 0) Take(w->size);  // it goes now; its acknowledgement gives the credit back
       return true;
     }
   }
   return false;
+}
+
+int64_t Channel::in_flight() const {
+  mutex_lock l(mu_);
+  return in_flight_;
 }
 
 void FireInTurn(std::vector<std::shared_ptr<Waiter>> ready, Outcome how) {

@@ -1,9 +1,16 @@
-// Per-step, per-channel release counters for TfschedGate (TicTac §5.1).
+// Per-step, per-channel release state for TfschedGate.
 //
-// A gate with priority p on channel c may release its tensor once p gates of c were released in
-// the same step. Waiting gates are callbacks, not blocked threads. Every wait ends: by its turn,
-// by the timeout (fail open: the tensor goes, the event is counted), or by the step's
-// cancellation. The state of a step lives in the step's container and is freed with it.
+// Two disciplines, per gate:
+// - ordered (TicTac §5.1): a gate with priority p may release its tensor once p gates of its
+//   channel were released in the same step (per-step counters);
+// - queue (ByteScheduler §4.2): the highest-priority gate that has arrived goes first.
+// Both are subject to the channel's credit (ByteScheduler's credit-based preemption): at most
+// `credit` parameters released and not yet acknowledged by the receiver (TfschedAck on the
+// receiving task -> TfschedCredit on this one); a tensor larger than the credit still goes when
+// nothing else is in flight, so a small credit never deadlocks.
+// Waiting gates are callbacks, not blocked threads. Every wait ends: by its turn, by the timeout
+// (fail open: the tensor goes, the event is counted), or by the step's cancellation. The state of
+// a step lives in the step's container and is freed with it.
 #ifndef TFSCHED_CC_GATE_H_
 #define TFSCHED_CC_GATE_H_
 
@@ -33,6 +40,9 @@ class Channel;
 struct Waiter {
   ~Waiter();
   int64_t priority = 0;
+  int64_t size = 0;      // parameters (elements) of the tensor: what it takes of the credit
+  bool ordered = true;   // per-step counter (true) or priority queue (false)
+  int64_t credit = 0;    // the pass's credit for this gate's channel (0: no acks, no credit)
   // Keeps the step's state (and so the channel) alive for as long as the waiter can be reached.
   StepGates* gates = nullptr;
   Channel* channel = nullptr;
@@ -48,22 +58,37 @@ struct Waiter {
 // order of the counter updates.
 class Channel {
  public:
-  // True if it is `w`'s turn now (nothing is counted yet: call Complete after done()); otherwise
-  // parks `w` and returns false.
-  bool ArriveOrWait(const std::shared_ptr<Waiter>& w);
+  // True if `w` may go now (its credit is taken; it is counted as released only by Complete,
+  // after done()); otherwise parks `w` and returns false. `others` receives parked waiters that
+  // may go as well (after a live credit change).
+  bool ArriveOrWait(const std::shared_ptr<Waiter>& w, std::vector<std::shared_ptr<Waiter>>* others);
   // Counts one released gate; `ready` receives the parked waiters whose turn has come.
   void Complete(std::vector<std::shared_ptr<Waiter>>* ready);
+  // The receiver has `size` parameters: gives them back to the credit; `ready` as above.
+  void Return(int64_t size, std::vector<std::shared_ptr<Waiter>>* ready);
   // Removes a parked waiter (timeout or cancellation); false if another path took it already.
+  // A withdrawn waiter's tensor goes anyway, so it takes its credit.
   bool Withdraw(const std::shared_ptr<Waiter>& w);
   int64_t released() const;
   size_t waiting() const;
+  int64_t in_flight() const;
 
  private:
+  // Moves to `ready` every parked waiter that may go now, in priority order.
+  void Pump(std::vector<std::shared_ptr<Waiter>>* ready);
+  void Take(int64_t size);
 
   mutable tensorflow::mutex mu_;
   int64_t released_ = 0;
+  int64_t in_flight_ = 0;  // parameters released and not yet acknowledged
   std::multimap<int64_t, std::shared_ptr<Waiter>> waiting_;
 };
+
+// The credit in force for a gate whose pass-given credit is `configured`: 0 (no acks on this
+// channel) stays 0; otherwise the live setting (TfschedSetCredit) if any, else `configured`.
+int64_t EffectiveCredit(int64_t configured);
+// Sets the live credit (parameters, >= 1; -1 returns to the pass's setting); returns the old one.
+int64_t SetLiveCredit(int64_t credit);
 
 // The gates of one step on one device: lives in the step container.
 class StepGates : public tensorflow::ResourceBase {
@@ -86,6 +111,8 @@ struct Stats {
   std::atomic<int64_t> cancelled{0};  // released because the step was cancelled
   std::atomic<int64_t> live_steps{0};  // StepGates alive now (per-step state not yet freed)
   std::atomic<int64_t> wait_us{0};    // total time spent waiting
+  std::atomic<int64_t> acked{0};      // credit returns (acknowledged transfers)
+  std::atomic<int64_t> peak_in_flight{0};  // most parameters in flight on one channel (resettable)
 };
 Stats& GlobalStats();
 

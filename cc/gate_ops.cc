@@ -1,6 +1,8 @@
 // TfschedGate: a pass-through that releases its tensor in priority order on its channel.
 // TfschedStats: this process's gate counters.
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -9,6 +11,8 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "absl/strings/str_cat.h"
 #include "tensorflow/core/platform/logging.h"
 
 namespace tfsched {
@@ -26,28 +30,106 @@ REGISTER_OP("TfschedGate")
     .Attr("priority: int >= 0")
     .Attr("channel_size: int >= 1")
     .Attr("timeout_ms: int >= 0 = 60000")
+    .Attr("ordered: bool = true")
+    .Attr("credit: int >= 0 = 0")
     .SetIsStateful()  // must not be constant-folded, deduplicated or pruned by the optimizers
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
     .Doc(R"doc(
-Passes `input` through once every transfer of higher priority on `channel` was released in this
-step (per-step counters, TicTac §5.1). Inserted by the TfschedScheduler Grappler pass on the
-sender's device, in front of a tensor that crosses to another task.
+Passes `input` through once its turn has come on `channel` in this step. Inserted by the
+TfschedScheduler Grappler pass on the sender's device, in front of a tensor that crosses to
+another task.
 
 channel: "<sender task>-><receiver task>".
 priority: number of gates of this channel that go before this one (ties share a number).
 channel_size: number of gates of this channel in the graph.
 timeout_ms: longest wait; then the tensor goes anyway and the event is counted (0: no limit).
+ordered: true: wait until `priority` gates of the channel were released (TicTac's per-step
+  counters); false: the highest-priority gate that has arrived goes first (ByteScheduler's queue).
+credit: at most this many parameters released and not acknowledged on the channel (TfschedAck /
+  TfschedCredit carry the acknowledgements); 0: the channel has no acknowledgements, no limit.
+  TfschedSetCredit overrides it while training runs.
+)doc");
+
+REGISTER_OP("TfschedAck")
+    .Input("input: T")
+    .Output("ack: int64")
+    .Attr("T: type")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+On the receiving task: the number of parameters of `input`, once it arrived. Sent back to the
+sender's TfschedCredit, it returns that much credit to the channel.
+)doc");
+
+REGISTER_OP("TfschedCredit")
+    .Input("ack: int64")
+    .Attr("channel: string")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+On the sending task: gives `ack` parameters back to the credit of `channel` in this step.
+)doc");
+
+REGISTER_OP("TfschedSetCredit")
+    .Input("credit: int64")
+    .Output("previous: int64")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+Sets the credit (parameters) of every gated channel of this process from the next decision on,
+without a new session; credit < 1 returns to the pass's setting. Returns the previous live
+setting (-1: none) and resets the peak in-flight counter of TfschedStats.
+)doc");
+
+REGISTER_OP("TfschedSplit")
+    .Input("input: T")
+    .Output("output: num_slices * T")
+    .Attr("T: type")
+    .Attr("num_slices: int >= 2")
+    .Attr("slice_elements: int >= 1")
+    .Attr("elements: int >= 1")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      int64_t n = 0, s = 0, total = 0;
+      TF_RETURN_IF_ERROR(c->GetAttr("num_slices", &n));
+      TF_RETURN_IF_ERROR(c->GetAttr("slice_elements", &s));
+      TF_RETURN_IF_ERROR(c->GetAttr("elements", &total));
+      for (int64_t i = 0; i < n; ++i) c->set_output(i, c->Vector(std::min(s, total - i * s)));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+ByteScheduler's tensor partitioning, sender side: `input` (of `elements` parameters) as
+`num_slices` flat slices of `slice_elements` (the last one shorter). The slices share the input's
+buffer (no copy); `slice_elements` is a multiple of 64 bytes, so every slice stays aligned.
+)doc");
+
+REGISTER_OP("TfschedConcat")
+    .Input("slices: num_slices * T")
+    .Output("output: T")
+    .Attr("T: type")
+    .Attr("num_slices: int >= 2")
+    .Attr("shape: shape")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      tensorflow::PartialTensorShape shape;
+      TF_RETURN_IF_ERROR(c->GetAttr("shape", &shape));
+      tensorflow::shape_inference::ShapeHandle out;
+      TF_RETURN_IF_ERROR(c->MakeShapeFromPartialTensorShape(shape, &out));
+      c->set_output(0, out);
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Receiver side of TfschedSplit: the slices, in order, as one tensor of `shape`.
 )doc");
 
 REGISTER_OP("TfschedStats")
     .Output("stats: int64")
     .SetIsStateful()
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      c->set_output(0, c->Vector(6));
+      c->set_output(0, c->Vector(8));
       return absl::OkStatus();
     })
     .Doc(R"doc(
-This process's gate counters: [released, waited, timeouts, cancelled, live_steps, wait_us].
+This process's gate counters: [released, waited, timeouts, cancelled, live_steps, wait_us, acked,
+peak_in_flight].
 )doc");
 
 void WarnTimeout(const std::string& channel, int64_t priority, int64_t released) {
@@ -69,6 +151,8 @@ class TfschedGateOp : public AsyncOpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("channel", &channel_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("priority", &priority_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("timeout_ms", &timeout_ms_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("ordered", &ordered_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("credit", &credit_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -94,6 +178,9 @@ class TfschedGateOp : public AsyncOpKernel {
     Channel* channel = w->gates->Get(channel_);
     w->channel = channel;
     w->priority = priority_;
+    w->size = ctx->input(0).NumElements();
+    w->ordered = ordered_;
+    w->credit = credit_;
     w->since = Clock::now();
     w->deadline = timeout_ms_ > 0 ? w->since + std::chrono::milliseconds(timeout_ms_)
                                   : Clock::time_point::max();
@@ -115,7 +202,10 @@ class TfschedGateOp : public AsyncOpKernel {
       }
       done();
     };
-    if (channel->ArriveOrWait(w)) {
+    std::vector<std::shared_ptr<Waiter>> others;
+    const bool go = channel->ArriveOrWait(w, &others);
+    if (!others.empty()) FireInTurn(std::move(others), Outcome::kTurn);
+    if (go) {
       stats.released.fetch_add(1);
       w->fired.store(true);
       done();
@@ -148,6 +238,120 @@ class TfschedGateOp : public AsyncOpKernel {
   std::string channel_;
   int64_t priority_ = 0;
   int64_t timeout_ms_ = 0;
+  bool ordered_ = true;
+  int64_t credit_ = 0;
+};
+
+class TfschedAckOp : public tensorflow::OpKernel {
+ public:
+  explicit TfschedAckOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  bool IsExpensive() override { return false; }  // run inline: the ack leaves at once
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({}), &out));
+    out->scalar<int64_t>()() = ctx->input(0).NumElements();
+  }
+};
+
+class TfschedCreditOp : public tensorflow::OpKernel {
+ public:
+  explicit TfschedCreditOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("channel", &channel_));
+  }
+  bool IsExpensive() override { return false; }
+  void Compute(OpKernelContext* ctx) override {
+    const tensorflow::Tensor& ack = ctx->input(0);
+    OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(ack.shape()),
+                absl::InvalidArgumentError("tfsched: an acknowledgement is a scalar"));
+    if (ctx->step_container() == nullptr) return;  // no per-step state: the gates did not order
+    StepGates* gates = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->step_container()->LookupOrCreate<StepGates>(
+                            ctx->resource_manager(), "tfsched_gates", &gates, [](StepGates** g) {
+                              *g = new StepGates();
+                              return absl::OkStatus();
+                            }));
+    tensorflow::core::ScopedUnref unref(gates);
+    GlobalStats().acked.fetch_add(1);
+    std::vector<std::shared_ptr<Waiter>> ready;
+    gates->Get(channel_)->Return(ack.scalar<int64_t>()(), &ready);
+    FireInTurn(std::move(ready), Outcome::kTurn);
+  }
+
+ private:
+  std::string channel_;
+};
+
+class TfschedSetCreditOp : public tensorflow::OpKernel {
+ public:
+  explicit TfschedSetCreditOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  void Compute(OpKernelContext* ctx) override {
+    const tensorflow::Tensor& credit = ctx->input(0);
+    OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(credit.shape()),
+                absl::InvalidArgumentError("tfsched: the credit is a scalar"));
+    tensorflow::Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({}), &out));
+    out->scalar<int64_t>()() = SetLiveCredit(credit.scalar<int64_t>()());
+    GlobalStats().peak_in_flight.store(0);
+  }
+};
+
+class TfschedSplitOp : public tensorflow::OpKernel {
+ public:
+  explicit TfschedSplitOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slices", &num_slices_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("slice_elements", &slice_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("elements", &elements_));
+  }
+  bool IsExpensive() override { return false; }  // no copy: slices share the input's buffer
+  void Compute(OpKernelContext* ctx) override {
+    const tensorflow::Tensor& input = ctx->input(0);
+    OP_REQUIRES(ctx, input.NumElements() == elements_,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "tfsched: ", name(), " expected ", elements_, " parameters, got shape ",
+                    input.shape().DebugString(), " (the graph changed after it was partitioned)")));
+    tensorflow::Tensor flat;
+    OP_REQUIRES(ctx, flat.CopyFrom(input, tensorflow::TensorShape({elements_})),
+                absl::InternalError("tfsched: cannot view the tensor as flat"));
+    for (int64_t i = 0; i < num_slices_; ++i) {
+      ctx->set_output(i, flat.Slice(i * slice_, std::min(elements_, (i + 1) * slice_)));
+    }
+  }
+
+ private:
+  int64_t num_slices_ = 0, slice_ = 0, elements_ = 0;
+};
+
+class TfschedConcatOp : public tensorflow::OpKernel {
+ public:
+  explicit TfschedConcatOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    tensorflow::PartialTensorShape shape;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("shape", &shape));
+    OP_REQUIRES(ctx, shape.AsTensorShape(&shape_),
+                absl::InvalidArgumentError("tfsched: TfschedConcat needs a fully known shape"));
+    OP_REQUIRES(ctx, tensorflow::DataTypeCanUseMemcpy(ctx->input_type(0)),
+                absl::InvalidArgumentError("tfsched: TfschedConcat copies plain data types only"));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::OpInputList slices;
+    OP_REQUIRES_OK(ctx, ctx->input_list("slices", &slices));
+    int64_t total = 0;
+    for (const auto& s : slices) total += s.NumElements();
+    OP_REQUIRES(ctx, total == shape_.num_elements(),
+                absl::InvalidArgumentError(absl::StrCat("tfsched: ", name(), " got ", total,
+                                                        " parameters for shape ",
+                                                        shape_.DebugString())));
+    tensorflow::Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape_, &out));
+    char* dst = const_cast<char*>(out->tensor_data().data());
+    for (const auto& s : slices) {
+      auto src = s.tensor_data();
+      std::memcpy(dst, src.data(), src.size());
+      dst += src.size();
+    }
+  }
+
+ private:
+  tensorflow::TensorShape shape_;
 };
 
 class TfschedStatsOp : public tensorflow::OpKernel {
@@ -155,7 +359,7 @@ class TfschedStatsOp : public tensorflow::OpKernel {
   explicit TfschedStatsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
   void Compute(OpKernelContext* ctx) override {
     tensorflow::Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({6}), &out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({8}), &out));
     auto v = out->vec<int64_t>();
     Stats& s = GlobalStats();
     v(0) = s.released.load();
@@ -164,11 +368,18 @@ class TfschedStatsOp : public tensorflow::OpKernel {
     v(3) = s.cancelled.load();
     v(4) = s.live_steps.load();
     v(5) = s.wait_us.load();
+    v(6) = s.acked.load();
+    v(7) = s.peak_in_flight.load();
   }
 };
 
 REGISTER_KERNEL_BUILDER(Name("TfschedGate").Device(tensorflow::DEVICE_CPU), TfschedGateOp);
 REGISTER_KERNEL_BUILDER(Name("TfschedStats").Device(tensorflow::DEVICE_CPU), TfschedStatsOp);
+REGISTER_KERNEL_BUILDER(Name("TfschedAck").Device(tensorflow::DEVICE_CPU), TfschedAckOp);
+REGISTER_KERNEL_BUILDER(Name("TfschedCredit").Device(tensorflow::DEVICE_CPU), TfschedCreditOp);
+REGISTER_KERNEL_BUILDER(Name("TfschedSetCredit").Device(tensorflow::DEVICE_CPU), TfschedSetCreditOp);
+REGISTER_KERNEL_BUILDER(Name("TfschedSplit").Device(tensorflow::DEVICE_CPU), TfschedSplitOp);
+REGISTER_KERNEL_BUILDER(Name("TfschedConcat").Device(tensorflow::DEVICE_CPU), TfschedConcatOp);
 
 }  // namespace
 }  // namespace tfsched

@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -18,7 +19,9 @@
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/types.h"
+#include "tensorflow/core/grappler/costs/graph_properties.h"
 #include "tensorflow/core/grappler/grappler_item.h"
+#include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/grappler/optimizers/custom_graph_optimizer_registry.h"
 #include "tensorflow/core/platform/logging.h"
 #include "tensorflow/core/util/device_name_utils.h"
@@ -170,9 +173,29 @@ struct Transfer {
   int stage = 0;
   double value = 0;  // the order within a stage: schedule priority or TIO's M+
   bool matched = false;
-  int64_t priority = 0;
+  int64_t priority = 0;  // of the first slice; slice i has priority + i
   int64_t channel_size = 0;
+  // Partitioning (ByteScheduler §4.2): slices of slice_elements, the last one shorter.
+  int64_t slices = 1;
+  int64_t slice_elements = 0;
+  int64_t elements = 0;
+  tensorflow::TensorShapeProto shape;
 };
+
+// Slices for a tensor of `elements` parameters of `dtype` and a partition size: (count, size).
+// The size is rounded up to 64 bytes so that every slice of the sender's buffer stays aligned
+// (and TfschedSplit needs no copy); a tensor within one partition is not split.
+std::pair<int64_t, int64_t> Slicing(int64_t elements, DataType dtype, int64_t partition) {
+  const int64_t bytes = tensorflow::DataTypeSize(dtype);
+  if (partition <= 0 || elements <= partition || bytes <= 0 || 64 % bytes != 0 ||
+      !tensorflow::DataTypeCanUseMemcpy(dtype))
+    return {1, elements};
+  const int64_t unit = 64 / bytes;
+  const int64_t want = (elements + partition - 1) / partition;
+  int64_t size = (elements + want - 1) / want;
+  size = (size + unit - 1) / unit * unit;
+  return {(elements + size - 1) / size, size};
+}
 
 std::string VariableBehind(const Graph& g, int n) {
   for (int guard = 0; guard < 64 && n >= 0; ++guard) {
@@ -329,6 +352,10 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
   if (auto it = params.find("mode"); it != params.end() && !it->second.s().empty()) mode_ = it->second.s();
   if (mode_ != "counter" && mode_ != "queue")
     return absl::InvalidArgumentError(absl::StrCat("tfsched: unknown mode '", mode_, "'"));
+  if (auto it = params.find("partition"); it != params.end()) partition_ = it->second.i();
+  if (auto it = params.find("credit"); it != params.end()) credit_ = it->second.i();
+  if (partition_ < 0 || credit_ < 0)
+    return absl::InvalidArgumentError("tfsched: partition and credit must be >= 0 (parameters)");
   if (auto it = params.find("priorities"); it != params.end()) {
     for (const std::string& line : it->second.list().s()) {
       std::vector<std::string> f = absl::StrSplit(line, '|');
@@ -389,7 +416,6 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
       t.kind = "pull";
       variable = VariableBehind(g, t.src);
     } else if (JobOf(t.receiver) == ps_job_) {
-      if (mode_ == "queue") continue;  // a credit-less queue sends a push as soon as it is ready
       t.kind = "push";
       std::vector<int> consumers;
       for (const auto& u : t.uses) consumers.push_back(u.first);
@@ -430,7 +456,24 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
     Tio(g, &xfers, ps_job_);
   }
 
-  // Competition ranks per channel over the transfers present (TicTac §5.1's 0..n-1).
+  if (partition_ > 0) {
+    tensorflow::grappler::GraphProperties properties(item);
+    TF_RETURN_IF_ERROR(properties.InferStatically(/*assume_valid_feeds=*/false));
+    for (Transfer& t : xfers) {
+      const std::string& name = g.node(t.src).name();
+      if (!properties.HasOutputProperties(name)) continue;
+      const auto& props = properties.GetOutputProperties(name);
+      if (t.port >= static_cast<int>(props.size())) continue;
+      const tensorflow::PartialTensorShape shape(props[t.port].shape());
+      if (!shape.IsFullyDefined()) continue;  // a shape known only at run time: sent whole
+      t.elements = shape.num_elements();
+      shape.AsProto(&t.shape);
+      std::tie(t.slices, t.slice_elements) = Slicing(t.elements, t.dtype, partition_);
+    }
+  }
+
+  // Competition ranks per channel over the transfers present (TicTac §5.1's 0..n-1); the slices
+  // of a tensor take consecutive ranks at their parent's place.
   std::map<std::string, std::vector<int>> channels;
   for (int i = 0; i < static_cast<int>(xfers.size()); ++i)
     channels[absl::StrCat(xfers[i].sender, "->", xfers[i].receiver)].push_back(i);
@@ -438,38 +481,156 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
     std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) {
       return std::make_pair(xfers[a].stage, xfers[a].value) < std::make_pair(xfers[b].stage, xfers[b].value);
     });
+    int64_t position = 0;
     for (size_t j = 0; j < ids.size(); ++j) {
       Transfer& t = xfers[ids[j]];
       const Transfer* prev = j ? &xfers[ids[j - 1]] : nullptr;
-      t.priority = (prev && prev->stage == t.stage && prev->value == t.value) ? prev->priority : static_cast<int64_t>(j);
-      t.channel_size = static_cast<int64_t>(ids.size());
+      const bool tie = prev && prev->slices == 1 && t.slices == 1 && prev->stage == t.stage &&
+                       prev->value == t.value;
+      t.priority = tie ? prev->priority : position;
+      position += t.slices;
     }
+    for (int i : ids) xfers[i].channel_size = position;
   }
+
+  // Credit needs every acknowledgement to run in the step: they are tied to a fetched node that
+  // no transfer depends on (else the step would wait on itself).
+  std::vector<int> anchors;  // candidate fetch nodes
+  if (credit_ > 0) {
+    std::vector<bool> upstream(out.node_size(), false);
+    std::deque<int> q;
+    for (const Transfer& t : xfers)
+      if (!upstream[t.src]) {
+        upstream[t.src] = true;
+        q.push_back(t.src);
+      }
+    while (!q.empty()) {
+      int v = q.front();
+      q.pop_front();
+      for (int u : g.preds[v])
+        if (!upstream[u]) {
+          upstream[u] = true;
+          q.push_back(u);
+        }
+    }
+    for (const std::string& fetch : item.fetch) {
+      int f = g.Find(ParseInput(fetch).node);
+      if (f >= 0 && !upstream[f] && !g.task[f].empty()) anchors.push_back(f);
+    }
+    if (anchors.empty())
+      LOG(WARNING) << "tfsched: every fetched node feeds a transfer; credit is off for this graph";
+  }
+  const int64_t credit = anchors.empty() ? 0 : credit_;
 
   std::unordered_set<std::string> names;
   for (const NodeDef& n : out.node()) names.insert(n.name());
-  for (const Transfer& t : xfers) {
-    const NodeDef& src = out.node(t.src);
-    std::string base = absl::StrCat(src.name(), "/tfsched_gate", t.port ? absl::StrCat("_", t.port) : "",
-                                    "_to_", Sanitize(t.receiver));
+  auto unique = [&names](const std::string& base) {
     std::string name = base;
     for (int i = 1; names.count(name); ++i) name = absl::StrCat(base, "_", i);
     names.insert(name);
-    NodeDef gate;
-    gate.set_name(name);
-    gate.set_op(kGateOp);
-    gate.set_device(src.device());
-    gate.add_input(t.port ? absl::StrCat(src.name(), ":", t.port) : src.name());
-    auto& attr = *gate.mutable_attr();
-    attr["T"].set_type(t.dtype);
-    attr["channel"].set_s(absl::StrCat(t.sender, "->", t.receiver));
-    attr["priority"].set_i(t.priority);
-    attr["channel_size"].set_i(t.channel_size);
-    attr["timeout_ms"].set_i(timeout_ms_);
-    for (const auto& [consumer, input_index] : t.uses) out.mutable_node(consumer)->set_input(input_index, name);
-    *out.add_node() = std::move(gate);
+    return name;
+  };
+  std::vector<NodeDef> added;
+  std::map<std::string, std::vector<std::string>> credits_on;  // sender device -> credit nodes
+  int64_t split = 0;
+  for (const Transfer& t : xfers) {
+    const NodeDef& src = out.node(t.src);
+    const std::string tensor = t.port ? absl::StrCat(src.name(), ":", t.port) : src.name();
+    const std::string stem = absl::StrCat(src.name(), "/tfsched", t.port ? absl::StrCat("_", t.port) : "",
+                                          "_to_", Sanitize(t.receiver));
+    const std::string channel = absl::StrCat(t.sender, "->", t.receiver);
+    const std::string& receiver_device = out.node(t.uses.front().first).device();
+    std::string split_name;
+    if (t.slices > 1) {
+      ++split;
+      NodeDef node;
+      split_name = unique(absl::StrCat(stem, "_split"));
+      node.set_name(split_name);
+      node.set_op("TfschedSplit");
+      node.set_device(src.device());
+      node.add_input(tensor);
+      auto& attr = *node.mutable_attr();
+      attr["T"].set_type(t.dtype);
+      attr["num_slices"].set_i(t.slices);
+      attr["slice_elements"].set_i(t.slice_elements);
+      attr["elements"].set_i(t.elements);
+      added.push_back(std::move(node));
+    }
+    std::vector<std::string> gates;
+    for (int64_t i = 0; i < t.slices; ++i) {
+      NodeDef gate;
+      const std::string name = unique(
+          t.slices > 1 ? absl::StrCat(stem, "_gate_", i) : absl::StrCat(src.name(), "/tfsched_gate",
+                                                                       t.port ? absl::StrCat("_", t.port) : "",
+                                                                       "_to_", Sanitize(t.receiver)));
+      gate.set_name(name);
+      gate.set_op(kGateOp);
+      gate.set_device(src.device());
+      gate.add_input(t.slices > 1 ? (i ? absl::StrCat(split_name, ":", i) : split_name) : tensor);
+      auto& attr = *gate.mutable_attr();
+      attr["T"].set_type(t.dtype);
+      attr["channel"].set_s(channel);
+      attr["priority"].set_i(t.priority + i);
+      attr["channel_size"].set_i(t.channel_size);
+      attr["timeout_ms"].set_i(timeout_ms_);
+      attr["ordered"].set_b(!(mode_ == "queue" && t.kind == "push"));
+      attr["credit"].set_i(credit);
+      gates.push_back(name);
+      added.push_back(std::move(gate));
+      if (credit > 0) {
+        NodeDef ack;
+        ack.set_name(unique(absl::StrCat(name, "/ack")));
+        ack.set_op("TfschedAck");
+        ack.set_device(receiver_device);
+        ack.add_input(name);
+        (*ack.mutable_attr())["T"].set_type(t.dtype);
+        NodeDef back;
+        back.set_name(unique(absl::StrCat(name, "/credit")));
+        back.set_op("TfschedCredit");
+        back.set_device(src.device());
+        back.add_input(ack.name());
+        (*back.mutable_attr())["channel"].set_s(channel);
+        credits_on[src.device()].push_back(back.name());
+        added.push_back(std::move(ack));
+        added.push_back(std::move(back));
+      }
+    }
+    std::string delivered = gates.front();
+    if (t.slices > 1) {
+      NodeDef concat;
+      concat.set_name(unique(absl::StrCat(stem, "_concat")));
+      concat.set_op("TfschedConcat");
+      concat.set_device(receiver_device);
+      for (const auto& gate : gates) concat.add_input(gate);
+      auto& attr = *concat.mutable_attr();
+      attr["T"].set_type(t.dtype);
+      attr["num_slices"].set_i(t.slices);
+      *attr["shape"].mutable_shape() = t.shape;
+      delivered = concat.name();
+      added.push_back(std::move(concat));
+    }
+    for (const auto& [consumer, input_index] : t.uses) out.mutable_node(consumer)->set_input(input_index, delivered);
   }
-  VLOG(1) << "tfsched: gated " << xfers.size() << " transfers on " << channels.size() << " channels"
+  // One sink per sending device gathers its credit returns; a fetched node waits for the sink,
+  // so the acknowledgements belong to the step (and are not pruned away).
+  for (const auto& [device, credits] : credits_on) {
+    NodeDef sink;
+    sink.set_name(unique(absl::StrCat("tfsched_credit_sink_", Sanitize(TaskOf(device)))));
+    sink.set_op("NoOp");
+    sink.set_device(device);
+    for (const auto& c : credits) sink.add_input(absl::StrCat("^", c));
+    int anchor = anchors.front();
+    for (int a : anchors)
+      if (g.task[a] == TaskOf(device)) {
+        anchor = a;
+        break;
+      }
+    out.mutable_node(anchor)->add_input(absl::StrCat("^", sink.name()));
+    added.push_back(std::move(sink));
+  }
+  for (auto& node : added) *out.add_node() = std::move(node);
+  VLOG(1) << "tfsched: gated " << xfers.size() << " transfers on " << channels.size() << " channels, "
+          << split << " partitioned, credit " << credit
           << (exact_.empty() ? " (TIO)" : absl::StrCat(" (", matched, " from the schedule)"));
   return absl::OkStatus();
 }

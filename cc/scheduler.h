@@ -17,9 +17,14 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   //               then TIO, computed here from the graph)
   //   timeout_ms: int, longest gate wait (default 60000)
   //   ps_job:     string, job name of the parameter servers (default "ps")
-  //   mode:       "counter" (default) gates every transfer; "queue" (ByteScheduler's priority queue,
-  //               here without a credit window) gates pulls, which are all ready at the start of
-  //               a step so that counters give queue order, and leaves pushes to go when ready
+  //   mode:       "counter" (default): every gate waits for its turn (TicTac's per-step counters);
+  //               "queue" (ByteScheduler's priority queue): pulls, all ready at the start of a
+  //               step, by counters (that is queue order); pushes, ready one by one, highest
+  //               priority first among those that have arrived
+  //   partition:  int, parameters; a transfer larger than this is split into slices on the sender,
+  //               each gated in turn, and concatenated on the receiver (0, default: no splitting)
+  //   credit:     int, parameters; at most this much released and not yet acknowledged per
+  //               channel (0, default: no acknowledgements, no limit)
   absl::Status Init(const tensorflow::RewriterConfig_CustomGraphOptimizer* config) override;
   std::string name() const override { return "TfschedScheduler"; }
   bool UsesFunctionLibrary() const override { return false; }
@@ -34,6 +39,8 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   int64_t timeout_ms_ = 60000;
   std::string ps_job_ = "ps";
   std::string mode_ = "counter";
+  int64_t partition_ = 0;
+  int64_t credit_ = 0;
 };
 
 }  // namespace tfsched

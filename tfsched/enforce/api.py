@@ -6,7 +6,40 @@ from tfsched.errors import TfschedError
 
 OPTIMIZER_NAME = "TfschedScheduler"
 DEFAULT_TIMEOUT_MS = 60_000
-STAT_NAMES = ("released", "waited", "timeouts", "cancelled", "live_steps", "wait_us")
+STAT_NAMES = ("released", "waited", "timeouts", "cancelled", "live_steps", "wait_us", "acked", "peak_in_flight")
+# ByteScheduler's defaults for parameter servers (§4.2), in parameters.
+DEFAULT_PARTITION = 1_000_000
+DEFAULT_CREDIT = 4_000_000
+ENV_PARTITION = "TFSCHED_PARTITION"
+ENV_CREDIT = "TFSCHED_CREDIT"
+
+
+def _knob(name: str, value, env: str) -> int:
+    """A partition or credit setting: the parameter if given, else the environment variable, else 0 (off).
+
+    The one place where TFSCHED_PARTITION and TFSCHED_CREDIT are read (ByteScheduler's
+    BYTESCHEDULER_PARTITION / BYTESCHEDULER_CREDIT); a parameter always wins.
+    """
+    import os
+
+    source = name
+    if value is None:
+        raw = os.environ.get(env)
+        if raw is None or raw.strip() == "":
+            return 0
+        source = f"environment variable {env}"
+        try:
+            value = int(raw.strip().replace("_", ""))
+        except ValueError:
+            raise TfschedError(f"{source}={raw!r}: expected a number of parameters") from None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TfschedError(f"{source} must be a non-negative integer (parameters), got {value!r}")
+    return value
+
+
+def resolve_knobs(partition=None, credit=None) -> tuple[int, int]:
+    """(partition, credit) in parameters from the arguments or the environment; 0 means off."""
+    return _knob("partition", partition, ENV_PARTITION), _knob("credit", credit, ENV_CREDIT)
 
 
 def schedule_priorities(schedule: dict) -> list[str]:
@@ -60,6 +93,8 @@ def enable(
     graph=None,
     fetches: list[str] | None = None,
     strict: bool = False,
+    partition: int | None = None,
+    credit: int | None = None,
 ):
     """Turn tfsched's pass on in a session config; returns the config (a new one if none given).
 
@@ -73,6 +108,12 @@ def enable(
         against it now, and a schedule made for another graph is an error here, not at run time.
     strict : make any error of the pass fail the session (default: TensorFlow logs it and runs the
         graph unscheduled).
+    partition : split transfers larger than this many parameters into slices that are gated one
+        by one (ByteScheduler's partitioning; ``DEFAULT_PARTITION`` is its 1,000,000). Default:
+        ``$TFSCHED_PARTITION``, else off.
+    credit : at most this many parameters released and not yet acknowledged per channel
+        (ByteScheduler's credit; ``DEFAULT_CREDIT`` is its 4,000,000). Default: ``$TFSCHED_CREDIT``,
+        else off. ``set_credit`` changes it while training runs.
 
     Example
     -------
@@ -81,6 +122,7 @@ def enable(
     """
     from tfsched.ordering.schedule import load_schedule
 
+    partition, credit = resolve_knobs(partition, credit)
     if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0:
         raise TfschedError(f"timeout_ms must be a non-negative integer (milliseconds), got {timeout_ms!r}")
     lines: list[str] = []
@@ -122,6 +164,8 @@ def enable(
     opt.parameter_map["ps_job"].s = ps_job.encode()
     opt.parameter_map["mode"].s = mode.encode()
     opt.parameter_map["priorities"].list.s.extend(s.encode() for s in lines)
+    opt.parameter_map["partition"].i = partition
+    opt.parameter_map["credit"].i = credit
     if strict:
         rewrite.fail_on_optimizer_errors = True
     return config
@@ -140,6 +184,38 @@ def start_server(cluster, job_name: str, task_index: int, *, config=None, start:
     return tf.distribute.Server(cluster, job_name=job_name, task_index=task_index, config=config, start=start)
 
 
+def _run_on_tasks(target, devices, make):
+    """Run ``make()``'s op once on each device, in a side session on ``target``; the values."""
+    import tensorflow as tf
+
+    g = tf.Graph()
+    outs = []
+    with g.as_default():
+        for d in devices:
+            with g.device(d):
+                outs.append(make())
+    with tf.compat.v1.Session(target.sess_str if hasattr(target, "sess_str") else target, graph=g) as s:
+        return s.run(outs)
+
+
+def set_credit(target, credit: int, devices: list[str]) -> None:
+    """Change the credit on the given tasks while training runs (no new training session).
+
+    ``target`` is the training session (or its target string); ``devices`` the sending tasks, e.g.
+    ``["/job:ps/task:0", "/job:worker/task:0"]``. Takes effect at the next release decision of every
+    channel of those tasks; ``credit=0`` returns to the setting the pass was given. Channels the
+    pass gave no credit (no acknowledgements) are not affected.
+    """
+    if not isinstance(credit, int) or isinstance(credit, bool) or credit < 0:
+        raise TfschedError(f"credit must be a non-negative integer (parameters), got {credit!r}")
+    from tfsched.enforce._loader import load_ops
+
+    ops = load_ops()
+    import tensorflow as tf
+
+    _run_on_tasks(target, devices, lambda: ops.tfsched_set_credit(tf.constant(credit or -1, tf.int64)))
+
+
 def stats(session=None, device: str | None = None) -> dict[str, int]:
     """Gate counters: of this process, or (with a session and a device) of the task running ``device``.
 
@@ -151,13 +227,5 @@ def stats(session=None, device: str | None = None) -> dict[str, int]:
     if session is None:
         values = ops.tfsched_stats().numpy()
     else:
-        import tensorflow as tf
-
-        g = tf.Graph()
-        with g.as_default(), g.device(device):
-            t = ops.tfsched_stats()
-        with tf.compat.v1.Session(
-            session.sess_str if hasattr(session, "sess_str") else session, graph=g
-        ) as s:
-            values = s.run(t)
+        (values,) = _run_on_tasks(session, [device], ops.tfsched_stats)
     return dict(zip(STAT_NAMES, (int(v) for v in values), strict=True))

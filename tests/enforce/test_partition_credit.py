@@ -1,0 +1,184 @@
+"""ByteScheduler's extension in the real pass: partitioned transfers and credit-based preemption."""
+
+import pytest
+
+from tests.enforce.conftest import assert_bitwise_equal, train, within
+from tfsched.errors import TfschedError
+from tfsched.models import build_graph
+
+pytestmark = [pytest.mark.tf, pytest.mark.cluster]
+
+WEIGHT = 256 * 256  # parameters of each seq32 weight matrix
+
+
+def _config(**kwargs):
+    import tfsched
+
+    cfg = tfsched.enable(strict=True, **kwargs)
+    cfg.graph_options.rewrite_options.fail_on_optimizer_errors = True
+    return cfg
+
+
+def _traced_step(target, built, config, steps=2):
+    """Init, ``steps`` traced training steps; returns (partition graphs, step stats of the last step)."""
+    import tensorflow as tf
+
+    md = tf.compat.v1.RunMetadata()
+    opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE, output_partition_graphs=True)
+    with tf.compat.v1.Session(target, graph=built.graph, config=config) as sess:
+        sess.run(built.init_op)
+        for _ in range(steps):
+            md = tf.compat.v1.RunMetadata()
+            sess.run(built.train_op, options=opts, run_metadata=md)
+    return md.partition_graphs, md.step_stats
+
+
+def _nodes(partition_graphs, op):
+    return [n for pg in partition_graphs for n in pg.node if n.op == op]
+
+
+def _times(step_stats, op_names):
+    """node name -> (start, end) in microseconds, for the named nodes."""
+    out = {}
+    for dev in step_stats.dev_stats:
+        for ns in dev.node_stats:
+            if ns.node_name in op_names:
+                start = ns.all_start_micros
+                out[ns.node_name] = (start, start + ns.all_end_rel_micros)
+    return out
+
+
+def test_two_and_a_half_partitions_make_three_slices_released_in_order(cluster):
+    """A 65,536-parameter weight with partition 26,215 (2.5 partitions) is sent as 3 slices."""
+    target = cluster.target("worker", 0)
+    vanilla = train(target, build_graph("seq32", ps_tasks=2), 10, _config(partition=0, credit=0))
+    partition = round(WEIGHT / 2.5)
+    cfg = _config(partition=partition)
+    assert_bitwise_equal(vanilla, train(target, build_graph("seq32", ps_tasks=2), 10, cfg))
+
+    graphs, stats = _traced_step(target, build_graph("seq32", ps_tasks=2), cfg)
+    splits = _nodes(graphs, "TfschedSplit")
+    assert splits and all(s.attr["num_slices"].i == 3 for s in splits)
+    assert all(s.attr["slice_elements"].i * 3 >= WEIGHT > s.attr["slice_elements"].i * 2 for s in splits)
+    concats = _nodes(graphs, "TfschedConcat")
+    assert len(concats) == len(splits)
+    # pulls and pushes are both partitioned
+    assert {s.device.split("/")[1] for s in splits} == {"job:ps", "job:worker"}
+    # the slices of one tensor go in sequence: consecutive priorities, released in that order
+    gates = {g.name: g for g in _nodes(graphs, "TfschedGate")}
+    times = _times(stats, set(gates))
+    for split in splits:
+        mine = sorted((g for g in gates.values() if g.input[0].split(":")[0] == split.name),
+                      key=lambda g: g.attr["priority"].i)
+        prios = [g.attr["priority"].i for g in mine]
+        assert len(mine) == 3 and prios == list(range(prios[0], prios[0] + 3))
+        ends = [times[g.name][1] for g in mine]
+        assert ends == sorted(ends)
+
+
+def _in_flight_peak(graphs, stats):
+    """Most parameters released and not yet acknowledged on any channel, from the trace."""
+    gates = {g.name: g for g in _nodes(graphs, "TfschedGate")}
+    credits = {c.name: c for c in _nodes(graphs, "TfschedCredit")}
+    times = _times(stats, set(gates) | set(credits))
+    sizes = {}
+    for split in _nodes(graphs, "TfschedSplit"):
+        n, s, total = (split.attr[k].i for k in ("num_slices", "slice_elements", "elements"))
+        for i in range(n):
+            sizes[split.name if i == 0 else f"{split.name}:{i}"] = min(s, total - i * s)
+    events = {}  # channel -> [(time, order, delta)]
+    for name, gate in gates.items():
+        size = sizes.get(gate.input[0])
+        if size is None or name not in times or name + "/credit" not in times:
+            continue
+        ch = events.setdefault(gate.attr["channel"].s, [])
+        ch.append((times[name][1], 1, size))  # released when its done() ran
+        ch.append((times[name + "/credit"][0], 0, -size))  # returns come first at equal times
+    peak = 0
+    for evs in events.values():
+        level = 0
+        for _, _, delta in sorted(evs):
+            level += delta
+            peak = max(peak, level)
+    return peak, sum(len(e) for e in events.values()) // 2
+
+
+def test_bytes_in_flight_never_exceed_the_credit(cluster):
+    import tfsched
+
+    target = cluster.target("worker", 0)
+    slice_elements = 16_384  # partition 20,000 -> 4 slices of 16,384 per weight
+    credit = 2 * slice_elements + 100
+    cfg = _config(partition=20_000, credit=credit)
+    vanilla = train(target, build_graph("seq32", ps_tasks=2), 5, _config())
+    devices = ["/job:ps/task:0", "/job:ps/task:1", "/job:worker/task:0"]
+    tfsched.enforce.set_credit(target, 0, devices)  # resets the peak counters
+    assert_bitwise_equal(vanilla, train(target, build_graph("seq32", ps_tasks=2), 5, cfg))
+    graphs, stats = _traced_step(target, build_graph("seq32", ps_tasks=2), cfg)
+    assert len(_nodes(graphs, "TfschedAck")) == len(_nodes(graphs, "TfschedGate"))
+    peak, counted = _in_flight_peak(graphs, stats)
+    assert counted >= 4 * 32  # at least the pulls of the 32 weights were seen in the trace
+    assert slice_elements <= peak <= credit
+    for device in devices:
+        s = tfsched.enforce.stats(target, device)
+        assert s["timeouts"] == 0 and s["live_steps"] == 0
+        assert 0 < s["peak_in_flight"] <= credit
+
+
+def test_credit_smaller_than_one_slice_does_not_deadlock(cluster):
+    import tfsched
+
+    target = cluster.target("worker", 0)
+    vanilla = train(target, build_graph("seq32", ps_tasks=2), 5, _config())
+    cfg = _config(partition=20_000, credit=1_000, timeout_ms=0)  # no timeout to hide a deadlock
+    tfsched.enforce.set_credit(target, 0, ["/job:ps/task:0"])  # resets the peak counter
+    box = within(120, lambda: train(target, build_graph("seq32", ps_tasks=2), 5, cfg))
+    assert "error" not in box, box.get("error")
+    assert_bitwise_equal(vanilla, box["value"])
+    assert tfsched.enforce.stats(target, "/job:ps/task:0")["peak_in_flight"] <= 16_384
+
+
+def test_credit_changes_while_training_runs(cluster):
+    """set_credit takes effect at the next step of the same session; a large one is lifted again."""
+    import tensorflow as tf
+
+    import tfsched
+
+    target = cluster.target("worker", 0)
+    built = build_graph("seq32", ps_tasks=2)
+    devices = ["/job:ps/task:0", "/job:ps/task:1", "/job:worker/task:0"]
+
+    def peak():
+        return max(tfsched.enforce.stats(target, d)["peak_in_flight"] for d in devices)
+
+    with tf.compat.v1.Session(target, graph=built.graph, config=_config(partition=20_000, credit=10**9)) as sess:
+        sess.run(built.init_op)
+        sess.run(built.train_op)
+        tfsched.enforce.set_credit(target, 10**9, devices)  # resets the peak
+        sess.run(built.train_op)
+        unlimited = peak()
+        tfsched.enforce.set_credit(sess, 20_000, devices)
+        sess.run(built.train_op)
+        limited = peak()
+        tfsched.enforce.set_credit(sess, 0, devices)  # back to the pass's setting
+        sess.run(built.train_op)
+        lifted = peak()
+    assert limited <= 20_000 < unlimited
+    assert lifted > 20_000
+
+
+def test_environment_variables_and_parameters(monkeypatch):
+    from tfsched.enforce.api import resolve_knobs
+
+    monkeypatch.delenv("TFSCHED_PARTITION", raising=False)
+    monkeypatch.delenv("TFSCHED_CREDIT", raising=False)
+    assert resolve_knobs() == (0, 0)
+    monkeypatch.setenv("TFSCHED_PARTITION", "1_000_000")
+    monkeypatch.setenv("TFSCHED_CREDIT", "4000000")
+    assert resolve_knobs() == (1_000_000, 4_000_000)
+    assert resolve_knobs(partition=5, credit=0) == (5, 0)  # parameters win
+    monkeypatch.setenv("TFSCHED_CREDIT", "lots")
+    with pytest.raises(TfschedError, match="TFSCHED_CREDIT"):
+        resolve_knobs()
+    with pytest.raises(TfschedError, match="partition"):
+        resolve_knobs(partition=-1, credit=1)
