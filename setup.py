@@ -27,6 +27,10 @@ setup(
         "click>=8.1",
         "rich>=13",
         "matplotlib>=3.8",
+        # Gaussian-process Bayesian optimization for `tfsched tune` (ByteScheduler §4.3).
+        "bayesian-optimization>=2.0",
+        # The tuning coordinator's service; TensorFlow depends on it too.
+        "grpcio>=1.60",
     ],
     extras_require={"test": ["pytest>=8", "ruff>=0.5"]},
     entry_points={"console_scripts": ["tfsched=tfsched.cli:main"]},

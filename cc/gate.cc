@@ -18,6 +18,7 @@ int64_t EffectiveCredit(int64_t configured) {
 }
 
 int64_t SetLiveCredit(int64_t credit) { return live_credit.exchange(credit > 0 ? credit : -1); }
+int64_t LiveCredit() { return live_credit.load(); }
 
 void Channel::Take(int64_t size) {
   in_flight_ += size;

@@ -89,6 +89,7 @@ class Channel {
 int64_t EffectiveCredit(int64_t configured);
 // Sets the live credit (parameters, >= 1; -1 returns to the pass's setting); returns the old one.
 int64_t SetLiveCredit(int64_t credit);
+int64_t LiveCredit();
 
 // The gates of one step on one device: lives in the step container.
 class StepGates : public tensorflow::ResourceBase {

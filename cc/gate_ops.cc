@@ -124,12 +124,12 @@ REGISTER_OP("TfschedStats")
     .Output("stats: int64")
     .SetIsStateful()
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      c->set_output(0, c->Vector(8));
+      c->set_output(0, c->Vector(9));
       return absl::OkStatus();
     })
     .Doc(R"doc(
 This process's gate counters: [released, waited, timeouts, cancelled, live_steps, wait_us, acked,
-peak_in_flight].
+peak_in_flight, live_credit (-1: none set)].
 )doc");
 
 void WarnTimeout(const std::string& channel, int64_t priority, int64_t released) {
@@ -359,7 +359,7 @@ class TfschedStatsOp : public tensorflow::OpKernel {
   explicit TfschedStatsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
   void Compute(OpKernelContext* ctx) override {
     tensorflow::Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({8}), &out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({9}), &out));
     auto v = out->vec<int64_t>();
     Stats& s = GlobalStats();
     v(0) = s.released.load();
@@ -370,6 +370,7 @@ class TfschedStatsOp : public tensorflow::OpKernel {
     v(5) = s.wait_us.load();
     v(6) = s.acked.load();
     v(7) = s.peak_in_flight.load();
+    v(8) = LiveCredit();
   }
 };
 

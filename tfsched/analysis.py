@@ -26,9 +26,13 @@ class Prediction:
     efficiency: float  # E of the scheduled step
     speedup_bound: float  # S
     baseline_efficiency: float
+    # With partitioning and/or credit (parameters; 0: off): the same order without them.
+    partition: int = 0
+    credit: int = 0
+    priority_only_s: float | None = None
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "baseline_s": self.baseline_s,
             "scheduled_s": self.scheduled_s,
             "lower_bound_s": self.lower_bound_s,
@@ -36,6 +40,9 @@ class Prediction:
             "efficiency": self.efficiency,
             "speedup_bound": self.speedup_bound,
         }
+        if self.partition or self.credit:
+            out.update(partition=self.partition, credit=self.credit, priority_only_s=self.priority_only_s)
+        return out
 
 
 @dataclass
@@ -60,17 +67,36 @@ class Analysis:
 BASELINE_SEEDS = 3
 
 
+# The pass counts partition and credit in parameters (as ByteScheduler); the simulator in bytes.
+PARAM_BYTES = 4
+
+
 def predict(
-    graph: CommGraph, schedule: Schedule, oracle: TimeOracle, *, workers: int | None = None
+    graph: CommGraph,
+    schedule: Schedule,
+    oracle: TimeOracle,
+    *,
+    workers: int | None = None,
+    partition: int = 0,
+    credit: int = 0,
 ) -> Prediction:
     """Simulate one step under FIFO and under ``schedule``, with TicTac's bounds.
 
     The baseline is FIFO with ties in a random order (TensorFlow hands ready transfers to gRPC
-    in no fixed order), averaged over a few seeds.
+    in no fixed order), averaged over a few seeds. ``partition`` and ``credit`` (parameters, as
+    the enforcement pass takes them) apply to the scheduled run only; then the same order without
+    them is simulated too (``priority_only_s``).
     """
     sg = build_sim_graph(graph, oracle, schedule, workers=workers)
     policy = POLICY_OF_MODE[schedule.mode]
-    scheduled = simulate(sg, policy).step_time
+    plain = simulate(sg, policy).step_time
+    scheduled, priority_only = plain, None
+    if partition or credit:
+        priority_only = plain
+        psg = build_sim_graph(
+            graph, oracle, schedule, workers=workers, partition_bytes=partition * PARAM_BYTES or None
+        )
+        scheduled = simulate(psg, policy, credit_bytes=credit * PARAM_BYTES or None).step_time
     baseline = sum(simulate(sg, "random", seed=s).step_time for s in range(BASELINE_SEEDS)) / BASELINE_SEEDS
     b = step_bounds(sg)
     return Prediction(
@@ -81,6 +107,9 @@ def predict(
         efficiency=b.efficiency(scheduled),
         speedup_bound=b.speedup,
         baseline_efficiency=b.efficiency(baseline),
+        partition=partition,
+        credit=credit,
+        priority_only_s=priority_only,
     )
 
 
@@ -97,6 +126,8 @@ def analyze(
     ps_jobs: tuple[str, ...] = ("ps",),
     trace: str | None = None,
     statistic: str = "min",
+    partition: int = 0,
+    credit: int = 0,
 ) -> Analysis:
     """Analyze a saved graph: transfers, their order under ``algorithm``, and the predicted gain.
 
@@ -116,7 +147,15 @@ def analyze(
         measured = Trace.load(trace)
         match = match_trace(graph, measured, trace)
         oracle = TimeOracle.from_trace(measured, statistic, fallback=oracle)
-    return analyze_graph(graph, oracle, algorithm=algorithm, workers=workers, trace_match=match)
+    return analyze_graph(
+        graph,
+        oracle,
+        algorithm=algorithm,
+        workers=workers,
+        trace_match=match,
+        partition=partition,
+        credit=credit,
+    )
 
 
 def analyze_graph(
@@ -126,6 +165,8 @@ def analyze_graph(
     algorithm: str = "tio",
     workers: int | None = None,
     trace_match=None,
+    partition: int = 0,
+    credit: int = 0,
 ) -> Analysis:
     """Order and predict for a graph already loaded, e.g. to compare algorithms on one graph."""
     schedule = order(graph, algorithm, oracle)
@@ -133,7 +174,7 @@ def analyze_graph(
         graph=graph,
         schedule=schedule,
         oracle=oracle,
-        prediction=predict(graph, schedule, oracle, workers=workers),
+        prediction=predict(graph, schedule, oracle, workers=workers, partition=partition, credit=credit),
         workers=workers or len(graph.worker_tasks),
         trace_match=trace_match,
     )

@@ -60,12 +60,12 @@ def _bandwidth(ctx, param, value):
 
 
 def _modes(ctx, param, value) -> tuple[str, ...]:
-    modes = tuple(m.strip() for m in value.split(",") if m.strip())
-    if "baseline" not in modes or any(m not in ("baseline", "tio", "tao", "layer") for m in modes):
-        raise click.BadParameter(
-            f"must include baseline and be among baseline, tio, tao, layer (got {value!r})"
-        )
-    return modes
+    from tfsched.bench.run import parse_modes
+
+    try:
+        return parse_modes(value)
+    except TfschedError as e:
+        raise click.BadParameter(str(e)) from None
 
 
 def _duration(ctx, param, value):
@@ -139,6 +139,20 @@ def _duration(ctx, param, value):
     show_default=True,
     help="Over traced steps: min (TicTac), median, mean, max, pNN.",
 )
+@click.option(
+    "--partition",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Predict with transfers split at this many parameters (ByteScheduler; 0: off).",
+)
+@click.option(
+    "--credit",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Predict with at most this many parameters in flight per channel (0: off).",
+)
 def analyze(
     graph,
     fetches,
@@ -153,6 +167,8 @@ def analyze(
     show_all,
     trace_path,
     statistic,
+    partition,
+    credit,
 ):
     """Find the transfers of a saved PS graph, order them, and predict the step time.
 
@@ -176,6 +192,8 @@ def analyze(
         ps_jobs=tuple(ps_jobs),
         trace=trace_path,
         statistic=statistic,
+        partition=partition,
+        credit=credit,
     )
     if output:
         result.schedule.save(output)
@@ -382,7 +400,8 @@ def viz(trace_path, output, schedule, graph_path, fetches, compare, step):
     default="baseline,tio,tao",
     show_default=True,
     callback=_modes,
-    help="Comma-separated: baseline, tio, tao, layer.",
+    help="Comma-separated: baseline, tio, tao, layer; +pc adds ByteScheduler's partitioning and credit "
+    "(tio+pc), +pN / +cN set them (tao+p500000+c2000000).",
 )
 @click.option(
     "--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Steps per worker per round."
@@ -454,6 +473,140 @@ def bench(
     md_path = write(summary, output)
     click.echo(markdown(summary))
     click.echo(f"results: {output}, {md_path}")
+
+
+@main.command()
+@click.option(
+    "--model", type=click.Choice(BUILTIN_MODELS), default=None, help="A built-in model (default: seq32)."
+)
+@click.option(
+    "--graph", "graph_path", type=click.Path(dir_okay=False), default=None, help="A saved graph instead."
+)
+@click.option("--fetch", "fetches", multiple=True, help="With --graph: what a step runs (repeatable).")
+@click.option("--init", default=None, help="With --graph: the initializer op to run once.")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--ps", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--bandwidth",
+    default="1Gbit",
+    show_default=True,
+    callback=_bandwidth,
+    help="Per-host link, each direction.",
+)
+@click.option("--loopback", is_flag=True, help="No namespaces: every task on loopback, unshaped.")
+@click.option("--algorithm", type=click.Choice(["tio", "tao", "layer"]), default="tio", show_default=True)
+@click.option("--trials", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option(
+    "--measure", type=click.IntRange(min=1), default=3, show_default=True, help="Timed steps per trial."
+)
+@click.option(
+    "--settle", type=click.IntRange(min=0), default=1, show_default=True, help="Untimed steps after a change."
+)
+@click.option(
+    "--search",
+    type=click.Choice(["bayes", "random"]),
+    default="bayes",
+    show_default=True,
+    help="Bayesian optimization (GP, expected improvement, xi 0.1) or random search.",
+)
+@click.option(
+    "--prescreen",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Try first the N settings the simulator predicts best.",
+)
+@click.option(
+    "--credit-only", is_flag=True, help="Keep the partition size fixed (--partition) and tune credit."
+)
+@click.option(
+    "--partition", type=click.IntRange(min=0), default=0, show_default=True, help="With --credit-only."
+)
+@click.option("--batch-size", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default="tune.json",
+    show_default=True,
+    help="Trial history and the best setting (JSON).",
+)
+def tune(
+    model,
+    graph_path,
+    fetches,
+    init,
+    workers,
+    ps,
+    bandwidth,
+    loopback,
+    algorithm,
+    trials,
+    measure,
+    settle,
+    search,
+    prescreen,
+    credit_only,
+    partition,
+    batch_size,
+    seed,
+    output,
+):
+    """Tune partition size and credit (ByteScheduler §4.3) on a cluster while it trains.
+
+    One coordinator decides (Bayesian optimization over measured throughput); every worker
+    applies each setting at the same step: credit live, a new partition size by a new session on
+    the same graph (the variables stay on the PS). The best setting is applied at the end.
+
+    \b
+    Example:
+      tfsched tune --model vgg16 --workers 4 --bandwidth 1Gbit --trials 12 -o vgg16-tune.json
+    """
+    from rich.console import Console
+
+    from tfsched.io import write_atomic
+    from tfsched.tune.run import tune_cluster
+    from tfsched.tune.search import Space
+
+    if model is None and graph_path is None:
+        model = "seq32"
+    space = Space(partition=partition) if credit_only else Space()
+    console = Console(stderr=True)
+    with console.status("tuning") as status:
+
+        def progress(msg: str) -> None:
+            status.update(msg)
+            if msg.startswith("trial"):
+                console.print(msg)
+
+        result = tune_cluster(
+            model if graph_path is None else None,
+            graph_path=graph_path,
+            fetches=list(fetches) or None,
+            init=init,
+            workers=workers,
+            ps=ps,
+            bandwidth_bps=None if loopback else bandwidth,
+            algorithm=algorithm,
+            batch_size=batch_size,
+            trials=trials,
+            settle=settle,
+            measure=measure,
+            search=search,
+            seed=seed,
+            prescreen_keep=prescreen,
+            space=space,
+            progress=progress,
+        )
+    doc = result.to_json()
+    write_atomic(output, lambda f: json.dump(doc, f, indent=1))
+    b = result.best
+    click.echo(
+        f"best: partition {b.partition:,} credit {b.credit:,} parameters, "
+        f"{result.best_value:.3f} steps/s over {len(result.history)} trials; applied on {len(result.applied)} workers"
+    )
+    click.echo(f"results: {output}")
 
 
 if __name__ == "__main__":

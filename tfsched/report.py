@@ -53,7 +53,12 @@ def print_analysis(
     summary.add_column("")
     summary.add_column("seconds", justify="right")
     summary.add_row("baseline (FIFO)", f"{p.baseline_s:.4f}")
-    summary.add_row(f"scheduled ({s.algorithm})", f"{p.scheduled_s:.4f}")
+    if p.priority_only_s is not None:
+        summary.add_row(f"scheduled ({s.algorithm}, priority only)", f"{p.priority_only_s:.4f}")
+        knobs = ", ".join(f"{k} {v:,}" for k, v in (("partition", p.partition), ("credit", p.credit)) if v)
+        summary.add_row(f"scheduled ({s.algorithm}, {knobs})", f"{p.scheduled_s:.4f}")
+    else:
+        summary.add_row(f"scheduled ({s.algorithm})", f"{p.scheduled_s:.4f}")
     summary.add_row("speedup", f"{p.baseline_s / p.scheduled_s:.3f}x" if p.scheduled_s > 0 else "-")
     summary.add_row("makespan lower bound", f"{p.lower_bound_s:.4f}")
     summary.add_row("makespan upper bound", f"{p.upper_bound_s:.4f}")

@@ -24,7 +24,9 @@ def _traced_step(target, built, config, steps=2):
     import tensorflow as tf
 
     md = tf.compat.v1.RunMetadata()
-    opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE, output_partition_graphs=True)
+    opts = tf.compat.v1.RunOptions(
+        trace_level=tf.compat.v1.RunOptions.FULL_TRACE, output_partition_graphs=True
+    )
     with tf.compat.v1.Session(target, graph=built.graph, config=config) as sess:
         sess.run(built.init_op)
         for _ in range(steps):
@@ -68,8 +70,10 @@ def test_two_and_a_half_partitions_make_three_slices_released_in_order(cluster):
     gates = {g.name: g for g in _nodes(graphs, "TfschedGate")}
     times = _times(stats, set(gates))
     for split in splits:
-        mine = sorted((g for g in gates.values() if g.input[0].split(":")[0] == split.name),
-                      key=lambda g: g.attr["priority"].i)
+        mine = sorted(
+            (g for g in gates.values() if g.input[0].split(":")[0] == split.name),
+            key=lambda g: g.attr["priority"].i,
+        )
         prios = [g.attr["priority"].i for g in mine]
         assert len(mine) == 3 and prios == list(range(prios[0], prios[0] + 3))
         ends = [times[g.name][1] for g in mine]
@@ -151,7 +155,9 @@ def test_credit_changes_while_training_runs(cluster):
     def peak():
         return max(tfsched.enforce.stats(target, d)["peak_in_flight"] for d in devices)
 
-    with tf.compat.v1.Session(target, graph=built.graph, config=_config(partition=20_000, credit=10**9)) as sess:
+    with tf.compat.v1.Session(
+        target, graph=built.graph, config=_config(partition=20_000, credit=10**9)
+    ) as sess:
         sess.run(built.init_op)
         sess.run(built.train_op)
         tfsched.enforce.set_credit(target, 10**9, devices)  # resets the peak

@@ -68,16 +68,23 @@ class TestSimulate:
         times = {round(simulate(sg, "random", seed=s).step_time, 6) for s in range(12)}
         assert len(times) == 2
 
-    def test_partitioning_splits_messages(self):
-        g = chain_graph(1, [625_000])  # 2.5 MB -> 3 slices of 1 MB
+    def test_partitioning_splits_messages_as_the_pass_does(self):
+        g = chain_graph(1, [625_000])  # 2.5 MB -> 3 slices of equal size, rounded up to 64 bytes
         o = oracle_with({}, bandwidth_bps=8e6, overhead_s=0.001)
         sg = build_sim_graph(g, o, partition_bytes=1_000_000)
-        assert sorted(sg.nbytes[i] for i, k in enumerate(sg.kind) if k == 1) == [
-            500_000,
-            1_000_000,
-            1_000_000,
-        ]
+        sizes = [sg.nbytes[i] for i, k in enumerate(sg.kind) if k == 1]
+        assert sizes == [833_344, 833_344, 833_312]
+        assert all(s % 64 == 0 for s in sizes[:-1]) and sum(sizes) == 2_500_000
         assert simulate(sg).step_time == pytest.approx(2.5 + 3 * 0.001)
+
+    def test_counter_policy_keeps_credit_and_waits_for_acks(self):
+        g = chain_graph(3, [1000] * 3)  # 4000-byte pulls
+        o = oracle_with({}, bandwidth_bps=8e6, overhead_s=0.001)  # 4 ms per message + 1 ms
+        sg = build_sim_graph(g, o, order(g, "tio"))
+        free = simulate(sg, "counter").step_time
+        one_at_a_time = simulate(sg, "counter", credit_bytes=4000).step_time
+        # each next pull waits for the previous one's acknowledgement (one more overhead)
+        assert one_at_a_time == pytest.approx(free + 2 * 0.001)
 
     def test_several_steps_run_back_to_back(self):
         g = chain_graph(1, [250_000])

@@ -79,6 +79,9 @@ def stop_processes(procs) -> None:
 class TaskHandles:
     """What both cluster kinds offer once their tasks run (``spec`` and ``procs`` set)."""
 
+    # This process's address on the cluster's network (where a driver-side service listens).
+    driver_host = "127.0.0.1"
+
     def target(self, job: str = "worker", index: int = 0) -> str:
         return f"grpc://{self.spec[job][index]}"
 

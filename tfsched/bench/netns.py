@@ -95,6 +95,7 @@ class EmulatedCluster(TaskHandles):
             raise TfschedError("bandwidth must be positive and latency not negative")
         self._tag = f"{os.getpid() % 100000:05d}"
         subnet = f"10.213.{os.getpid() % 250}"
+        self.driver_host = f"{subnet}.254"  # the bridge's own address
         if threading.current_thread() is threading.main_thread():
             self._old_sigterm = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run __exit__
         try:

@@ -18,6 +18,58 @@ from dataclasses import dataclass, field
 from tfsched.errors import TfschedError
 
 MODES = ("baseline", "tio", "tao", "layer")
+ALGORITHMS = ("tio", "tao", "layer")
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    """A benchmark mode: ``baseline``, or an algorithm with optional partitioning and credit.
+
+    Grammar: ``ALG[+pc][+pN][+cN]`` with ALG one of tio, tao, layer; ``+pc`` turns on
+    ByteScheduler's defaults (partition 1,000,000, credit 4,000,000 parameters), ``+pN`` and
+    ``+cN`` set either one (``tao+p500000+c2000000``). ``tuned`` is added by the tuner.
+    """
+
+    name: str
+    algorithm: str | None  # None: vanilla TensorFlow
+    partition: int = 0
+    credit: int = 0
+
+
+def parse_mode(name: str) -> ModeSpec:
+    from tfsched.enforce.api import DEFAULT_CREDIT, DEFAULT_PARTITION
+
+    if name == "baseline":
+        return ModeSpec(name, None)
+    alg, *knobs = name.split("+")
+    if alg not in ALGORITHMS:
+        raise TfschedError(
+            f"unknown mode {name!r}: expected baseline or one of {', '.join(ALGORITHMS)} [+pc][+pN][+cN]"
+        )
+    partition = credit = 0
+    for k in knobs:
+        if k == "pc":
+            partition, credit = DEFAULT_PARTITION, DEFAULT_CREDIT
+        elif k[:1] in ("p", "c") and k[1:].isdigit() and int(k[1:]) > 0:
+            if k[0] == "p":
+                partition = int(k[1:])
+            else:
+                credit = int(k[1:])
+        else:
+            raise TfschedError(f"unknown mode {name!r}: {k!r} is not pc, pN or cN (N parameters > 0)")
+    return ModeSpec(name, alg, partition, credit)
+
+
+def parse_modes(value: str) -> tuple[str, ...]:
+    """Comma-separated modes, baseline among them, each valid; the names in order."""
+    modes = tuple(m.strip() for m in value.split(",") if m.strip())
+    if "baseline" not in modes:
+        raise TfschedError(f"the modes must include baseline (got {value!r})")
+    for m in modes:
+        parse_mode(m)
+    if len(set(modes)) != len(modes):
+        raise TfschedError(f"a mode is listed twice in {value!r}")
+    return modes
 
 
 @dataclass
@@ -68,20 +120,21 @@ def mode_configs(
 
     configs = {}
     for mode in modes:
-        if mode not in MODES:
-            raise TfschedError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
-        if mode == "baseline":
+        spec = parse_mode(mode)
+        knobs = {"partition": spec.partition, "credit": spec.credit, "timeout_ms": timeout_ms}
+        if spec.algorithm is None:
             configs[mode] = None
-        elif mode == "tio":
-            configs[mode] = tfsched.enable(timeout_ms=timeout_ms)
+        elif spec.algorithm == "tio":
+            configs[mode] = tfsched.enable(**knobs)
         else:
-            built = builder(0)
             path = os.path.join(workdir, f"{model}.pb")
-            with open(path, "wb") as f:
-                f.write(built.graph_def().SerializeToString())
-            sched = os.path.join(workdir, f"{model}-{mode}.json")
-            analyze(path, fetches=built.fetches, algorithm=mode).schedule.save(sched)
-            configs[mode] = tfsched.enable(schedule=sched, algorithm=mode, timeout_ms=timeout_ms)
+            sched = os.path.join(workdir, f"{model}-{spec.algorithm}.json")
+            if not os.path.exists(sched):
+                built = builder(0)
+                with open(path, "wb") as f:
+                    f.write(built.graph_def().SerializeToString())
+                analyze(path, fetches=built.fetches, algorithm=spec.algorithm).schedule.save(sched)
+            configs[mode] = tfsched.enable(schedule=sched, algorithm=spec.algorithm, **knobs)
     return configs
 
 

@@ -6,7 +6,17 @@ from tfsched.errors import TfschedError
 
 OPTIMIZER_NAME = "TfschedScheduler"
 DEFAULT_TIMEOUT_MS = 60_000
-STAT_NAMES = ("released", "waited", "timeouts", "cancelled", "live_steps", "wait_us", "acked", "peak_in_flight")
+STAT_NAMES = (
+    "released",
+    "waited",
+    "timeouts",
+    "cancelled",
+    "live_steps",
+    "wait_us",
+    "acked",
+    "peak_in_flight",
+    "live_credit",
+)
 # ByteScheduler's defaults for parameter servers (§4.2), in parameters.
 DEFAULT_PARTITION = 1_000_000
 DEFAULT_CREDIT = 4_000_000
@@ -184,18 +194,46 @@ def start_server(cluster, job_name: str, task_index: int, *, config=None, start:
     return tf.distribute.Server(cluster, job_name=job_name, task_index=task_index, config=config, start=start)
 
 
-def _run_on_tasks(target, devices, make):
-    """Run ``make()``'s op once on each device, in a side session on ``target``; the values."""
-    import tensorflow as tf
+def _session_target(target) -> str:
+    return target.sess_str if hasattr(target, "sess_str") else target
 
-    g = tf.Graph()
-    outs = []
-    with g.as_default():
-        for d in devices:
-            with g.device(d):
-                outs.append(make())
-    with tf.compat.v1.Session(target.sess_str if hasattr(target, "sess_str") else target, graph=g) as s:
-        return s.run(outs)
+
+class CreditSetter:
+    """Sets the live credit on some tasks, again and again, through one side session.
+
+    The training session is not touched (its graph may be finalized, as in
+    ``MonitoredTrainingSession``): a small graph of ``TfschedSetCredit`` ops, one per task,
+    runs in its own session on the same cluster.
+    """
+
+    def __init__(self, target, devices: list[str]):
+        from tfsched.enforce._loader import load_ops
+
+        ops = load_ops()
+        import tensorflow as tf
+
+        self._graph = tf.Graph()
+        with self._graph.as_default():
+            self._value = tf.compat.v1.placeholder(tf.int64, [])
+            self._ops = []
+            for d in devices:
+                with tf.device(d):
+                    self._ops.append(ops.tfsched_set_credit(self._value))
+        self._sess = tf.compat.v1.Session(_session_target(target), graph=self._graph)
+
+    def __call__(self, credit: int) -> None:
+        if not isinstance(credit, int) or isinstance(credit, bool) or credit < 0:
+            raise TfschedError(f"credit must be a non-negative integer (parameters), got {credit!r}")
+        self._sess.run(self._ops, {self._value: credit or -1})
+
+    def close(self) -> None:
+        self._sess.close()
+
+    def __enter__(self) -> CreditSetter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def set_credit(target, credit: int, devices: list[str]) -> None:
@@ -206,14 +244,8 @@ def set_credit(target, credit: int, devices: list[str]) -> None:
     channel of those tasks; ``credit=0`` returns to the setting the pass was given. Channels the
     pass gave no credit (no acknowledgements) are not affected.
     """
-    if not isinstance(credit, int) or isinstance(credit, bool) or credit < 0:
-        raise TfschedError(f"credit must be a non-negative integer (parameters), got {credit!r}")
-    from tfsched.enforce._loader import load_ops
-
-    ops = load_ops()
-    import tensorflow as tf
-
-    _run_on_tasks(target, devices, lambda: ops.tfsched_set_credit(tf.constant(credit or -1, tf.int64)))
+    with CreditSetter(target, devices) as setter:
+        setter(credit)
 
 
 def stats(session=None, device: str | None = None) -> dict[str, int]:
@@ -227,5 +259,11 @@ def stats(session=None, device: str | None = None) -> dict[str, int]:
     if session is None:
         values = ops.tfsched_stats().numpy()
     else:
-        (values,) = _run_on_tasks(session, [device], ops.tfsched_stats)
+        import tensorflow as tf
+
+        g = tf.Graph()
+        with g.as_default(), g.device(device):
+            t = ops.tfsched_stats()
+        with tf.compat.v1.Session(_session_target(session), graph=g) as s:
+            values = s.run(t)
     return dict(zip(STAT_NAMES, (int(v) for v in values), strict=True))

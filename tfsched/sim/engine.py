@@ -12,10 +12,12 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
 * a policy decides when a ready message is handed to its channel:
   ``fifo`` at once (ties in graph order), ``random`` at once with ties shuffled by a seed
   (the spread TicTac reports for unordered runs), ``counter`` when all messages of higher
-  priority on its channel were released in this step (TicTac §5.1), ``queue`` the
-  highest-priority ready message whenever it fits the credit window (ByteScheduler §4.2).
-  Without a credit window, ``queue`` is what the enforcement pass does for such schedules: pulls
-  (all ready at the start of a step) by counters, pushes as soon as they are ready.
+  priority on its channel were released in this step (TicTac §5.1), ``queue`` as the
+  enforcement pass does for ByteScheduler's schedules: pulls (all ready at the start of a step)
+  by counters, pushes highest priority first among those ready (§4.2);
+* with a credit window (``counter`` and ``queue``, as the gates): the head of a channel's queue
+  goes only if the bytes released and not yet acknowledged leave room for it, or nothing is in
+  flight; the acknowledgement comes back one per-message overhead (plus latency) after arrival.
 """
 
 from __future__ import annotations
@@ -109,13 +111,13 @@ def simulate(
     sends = [math.nan] * n if record else []
     ends = [math.nan] * n if record else []
 
-    # Per message: how it is released (see the module docstring for queue without credit).
+    # Per message: how it is released (see the module docstring).
     how = [policy] * n
-    if policy == "queue" and credit_bytes is None:
+    if policy == "queue":
         for i in range(n):
             if sg.kind[i] == MESSAGE:
                 t = sg.transfer[i]
-                how[i] = "counter" if t is not None and t.kind == "pull" else "fifo"
+                how[i] = "counter" if t is not None and t.kind == "pull" else "queue"
     # Counter policy: a message's rank is the number of messages on its gate channel with a smaller key.
     rank = [0] * n
     if "counter" in how:
@@ -180,23 +182,20 @@ def simulate(
         serve(ch)
 
     def try_release(gate: tuple) -> None:
+        # The head goes first or nobody does (cc/gate.cc Channel::Pump).
         heap = waiting[gate]
-        if not heap:
-            return
-        if how[heap[0][2]] == "counter":
-            while heap and heap[0][0] <= released_count[gate]:
-                release(heapq.heappop(heap)[2])
-        else:
-            while heap:
-                i = heap[0][2]
-                if (
-                    credit_bytes is not None
-                    and inflight[gate] > 0
-                    and inflight[gate] + sg.nbytes[i] > credit_bytes
-                ):
-                    break
-                heapq.heappop(heap)
-                release(i)
+        while heap:
+            order, _, i = heap[0]
+            if how[i] == "counter" and order > released_count[gate]:
+                break
+            if (
+                credit_bytes is not None
+                and inflight[gate] > 0
+                and inflight[gate] + sg.nbytes[i] > credit_bytes
+            ):
+                break
+            heapq.heappop(heap)
+            release(i)
 
     def became_ready(i: int) -> None:
         k = sg.kind[i]
@@ -280,10 +279,14 @@ def simulate(
                     serve(sg.resource[i])
                     push_event(now + latency_s, "arrive", i)
             elif kind == "arrive":
-                inflight[sg.gate[i]] -= sg.nbytes[i]
                 done(i)
-                if how[i] == "queue":
-                    try_release(sg.gate[i])
+                if credit_bytes is not None and how[i] in ("counter", "queue"):
+                    push_event(now + sg.overhead[i] + latency_s, "ack", i)
+                else:
+                    inflight[sg.gate[i]] -= sg.nbytes[i]
+            elif kind == "ack":
+                inflight[sg.gate[i]] -= sg.nbytes[i]
+                try_release(sg.gate[i])
             elif kind == "flush":
                 gate = sg.gate[i]
                 heap = fifo_waiting[gate]

@@ -83,6 +83,20 @@ def _rename(device_or_task: str, old: str, new: str) -> str:
     return new + device_or_task[len(old) :] if device_or_task.startswith(old) else device_or_task
 
 
+def slice_sizes(nbytes: int, partition_bytes: int | None) -> list[int]:
+    """The slices the enforcement pass cuts a transfer into (cc/scheduler.cc ``Slicing``).
+
+    As many slices as partitions are needed, of equal size rounded up to 64 bytes (so every slice
+    of the sender's buffer stays aligned and needs no copy), the last one shorter.
+    """
+    if not partition_bytes or nbytes <= partition_bytes:
+        return [nbytes]
+    want = math.ceil(nbytes / partition_bytes)
+    size = math.ceil(math.ceil(nbytes / want) / 64) * 64
+    count = math.ceil(nbytes / size)
+    return [min(size, nbytes - k * size) for k in range(count)]
+
+
 def build_sim_graph(
     graph: CommGraph,
     oracle: TimeOracle,
@@ -133,12 +147,8 @@ def build_sim_graph(
                 src, dst = task(t.src_task), task(t.dst_task)
                 link = oracle.link_for(t.src_task, t.dst_task)
                 nbytes = t.bytes or 0
-                n_slices = 1
-                if partition_bytes and nbytes > partition_bytes:
-                    n_slices = math.ceil(nbytes / partition_bytes)
                 msgs = []
-                for s in range(n_slices):
-                    size = min(partition_bytes, nbytes - s * partition_bytes) if n_slices > 1 else nbytes
+                for s, size in enumerate(slice_sizes(nbytes, partition_bytes)):
                     m = sg.add(
                         MESSAGE,
                         t.tensor,

@@ -8,6 +8,29 @@ from tfsched.errors import TfschedError
 from tfsched.tracing.trace import Trace
 
 
+def load_user_graph(graph_path: str, fetches: list[str] | None, init: str | None):
+    """A user's saved GraphDef or MetaGraphDef as a tf.Graph: (graph, fetch elements, init op or None)."""
+    from tfsched.graph._tf import import_tensorflow
+    from tfsched.graph.load import read_graph_file
+
+    tf = import_tensorflow()
+    loaded = read_graph_file(graph_path)
+    if loaded.graph_def is None:
+        raise TfschedError(f"{graph_path}: a run needs a GraphDef or MetaGraphDef, not partition graphs")
+    fetches = list(fetches or []) or loaded.fetch_hints
+    if not fetches:
+        raise TfschedError(f"{graph_path}: name what a step runs with --fetch")
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.import_graph_def(loaded.graph_def, name="")
+    names = {op.name for op in graph.get_operations()}
+    for f in fetches + ([init] if init else []):
+        if f.split(":")[0] not in names:
+            raise TfschedError(f"{graph_path}: {f!r} is not in the graph")
+    run_fetches = [graph.as_graph_element(f) for f in fetches]
+    return graph, run_fetches, (graph.as_graph_element(init) if init else None)
+
+
 def trace_local(
     *,
     model: str | None = None,
@@ -45,26 +68,8 @@ def trace_local(
         graph, run_fetches, init_op = built.graph, built.train_op, built.init_op
         meta = {"model": model, "fetches": built.fetches}
     else:
-        from tfsched.graph.load import read_graph_file
-
-        loaded = read_graph_file(graph_path)
-        if loaded.graph_def is None:
-            raise TfschedError(
-                f"{graph_path}: tracing needs a GraphDef or MetaGraphDef, not partition graphs"
-            )
-        fetches = fetches or loaded.fetch_hints
-        if not fetches:
-            raise TfschedError(f"{graph_path}: name what a step runs with --fetch")
-        graph = tf.Graph()
-        with graph.as_default():
-            tf.compat.v1.import_graph_def(loaded.graph_def, name="")
-        names = {op.name for op in graph.get_operations()}
-        for f in fetches + ([init] if init else []):
-            if f.split(":")[0] not in names:
-                raise TfschedError(f"{graph_path}: {f!r} is not in the graph")
-        run_fetches = [graph.as_graph_element(f) for f in fetches]
-        init_op = graph.as_graph_element(init) if init else None
-        meta = {"graph": graph_path, "fetches": fetches}
+        graph, run_fetches, init_op = load_user_graph(graph_path, fetches, init)
+        meta = {"graph": graph_path, "fetches": [f.name for f in run_fetches]}
     meta.update({"workers": workers, "ps": ps})
     if progress:
         progress(f"starting {ps} PS and {workers} worker processes")

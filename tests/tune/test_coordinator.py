@@ -1,0 +1,98 @@
+"""The coordinator over real gRPC on loopback: protocol, rejections, and a coordinator that dies."""
+
+import json
+
+import grpc
+import pytest
+
+from tfsched.tune.coordinator import SERVICE, Coordinator, CoordinatorClient
+from tfsched.tune.search import RandomSearch, Setting, Space
+from tfsched.tune.worker import Follower
+
+TASKS = ["/job:worker/task:0", "/job:worker/task:1"]
+
+
+@pytest.fixture
+def coord():
+    c = Coordinator(
+        RandomSearch(Space(), seed=3), TASKS, host="127.0.0.1", allowed_hosts=["127.0.0.1"], trials=2
+    )
+    c.start()
+    yield c
+    c.stop()
+
+
+def _raw(address, method, payload: bytes):
+    with grpc.insecure_channel(address) as ch:
+        return ch.unary_unary(f"/{SERVICE}/{method}")(payload, timeout=5)
+
+
+def test_malformed_messages_are_rejected(coord):
+    for payload in (
+        b"not json",
+        b"[1,2]",
+        json.dumps({"task": TASKS[0]}).encode(),
+        json.dumps({"task": TASKS[0], "step": "3"}).encode(),
+        json.dumps({"task": TASKS[0], "step": -1}).encode(),
+        json.dumps({"task": TASKS[0], "step": 1, "extra": 1}).encode(),
+    ):
+        with pytest.raises(grpc.RpcError) as e:
+            _raw(coord.address, "Poll", payload)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert coord.rejected == 6
+
+
+def test_unknown_task_is_rejected(coord):
+    with pytest.raises(grpc.RpcError) as e:
+        _raw(coord.address, "Poll", json.dumps({"task": "/job:worker/task:9", "step": 0}).encode())
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "unknown task" in e.value.details()
+
+
+def test_calls_from_outside_the_cluster_are_rejected():
+    # Listening on 127.0.0.2 and allowing only that address: a client connects from 127.0.0.1.
+    c = Coordinator(RandomSearch(Space()), TASKS, host="127.0.0.2", allowed_hosts=[], trials=1)
+    c.start()
+    try:
+        c.allowed = {"127.0.0.2"}
+        with pytest.raises(grpc.RpcError) as e:
+            _raw(c.address, "Poll", json.dumps({"task": TASKS[0], "step": 0}).encode())
+        assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    finally:
+        c.stop()
+
+
+def test_every_worker_gets_the_same_switch_step_and_the_best_comes_last(coord):
+    clients = [CoordinatorClient(coord.address, t) for t in TASKS]
+    first = [c.poll(0) for c in clients]
+    assert first[0] == first[1] and first[0]["epoch"] == 0 and first[0]["apply_at"] == 0
+    clients[0].poll(7)
+    clients[1].poll(5)
+    assert clients[0].report(0, 3, 1.5)["accepted"]
+    assert clients[0].poll(8)["epoch"] == 0  # one worker reported: no decision yet
+    assert not clients[0].report(5, 3, 1.0)["accepted"]  # a stale or unknown epoch counts for nothing
+    assert clients[1].report(0, 3, 1.0)["accepted"]
+    second = [c.poll(8) for c in clients]
+    assert second[0] == second[1] and second[0]["epoch"] == 1
+    assert second[0]["apply_at"] == 8 + coord.lead  # after the furthest step any worker polled
+    clients[0].report(1, 3, 3.0)
+    clients[1].report(1, 3, 3.0)
+    final = clients[0].poll(12)
+    values = [t.value for t in coord.search.history]
+    assert values == [2.0 + 3.0, 1.0 + 1.0]  # steps/s summed over the workers
+    assert final["final"] and Setting(final["partition"], final["credit"]) == coord.search.history[0].setting
+    assert coord.done.is_set()
+    for c in clients:
+        c.close()
+
+
+def test_workers_keep_their_setting_when_the_coordinator_dies(coord):
+    f = Follower(CoordinatorClient(coord.address, TASKS[0], timeout_s=0.5), settle=0, measure=2)
+    applied = f.before_step()
+    assert applied is not None and f.setting == applied
+    f.after_step(0.1)
+    coord.stop()
+    for _ in range(5):  # every step goes on; nothing changes, nothing raises
+        assert f.before_step() is None
+        f.after_step(0.1)
+    assert f.setting == applied and f.lost >= 1 and f.step == 6

@@ -1,0 +1,65 @@
+"""Tuning on real clusters: a run completes and every worker ends on the best setting."""
+
+import pytest
+
+from tfsched.tune.search import Space
+
+pytestmark = [pytest.mark.tf, pytest.mark.cluster]
+
+
+def test_tuning_run_applies_the_best_setting_on_every_worker():
+    from tfsched.tune.run import tune_cluster
+
+    r = tune_cluster("seq32", workers=2, ps=1, trials=3, settle=1, measure=2, final_steps=2, timeout_s=600)
+    assert len(r.history) == 3
+    assert r.best_value == max(t.value for t in r.history) > 0
+    assert set(r.applied) == {"/job:worker/task:0", "/job:worker/task:1"}
+    for applied in r.applied.values():
+        # the session in force was rewritten with the best partition; the task's gates use its credit
+        assert applied["session_partition"] == r.best.partition
+        assert applied["live_credit"] == r.best.credit
+    assert len({(t.setting.partition, t.setting.credit) for t in r.history}) >= 2
+
+
+def test_credit_hook_tunes_credit_inside_monitored_training_session():
+    import tensorflow as tf
+
+    import tfsched
+    from tfsched.bench.local import LocalCluster
+    from tfsched.models import build_graph
+    from tfsched.tune.coordinator import Coordinator
+    from tfsched.tune.search import BayesSearch
+    from tfsched.tune.worker import credit_tune_hook
+
+    task = "/job:worker/task:0"
+    with LocalCluster(ps=1, workers=1) as cluster:
+        target = cluster.target("worker", 0)
+        coord = Coordinator(
+            BayesSearch(Space(partition=20_000), seed=0),
+            [task],
+            host="127.0.0.1",
+            allowed_hosts=["127.0.0.1"],
+            trials=3,
+        )
+        coord.start()
+        seen = []
+        try:
+            built = build_graph("seq32", ps_tasks=1)
+            with built.graph.as_default():
+                hook = credit_tune_hook(
+                    coord.address, task, target, [task, "/job:ps/task:0"], settle=0, measure=2
+                )
+                config = tfsched.enable(partition=20_000, credit=tfsched.enforce.DEFAULT_CREDIT)
+                with tf.compat.v1.train.MonitoredTrainingSession(
+                    master=target, is_chief=True, hooks=[hook], config=config
+                ) as sess:
+                    for _ in range(12):
+                        sess.run(built.train_op)
+                        seen.append(hook.follower.setting)
+            ps_credit = tfsched.enforce.stats(target, "/job:ps/task:0")["live_credit"]
+        finally:
+            coord.stop()
+    assert coord.done.is_set()
+    assert hook.follower.final and hook.follower.setting == coord.search.best().setting
+    assert ps_credit == coord.search.best().setting.credit
+    assert len({s.credit for s in seen if s}) >= 2  # it changed while training ran

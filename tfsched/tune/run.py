@@ -1,0 +1,271 @@
+"""``tfsched tune``: tune partition and credit on a real cluster while it trains.
+
+The driver starts the cluster (emulated hosts or loopback), the coordinator on the driver's
+cluster address, and one training loop per worker (a ``TunedSession`` each, talking to the
+coordinator over gRPC like any remote worker would). Trials run until the budget is spent; the
+best setting is then applied on every worker at one step and training carries on with it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tfsched.errors import TfschedError
+from tfsched.tune.search import SEARCHES, Setting, Space
+
+PRESCREEN_GRID = 5  # per knob, simulated before the first real trial
+
+
+@dataclass
+class TuneResult:
+    history: list  # Trial
+    best: Setting
+    best_value: float
+    applied: dict[str, dict] = field(default_factory=dict)  # worker task -> setting and partition in force
+    prescreened: list[dict] = field(default_factory=list)
+    config: dict = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "schema": "tfsched.tune/1",
+            "config": self.config,
+            "trials": [{"trial": k + 1, **t.to_json()} for k, t in enumerate(self.history)],
+            "best": {**self.best.to_json(), "throughput_steps_per_s": self.best_value},
+            "applied": self.applied,
+            "prescreened": self.prescreened,
+            "elapsed_s": self.elapsed_s,
+        }
+
+
+def prescreen(
+    graph, oracle, schedule, space: Space, *, workers: int, keep: int
+) -> list[tuple[Setting, float]]:
+    """Simulate a grid of settings; the ``keep`` best (setting, predicted step time) first."""
+    from tfsched.analysis import PARAM_BYTES
+    from tfsched.sim import POLICY_OF_MODE, build_sim_graph, simulate
+
+    def grid(lo, hi):
+        return [lo + (hi - lo) * k / (PRESCREEN_GRID - 1) for k in range(PRESCREEN_GRID)]
+
+    parts = [space.partition] if space.partition is not None else grid(*space.partition_log2)
+    out = []
+    for lp in parts:
+        for lc in grid(*space.credit_log2):
+            params = (
+                {"log2_credit": lc}
+                if space.partition is not None
+                else {"log2_partition": lp, "log2_credit": lc}
+            )
+            s = space.setting(params)
+            sg = build_sim_graph(
+                graph, oracle, schedule, workers=workers, partition_bytes=s.partition * PARAM_BYTES
+            )
+            t = simulate(sg, POLICY_OF_MODE[schedule.mode], credit_bytes=s.credit * PARAM_BYTES).step_time
+            out.append((s, t))
+    out.sort(key=lambda st: st[1])
+    return out[:keep]
+
+
+def tune_cluster(
+    model: str | None = "seq32",
+    *,
+    graph_path: str | None = None,
+    fetches: list[str] | None = None,
+    init: str | None = None,
+    workers: int = 2,
+    ps: int = 1,
+    bandwidth_bps: float | None = None,
+    latency_s: float = 0.0,
+    algorithm: str = "tio",
+    batch_size: int = 4,
+    image_size: int | None = None,
+    trials: int = 8,
+    settle: int = 1,
+    measure: int = 3,
+    final_steps: int = 3,
+    search: str = "bayes",
+    seed: int = 0,
+    prescreen_keep: int = 0,
+    space: Space | None = None,
+    timeout_s: float = 3600.0,
+    progress: Callable[[str], None] | None = None,
+) -> TuneResult:
+    """Tune (partition, credit) on a cluster that trains ``model`` (or a user's graph)."""
+    import tempfile
+
+    from tfsched.bench.local import LocalCluster
+    from tfsched.bench.netns import EmulatedCluster
+    from tfsched.graph._tf import import_tensorflow
+    from tfsched.tune.coordinator import Coordinator, CoordinatorClient
+    from tfsched.tune.worker import TunedSession
+
+    tf = import_tensorflow()
+    if search not in SEARCHES:
+        raise TfschedError(f"unknown search {search!r}; choose {', '.join(SEARCHES)}")
+    if (model is None) == (graph_path is None):
+        raise TfschedError("give either a built-in model or --graph")
+    if trials < 1 or measure < 1 or settle < 0:
+        raise TfschedError("trials and measured steps must be at least 1, settle steps not negative")
+    space = space or Space()
+    started = time.monotonic()
+
+    if model is not None:
+        from tfsched.models import build_graph
+
+        def builder(w: int):
+            b = build_graph(model, worker_task=w, ps_tasks=ps, batch_size=batch_size, image_size=image_size)
+            return b.graph, [b.train_op], b.init_op, b
+
+    else:
+        from tfsched.tracing.run import load_user_graph
+
+        if workers != 1:
+            raise TfschedError("a user's graph runs as saved: tune it with --workers 1")
+
+        def builder(w: int):
+            g, f, i = load_user_graph(graph_path, fetches, init)
+            return g, f, i, None
+
+    built = [builder(w) for w in range(workers)]
+    enable_kwargs: dict = {}
+    found = SEARCHES[search](space, seed=seed)
+    pre: list[tuple[Setting, float]] = []
+    with tempfile.TemporaryDirectory(prefix="tfsched-tune-") as d:
+        import os
+
+        from tfsched.analysis import analyze
+
+        path = os.path.join(d, "graph.pb")
+        with open(path, "wb") as f:
+            f.write(built[0][0].as_graph_def().SerializeToString())
+        fetch_names = [x.name for x in built[0][1]]
+        if algorithm != "tio" or prescreen_keep:
+            a = analyze(path, fetches=fetch_names, algorithm=algorithm, workers=workers)
+            if algorithm != "tio":
+                sched = os.path.join(d, "schedule.json")
+                a.schedule.save(sched)
+                enable_kwargs = {"schedule": sched, "algorithm": algorithm}
+            if prescreen_keep:
+                if progress:
+                    progress(f"pre-screening {PRESCREEN_GRID}x{PRESCREEN_GRID} settings in the simulator")
+                pre = prescreen(a.graph, a.oracle, a.schedule, space, workers=workers, keep=prescreen_keep)
+                for s, _ in pre:
+                    found.probe(s)
+
+        cluster = (
+            EmulatedCluster(ps=ps, workers=workers, bandwidth_bps=bandwidth_bps, latency_s=latency_s)
+            if bandwidth_bps
+            else LocalCluster(ps=ps, workers=workers)
+        )
+        if progress:
+            where = f"hosts shaped to {bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback"
+            progress(f"starting {ps} PS and {workers} worker processes ({where})")
+        with cluster:
+            tasks = [f"/job:worker/task:{w}" for w in range(workers)]
+            hosts = [a.rsplit(":", 1)[0] for job in cluster.spec.values() for a in job]
+
+            def on_trial(k, s, v):
+                if progress:
+                    progress(
+                        f"trial {k}/{trials}: partition {s.partition:,} credit {s.credit:,} -> {v:.3f} steps/s"
+                    )
+
+            coord = Coordinator(
+                found, tasks, host=cluster.driver_host, allowed_hosts=hosts, trials=trials, on_trial=on_trial
+            )
+            address = coord.start()
+            ps_devices = [f"/job:ps/task:{p}" for p in range(ps)]
+            sessions = [
+                TunedSession(
+                    cluster.target("worker", w),
+                    built[w][0],
+                    client=CoordinatorClient(address, tasks[w]),
+                    devices=[tasks[w], *ps_devices],
+                    settle=settle,
+                    measure=measure,
+                    **enable_kwargs,
+                )
+                for w in range(workers)
+            ]
+            errors: list[BaseException] = []
+            stop = threading.Event()
+            deadline = time.monotonic() + timeout_s
+
+            def loop(w: int) -> None:
+                graph, run_fetches, init_op, _ = built[w]
+                sess = sessions[w]
+                try:
+                    if w == 0 and init_op is not None:
+                        with tf.compat.v1.Session(cluster.target("worker", 0), graph=graph) as s0:
+                            s0.run(init_op)
+                        inited.set()
+                    inited.wait(timeout_s)
+                    after_final = 0
+                    while not stop.is_set() and time.monotonic() < deadline:
+                        sess.run(run_fetches)
+                        if sess.follower.final:
+                            after_final += 1
+                            if after_final >= final_steps:
+                                return
+                except BaseException as e:  # noqa: BLE001 - reported by the driver
+                    errors.append(e)
+                    stop.set()
+
+            inited = threading.Event()
+            if built[0][2] is None:
+                inited.set()
+            threads = [threading.Thread(target=loop, args=(w,), daemon=True) for w in range(workers)]
+            try:
+                if progress:
+                    progress(f"tuning: {trials} trials of {settle}+{measure} steps on {workers} workers")
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(max(0.0, deadline - time.monotonic()) + 60)
+                if errors:
+                    raise TfschedError(
+                        f"a worker failed while tuning: {str(errors[0]).splitlines()[0][:200]}"
+                    )
+                if not coord.done.is_set() or any(t.is_alive() for t in threads):
+                    stop.set()
+                    raise TfschedError(f"tuning did not finish its {trials} trials within {timeout_s:.0f} s")
+                from tfsched.enforce.api import stats
+
+                applied = {}
+                for w, sess in enumerate(sessions):
+                    applied[tasks[w]] = {
+                        **sess.follower.setting.to_json(),
+                        "session_partition": sess.partition,
+                        "live_credit": stats(cluster.target("worker", w), tasks[w])["live_credit"],
+                    }
+            finally:
+                stop.set()
+                for s in sessions:
+                    s.close()
+                coord.stop()
+    best = found.best()
+    return TuneResult(
+        history=found.history,
+        best=best.setting,
+        best_value=best.value,
+        applied=applied,
+        prescreened=[{**s.to_json(), "predicted_step_s": t} for s, t in pre],
+        config={
+            "model": model,
+            "graph": graph_path,
+            "workers": workers,
+            "ps": ps,
+            "bandwidth": f"{bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback",
+            "algorithm": algorithm,
+            "search": search,
+            "trials": trials,
+            "settle": settle,
+            "measure": measure,
+            "seed": seed,
+        },
+        elapsed_s=time.monotonic() - started,
+    )

@@ -1,0 +1,190 @@
+"""The search over (partition, credit): Bayesian optimization (ByteScheduler §4.3) and random search.
+
+Both knobs are searched on a log2 scale, where their effect is smooth. The partition size is
+rounded to a grid (``Space.partition_step`` in log2): each partition size is a graph rewrite
+and a session per worker, so the tuner should revisit a few values rather than try many close
+ones. Credit changes live and is rounded to whole parameters only.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tfsched.errors import TfschedError
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Partition and credit in parameters (0: off)."""
+
+    partition: int
+    credit: int
+
+    def to_json(self) -> dict:
+        return {"partition": self.partition, "credit": self.credit}
+
+    @staticmethod
+    def from_json(d: dict) -> Setting:
+        return Setting(int(d["partition"]), int(d["credit"]))
+
+
+@dataclass(frozen=True)
+class Space:
+    """Where to search. ``partition=None`` searches partition sizes; a number fixes it (credit only)."""
+
+    partition_log2: tuple[float, float] = (16.0, 24.0)  # 65,536 .. 16,777,216 parameters
+    credit_log2: tuple[float, float] = (18.0, 26.0)  # 262,144 .. 67,108,864 parameters
+    partition_step: float = 0.5
+    partition: int | None = None
+
+    def __post_init__(self) -> None:
+        for lo, hi in (self.partition_log2, self.credit_log2):
+            if not (0 <= lo < hi <= 40):
+                raise TfschedError(f"bad search range 2^{lo} .. 2^{hi} parameters")
+
+    def bounds(self) -> dict[str, tuple[float, float]]:
+        b = {"log2_credit": self.credit_log2}
+        if self.partition is None:
+            b["log2_partition"] = self.partition_log2
+        return b
+
+    def setting(self, params: dict) -> Setting:
+        credit = round(2 ** params["log2_credit"])
+        if self.partition is not None:
+            return Setting(self.partition, credit)
+        k = round(params["log2_partition"] / self.partition_step) * self.partition_step
+        return Setting(round(2**k), credit)
+
+    def params(self, s: Setting) -> dict:
+        p = {"log2_credit": math.log2(max(s.credit, 1))}
+        if self.partition is None:
+            p["log2_partition"] = math.log2(max(s.partition, 1))
+        return p
+
+    def sample(self, rng: random.Random) -> dict:
+        return {k: rng.uniform(lo, hi) for k, (lo, hi) in self.bounds().items()}
+
+
+@dataclass
+class Trial:
+    setting: Setting
+    value: float  # what is maximized: measured throughput (steps/s), or any objective
+
+    def to_json(self) -> dict:
+        return {**self.setting.to_json(), "value": self.value}
+
+
+@dataclass
+class _Search:
+    space: Space
+    seed: int = 0
+    history: list[Trial] = field(default_factory=list)
+
+    def best(self) -> Trial | None:
+        return max(self.history, key=lambda t: t.value, default=None)
+
+    def measured(self, setting: Setting) -> float | None:
+        for t in self.history:
+            if t.setting == setting:
+                return t.value
+        return None
+
+    def next_setting(self) -> Setting:
+        """The next setting worth measuring; settings seen before are registered again, not re-run."""
+        for _ in range(25):
+            params = self._suggest()
+            s = self.space.setting(params)
+            known = self.measured(s)
+            if known is None:
+                self._pending = params
+                return s
+            self._register(params, known)  # tell the model, at no cost
+        params = self.space.sample(self._rng)  # the model keeps proposing known points: explore
+        self._pending = params
+        return self.space.setting(params)
+
+    def register(self, setting: Setting, value: float) -> None:
+        params = getattr(self, "_pending", None) or self.space.params(setting)
+        self._pending = None
+        if not math.isfinite(value):
+            raise TfschedError(f"trial value must be finite, got {value}")
+        self._register(params, value)
+        self.history.append(Trial(setting, value))
+
+
+class RandomSearch(_Search):
+    """Uniform random search on the same (log2) space: the paper's comparison (Figure 14)."""
+
+    def __init__(self, space: Space, seed: int = 0):
+        super().__init__(space, seed)
+        self._rng = random.Random(seed)
+        self._queue: list[dict] = []
+
+    def probe(self, setting: Setting) -> None:
+        self._queue.append(self.space.params(setting))
+
+    def _suggest(self) -> dict:
+        return self._queue.pop(0) if self._queue else self.space.sample(self._rng)
+
+    def _register(self, params: dict, value: float) -> None:
+        pass
+
+
+class BayesSearch(_Search):
+    """Gaussian process + expected improvement, exploration ``xi`` (ByteScheduler: 0.1).
+
+    Values are normalized by the first measurement before the model sees them, so xi has the
+    same meaning for a model at 0.5 steps/s and one at 50.
+    """
+
+    def __init__(self, space: Space, seed: int = 0, xi: float = 0.1, init_points: int = 2):
+        from bayes_opt import BayesianOptimization, acquisition
+
+        super().__init__(space, seed)
+        self._rng = random.Random(seed)
+        self._opt = BayesianOptimization(
+            f=None,
+            pbounds=space.bounds(),
+            acquisition_function=acquisition.ExpectedImprovement(xi=xi, random_state=seed),
+            random_state=seed,
+            verbose=0,
+            allow_duplicate_points=True,
+        )
+        self._init = init_points
+        self._queue: list[dict] = []
+        self._scale: float | None = None
+
+    def probe(self, setting: Setting) -> None:
+        """Measure this setting before the model's own suggestions (e.g. from the simulator)."""
+        self._queue.append(self.space.params(setting))
+
+    def _suggest(self) -> dict:
+        if self._queue:
+            return self._queue.pop(0)
+        if len(self._opt.space) < self._init:
+            return self.space.sample(self._rng)
+        return {k: float(v) for k, v in self._opt.suggest().items()}
+
+    def _register(self, params: dict, value: float) -> None:
+        if self._scale is None:
+            self._scale = abs(value) or 1.0
+        self._opt.register(params=params, target=value / self._scale)
+
+
+SEARCHES: dict[str, Callable[..., _Search]] = {"bayes": BayesSearch, "random": RandomSearch}
+
+
+def trials_to_reach(
+    search: _Search, objective: Callable[[Setting], float], budget: int, target: float
+) -> int:
+    """Trials until a measured value reaches ``target`` (``budget + 1`` if it never does)."""
+    for k in range(1, budget + 1):
+        s = search.next_setting()
+        v = objective(s)
+        search.register(s, v)
+        if v >= target:
+            return k
+    return budget + 1

@@ -1,0 +1,186 @@
+"""The worker's side of tuning: follow the coordinator's settings step by step.
+
+``Follower`` is the bookkeeping (poll before each step, switch at the announced step, measure,
+report); ``TunedSession`` applies both knobs in a plain training loop, ``CreditTuneHook``
+applies credit inside ``MonitoredTrainingSession``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+
+from tfsched.tune.coordinator import CoordinatorClient
+from tfsched.tune.search import Setting
+
+log = logging.getLogger("tfsched.tune")
+
+
+class Follower:
+    """Which setting is in force at this worker's step, and the measurement of each epoch.
+
+    ``settle`` steps after a switch are not measured (a new partition size costs a graph rewrite
+    on the first step); then ``measure`` steps are timed and reported. A coordinator that cannot
+    be reached leaves the last setting in force; it is asked again every ``retry_every`` steps.
+    """
+
+    def __init__(
+        self, client: CoordinatorClient, *, settle: int = 1, measure: int = 3, retry_every: int = 20
+    ):
+        self.client = client
+        self.settle, self.measure, self.retry_every = settle, measure, retry_every
+        self.step = 0
+        self.epoch = -1
+        self.setting: Setting | None = None
+        self.final = False
+        self.lost = 0  # consecutive polls without an answer
+        self._pending: dict | None = None
+        self._in_epoch = 0
+        self._window: list[float] = []
+        self._reported = True
+
+    def before_step(self) -> Setting | None:
+        """The setting to apply before this step, if it changes now; else None."""
+        if not self.final and (self.lost == 0 or self.step % self.retry_every == 0):
+            msg = self.client.poll(self.step)
+            if msg is None:
+                if self.lost == 0:
+                    log.warning("tfsched tune: coordinator unreachable; keeping the current setting")
+                self.lost += 1
+            else:
+                self.lost = 0
+                if msg["epoch"] > self.epoch and (
+                    self._pending is None or msg["epoch"] > self._pending["epoch"]
+                ):
+                    self._pending = msg
+        p = self._pending
+        if p is None or p["apply_at"] > self.step:
+            return None
+        self._pending = None
+        self.epoch, self.final = p["epoch"], p["final"]
+        new = Setting(p["partition"], p["credit"])
+        changed = new != self.setting
+        self.setting = new
+        self._in_epoch, self._window, self._reported = 0, [], self.final
+        return new if changed else None
+
+    def after_step(self, seconds: float) -> None:
+        self.step += 1
+        if self._reported:
+            return
+        self._in_epoch += 1
+        if self._in_epoch > self.settle:
+            self._window.append(seconds)
+        if len(self._window) >= self.measure:
+            self.client.report(self.epoch, len(self._window), sum(self._window))
+            self._reported = True  # also when unanswered: the coordinator decides without us
+
+
+class TunedSession:
+    """A training session whose partition and credit follow the coordinator.
+
+    Credit changes live (``CreditSetter``); a new partition size opens a new session on the same
+    graph and target with the pass set to it (the variables live on the PS, so training carries
+    on: no checkpoint, no restart). Up to ``max_sessions`` are kept open for sizes seen again.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        graph,
+        *,
+        client: CoordinatorClient,
+        devices: list[str],
+        settle: int = 1,
+        measure: int = 3,
+        max_sessions: int = 3,
+        **enable_kwargs,
+    ):
+        from tfsched.enforce.api import CreditSetter
+
+        self.target, self.graph = target, graph
+        self.follower = Follower(client, settle=settle, measure=measure)
+        self._enable = enable_kwargs
+        self._sessions: OrderedDict[int, object] = OrderedDict()
+        self._max = max_sessions
+        self._credit = CreditSetter(target, devices)
+        self._current = None
+        self.partition: int | None = None
+
+    def _session_for(self, partition: int):
+        import tensorflow as tf
+
+        import tfsched
+        from tfsched.enforce.api import DEFAULT_CREDIT
+
+        if partition in self._sessions:
+            self._sessions.move_to_end(partition)
+            return self._sessions[partition]
+        # The pass needs some credit to put acknowledgements in the graph; the live setting rules.
+        config = tfsched.enable(partition=partition, credit=DEFAULT_CREDIT, **self._enable)
+        sess = tf.compat.v1.Session(self.target, graph=self.graph, config=config)
+        self._sessions[partition] = sess
+        while len(self._sessions) > self._max:
+            _, old = self._sessions.popitem(last=False)
+            old.close()
+        return sess
+
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        new = self.follower.before_step()
+        if new is not None:
+            self._credit(new.credit)
+            self._current = self._session_for(new.partition)
+            self.partition = new.partition
+        if self._current is None:  # no word from the coordinator yet: the pass's defaults
+            self._current = self._session_for(0)
+            self.partition = 0
+        start = time.perf_counter()
+        out = self._current.run(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+        self.follower.after_step(time.perf_counter() - start)
+        return out
+
+    def close(self) -> None:
+        for sess in self._sessions.values():
+            sess.close()
+        self._sessions.clear()
+        self._credit.close()
+        self.follower.client.close()
+
+
+def credit_tune_hook(
+    address: str, task: str, target: str, devices: list[str], *, settle: int = 1, measure: int = 3
+):
+    """A ``SessionRunHook`` that applies the coordinator's credit inside ``MonitoredTrainingSession``.
+
+    The session's partition size is fixed (the hook cannot swap sessions): tune credit only,
+    with ``Space(partition=...)`` on the coordinator.
+    """
+    import tensorflow as tf
+
+    from tfsched.enforce.api import CreditSetter
+
+    class CreditTuneHook(tf.compat.v1.train.SessionRunHook):
+        def __init__(self):
+            self.follower = Follower(CoordinatorClient(address, task), settle=settle, measure=measure)
+            self._setter = None
+            self._start = 0.0
+
+        def after_create_session(self, session, coord):
+            self._setter = CreditSetter(target, devices)
+
+        def before_run(self, run_context):
+            new = self.follower.before_step()
+            if new is not None:
+                self._setter(new.credit)
+            self._start = time.perf_counter()
+
+        def after_run(self, run_context, run_values):
+            self.follower.after_step(time.perf_counter() - self._start)
+
+        def end(self, session):
+            if self._setter is not None:
+                self._setter.close()
+            self.follower.client.close()
+
+    return CreditTuneHook()
