@@ -15,7 +15,16 @@ import click
 from tfsched.errors import TfschedError
 
 # The built-in models (tfsched.models.MODELS), listed here so that --help needs no import of them.
-BUILTIN_MODELS = ["vgg16", "resnet50", "inception_v3", "mobilenet", "seq32", "par32"]
+BUILTIN_MODELS = [
+    "vgg16",
+    "resnet50",
+    "inception_v3",
+    "alexnet",
+    "transformer",
+    "mobilenet",
+    "seq32",
+    "par32",
+]
 
 
 class _Group(click.Group):
@@ -413,7 +422,12 @@ def viz(trace_path, output, schedule, graph_path, fetches, compare, step):
     show_default=True,
     help="Interleaved rounds of every mode.",
 )
-@click.option("--batch-size", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option(
+    "--batch-size",
+    default="auto",
+    show_default=True,
+    help="Per worker; auto: computation about equal to communication on the link (TicTac's method).",
+)
 @click.option(
     "--mode", "run_mode", type=click.Choice(["train", "inference"]), default="train", show_default=True
 )
@@ -444,6 +458,29 @@ def bench(
     from tfsched.bench.run import cluster_side_by_side
 
     console = Console(stderr=True)
+    balance = None
+    if batch_size == "auto":
+        from tfsched.models.batch import balanced_batch_size
+
+        with console.status("measuring compute per example for the default batch size"):
+            balance = balanced_batch_size(
+                model, bandwidth_bps=bandwidth, workers=workers, ps=ps, mode=run_mode
+            )
+        batch_size = balance.batch_size
+        console.print(
+            f"batch size {batch_size}: communication {balance.comm_s:.2f} s per step at "
+            f"{bandwidth / 1e9:g} Gbit/s, compute {balance.fixed_s:.2f} s + {balance.per_example_s * 1e3:.1f} ms "
+            "per example"
+        )
+    else:
+        try:
+            batch_size = int(batch_size)
+        except ValueError:
+            raise click.BadParameter(
+                f"expected a number or auto, got {batch_size!r}", param_hint="--batch-size"
+            ) from None
+        if batch_size < 1:
+            raise click.BadParameter("must be at least 1", param_hint="--batch-size")
     with console.status("benchmark") as status:
         results = cluster_side_by_side(
             model,
@@ -468,11 +505,12 @@ def bench(
         "rounds": rounds,
         "bandwidth": "loopback" if loopback else f"{bandwidth / 1e9:g} Gbit/s",
         "latency": f"{latency * 1e3:g} ms" if latency else None,
+        "batch_balance": balance.to_json() if balance else None,
     }
     summary = summarize(results, config)
-    md_path = write(summary, output)
+    md_path = write(summary, output, results)
     click.echo(markdown(summary))
-    click.echo(f"results: {output}, {md_path}")
+    click.echo(f"results: {output}, {md_path}, {md_path[: -len('.md')]}.png")
 
 
 @main.command()

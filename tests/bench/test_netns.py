@@ -117,7 +117,9 @@ def test_bench_command_writes_every_field(tmp_path):
             "--rounds",
             "1",
             "--modes",
-            "baseline,tio",
+            "baseline,tio,tio+p20000+c40000",
+            "--batch-size",
+            "4",
             "-o",
             str(out),
         ],
@@ -128,7 +130,7 @@ def test_bench_command_writes_every_field(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     data = json.loads(out.read_text())
     assert data["config"]["bandwidth"] == "0.2 Gbit/s" and data["config"]["workers"] == 2
-    assert [r["mode"] for r in data["modes"]] == ["baseline", "tio"]
+    assert [r["mode"] for r in data["modes"]] == ["baseline", "tio", "tio+p20000+c40000"]
     for r in data["modes"]:
         for key in (
             "steps",
@@ -139,11 +141,19 @@ def test_bench_command_writes_every_field(tmp_path):
             "mean_s",
             "p95_over_p50",
             "straggler",
+            "efficiency_E",
+            "lower_bound_s",
+            "upper_bound_s",
+            "predicted_s",
+            "prediction_error",
         ):
             assert r[key] is not None, key
         assert r["steps"] == 6 and r["throughput_steps_per_s"] > 0 and r["p95_s"] >= r["p50_s"] > 0
+        assert 0 <= r["straggler"] < 1 and r["lower_bound_s"] <= r["upper_bound_s"]
     md = (tmp_path / "bench.md").read_text()
     assert "| baseline |" in md and "| tio |" in md
+    png = tmp_path / "bench.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert not [
         line
         for line in subprocess.run(

@@ -22,25 +22,65 @@ def summarize(results: dict[str, ModeResult], config: dict) -> dict:
 def markdown(summary: dict) -> str:
     c = summary["config"]
     link = f"{c['bandwidth']}" + (f", {c['latency']} latency" if c.get("latency") else "")
+    batch = f", batch {c['batch_size']}" if c.get("batch_size") else ""
     lines = [
-        f"**{c['model']}** ({c['mode']}), {c['ps']} PS x {c['workers']} workers, {link}, "
-        f"{c['rounds']} interleaved rounds of {c['steps']} steps per worker",
+        f"**{c['model']}** ({c['mode']}{batch}), {c['ps']} PS x {c['workers']} workers, {link}, "
+        f"{c['rounds']} interleaved rounds of {c['steps']} synchronized steps per worker",
         "",
-        "| mode | steps/s | vs baseline | p50 step (s) | p95 step (s) | p95/p50 | straggler |",
-        "|---|---|---|---|---|---|---|",
+        "| mode | steps/s | vs baseline | p50 step (s) | p95 step (s) | p95/p50 | straggler | E (measured) "
+        "| simulated step (s) | sim. error |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary["modes"]:
         vs = f"{r['vs_baseline']:.3f}x" if r["vs_baseline"] else "-"
+        e = f"{r['efficiency_E']:.2f}" if r.get("efficiency_E") is not None else "-"
+        pred = f"{r['predicted_s']:.4f}" if r.get("predicted_s") is not None else "-"
+        err = f"{r['prediction_error']:+.0%}" if r.get("prediction_error") is not None else "-"
         lines.append(
             f"| {r['mode']} | {r['throughput_steps_per_s']:.3f} | {vs} | {r['p50_s']:.4f} | {r['p95_s']:.4f} | "
-            f"{r['p95_over_p50']:.3f} | {r['straggler']:.3f} |"
+            f"{r['p95_over_p50']:.3f} | {r['straggler']:.3f} | {e} | {pred} | {err} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def write(summary: dict, json_path: str) -> str:
-    """Write ``<name>.json`` and ``<name>.md``; returns the Markdown path."""
+def plot(results: dict[str, ModeResult], summary: dict, png_path: str) -> None:
+    """Throughput per mode (bars, against baseline) and the step-time CDF of every mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    c = summary["config"]
+    fig, (bars, cdf) = plt.subplots(1, 2, figsize=(11, 4))
+    names = list(results)
+    tput = [results[m].throughput for m in names]
+    colors = ["0.6" if m == "baseline" else f"C{i}" for i, m in enumerate(names)]
+    bars.bar(names, tput, color=colors)
+    base = results["baseline"].throughput if "baseline" in results else 0
+    for i, v in enumerate(tput):
+        bars.text(i, v, f"{v / base:.2f}x" if base else "", ha="center", va="bottom", fontsize=8)
+    bars.set_ylabel("steps/s (all workers)")
+    bars.set_title("throughput")
+    bars.tick_params(axis="x", rotation=30, labelsize=8)
+    for i, m in enumerate(names):
+        xs = sorted(results[m].step_times)
+        if xs:
+            cdf.step(xs, [(k + 1) / len(xs) for k in range(len(xs))], where="post", label=m, color=colors[i])
+    cdf.set_xlabel("step time (s)")
+    cdf.set_ylabel("fraction of steps")
+    cdf.set_title("step-time CDF")
+    cdf.legend(fontsize=8)
+    fig.suptitle(f"{c['model']} ({c['mode']}), {c['ps']} PS x {c['workers']} workers, {c['bandwidth']}")
+    fig.tight_layout()
+    write_atomic(png_path, lambda f: fig.savefig(f, format="png", dpi=110), binary=True)
+    plt.close(fig)
+
+
+def write(summary: dict, json_path: str, results: dict[str, ModeResult] | None = None) -> str:
+    """Write ``<name>.json``, ``<name>.md`` and (with ``results``) ``<name>.png``; returns the Markdown path."""
+    stem = json_path[: -len(".json")] if json_path.endswith(".json") else json_path
     write_atomic(json_path, lambda f: json.dump(summary, f, indent=1))
-    md_path = json_path[: -len(".json")] + ".md" if json_path.endswith(".json") else json_path + ".md"
-    write_atomic(md_path, lambda f: f.write(markdown(summary)))
-    return md_path
+    write_atomic(stem + ".md", lambda f: f.write(markdown(summary)))
+    if results:
+        plot(results, summary, stem + ".png")
+    return stem + ".md"

@@ -77,8 +77,11 @@ class ModeResult:
     mode: str
     step_times: list[float] = field(default_factory=list)  # seconds, every worker's steps
     per_worker: dict[int, list[float]] = field(default_factory=dict)  # worker -> its step times
+    iterations: list[list[float]] = field(default_factory=list)  # per synchronized step: each worker's time
     wall_s: float = 0.0  # time the rounds of this mode took
     steps: int = 0  # steps completed by all workers together
+    trace: object | None = None  # one traced step of worker 0 (tfsched.tracing.Trace), if asked for
+    measured: dict = field(default_factory=dict)  # E, bounds, the simulator's prediction (predict.py)
 
     @property
     def throughput(self) -> float:
@@ -91,11 +94,14 @@ class ModeResult:
 
     @property
     def straggler(self) -> float:
-        """Spread between workers: (slowest worker's mean step - fastest's) / mean step."""
-        means = [statistics.fmean(v) for v in self.per_worker.values() if v]
-        if len(means) < 2:
-            return 0.0
-        return (max(means) - min(means)) / statistics.fmean(self.step_times)
+        """TicTac §6: the longest time any worker waits for the others, over the iteration time.
+
+        Workers start every step together (synchronous training); in each step the iteration
+        takes as long as the slowest worker and the fastest one waits the difference. Mean over
+        the steps.
+        """
+        ratios = [(max(it) - min(it)) / max(it) for it in self.iterations if len(it) > 1 and max(it) > 0]
+        return statistics.fmean(ratios) if ratios else 0.0
 
     def to_json(self) -> dict:
         p50 = self.percentile(50)
@@ -108,6 +114,7 @@ class ModeResult:
             "p50_s": self.percentile(50),
             "p95_s": self.percentile(95),
             "mean_s": statistics.fmean(self.step_times) if self.step_times else 0.0,
+            **self.measured,
         }
 
 
@@ -131,8 +138,9 @@ def mode_configs(
             sched = os.path.join(workdir, f"{model}-{spec.algorithm}.json")
             if not os.path.exists(sched):
                 built = builder(0)
-                with open(path, "wb") as f:
-                    f.write(built.graph_def().SerializeToString())
+                if not os.path.exists(path):
+                    with open(path, "wb") as f:
+                        f.write(built.graph_def().SerializeToString())
                 analyze(path, fetches=built.fetches, algorithm=spec.algorithm).schedule.save(sched)
             configs[mode] = tfsched.enable(schedule=sched, algorithm=spec.algorithm, **knobs)
     return configs
@@ -146,22 +154,71 @@ def run_side_by_side(
     steps: int = 10,
     warmup: int = 2,
     rounds: int = 2,
+    trace: bool = False,
     step_timeout_s: float = 600.0,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, ModeResult]:
     """Train every mode ``rounds`` times ``steps`` steps on every worker, interleaved.
 
-    Every step has a deadline (``step_timeout_s``): a stuck cluster fails the run, never hangs it.
+    The workers start each step together (synchronous training, as TicTac measures), so the
+    straggler effect is the wait of the fastest worker. With ``trace``, one more synchronized step
+    of each mode is traced on worker 0 (``ModeResult.trace``). Every step has a deadline
+    (``step_timeout_s``): a stuck cluster fails the run, never hangs it.
     """
     import tensorflow as tf
 
     run_options = tf.compat.v1.RunOptions(timeout_in_ms=int(step_timeout_s * 1000))
+    trace_options = tf.compat.v1.RunOptions(
+        timeout_in_ms=int(step_timeout_s * 1000),
+        trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
+        output_partition_graphs=True,
+    )
 
     if steps <= 0 or rounds <= 0:
         raise TfschedError("steps and rounds must be positive")
     results = {mode: ModeResult(mode) for mode in configs}
     # One graph and session per (mode, worker), kept for all rounds: what a user's job does.
     sessions = {}
+
+    def synchronized(mode: str, n: int, warm: int, traced: bool = False) -> tuple[list, float, object]:
+        """``n`` steps of ``mode`` on every worker, each step started together."""
+        times: list[tuple[int, int, float]] = []
+        errors: list[BaseException] = []
+        lock = threading.Lock()
+        started: list[float] = []
+        barrier = threading.Barrier(len(targets))
+        box: dict = {}
+
+        def work(w: int) -> None:
+            sess, built = sessions[(mode, w)]
+            try:
+                for _ in range(warm):
+                    sess.run(built.train_op, options=run_options)
+                for k in range(n):
+                    if barrier.wait(timeout=step_timeout_s) == 0 and k == 0:
+                        started.append(time.perf_counter())
+                    md = tf.compat.v1.RunMetadata() if traced and w == 0 else None
+                    t = time.perf_counter()
+                    sess.run(built.train_op, options=trace_options if md else run_options, run_metadata=md)
+                    dt = time.perf_counter() - t
+                    with lock:
+                        times.append((w, k, dt))
+                    if md is not None:
+                        box["md"], box["graph"] = md, built.graph
+            except BaseException as e:  # noqa: BLE001 - re-raised below
+                barrier.abort()
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(w,), daemon=True) for w in range(len(targets))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - started[0] if started else 0.0
+        if errors:
+            raise TfschedError(f"mode {mode}: a worker failed: {str(errors[0]).splitlines()[0][:200]}")
+        return times, wall, box
+
     try:
         for mode, config in configs.items():
             for w, target in enumerate(targets):
@@ -174,47 +231,27 @@ def run_side_by_side(
             for mode in configs:
                 if progress:
                     progress(f"round {r + 1}/{rounds}: {mode}")
-                times: list[float] = []
-                errors: list[BaseException] = []
-                lock = threading.Lock()
-                started: list[float] = []  # when every worker is past warm-up: the timed part starts
-                barrier = threading.Barrier(
-                    len(targets), action=lambda started=started: started.append(time.perf_counter())
-                )
-
-                def work(
-                    w: int, mode=mode, times=times, errors=errors, lock=lock, barrier=barrier, r=r
-                ) -> None:
-                    sess, built = sessions[(mode, w)]
-                    try:
-                        for _ in range(warmup if r == 0 else 0):
-                            sess.run(built.train_op, options=run_options)
-                        barrier.wait(timeout=600)
-                        for _ in range(steps):
-                            t = time.perf_counter()
-                            sess.run(built.train_op, options=run_options)
-                            with lock:
-                                times.append((w, time.perf_counter() - t))
-                    except BaseException as e:  # noqa: BLE001 - re-raised below
-                        barrier.abort()
-                        errors.append(e)
-
-                threads = [threading.Thread(target=work, args=(w,), daemon=True) for w in range(len(targets))]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
-                wall = time.perf_counter() - started[0] if started else 0.0
-                if errors:
-                    raise TfschedError(
-                        f"mode {mode}: a worker failed: {str(errors[0]).splitlines()[0][:200]}"
-                    )
+                times, wall, _ = synchronized(mode, steps, warmup if r == 0 else 0)
                 res = results[mode]
-                res.step_times.extend(dt for _, dt in times)
-                for w, dt in times:
+                res.step_times.extend(dt for _, _, dt in times)
+                for w, _, dt in times:
                     res.per_worker.setdefault(w, []).append(dt)
+                for k in range(steps):
+                    res.iterations.append([dt for _, kk, dt in sorted(times) if kk == k])
                 res.wall_s += wall
                 res.steps += len(times)
+        if trace:
+            from tfsched.tracing.collect import parse_run_metadata
+            from tfsched.tracing.trace import Trace
+
+            for mode in configs:
+                if progress:
+                    progress(f"tracing one step: {mode}")
+                _, _, box = synchronized(mode, 1, 0, traced=True)
+                ops, transfers, wall_us = parse_run_metadata(box["md"], 0, box["graph"])
+                results[mode].trace = Trace(
+                    steps=1, ops=ops, transfers=transfers, step_times_us=[wall_us], meta={"mode": mode}
+                )
     finally:
         for sess, _ in sessions.values():
             sess.close()
@@ -234,9 +271,14 @@ def cluster_side_by_side(
     bandwidth_bps: float | None = None,
     latency_s: float = 0.0,
     mode: str = "train",
+    measure: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, ModeResult]:
-    """Side by side on an emulated multi-host cluster (``bandwidth_bps`` given) or on loopback."""
+    """Side by side on an emulated multi-host cluster (``bandwidth_bps`` given) or on loopback.
+
+    With ``measure`` (and a baseline), one step of every mode is traced at the end and each mode
+    gets its measured ordering efficiency and the simulator's prediction (``bench.predict``).
+    """
     from tfsched.bench.local import LocalCluster
     from tfsched.bench.netns import EmulatedCluster
     from tfsched.models import build_graph
@@ -250,6 +292,10 @@ def cluster_side_by_side(
         return built
 
     with tempfile.TemporaryDirectory(prefix="tfsched-bench-") as d:
+        graph_path = os.path.join(d, f"{model}.pb")
+        first = builder(0)
+        with open(graph_path, "wb") as f:
+            f.write(first.graph_def().SerializeToString())
         configs = mode_configs(model, modes, builder, workdir=d)
         if progress:
             where = f"hosts shaped to {bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback"
@@ -261,7 +307,22 @@ def cluster_side_by_side(
         )
         with cluster:
             targets = [cluster.target("worker", w) for w in range(workers)]
-            return run_side_by_side(targets, builder, configs, steps=steps, rounds=rounds, progress=progress)
+            results = run_side_by_side(
+                targets, builder, configs, steps=steps, rounds=rounds, trace=measure, progress=progress
+            )
+        if measure:
+            from tfsched.bench.predict import annotate
+
+            if progress:
+                progress("simulating every mode with the measured times")
+            annotate(
+                results,
+                graph_path=graph_path,
+                fetches=first.fetches,
+                workers=workers,
+                bandwidth_bps=bandwidth_bps,
+            )
+        return results
 
 
 def local_side_by_side(model: str = "seq32", **kwargs) -> dict[str, ModeResult]:

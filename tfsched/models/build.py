@@ -86,12 +86,72 @@ def _toy_par(n: int, width: int = 256) -> Callable:
     return make
 
 
+def _alexnet() -> Callable:
+    """AlexNet (Krizhevsky et al. 2012; one tower, no LRN or dropout): five convolutions, three dense layers.
+
+    Most of its parameters are in the first dense layer, as in VGG16: one huge tensor.
+    """
+
+    def make(inputs, num_classes, training=True):
+        import tf_keras
+
+        layers = tf_keras.layers
+        x = layers.Conv2D(96, 11, strides=4, padding="same", activation="relu")(inputs)
+        x = layers.MaxPooling2D(3, 2, padding="same")(x)
+        x = layers.Conv2D(256, 5, padding="same", activation="relu")(x)
+        x = layers.MaxPooling2D(3, 2, padding="same")(x)
+        for filters in (384, 384, 256):
+            x = layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
+        x = layers.MaxPooling2D(3, 2, padding="same")(x)
+        x = layers.Flatten()(x)
+        for _ in range(2):
+            x = layers.Dense(4096, activation="relu")(x)
+        return layers.Dense(num_classes, activation="softmax")(x)
+
+    return make
+
+
+def _transformer(
+    n_layers: int = 4, d_model: int = 256, heads: int = 4, d_ff: int = 1024, seq: int = 64, vocab: int = 8000
+) -> Callable:
+    """A Transformer encoder (Vaswani et al. 2017) classifying token sequences.
+
+    Tokens are derived from the step's random input, so the graph needs no feed; the embedding's
+    gradient is sparse (IndexedSlices), as in real language models.
+    """
+
+    def make(inputs, num_classes, training=True):
+        import tensorflow as tf
+        import tf_keras
+
+        layers = tf_keras.layers
+        flat = tf.reshape(inputs, [tf.shape(inputs)[0], -1])[:, :seq]
+        tokens = tf.cast(flat * vocab, tf.int32)
+        x = layers.Embedding(vocab, d_model)(tokens)
+        pos = tf.compat.v1.get_variable(
+            "transformer/position",
+            [seq, d_model],
+            initializer=tf.compat.v1.random_normal_initializer(0, 0.02, seed=3),
+        )
+        x = x + pos
+        for _ in range(n_layers):
+            a = layers.MultiHeadAttention(heads, d_model // heads)(x, x)
+            x = layers.LayerNormalization()(x + a)
+            f = layers.Dense(d_ff, activation="relu")(x)
+            x = layers.LayerNormalization()(x + layers.Dense(d_model)(f))
+        return layers.Dense(num_classes, activation="softmax")(tf.reduce_mean(x, axis=1))
+
+    return make
+
+
 # name -> (builder, default image size); sizes are the smallest the architectures accept.
 MODELS: dict[str, tuple[Callable, int]] = {
     "vgg16": (_keras_app("vgg16"), 32),
     "resnet50": (_keras_app("resnet50"), 32),
     "inception_v3": (_keras_app("inception_v3"), 75),
     "mobilenet": (_keras_app("mobilenet"), 32),
+    "alexnet": (_alexnet(), 64),
+    "transformer": (_transformer(), 16),
     "seq32": (_toy_seq(32), 16),
     "par32": (_toy_par(32), 16),
 }

@@ -1,0 +1,67 @@
+"""Measured ordering efficiency and the simulator's prediction, beside each benchmark mode.
+
+From the traced baseline step (worker 0, every task it touches): the oracle (op times and link
+fits, TicTac §5), TicTac's makespan bounds of the step for that oracle (``sim.metrics``), and so
+the measured ordering efficiency E = (U - t) / (U - L) of every mode's measured median step t.
+The simulator, given the same oracle and each mode's schedule (with its partitioning and
+credit), predicts each mode's step time; the prediction and its error go beside the measurement.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from tfsched.bench.run import ModeResult, parse_mode
+
+BASELINE_SEEDS = 3
+
+
+def annotate(
+    results: dict[str, ModeResult],
+    *,
+    graph_path: str,
+    fetches: list[str],
+    workers: int,
+    bandwidth_bps: float | None,
+) -> None:
+    """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace)."""
+    from tfsched.analysis import PARAM_BYTES
+    from tfsched.graph import load_comm_graph
+    from tfsched.oracle.oracle import DEFAULT_BANDWIDTH_BPS, LinkModel, TimeOracle
+    from tfsched.ordering import order
+    from tfsched.sim import POLICY_OF_MODE, build_sim_graph, simulate, step_bounds
+
+    base = results.get("baseline")
+    if base is None or base.trace is None:
+        return
+    graph = load_comm_graph(graph_path, fetches=fetches)
+    cost = TimeOracle.from_cost_model(
+        graph, link=LinkModel(bandwidth_bps=bandwidth_bps or DEFAULT_BANDWIDTH_BPS)
+    )
+    oracle = TimeOracle.from_trace(base.trace, "min", fallback=cost)
+    ordering_oracle = TimeOracle.from_cost_model(graph, link=LinkModel())  # what `analyze` gave the pass
+    plain = build_sim_graph(graph, oracle, None, workers=workers)
+    bounds = step_bounds(plain)
+    for mode, res in results.items():
+        spec = parse_mode(mode)
+        if spec.algorithm is None:
+            predicted = statistics.fmean(
+                simulate(plain, "random", seed=s).step_time for s in range(BASELINE_SEEDS)
+            )
+        else:
+            # the order the pass was given: from the graph and the cost model, as mode_configs made it
+            schedule = order(graph, spec.algorithm, ordering_oracle)
+            sg = build_sim_graph(
+                graph, oracle, schedule, workers=workers, partition_bytes=spec.partition * PARAM_BYTES or None
+            )
+            predicted = simulate(
+                sg, POLICY_OF_MODE[schedule.mode], credit_bytes=spec.credit * PARAM_BYTES or None
+            ).step_time
+        measured = statistics.fmean(res.step_times) if res.step_times else 0.0
+        res.measured = {
+            "efficiency_E": bounds.efficiency(res.percentile(50)),
+            "lower_bound_s": bounds.lower,
+            "upper_bound_s": bounds.upper,
+            "predicted_s": predicted,
+            "prediction_error": (predicted - measured) / measured if measured else None,
+        }

@@ -1,0 +1,85 @@
+"""The default batch size of a benchmark: communication and computation about equal (TicTac §6).
+
+Communication per step: every worker pulls every parameter and pushes a gradient of each, and
+all of it crosses the PS hosts' links, shared by the workers: bytes x workers / (PS tasks x
+bandwidth) per direction (the directions run in parallel). Computation per step is measured
+here: a step of the model (devices cleared, one process) at two batch sizes gives its fixed
+part and its cost per example; the batch size whose compute time equals the communication time
+is the default, within [1, 256].
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+MIN_BATCH, MAX_BATCH = 1, 256
+
+
+@dataclass(frozen=True)
+class Balance:
+    batch_size: int
+    comm_s: float  # per step, at the given bandwidth
+    fixed_s: float  # compute per step independent of the batch
+    per_example_s: float
+
+    def to_json(self) -> dict:
+        return {
+            "batch_size": self.batch_size,
+            "comm_s": self.comm_s,
+            "compute_fixed_s": self.fixed_s,
+            "compute_per_example_s": self.per_example_s,
+        }
+
+
+def _compute_time(model: str, mode: str, batch: int, image_size: int | None, steps: int = 3) -> float:
+    from tfsched.graph._tf import import_tensorflow
+    from tfsched.models import build_graph
+
+    tf = import_tensorflow()
+    built = build_graph(model, mode=mode, batch_size=batch, image_size=image_size)
+    gd = built.graph_def(add_shapes=False)
+    for n in gd.node:
+        n.device = ""
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.import_graph_def(gd, name="")
+    step = built.fetches[0]
+    init = built.init_op.name
+    with tf.compat.v1.Session(graph=g) as sess:
+        sess.run(init)
+        sess.run(step)  # warm-up
+        start = time.perf_counter()
+        for _ in range(steps):
+            sess.run(step)
+        return (time.perf_counter() - start) / steps
+
+
+def param_bytes(model: str, image_size: int | None) -> int:
+    from tfsched.models import build_graph
+
+    built = build_graph(model, batch_size=1, image_size=image_size)
+    with built.graph.as_default():
+        import tensorflow as tf
+
+        return sum(v.shape.num_elements() * v.dtype.size for v in tf.compat.v1.trainable_variables())
+
+
+def balanced_batch_size(
+    model: str,
+    *,
+    bandwidth_bps: float,
+    workers: int,
+    ps: int = 1,
+    mode: str = "train",
+    image_size: int | None = None,
+    probe: int = 4,
+) -> Balance:
+    nbytes = param_bytes(model, image_size)
+    comm = nbytes * workers / (ps * bandwidth_bps / 8.0)
+    t1 = _compute_time(model, mode, probe, image_size)
+    t2 = _compute_time(model, mode, 2 * probe, image_size)
+    per_example = max((t2 - t1) / probe, 1e-6)
+    fixed = max(t1 - probe * per_example, 0.0)
+    batch = round((comm - fixed) / per_example)
+    return Balance(min(MAX_BATCH, max(MIN_BATCH, batch)), comm, fixed, per_example)
