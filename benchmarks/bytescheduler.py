@@ -27,7 +27,7 @@ ROWS = {
     "vgg16": "--model vgg16 --ps 1 --workers 4 --bandwidth 1Gbit",
     "resnet50": "--model resnet50 --ps 1 --workers 2 --bandwidth 1Gbit",
 }
-BENCH = "--mode train --steps 3 --rounds 2 --batch-size 4"
+BENCH = "--mode train --steps 3 --rounds 2"
 
 
 def run(cmd: list[str]) -> None:
@@ -39,15 +39,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--skip-tune", action="store_true", help="Reuse results/tune-<row>.json.")
     args = ap.parse_args()
+    from tfsched.models.batch import balanced_batch_size
+
     os.makedirs(RESULTS, exist_ok=True)
     summary = ["# Partitioning, credit and tuning (ByteScheduler) on the emulated cluster", ""]
     for row in args.rows.split(","):
+        # One batch size for tuning and benchmark: computation about equal to communication.
+        words = ROWS[row].split()
+        model, workers = words[words.index("--model") + 1], int(words[words.index("--workers") + 1])
+        batch = balanced_batch_size(model, bandwidth_bps=1e9, workers=workers).batch_size
+        args_row = [*words, "--batch-size", str(batch)]
         tune_out = os.path.join(RESULTS, f"tune-{row}.json")
         tune_cmd = [
             "tfsched",
             "tune",
-            *ROWS[row].split(),
+            *args_row,
             "--trials",
             str(args.trials),
             "--measure",
@@ -57,7 +65,8 @@ def main() -> None:
             "-o",
             tune_out,
         ]
-        run(tune_cmd)
+        if not args.skip_tune:
+            run(tune_cmd)
         with open(tune_out) as f:
             best = json.load(f)["best"]
         tuned = f"tio+p{best['partition']}+c{best['credit']}"
@@ -66,7 +75,7 @@ def main() -> None:
         bench_cmd = [
             "tfsched",
             "bench",
-            *ROWS[row].split(),
+            *args_row,
             *BENCH.split(),
             "--modes",
             modes,

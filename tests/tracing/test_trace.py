@@ -68,6 +68,25 @@ class TestCollect:
         }
         assert len(trace.step_times_us) == 2 and all(t > 0 for t in trace.step_times_us)
 
+    def test_the_graph_that_ran_explains_every_transfer(self, traced):
+        from tfsched.oracle import TimeOracle
+        from tfsched.sim import simulate_schedule
+        from tfsched.tracing.match import match_trace
+        from tfsched.tracing.replay import comm_graph_of_trace
+
+        trace = traced["trace"]
+        ran = comm_graph_of_trace(trace, fetches=traced["built"].fetches)
+        report = match_trace(ran, trace)
+        data = [t for t in ran.transfers if t.kind != "control"]
+        assert report.transfers_matched == len(data) > 0
+        by_tensor = {(t.tensor, t.dst_task): t.bytes for t in data}
+        for rec in trace.transfers:  # bytes come from the trace itself
+            key = (rec.tensor, rec.dst.split("/device:")[0])
+            if key in by_tensor:
+                assert by_tensor[key] == rec.bytes
+        predicted = simulate_schedule(ran, TimeOracle.from_trace(trace, "median")).step_time
+        assert predicted > 0
+
     def test_round_trip(self, traced):
         again = Trace.load(str(traced["dir"] / "trace.json"))
         assert again.ops == traced["trace"].ops and again.transfers == traced["trace"].transfers

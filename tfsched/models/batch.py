@@ -5,7 +5,8 @@ all of it crosses the PS hosts' links, shared by the workers: bytes x workers / 
 bandwidth) per direction (the directions run in parallel). Computation per step is measured
 here: a step of the model (devices cleared, one process) at two batch sizes gives its fixed
 part and its cost per example; the batch size whose compute time equals the communication time
-is the default, within [1, 256].
+is the default, within [1, 256]. When the workers of an emulated cluster share this machine's
+cores, each one computes that much slower (``workers / cores``), and the balance accounts for it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def _compute_time(model: str, mode: str, batch: int, image_size: int | None, ste
     gd = built.graph_def(add_shapes=False)
     for n in gd.node:
         n.device = ""
+    for f in gd.library.function:  # branches of functional ops carry devices too
+        for n in f.node_def:
+            n.device = ""
     g = tf.Graph()
     with g.as_default():
         tf.compat.v1.import_graph_def(gd, name="")
@@ -74,11 +78,15 @@ def balanced_batch_size(
     mode: str = "train",
     image_size: int | None = None,
     probe: int = 4,
+    shared_cores: bool = True,
 ) -> Balance:
     nbytes = param_bytes(model, image_size)
     comm = nbytes * workers / (ps * bandwidth_bps / 8.0)
-    t1 = _compute_time(model, mode, probe, image_size)
-    t2 = _compute_time(model, mode, 2 * probe, image_size)
+    import os
+
+    shared = max(1.0, workers / (os.cpu_count() or 1)) if shared_cores else 1.0
+    t1 = _compute_time(model, mode, probe, image_size) * shared
+    t2 = _compute_time(model, mode, 2 * probe, image_size) * shared
     per_example = max((t2 - t1) / probe, 1e-6)
     fixed = max(t1 - probe * per_example, 0.0)
     batch = round((comm - fixed) / per_example)

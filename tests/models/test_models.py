@@ -1,0 +1,55 @@
+"""The model zoo: every built-in graph builds as a PS graph whose transfers tfsched finds."""
+
+import pytest
+
+from tfsched.models import MODELS, build_graph
+
+pytestmark = pytest.mark.tf
+
+
+@pytest.mark.parametrize("model", ["alexnet", "transformer"])
+@pytest.mark.parametrize("mode", ["train", "inference"])
+def test_new_models_build_and_every_variable_is_pulled(model, mode, tmp_path):
+    import tensorflow as tf
+
+    from tfsched.analysis import analyze
+
+    built = build_graph(model, mode=mode, batch_size=2, ps_tasks=2)
+    with built.graph.as_default():
+        variables = tf.compat.v1.trainable_variables()
+    assert variables and all(v.device.startswith("/job:ps/task:") for v in variables)
+    path = tmp_path / "g.pb"
+    path.write_bytes(built.graph_def().SerializeToString())
+    a = analyze(str(path), fetches=built.fetches, algorithm="tio")
+    pulls = [t for t in a.graph.transfers if t.kind == "pull"]
+    pushes = [t for t in a.graph.transfers if t.kind == "push"]
+    assert {t.variable for t in pulls} >= {v.op.name for v in variables}
+    assert (len(pushes) >= len(variables)) if mode == "train" else not pushes
+    assert a.prediction.scheduled_s > 0
+
+
+def test_alexnet_has_one_huge_tensor():
+    import tensorflow as tf
+
+    built = build_graph("alexnet", image_size=224, batch_size=1)
+    with built.graph.as_default():
+        sizes = sorted(v.shape.num_elements() for v in tf.compat.v1.trainable_variables())
+    assert sizes[-1] > 0.5 * sum(sizes)  # the first dense layer: 12,544 x 4,096
+
+
+def test_balanced_batch_size_equalizes_compute_and_communication():
+    from tfsched.models.batch import balanced_batch_size
+
+    slow = balanced_batch_size("seq32", bandwidth_bps=1e7, workers=2)
+    fast = balanced_batch_size("seq32", bandwidth_bps=1e10, workers=2)
+    assert slow.comm_s > fast.comm_s
+    assert slow.batch_size >= fast.batch_size
+    assert 1 <= fast.batch_size <= slow.batch_size <= 256
+    if 1 < slow.batch_size < 256:  # not clamped: compute at that batch is the communication time
+        assert slow.fixed_s + slow.batch_size * slow.per_example_s == pytest.approx(slow.comm_s, rel=0.05)
+
+
+def test_every_model_is_listed_in_the_cli():
+    from tfsched.cli import BUILTIN_MODELS
+
+    assert sorted(BUILTIN_MODELS) == sorted(MODELS)

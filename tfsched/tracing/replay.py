@@ -1,0 +1,52 @@
+"""The graph a trace actually ran, for replay in the simulator (as dPRO replays its traces).
+
+A user's saved graph is what Grappler starts from; what ran is Grappler's output, partitioned:
+identity nodes removed, arithmetic rewritten, constants folded. Op times of a trace can only be
+matched to the ops that ran, so the simulator predicts a traced step best on the trace's own
+partition graphs: ``_Send``/``_Recv`` pairs turned back into edges, byte counts from the
+transfers the trace recorded (exact, also where no static shape is known).
+"""
+
+from __future__ import annotations
+
+import base64
+
+from tfsched.errors import TfschedError
+from tfsched.graph.model import DTYPE_SIZES, CommGraph
+from tfsched.tracing.trace import Trace
+
+
+def comm_graph_of_trace(trace: Trace, *, fetches: list[str] | None = None, source: str = "<trace>") -> CommGraph:
+    from tfsched.graph.build import _output_dtype, build_comm_graph
+    from tfsched.graph.load import _protos, nodes_from_partition_graphs, output_specs
+
+    if not trace.partition_graphs:
+        raise TfschedError(f"{source}: the trace holds no partition graphs to replay")
+    graph_pb2 = _protos()[0]
+    graphs = [graph_pb2.GraphDef.FromString(base64.b64decode(g)) for g in trace.partition_graphs]
+    nodes = nodes_from_partition_graphs(graphs, source)
+    by_name = {n.name: n for n in nodes}
+    seen: dict[str, int] = {}
+    for t in trace.transfers:
+        seen.setdefault(t.tensor, t.bytes)
+
+    def shapes_from_trace(names: set[str]) -> dict[str, list]:
+        out: dict[str, list] = {}
+        for tensor, nbytes in seen.items():
+            op, _, idx = tensor.rpartition(":")
+            if op not in names or op not in by_name or not idx.isdigit():
+                continue
+            dtype = _output_dtype(by_name[op], int(idx), output_specs, source)
+            size = DTYPE_SIZES.get((dtype or "").removesuffix("_REF"))
+            if not size:
+                continue
+            shapes = out.setdefault(op, [])
+            shapes.extend([None] * (int(idx) + 1 - len(shapes)))
+            shapes[int(idx)] = (nbytes // size,)
+        return out
+
+    fetches = [f for f in (fetches or []) if f.split(":")[0].lstrip("^") in by_name] or None
+    return build_comm_graph(
+        nodes, fetches=fetches, source=source, output_specs=output_specs, infer_shapes=shapes_from_trace
+    )
+
