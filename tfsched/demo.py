@@ -97,7 +97,7 @@ def run_demo(
         f"{rounds} interleaved rounds of {steps} steps per worker",
         title_justify="left",
     )
-    for col in ("mode", "mean step (s)", "p50 (s)", "p95 (s)", "steps/s", "vs baseline"):
+    for col in ("mode", "mean step (s)", "p50 (s)", "p95 (s)", "steps/s", "vs baseline", "simulated (s)"):
         table.add_column(col, justify="left" if col == "mode" else "right")
     b = measured["baseline"].throughput
     for mode, r in measured.items():
@@ -109,6 +109,7 @@ def run_demo(
             f"{j['p95_s']:.4f}",
             f"{r.throughput:.2f}",
             f"{r.throughput / b:.3f}x" if b else "-",
+            f"{j['predicted_s']:.4f}" if j.get("predicted_s") else "-",
         )
     console.print(table)
     console.print(

@@ -59,3 +59,39 @@ def test_min_statistic_is_tictacs():
 def test_bad_statistic():
     with pytest.raises(TfschedError, match="unknown statistic"):
         statistic_fn("mode")
+
+
+def test_compute_parallelism_is_op_time_over_busy_time():
+    from tfsched.oracle.fit import compute_parallelism
+
+    ops = []
+    for step in range(3):
+        # worker: two ops at a time for 10 us, then one alone for 10 us -> 30 us of ops in 20 us
+        ops += [
+            OpRecord(step, W, "a", "Conv2D", 0.0, 10.0),
+            OpRecord(step, W, "b", "Conv2D", 0.0, 10.0),
+            OpRecord(step, W, "c", "Conv2D", 10.0, 10.0),
+            OpRecord(step, W, "g", "TfschedGate", 0.0, 500.0),  # waiting, not computing
+            OpRecord(step, PS, "r", "ReadVariableOp", 0.0, 5.0),
+            OpRecord(step, PS, "s", "ReadVariableOp", 7.0, 5.0),
+        ]
+    slots = compute_parallelism(Trace(steps=3, ops=ops))
+    assert slots == {"/job:worker/replica:0/task:0": 2, "/job:ps/replica:0/task:0": 1}
+
+
+def test_the_simulator_runs_as_many_ops_at_once_as_the_task_has_slots():
+    from tests.helpers import op, var
+    from tfsched.graph import build_comm_graph
+    from tfsched.sim import simulate_schedule, step_bounds
+    from tfsched.sim.model import build_sim_graph
+
+    nodes = (
+        var("w", (10,)) + [op(f"x{i}", ["w/read"]) for i in range(4)] + [op("y", [f"x{i}" for i in range(4)])]
+    )
+    g = build_comm_graph(nodes, fetches=["y"])
+    times = {f"x{i}": 1.0 for i in range(4)}
+    one = TimeOracle(op_times=times, default_op_s=0.0)
+    two = TimeOracle(op_times=times, default_op_s=0.0, compute_slots={g.worker_tasks[0]: 2})
+    t1, t2 = simulate_schedule(g, one).step_time, simulate_schedule(g, two).step_time
+    assert t1 == pytest.approx(4.0, abs=0.01) and t2 == pytest.approx(2.0, abs=0.01)
+    assert step_bounds(build_sim_graph(g, two)).lower == pytest.approx(2.0, abs=0.01)

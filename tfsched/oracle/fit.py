@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -86,6 +87,35 @@ def op_times(trace: Trace, statistic: str = "min") -> dict[str, float]:
     for o in trace.ops:
         per[o.node].append(o.duration_us / 1e6)
     return {name: f(xs) for name, xs in per.items()}
+
+
+MAX_SLOTS = 8
+
+
+def compute_parallelism(trace: Trace) -> dict[str, int]:
+    """Ops each task runs at once, from a trace: op time over the time the task was computing.
+
+    TensorFlow runs ready ops of a partition on several inter-op threads; summing op times
+    one after another (TicTac's one-op-at-a-time model) then overstates a step, by this factor.
+    Per task: the median over steps of (sum of op durations) / (length of the union of op
+    intervals), rounded, at least 1. Gates are left out: their duration is mostly waiting.
+    """
+    per: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+    for o in trace.ops:
+        if o.op.startswith("Tfsched") or o.duration_us <= 0:
+            continue
+        per[(o.step, task_of(o.device))].append((o.start_us, o.start_us + o.duration_us))
+    ratios: dict[str, list[float]] = defaultdict(list)
+    for (_step, task), spans in per.items():
+        spans.sort()
+        union, end = 0.0, -math.inf
+        for a, b in spans:
+            if b > end:
+                union += b - max(a, end)
+                end = b
+        if union > 0:
+            ratios[task].append(sum(b - a for a, b in spans) / union)
+    return {task: max(1, min(MAX_SLOTS, round(statistics.median(r)))) for task, r in ratios.items()}
 
 
 def _by_channel_step(trace: Trace) -> dict[tuple[int, str, str], list]:

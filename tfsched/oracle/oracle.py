@@ -46,6 +46,8 @@ class TimeOracle:
     default_op_s: float = 0.0
     fixed_transfer_s: float | None = None  # TIO's general oracle: every transfer costs the same
     name: str = "model"
+    # Ops a task runs at once (TensorFlow's inter-op threads), measured in a trace; default 1.
+    compute_slots: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def general(cls) -> TimeOracle:
@@ -93,7 +95,7 @@ class TimeOracle:
 
         Ops the trace does not time (pruned, renamed) keep ``fallback``'s estimates.
         """
-        from tfsched.oracle.fit import link_fits, op_times
+        from tfsched.oracle.fit import compute_parallelism, link_fits, op_times
 
         fits, overall = link_fits(trace, statistic)
         times = dict(fallback.op_times) if fallback is not None else {}
@@ -103,6 +105,7 @@ class TimeOracle:
             link=overall.model,
             links={link: f.model for link, f in fits.items()},
             name=f"trace ({statistic})",
+            compute_slots=compute_parallelism(trace),
         )
         oracle.fits = fits  # kept for reports: samples, RMSE, R^2 per link
         return oracle
@@ -111,6 +114,9 @@ class TimeOracle:
         if self.fixed_transfer_s is not None:
             return 0.0
         return self.op_times.get(op_name, self.default_op_s)
+
+    def slots(self, task: str) -> int:
+        return self.compute_slots.get(task, 1)
 
     def link_for(self, src_task: str, dst_task: str) -> LinkModel:
         return self.links.get((src_task, dst_task), self.link)

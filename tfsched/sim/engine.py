@@ -2,8 +2,9 @@
 
 The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measured):
 
-* each task has one compute resource running one op at a time, ready ops in the order they
-  became ready (TicTac §3: ops are "tasks already assigned to machines");
+* each task has one compute resource running one op at a time (TicTac §3: ops are "tasks
+  already assigned to machines"), or as many at once as a trace showed TensorFlow's inter-op
+  threads running (``SimGraph.capacity``), ready ops in the order they became ready;
 * each host has one full-duplex NIC: an uplink and a downlink of the link's bandwidth;
   concurrent flows share a link max-min fairly (TCP's steady state);
 * a channel (sender task, receiver task) is one HTTP/2 connection: the messages handed to it
@@ -137,7 +138,7 @@ def simulate(
     fifo_waiting: dict[tuple, list] = defaultdict(list)  # gate -> heap of (ready time, tiebreak, id)
     inflight: dict[tuple, int] = defaultdict(int)  # gate -> bytes released but not yet received
 
-    busy: dict[str, bool] = defaultdict(bool)
+    busy: dict[str, int] = defaultdict(int)  # compute resource -> ops running
     ready_ops: dict[str, list] = defaultdict(list)  # resource -> heap of (ready time, tiebreak, id)
     wire: dict[str, deque] = defaultdict(deque)  # channel -> released messages, in order
     in_service: dict[str, int] = {}  # channel -> message whose overhead or bytes are being served
@@ -155,13 +156,12 @@ def simulate(
         seq += 1
 
     def start_ops(res: str) -> None:
-        if busy[res] or not ready_ops[res]:
-            return
-        _, _, i = heapq.heappop(ready_ops[res])
-        busy[res] = True
-        if record:
-            starts[i] = now
-        push_event(now + sg.duration[i], "op", i)
+        while busy[res] < sg.capacity.get(res, 1) and ready_ops[res]:
+            _, _, i = heapq.heappop(ready_ops[res])
+            busy[res] += 1
+            if record:
+                starts[i] = now
+            push_event(now + sg.duration[i], "op", i)
 
     def serve(ch: str) -> None:
         if ch in in_service or not wire[ch]:
@@ -265,7 +265,7 @@ def simulate(
         while events and events[0][0] <= now:
             _, _, kind, i = heapq.heappop(events)
             if kind == "op":
-                busy[sg.resource[i]] = False
+                busy[sg.resource[i]] -= 1
                 start_ops(sg.resource[i])
                 done(i)
             elif kind == "overhead":

@@ -37,9 +37,10 @@ class Bounds:
 def step_bounds(sg: SimGraph, steps: int = 1) -> Bounds:
     """Bounds per step of a simulated graph.
 
-    Resources, as the simulator has them: each task's compute (op times), each channel (its
-    messages one after another: overhead + bytes / bandwidth), each host link direction (its
-    bytes over its capacity, the largest channel rate on it; overheads do not use the wire).
+    Resources, as the simulator has them: each task's compute (op times over the ops it runs at
+    once), each channel (its messages one after another: overhead + bytes / bandwidth), each host
+    link direction (its bytes over its capacity, the largest channel rate on it; overheads do not
+    use the wire).
     """
     busy: dict[str, float] = defaultdict(float)
     link_bytes: dict[str, float] = defaultdict(float)
@@ -47,7 +48,7 @@ def step_bounds(sg: SimGraph, steps: int = 1) -> Bounds:
     total = 0.0
     for i, kind in enumerate(sg.kind):
         if kind == COMPUTE:
-            busy["compute:" + sg.resource[i]] += sg.duration[i]
+            busy["compute:" + sg.resource[i]] += sg.duration[i] / sg.capacity.get(sg.resource[i], 1)
             total += sg.duration[i]
         elif kind == MESSAGE:
             wire = sg.nbytes[i] / sg.bandwidth[i] if math.isfinite(sg.bandwidth[i]) else 0.0

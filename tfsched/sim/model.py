@@ -38,6 +38,7 @@ class SimGraph:
     transfer: list[Transfer | None] = field(default_factory=list)
     succ: list[list[int]] = field(default_factory=list)
     npred: list[int] = field(default_factory=list)
+    capacity: dict[str, int] = field(default_factory=dict)  # compute resource -> ops at once (default 1)
 
     def add(
         self,
@@ -142,6 +143,8 @@ def build_sim_graph(
             for n in topo:
                 op = graph.op(n)
                 ids[n] = sg.add(COMPUTE, n, task(op.task), run, step, duration=oracle.compute(n))
+                if oracle.slots(op.task) > 1:
+                    sg.capacity[task(op.task)] = oracle.slots(op.task)
             crossing: dict[tuple[str, str], list[int]] = {}  # (src op, consumer) -> message ids
             for t in graph.transfers:
                 src, dst = task(t.src_task), task(t.dst_task)

@@ -16,7 +16,9 @@ from tfsched.graph.model import DTYPE_SIZES, CommGraph
 from tfsched.tracing.trace import Trace
 
 
-def comm_graph_of_trace(trace: Trace, *, fetches: list[str] | None = None, source: str = "<trace>") -> CommGraph:
+def comm_graph_of_trace(
+    trace: Trace, *, fetches: list[str] | None = None, source: str = "<trace>"
+) -> CommGraph:
     from tfsched.graph.build import _output_dtype, build_comm_graph
     from tfsched.graph.load import _protos, nodes_from_partition_graphs, output_specs
 
@@ -49,4 +51,3 @@ def comm_graph_of_trace(trace: Trace, *, fetches: list[str] | None = None, sourc
     return build_comm_graph(
         nodes, fetches=fetches, source=source, output_specs=output_specs, infer_shapes=shapes_from_trace
     )
-
