@@ -21,11 +21,12 @@ ROOT = os.path.dirname(HERE)
 
 # row -> tfsched bench arguments
 ROWS = {
-    "vgg16-train": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2",
-    "vgg16-inference": "--model vgg16 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2",
-    "seq32-train": "--model seq32 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2",
-    "par32-train": "--model par32 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2",
-    "resnet50-train-10g": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 3 --rounds 2",
+    "vgg16-train": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 4",
+    "vgg16-inference": "--model vgg16 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 4",
+    "seq32-train": "--model seq32 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2 --batch-size 4",
+    "par32-train": "--model par32 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2 --batch-size 4",
+    "resnet50-train-10g": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 3 --rounds 2 --batch-size 4",
+    "alexnet-inference": "--model alexnet --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2",
 }
 MODES = "baseline,tio,tao"
 

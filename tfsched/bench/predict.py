@@ -39,6 +39,15 @@ def annotate(
         graph, link=LinkModel(bandwidth_bps=bandwidth_bps or DEFAULT_BANDWIDTH_BPS)
     )
     oracle = TimeOracle.from_trace(base.trace, "min", fallback=cost)
+    if bandwidth_bps:
+        # The hosts' links are shaped to a known rate. A trace of one worker sees only its share
+        # of the PS's link (the other workers pull at the same time); the simulator shares the
+        # link itself, so it gets the link's rate, with the per-message overheads of the fit.
+        oracle.link = LinkModel(bandwidth_bps=bandwidth_bps, overhead_s=oracle.link.overhead_s)
+        oracle.links = {
+            k: LinkModel(bandwidth_bps=bandwidth_bps, overhead_s=m.overhead_s)
+            for k, m in oracle.links.items()
+        }
     ordering_oracle = TimeOracle.from_cost_model(graph, link=LinkModel())  # what `analyze` gave the pass
     plain = build_sim_graph(graph, oracle, None, workers=workers)
     bounds = step_bounds(plain)
