@@ -62,6 +62,11 @@ def assemble() -> None:
         else:
             parts.append("Not run yet.")
         parts.append("")
+    extra = os.path.join(RESULTS, "bytescheduler.md")  # benchmarks/bytescheduler.py
+    if os.path.exists(extra):
+        with open(extra) as f:
+            parts.append(f.read().strip().replace("# Partitioning", "## Partitioning", 1))
+        parts.append("")
     reading = os.path.join(HERE, "reading.md")
     if os.path.exists(reading):
         with open(reading) as f:

@@ -97,15 +97,14 @@ def run_demo(
         f"{rounds} interleaved rounds of {steps} steps per worker",
         title_justify="left",
     )
-    for col in ("mode", "mean step (s)", "p50 (s)", "p95 (s)", "steps/s", "vs baseline", "simulated (s)"):
-        table.add_column(col, justify="left" if col == "mode" else "right")
+    for col in ("mode", "mean (s)", "p95 (s)", "steps/s", "vs base", "simulated (s)"):
+        table.add_column(col, justify="left" if col == "mode" else "right", no_wrap=col == "mode")
     b = measured["baseline"].throughput
     for mode, r in measured.items():
         j = r.to_json()
         table.add_row(
             "vanilla TensorFlow" if mode == "baseline" else f"tfsched {mode}",
             f"{j['mean_s']:.4f}",
-            f"{j['p50_s']:.4f}",
             f"{j['p95_s']:.4f}",
             f"{r.throughput:.2f}",
             f"{r.throughput / b:.3f}x" if b else "-",

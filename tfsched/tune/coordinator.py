@@ -23,7 +23,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import threading
-import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -220,9 +219,3 @@ class CoordinatorClient:
     def close(self) -> None:
         self._channel.close()
 
-
-def wait_until(event: threading.Event, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not event.is_set() and time.monotonic() < deadline:
-        event.wait(0.1)
-    return event.is_set()
