@@ -84,7 +84,9 @@ bool IsVariableOp(const std::string& op) {
 bool IsForwarding(const std::string& op) {
   static const auto* ops = new std::set<std::string>{
       "Identity", "RefIdentity", "Snapshot", "Enter", "RefEnter", "Switch",
-      "RefSwitch", "ReadVariableOp", "StopGradient"};
+      "RefSwitch", "ReadVariableOp", "StopGradient",
+      // reads of some rows (embedding lookups): the pull of that variable, as in tfsched.graph
+      "ResourceGather", "ResourceGatherNd", "Gather", "GatherV2", "GatherNd"};
   return ops->count(op) > 0;
 }
 bool IsUpdate(const std::string& op) {

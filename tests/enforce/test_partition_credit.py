@@ -188,3 +188,12 @@ def test_environment_variables_and_parameters(monkeypatch):
         resolve_knobs()
     with pytest.raises(TfschedError, match="partition"):
         resolve_knobs(partition=-1, credit=1)
+
+
+@pytest.mark.parametrize("model", ["alexnet", "transformer"])
+def test_real_models_stay_bitwise_identical_with_partitioning_and_credit(cluster, model):
+    """A huge dense tensor (AlexNet's first dense layer) and a sparse embedding gradient (Transformer)."""
+    target = cluster.target("worker", 0)
+    vanilla = train(target, build_graph(model, ps_tasks=2, batch_size=2), 3, _config(partition=0, credit=0))
+    cfg = _config(partition=50_000, credit=200_000)
+    assert_bitwise_equal(vanilla, train(target, build_graph(model, ps_tasks=2, batch_size=2), 3, cfg))

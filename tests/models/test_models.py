@@ -24,7 +24,10 @@ def test_new_models_build_and_every_variable_is_pulled(model, mode, tmp_path):
     pulls = [t for t in a.graph.transfers if t.kind == "pull"]
     pushes = [t for t in a.graph.transfers if t.kind == "push"]
     assert {t.variable for t in pulls} >= {v.op.name for v in variables}
-    assert (len(pushes) >= len(variables)) if mode == "train" else not pushes
+    if mode == "train":
+        assert len(pushes) >= len(variables)
+    else:  # forward only: nothing updates a variable (the Transformer sends its token ids to the lookup)
+        assert all(t.variable is None for t in pushes)
     assert a.prediction.scheduled_s > 0
 
 

@@ -395,6 +395,10 @@ def build_comm_graph(
     )
 
 
+# Reads of some rows of a variable (embedding lookups on the PS): their pull is that variable's.
+GATHER_OPS = frozenset({"ResourceGather", "ResourceGatherNd", "Gather", "GatherV2", "GatherNd"})
+
+
 def _variable_behind(g: nx.DiGraph, name: str, inputs) -> str | None:
     seen = set()
     while name not in seen:
@@ -404,7 +408,7 @@ def _variable_behind(g: nx.DiGraph, name: str, inputs) -> str | None:
             return None
         if op.type in VARIABLE_OPS:
             return name
-        if op.type not in FORWARDING_OPS:
+        if op.type not in FORWARDING_OPS and op.type not in GATHER_OPS:
             return None
         data = [src for src, _, ctrl in inputs[name] if not ctrl]
         if not data:

@@ -189,6 +189,11 @@ def build_graph(
     g = tf.Graph()
     with g.as_default():
         tf.compat.v1.set_random_seed(seed)
+        import tf_keras
+
+        # Keras initializers draw from their own generator: seed it too, so two builds of a model
+        # start from the same weights (and vanilla and scheduled runs can be compared bitwise).
+        tf_keras.utils.set_random_seed(seed)
         replicas = range(in_graph_workers) if in_graph_workers else [worker_task]
         losses, grads_per_replica = [], []
         opt = _optimizer(optimizer)
