@@ -126,27 +126,59 @@ def _by_channel_step(trace: Trace) -> dict[tuple[int, str, str], list]:
 
 
 def link_fits(trace: Trace, statistic: str = "min") -> tuple[dict[tuple[str, str], LinkFit], LinkFit]:
-    """Per (sender task, receiver task) fits, and one over every link (for links never seen)."""
+    """Per (sender task, receiver task) fits, and one over every link (for links never seen).
+
+    A transfer's service time is from when its bytes could start to flow (the request, the op
+    that produced the tensor, or the end of the channel's previous transfer, whichever is last)
+    to its arrival: waiting for the producer or behind other transfers is not link time. The
+    line through the services (per tensor, ``statistic`` over steps) gives the split between
+    per-message overhead and bandwidth; the bandwidth is then set so that each channel's
+    messages take, in total, the channel's measured busy time (``statistic`` over steps):
+    transfers of one channel overlap on gRPC's connection, and a per-message statistic (the
+    minimum above all) would otherwise credit the link with more speed than it has.
+    """
     if not trace.transfers:
         raise TfschedError("the trace has no transfers to fit links to")
     f = statistic_fn(statistic)
+    produced = {(o.step, task_of(o.device), o.node): o.start_us + o.duration_us for o in trace.ops}
     per_edge: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     size: dict[tuple[str, str, str], int] = {}
-    for (_step, src, dst), ts in _by_channel_step(trace).items():
+    busy: dict[tuple[str, str], list[tuple[float, int, float]]] = defaultdict(list)  # per step: (s, n, bytes)
+    for (step, src, dst), ts in _by_channel_step(trace).items():
         prev_end = -math.inf
+        total = 0.0
         for t in sorted(ts, key=lambda t: t.start_us + t.duration_us):
             end = t.start_us + t.duration_us
-            service = end - max(t.start_us, prev_end)
+            ready = produced.get((step, src, t.tensor.rsplit(":", 1)[0]), -math.inf)
+            service = max(end - max(t.start_us, ready, prev_end), 0.0)
             prev_end = end
+            total += service
             key = (src, dst, t.tensor)
-            per_edge[key].append(max(service, 0.0) / 1e6)
+            per_edge[key].append(service / 1e6)
             size[key] = t.bytes
+        busy[(src, dst)].append((total / 1e6, len(ts), sum(t.bytes for t in ts)))
     by_link: dict[tuple[str, str], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
     for key, xs in per_edge.items():
         b, s = by_link[(key[0], key[1])]
         b.append(size[key])
         s.append(f(xs))
-    fits = {link: fit_link(b, s) for link, (b, s) in by_link.items()}
+    fits = {link: _to_busy_time(fit_link(b, s), busy[link], f) for link, (b, s) in by_link.items()}
     all_b = [b for bs, _ in by_link.values() for b in bs]
     all_s = [s for _, ss in by_link.values() for s in ss]
-    return fits, fit_link(all_b, all_s)
+    overall = _to_busy_time(fit_link(all_b, all_s), [x for v in busy.values() for x in v], f)
+    return fits, overall
+
+
+def _to_busy_time(fit: LinkFit, steps: list[tuple[float, int, int]], f) -> LinkFit:
+    """The fit with its bandwidth set so that a step's messages take the measured busy time."""
+    if not steps:
+        return fit
+    seconds = f([s for s, _, _ in steps])
+    n = statistics.fmean(k for _, k, _ in steps)
+    nbytes = statistics.fmean(b for _, _, b in steps)
+    overhead = min(fit.model.overhead_s, 0.9 * seconds / n) if n else fit.model.overhead_s
+    wire = seconds - n * overhead
+    if nbytes <= 0 or wire <= 0:
+        return fit
+    model = LinkModel(bandwidth_bps=8.0 * nbytes / wire, overhead_s=overhead)
+    return LinkFit(model=model, samples=fit.samples, rmse_s=fit.rmse_s, r2=fit.r2)

@@ -218,4 +218,3 @@ class CoordinatorClient:
 
     def close(self) -> None:
         self._channel.close()
-
