@@ -21,19 +21,17 @@ ROOT = os.path.dirname(HERE)
 
 # row -> tfsched bench arguments
 ROWS = {
-    "vgg16-train": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 4",
-    "vgg16-inference": "--model vgg16 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 4",
-    "seq32-train": "--model seq32 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2 --batch-size 4",
-    "par32-train": "--model par32 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2 --batch-size 4",
-    "resnet50-train-10g": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 3 --rounds 2 --batch-size 4",
-    "alexnet-inference": "--model alexnet --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2",
+    "vgg16-train": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 4 --modes baseline,tio,tao",
+    "vgg16-inference": "--model vgg16 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 4 --modes baseline,tio,tao",
+    "seq32-train": "--model seq32 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2 --batch-size 4 --modes baseline,tio,tao,tio+pc,tao+pc",
+    "par32-train": "--model par32 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2 --batch-size 4 --modes baseline,tio,tao,tio+pc,tao+pc",
+    "resnet50-train-10g": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 3 --rounds 2 --batch-size 4 --modes baseline,tio,tao",
 }
-MODES = "baseline,tio,tao"
 
 
 def command(row: str) -> list[str]:
     out = os.path.join(RESULTS, f"bench-{row}.json")
-    return ["tfsched", "bench", *ROWS[row].split(), "--modes", MODES, "-o", out]
+    return ["tfsched", "bench", *ROWS[row].split(), "-o", out]
 
 
 def assemble() -> None:

@@ -36,6 +36,11 @@ using tensorflow::NodeDef;
 constexpr char kGateOp[] = "TfschedGate";
 // TensorFlow's ReplicateConstantsPass copies constants this small instead of sending them.
 constexpr int64_t kReplicatedConstMaxElements = 16;
+// Tensors (or slices) smaller than this are ordered but not acknowledged: they take a negligible
+// share of any useful credit, and each acknowledgement is one more RPC. An improvement over
+// ByteScheduler, which acknowledges everything: par32 (32 tensors of 2,560 parameters) at 1 PS x
+// 4 workers lost a third of its throughput to acknowledgements (benchmarks/results/bench-par32-train).
+constexpr int64_t kMinAckedElements = 16384;
 
 // "/job:J/replica:R/task:T" of a device, full or partial ("/job:ps/task:1"); "" if it names no job.
 std::string TaskOf(const std::string& device) {
@@ -179,7 +184,7 @@ struct Transfer {
   int64_t channel_size = 0;
   // Partitioning (ByteScheduler §4.2): slices of slice_elements, the last one shorter.
   int64_t slices = 1;
-  int64_t slice_elements = 0;
+  int64_t slice_elements = 0;  // 0: size unknown until run time
   int64_t elements = 0;
   tensorflow::TensorShapeProto shape;
 };
@@ -458,7 +463,7 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
     Tio(g, &xfers, ps_job_);
   }
 
-  if (partition_ > 0) {
+  if (partition_ > 0 || credit_ > 0) {
     tensorflow::grappler::GraphProperties properties(item);
     TF_RETURN_IF_ERROR(properties.InferStatically(/*assume_valid_feeds=*/false));
     for (Transfer& t : xfers) {
@@ -470,7 +475,8 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
       if (!shape.IsFullyDefined()) continue;  // a shape known only at run time: sent whole
       t.elements = shape.num_elements();
       shape.AsProto(&t.shape);
-      std::tie(t.slices, t.slice_elements) = Slicing(t.elements, t.dtype, partition_);
+      t.slice_elements = t.elements;
+      if (partition_ > 0) std::tie(t.slices, t.slice_elements) = Slicing(t.elements, t.dtype, partition_);
     }
   }
 
@@ -575,11 +581,15 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
       attr["priority"].set_i(t.priority + i);
       attr["channel_size"].set_i(t.channel_size);
       attr["timeout_ms"].set_i(timeout_ms_);
+      // The last slice is the shortest; a size unknown here (0) is acknowledged to be safe.
+      const int64_t size = t.slices > 1 ? std::min(t.slice_elements, t.elements - i * t.slice_elements)
+                                        : t.slice_elements;
+      const bool acked = credit > 0 && (size == 0 || size >= kMinAckedElements);
       attr["ordered"].set_b(!(mode_ == "queue" && t.kind == "push"));
-      attr["credit"].set_i(credit);
+      attr["credit"].set_i(acked ? credit : 0);
       gates.push_back(name);
       added.push_back(std::move(gate));
-      if (credit > 0) {
+      if (acked) {
         NodeDef ack;
         ack.set_name(unique(absl::StrCat(name, "/ack")));
         ack.set_op("TfschedAck");
