@@ -39,7 +39,8 @@ constexpr int64_t kReplicatedConstMaxElements = 16;
 // Tensors (or slices) smaller than this are ordered but not acknowledged: they take a negligible
 // share of any useful credit, and each acknowledgement is one more RPC. An improvement over
 // ByteScheduler, which acknowledges everything: par32 (32 tensors of 2,560 parameters) at 1 PS x
-// 4 workers lost a third of its throughput to acknowledgements (benchmarks/results/bench-par32-train).
+// 4 workers lost a third of its throughput to acknowledgements (benchmarks/results/
+// bench-par32-train-all-acked.md, against bench-par32-train.md after this change).
 constexpr int64_t kMinAckedElements = 16384;
 
 // "/job:J/replica:R/task:T" of a device, full or partial ("/job:ps/task:1"); "" if it names no job.

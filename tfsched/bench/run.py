@@ -119,9 +119,10 @@ class ModeResult:
 
 
 def mode_configs(
-    model: str, modes: tuple[str, ...], builder: Callable, *, workdir: str, timeout_ms: int = 60_000
+    modes: tuple[str, ...], graph_path: str, fetches: list[str], *, timeout_ms: int = 60_000
 ) -> dict:
-    """Session config of each mode (None: vanilla TensorFlow); schedules come from ``analyze``."""
+    """Session config of each mode (None: vanilla TensorFlow); schedules come from ``analyze``
+    of the saved graph at ``graph_path`` (written beside it, one per algorithm)."""
     import tfsched
     from tfsched.analysis import analyze
 
@@ -134,14 +135,9 @@ def mode_configs(
         elif spec.algorithm == "tio":
             configs[mode] = tfsched.enable(**knobs)
         else:
-            path = os.path.join(workdir, f"{model}.pb")
-            sched = os.path.join(workdir, f"{model}-{spec.algorithm}.json")
+            sched = f"{graph_path.removesuffix('.pb')}-{spec.algorithm}.json"
             if not os.path.exists(sched):
-                built = builder(0)
-                if not os.path.exists(path):
-                    with open(path, "wb") as f:
-                        f.write(built.graph_def().SerializeToString())
-                analyze(path, fetches=built.fetches, algorithm=spec.algorithm).schedule.save(sched)
+                analyze(graph_path, fetches=fetches, algorithm=spec.algorithm).schedule.save(sched)
             configs[mode] = tfsched.enable(schedule=sched, algorithm=spec.algorithm, **knobs)
     return configs
 
@@ -296,7 +292,7 @@ def cluster_side_by_side(
         first = builder(0)
         with open(graph_path, "wb") as f:
             f.write(first.graph_def().SerializeToString())
-        configs = mode_configs(model, modes, builder, workdir=d)
+        configs = mode_configs(modes, graph_path, first.fetches)
         if progress:
             where = f"hosts shaped to {bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback"
             progress(f"starting {ps} PS and {workers} worker processes ({where})")
