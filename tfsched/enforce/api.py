@@ -198,6 +198,15 @@ def _session_target(target) -> str:
     return target.sess_str if hasattr(target, "sess_str") else target
 
 
+SIDE_RUN_TIMEOUT_MS = 30_000  # a side session's call to a task that does not answer fails, never hangs
+
+
+def _side_run_options():
+    import tensorflow as tf
+
+    return tf.compat.v1.RunOptions(timeout_in_ms=SIDE_RUN_TIMEOUT_MS)
+
+
 class CreditSetter:
     """Sets the live credit on some tasks, again and again, through one side session.
 
@@ -224,7 +233,7 @@ class CreditSetter:
     def __call__(self, credit: int) -> None:
         if not isinstance(credit, int) or isinstance(credit, bool) or credit < 0:
             raise TfschedError(f"credit must be a non-negative integer (parameters), got {credit!r}")
-        self._sess.run(self._ops, {self._value: credit or -1})
+        self._sess.run(self._ops, {self._value: credit or -1}, options=_side_run_options())
 
     def close(self) -> None:
         self._sess.close()
@@ -265,5 +274,5 @@ def stats(session=None, device: str | None = None) -> dict[str, int]:
         with g.as_default(), g.device(device):
             t = ops.tfsched_stats()
         with tf.compat.v1.Session(_session_target(session), graph=g) as s:
-            values = s.run(t)
+            values = s.run(t, options=_side_run_options())
     return dict(zip(STAT_NAMES, (int(v) for v in values), strict=True))
