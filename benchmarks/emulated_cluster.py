@@ -21,11 +21,22 @@ ROOT = os.path.dirname(HERE)
 
 # row -> tfsched bench arguments
 ROWS = {
-    "vgg16-train": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 4 --modes baseline,tio,tao",
-    "vgg16-inference": "--model vgg16 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 4 --modes baseline,tio,tao",
+    # TicTac's setting (1 PS x 4 workers, 1 Gbit/s); the batch that balances computation and
+    # communication (``--batch-size auto``, TicTac §6) is written out where it was measured.
+    "vgg16-train": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 106 --modes baseline,tio,tao,tio+pc,tao+pc,tio+p16777216+c16777216",
+    "vgg16-inference": "--model vgg16 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 256 --modes baseline,tio,tao,tio+pc,tao+pc,tao+p1000000+c1000000",
+    "resnet50-train": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 235 --modes baseline,tio,tao,tio+pc,tao+pc,tio+p4194304+c4194304",
+    "resnet50-inference": "--model resnet50 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size auto --modes baseline,tio,tao,tio+pc,tao+pc",
+    "inception_v3-train": "--model inception_v3 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size auto --modes baseline,tio,tao,tao+pc",
+    "inception_v3-inference": "--model inception_v3 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size auto --modes baseline,tio,tao,tao+pc",
     "seq32-train": "--model seq32 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2 --batch-size 4 --modes baseline,tio,tao,tio+pc,tao+pc",
+    "seq32-inference": "--model seq32 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2 --batch-size 4 --modes baseline,tio,tao,tio+pc,tao+pc",
     "par32-train": "--model par32 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2 --batch-size 4 --modes baseline,tio,tao,tio+pc,tao+pc",
-    "resnet50-train-10g": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 3 --rounds 2 --batch-size 4 --modes baseline,tio,tao",
+    "par32-inference": "--model par32 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2 --batch-size 4 --modes baseline,tio,tao,tio+pc,tao+pc",
+    # The compute-bound setting of the third target.
+    "resnet50-train-10g": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 3 --rounds 2 --batch-size auto --modes baseline,tio,tao,tao+pc",
+    "alexnet-train": "--model alexnet --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size auto --modes baseline,tio,tao,tao+pc",
+    "transformer-train": "--model transformer --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size auto --modes baseline,tio,tao,tao+pc",
 }
 
 

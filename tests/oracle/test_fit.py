@@ -76,7 +76,7 @@ def test_compute_parallelism_is_op_time_over_busy_time():
             OpRecord(step, PS, "s", "ReadVariableOp", 7.0, 5.0),
         ]
     slots = compute_parallelism(Trace(steps=3, ops=ops))
-    assert slots == {"/job:worker/replica:0/task:0": 2, "/job:ps/replica:0/task:0": 1}
+    assert slots == {"/job:worker/replica:0/task:0": 1.5, "/job:ps/replica:0/task:0": 1.0}
 
 
 def test_the_simulator_runs_as_many_ops_at_once_as_the_task_has_slots():
@@ -94,4 +94,48 @@ def test_the_simulator_runs_as_many_ops_at_once_as_the_task_has_slots():
     two = TimeOracle(op_times=times, default_op_s=0.0, compute_slots={g.worker_tasks[0]: 2})
     t1, t2 = simulate_schedule(g, one).step_time, simulate_schedule(g, two).step_time
     assert t1 == pytest.approx(4.0, abs=0.01) and t2 == pytest.approx(2.0, abs=0.01)
+    # A fractional capacity is shared: two ops at once, each at 0.75 -> 4 op-seconds in 8/3 s.
+    frac = TimeOracle(op_times=times, default_op_s=0.0, compute_slots={g.worker_tasks[0]: 1.5})
+    assert simulate_schedule(g, frac).step_time == pytest.approx(8 / 3, abs=0.01)
+    # ... and an op alone runs at full speed: one op on capacity 1.5 takes its time.
+    alone = TimeOracle(op_times={"x0": 1.0}, default_op_s=0.0, compute_slots={g.worker_tasks[0]: 1.5})
+    assert simulate_schedule(g, alone).step_time == pytest.approx(1.0, abs=0.01)
     assert step_bounds(build_sim_graph(g, two)).lower == pytest.approx(2.0, abs=0.01)
+
+
+def test_task_starts_are_each_tasks_first_op_over_steps():
+    from tfsched.oracle.fit import task_starts
+
+    ops = []
+    for step, ps_first in enumerate((3000.0, 1000.0, 2000.0)):
+        ops += [
+            OpRecord(step, W, "c", "Const", 0.0, 1.0),
+            OpRecord(step, W, "m", "MatMul", 5.0, 10.0),
+            OpRecord(step, PS, "r", "ReadVariableOp", ps_first, 5.0),
+            OpRecord(step, PS, "s", "ReadVariableOp", ps_first + 50.0, 5.0),
+        ]
+    trace = Trace(steps=3, ops=ops)
+    w, ps = "/job:worker/replica:0/task:0", "/job:ps/replica:0/task:0"
+    assert task_starts(trace, "min") == {w: 0.0, ps: pytest.approx(1e-3)}
+    assert task_starts(trace, "mean")[ps] == pytest.approx(2e-3)
+    assert TimeOracle.from_trace(_with_a_transfer(trace), "max").start(ps) == pytest.approx(3e-3)
+
+
+def _with_a_transfer(trace: Trace) -> Trace:
+    x = TransferRecord(0, "edge_1_r", "r:0", 4000, PS, W, 3005.0, 40.0)
+    return Trace(steps=trace.steps, ops=trace.ops, transfers=[x])
+
+
+def test_the_simulator_starts_each_task_when_its_partition_is_dispatched():
+    from tests.helpers import op, var
+    from tfsched.graph import build_comm_graph
+    from tfsched.sim import simulate_schedule
+
+    g = build_comm_graph(var("w", (10,)) + [op("y", ["w/read"])], fetches=["y"])
+    ps = next(t for t in g.tasks if "/job:ps" in t)
+    plain = TimeOracle(op_times={"y": 1.0}, default_op_s=0.0)
+    late = TimeOracle(op_times={"y": 1.0}, default_op_s=0.0, task_start_s={ps: 0.5})
+    t0 = simulate_schedule(g, plain, workers=2).step_time
+    # The PS reads the variable only once it has started: every worker's step waits for it.
+    assert simulate_schedule(g, late, workers=2).step_time == pytest.approx(t0 + 0.5, abs=1e-6)
+    assert simulate_schedule(g, late, workers=2, steps=3).step_time == pytest.approx(t0 + 0.5, abs=1e-6)

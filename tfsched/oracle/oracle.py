@@ -46,8 +46,11 @@ class TimeOracle:
     default_op_s: float = 0.0
     fixed_transfer_s: float | None = None  # TIO's general oracle: every transfer costs the same
     name: str = "model"
-    # Ops a task runs at once (TensorFlow's inter-op threads), measured in a trace; default 1.
-    compute_slots: dict[str, int] = field(default_factory=dict)
+    # Ops' worth of work a task does at once (TensorFlow's inter-op threads), measured in a
+    # trace; may be fractional (1.5: two ops at once, each at three quarters speed); default 1.
+    compute_slots: dict[str, float] = field(default_factory=dict)
+    # Seconds from a step's start until a task can run its first op (RunGraph dispatch), measured.
+    task_start_s: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def general(cls) -> TimeOracle:
@@ -95,7 +98,7 @@ class TimeOracle:
 
         Ops the trace does not time (pruned, renamed) keep ``fallback``'s estimates.
         """
-        from tfsched.oracle.fit import compute_parallelism, link_fits, op_times
+        from tfsched.oracle.fit import compute_parallelism, link_fits, op_times, task_starts
 
         fits, overall = link_fits(trace, statistic)
         times = dict(fallback.op_times) if fallback is not None else {}
@@ -106,6 +109,7 @@ class TimeOracle:
             links={link: f.model for link, f in fits.items()},
             name=f"trace ({statistic})",
             compute_slots=compute_parallelism(trace),
+            task_start_s=task_starts(trace, statistic),
         )
         oracle.fits = fits  # kept for reports: samples, RMSE, R^2 per link
         return oracle
@@ -115,7 +119,10 @@ class TimeOracle:
             return 0.0
         return self.op_times.get(op_name, self.default_op_s)
 
-    def slots(self, task: str) -> int:
+    def start(self, task: str) -> float:
+        return self.task_start_s.get(task, 0.0)
+
+    def slots(self, task: str) -> float:
         return self.compute_slots.get(task, 1)
 
     def link_for(self, src_task: str, dst_task: str) -> LinkModel:

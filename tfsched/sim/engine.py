@@ -2,6 +2,8 @@
 
 The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measured):
 
+* a task starts its part of a step when its partition has been dispatched (a measured delay,
+  ``TimeOracle.task_start_s``), and then
 * each task has one compute resource running one op at a time (TicTac §3: ops are "tasks
   already assigned to machines"), or as many at once as a trace showed TensorFlow's inter-op
   threads running (``SimGraph.capacity``), ready ops in the order they became ready;
@@ -30,7 +32,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
-from tfsched.sim.model import BARRIER, COMPUTE, MESSAGE, SimGraph
+from tfsched.sim.model import BARRIER, COMPUTE, DELAY, MESSAGE, SimGraph
 
 POLICIES = ("fifo", "random", "counter", "queue")
 _EPS = 1e-12
@@ -138,7 +140,6 @@ def simulate(
     fifo_waiting: dict[tuple, list] = defaultdict(list)  # gate -> heap of (ready time, tiebreak, id)
     inflight: dict[tuple, int] = defaultdict(int)  # gate -> bytes released but not yet received
 
-    busy: dict[str, int] = defaultdict(int)  # compute resource -> ops running
     ready_ops: dict[str, list] = defaultdict(list)  # resource -> heap of (ready time, tiebreak, id)
     wire: dict[str, deque] = defaultdict(deque)  # channel -> released messages, in order
     in_service: dict[str, int] = {}  # channel -> message whose overhead or bytes are being served
@@ -152,16 +153,48 @@ def simulate(
 
     def push_event(t: float, kind: str, i: int) -> None:
         nonlocal seq
-        heapq.heappush(events, (t, seq, kind, i))
+        heapq.heappush(events, (t, seq, kind, i, version[i] if kind == "op" else 0))
         seq += 1
 
+    # Compute: a resource of capacity c runs up to ceil(c) ops at once, sharing c among them
+    # (each at min(1, c / running)); an op's duration is its time alone. A change in the ops
+    # running reschedules their ends (events of an op's older schedule are ignored).
+    running: dict[str, dict[int, float]] = defaultdict(dict)  # resource -> op -> work left (s)
+    rate_of: dict[str, float] = defaultdict(lambda: 1.0)
+    updated: dict[str, float] = defaultdict(float)
+    version = [0] * n
+
+    def advance(res: str) -> None:
+        """Work done by the ops running on ``res`` since it last changed."""
+        elapsed = now - updated[res]
+        if elapsed > 0:
+            ops = running[res]
+            for j in ops:
+                ops[j] -= rate_of[res] * elapsed
+        updated[res] = now
+
+    def reschedule(res: str, new: list[int]) -> None:
+        """Push the ends of the ``new`` ops, and of all ops on ``res`` if their rate changed."""
+        ops = running[res]
+        rate = min(1.0, sg.capacity.get(res, 1) / len(ops)) if ops else 1.0
+        changed = rate != rate_of[res]
+        rate_of[res] = rate
+        for j in ops if changed else new:
+            version[j] += 1
+            push_event(now + max(ops[j], 0.0) / rate, "op", j)
+
     def start_ops(res: str) -> None:
-        while busy[res] < sg.capacity.get(res, 1) and ready_ops[res]:
+        advance(res)
+        limit = math.ceil(sg.capacity.get(res, 1))
+        new = []
+        while len(running[res]) < limit and ready_ops[res]:
             _, _, i = heapq.heappop(ready_ops[res])
-            busy[res] += 1
+            running[res][i] = sg.duration[i]
+            new.append(i)
             if record:
                 starts[i] = now
-            push_event(now + sg.duration[i], "op", i)
+        if new:
+            reschedule(res, new)
 
     def serve(ch: str) -> None:
         if ch in in_service or not wire[ch]:
@@ -216,6 +249,8 @@ def simulate(
             else:
                 heapq.heappush(waiting[sg.gate[i]], (sg.key[i], tiebreak[i], i))
                 try_release(sg.gate[i])
+        elif k == DELAY:
+            push_event(now + sg.duration[i], "delay", i)
         else:
             done(i)
 
@@ -263,10 +298,15 @@ def simulate(
             serve(ch)
             push_event(now + latency_s, "arrive", i)
         while events and events[0][0] <= now:
-            _, _, kind, i = heapq.heappop(events)
+            _, _, kind, i, ver = heapq.heappop(events)
             if kind == "op":
-                busy[sg.resource[i]] -= 1
-                start_ops(sg.resource[i])
+                if ver != version[i] or i not in running[sg.resource[i]]:
+                    continue  # rescheduled since
+                res = sg.resource[i]
+                advance(res)
+                del running[res][i]
+                reschedule(res, [])
+                start_ops(res)
                 done(i)
             elif kind == "overhead":
                 if record:
@@ -278,6 +318,8 @@ def simulate(
                     del in_service[sg.resource[i]]
                     serve(sg.resource[i])
                     push_event(now + latency_s, "arrive", i)
+            elif kind == "delay":
+                done(i)
             elif kind == "arrive":
                 done(i)
                 if credit_bytes is not None and how[i] in ("counter", "queue"):

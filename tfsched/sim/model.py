@@ -17,7 +17,8 @@ from tfsched.graph.model import CommGraph, Transfer
 from tfsched.oracle.oracle import TimeOracle
 from tfsched.ordering.schedule import Schedule
 
-COMPUTE, MESSAGE, BARRIER = 0, 1, 2
+# DELAY: time that passes without using any resource (a task's dispatch at the start of a step).
+COMPUTE, MESSAGE, BARRIER, DELAY = 0, 1, 2, 3
 
 
 @dataclass
@@ -38,7 +39,8 @@ class SimGraph:
     transfer: list[Transfer | None] = field(default_factory=list)
     succ: list[list[int]] = field(default_factory=list)
     npred: list[int] = field(default_factory=list)
-    capacity: dict[str, int] = field(default_factory=dict)  # compute resource -> ops at once (default 1)
+    # compute resource -> its capacity (default 1): up to ceil(c) ops at once, sharing c
+    capacity: dict[str, float] = field(default_factory=dict)
 
     def add(
         self,
@@ -143,7 +145,7 @@ def build_sim_graph(
             for n in topo:
                 op = graph.op(n)
                 ids[n] = sg.add(COMPUTE, n, task(op.task), run, step, duration=oracle.compute(n))
-                if oracle.slots(op.task) > 1:
+                if oracle.slots(op.task) != 1:
                     sg.capacity[task(op.task)] = oracle.slots(op.task)
             crossing: dict[tuple[str, str], list[int]] = {}  # (src op, consumer) -> message ids
             for t in graph.transfers:
@@ -175,6 +177,23 @@ def build_sim_graph(
                         sg.edge(m, ids[v])
                 elif graph.op(u).task == graph.op(v).task:
                     sg.edge(ids[u], ids[v])
+            # A task runs nothing before its partition has started (oracle.task_start_s).
+            firsts = []
+            for t0 in sorted({graph.op(n).task for n in topo}):
+                delay = oracle.start(t0)
+                if delay > 0:
+                    d = sg.add(
+                        DELAY,
+                        f"start of {task(t0)}",
+                        task(t0),
+                        run,
+                        step,
+                        duration=delay,
+                    )
+                    for n in topo:
+                        if graph.op(n).task == t0:
+                            sg.edge(d, ids[n])
+                    firsts.append(d)
             if step + 1 < steps:
                 barrier = sg.add(BARRIER, f"end of step {step}", "", run, step)
                 for i in ids.values():
@@ -182,6 +201,6 @@ def build_sim_graph(
                 barriers[(run, step)] = barrier
             prev = barriers.get((run, step - 1))
             if prev is not None:
-                for i in ids.values():
+                for i in [*ids.values(), *firsts]:
                     sg.edge(prev, i)
     return sg

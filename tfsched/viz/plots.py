@@ -45,8 +45,9 @@ def sim_rows(sg, result) -> dict[str, list[tuple[float, float, str]]]:
     rows: dict[str, list[tuple[float, float, str]]] = {}
     for i, kind in enumerate(sg.kind):
         if kind == COMPUTE and sg.duration[i] > 0 and not math.isnan(result.starts[i]):
+            # ends - starts: ops sharing a task's capacity take longer than alone
             rows.setdefault(f"{_short(sg.resource[i])} compute", []).append(
-                (result.starts[i], sg.duration[i], "op")
+                (result.starts[i], result.ends[i] - result.starts[i], "op")
             )
         elif kind == MESSAGE and not math.isnan(result.ends[i]):
             src, dst = sg.resource[i].split("->")
