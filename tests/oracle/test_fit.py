@@ -139,3 +139,13 @@ def test_the_simulator_starts_each_task_when_its_partition_is_dispatched():
     # The PS reads the variable only once it has started: every worker's step waits for it.
     assert simulate_schedule(g, late, workers=2).step_time == pytest.approx(t0 + 0.5, abs=1e-6)
     assert simulate_schedule(g, late, workers=2, steps=3).step_time == pytest.approx(t0 + 0.5, abs=1e-6)
+    # Every order pays the delay: it is in both of TicTac's bounds, and the step stays between them.
+    from tfsched.sim import build_sim_graph, step_bounds
+
+    plain_b, late_b = (
+        step_bounds(build_sim_graph(g, plain, workers=2)),
+        step_bounds(build_sim_graph(g, late, workers=2)),
+    )
+    assert late_b.upper == pytest.approx(plain_b.upper + 0.5)
+    assert late_b.lower >= max(plain_b.lower, 0.5)  # the PS's channel cannot send before 0.5
+    assert late_b.lower <= simulate_schedule(g, late, workers=2).step_time <= late_b.upper

@@ -13,7 +13,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from tfsched.sim.model import COMPUTE, MESSAGE, SimGraph
+from tfsched.sim.model import COMPUTE, DELAY, MESSAGE, SimGraph
 
 
 @dataclass(frozen=True)
@@ -40,14 +40,19 @@ def step_bounds(sg: SimGraph, steps: int = 1) -> Bounds:
     Resources, as the simulator has them: each task's compute (op times over the ops it runs at
     once), each channel (its messages one after another: overhead + bytes / bandwidth), each host
     link direction (its bytes over its capacity, the largest channel rate on it; overheads do not
-    use the wire).
+    use the wire). A task's dispatch delay (``TimeOracle.task_start_s``) comes before its compute
+    and its sends whatever the order: it is added to those resources' busy times, and the
+    longest one to the upper bound.
     """
     busy: dict[str, float] = defaultdict(float)
     link_bytes: dict[str, float] = defaultdict(float)
     link_rate: dict[str, float] = defaultdict(float)
+    delay: dict[str, float] = defaultdict(float)  # task -> its dispatch delay in a step
     total = 0.0
     for i, kind in enumerate(sg.kind):
-        if kind == COMPUTE:
+        if kind == DELAY:
+            delay[sg.resource[i]] = max(delay[sg.resource[i]], sg.duration[i])
+        elif kind == COMPUTE:
             busy["compute:" + sg.resource[i]] += sg.duration[i] / sg.capacity.get(sg.resource[i], 1)
             total += sg.duration[i]
         elif kind == MESSAGE:
@@ -61,4 +66,11 @@ def step_bounds(sg: SimGraph, steps: int = 1) -> Bounds:
     for link, nbytes in link_bytes.items():
         if math.isfinite(link_rate[link]) and link_rate[link] > 0:
             busy[link] = nbytes / link_rate[link]
+    if delay:
+        for res in list(busy):
+            kind, _, name = res.partition(":")
+            task = name.split("->")[0] if kind in ("compute", "channel") else None
+            if task in delay:
+                busy[res] += delay[task] * steps
+        total += max(delay.values()) * steps
     return Bounds(upper=total / steps, lower=max(busy.values(), default=0.0) / steps)
