@@ -133,6 +133,11 @@ def build_sim_graph(
     g = graph.graph
     sg = SimGraph()
     barriers: dict[tuple[str, int], int] = {}  # (worker run, step) -> its end-of-step node
+    delayed: dict[str, list[str]] = {}  # task with a dispatch delay -> its ops
+    for n in topo:
+        t0 = graph.op(n).task
+        if oracle.start(t0) > 0:
+            delayed.setdefault(t0, []).append(n)
     # In-graph replication: one run covers all workers, its steps are the graph's.
     for step in range(steps):
         for old, new in clones:
@@ -179,21 +184,11 @@ def build_sim_graph(
                     sg.edge(ids[u], ids[v])
             # A task runs nothing before its partition has started (oracle.task_start_s).
             firsts = []
-            for t0 in sorted({graph.op(n).task for n in topo}):
-                delay = oracle.start(t0)
-                if delay > 0:
-                    d = sg.add(
-                        DELAY,
-                        f"start of {task(t0)}",
-                        task(t0),
-                        run,
-                        step,
-                        duration=delay,
-                    )
-                    for n in topo:
-                        if graph.op(n).task == t0:
-                            sg.edge(d, ids[n])
-                    firsts.append(d)
+            for t0, names in delayed.items():
+                d = sg.add(DELAY, f"start of {task(t0)}", task(t0), run, step, duration=oracle.start(t0))
+                for n in names:
+                    sg.edge(d, ids[n])
+                firsts.append(d)
             if step + 1 < steps:
                 barrier = sg.add(BARRIER, f"end of step {step}", "", run, step)
                 for i in ids.values():
