@@ -100,8 +100,8 @@ def compute_parallelism(trace: Trace) -> dict[str, float]:
     Per task: the median over steps of (sum of op durations) / (length of the union of op
     intervals), to a tenth, at least 1. Gates are left out: their duration is mostly waiting.
     The simulator shares a fractional capacity among the ops running (engine); rounding it to
-    whole threads, as an earlier version did, moved a VGG16 prediction by 10 to 13% between
-    a ratio of 1.45 (one thread) and 1.55 (two).
+    whole threads, as an earlier version did, made a prediction jump when the ratio crossed a
+    half (VGG16's worker measures about 1.5).
     """
     per: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
     for o in trace.ops:
