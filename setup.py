@@ -27,6 +27,8 @@ setup(
         "click>=8.1",
         "rich>=13",
         "matplotlib>=3.8",
+        # Student's t for the benchmark's confidence intervals (bayesian-optimization needs it too).
+        "scipy>=1.11",
         # Gaussian-process Bayesian optimization for `tfsched tune` (ByteScheduler §4.3).
         "bayesian-optimization>=2.0",
         # The tuning coordinator's service; TensorFlow depends on it too.

@@ -69,6 +69,8 @@ BASELINE_SEEDS = 3
 
 # The pass counts partition and credit in parameters (as ByteScheduler); the simulator in bytes.
 PARAM_BYTES = 4
+# Tensors under this many bytes are ordered but not acknowledged (cc/scheduler.cc kMinAckedElements).
+MIN_ACKED_BYTES = 16384 * PARAM_BYTES
 
 
 def predict(
@@ -96,7 +98,9 @@ def predict(
         psg = build_sim_graph(
             graph, oracle, schedule, workers=workers, partition_bytes=partition * PARAM_BYTES or None
         )
-        scheduled = simulate(psg, policy, credit_bytes=credit * PARAM_BYTES or None).step_time
+        scheduled = simulate(
+            psg, policy, credit_bytes=credit * PARAM_BYTES or None, min_acked_bytes=MIN_ACKED_BYTES
+        ).step_time
     baseline = sum(simulate(sg, "random", seed=s).step_time for s in range(BASELINE_SEEDS)) / BASELINE_SEEDS
     b = step_bounds(sg)
     return Prediction(

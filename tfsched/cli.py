@@ -433,6 +433,13 @@ def viz(trace_path, output, schedule, graph_path, fetches, compare, step):
 )
 @click.option("--loopback", is_flag=True, help="No namespaces: every task on loopback, unshaped.")
 @click.option(
+    "--traces",
+    "traces_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Also write each mode's traced step (worker 0) to DIR/MODE.trace.json, for tfsched viz.",
+)
+@click.option(
     "-o",
     "--output",
     type=click.Path(dir_okay=False),
@@ -441,7 +448,19 @@ def viz(trace_path, output, schedule, graph_path, fetches, compare, step):
     help="Results (JSON, and a .md beside it).",
 )
 def bench(
-    model, workers, ps, bandwidth, latency, modes, steps, rounds, batch_size, run_mode, loopback, output
+    model,
+    workers,
+    ps,
+    bandwidth,
+    latency,
+    modes,
+    steps,
+    rounds,
+    batch_size,
+    run_mode,
+    loopback,
+    traces_dir,
+    output,
 ):
     """Vanilla TensorFlow vs tfsched on an emulated multi-host PS cluster, interleaved in one run.
 
@@ -511,6 +530,13 @@ def bench(
     md_path = write(summary, output, results)
     click.echo(markdown(summary))
     click.echo(f"results: {output}, {md_path}, {md_path[: -len('.md')]}.png")
+    if traces_dir:
+        os.makedirs(traces_dir, exist_ok=True)
+        for name, res in results.items():
+            if res.trace is not None:
+                res.trace.meta.update(model=model, bench=config)
+                res.trace.save(os.path.join(traces_dir, f"{name}.trace.json"))
+        click.echo(f"traced steps: {traces_dir}/<mode>.trace.json (tfsched viz ...)")
 
 
 @main.command()

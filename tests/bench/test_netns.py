@@ -120,6 +120,8 @@ def test_bench_command_writes_every_field(tmp_path):
             "baseline,tio,tio+p20000+c40000",
             "--batch-size",
             "4",
+            "--traces",
+            str(tmp_path / "traces"),
             "-o",
             str(out),
         ],
@@ -154,6 +156,32 @@ def test_bench_command_writes_every_field(tmp_path):
     assert "| baseline |" in md and "| tio |" in md
     png = tmp_path / "bench.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    # --traces: every mode's traced step, self-contained, and viewable.
+    from tfsched.tracing.trace import Trace
+
+    for mode in ("baseline", "tio", "tio+p20000+c40000"):
+        trace = Trace.load(str(tmp_path / "traces" / f"{mode}.trace.json"))
+        assert trace.meta["mode"] == mode and trace.meta["model"] == "seq32"
+        assert trace.partition_graphs and trace.transfers and trace.steps == 1
+    # The scheduled run's graph carries the gates: its trace shows them.
+    assert any(o.op == "TfschedGate" for o in trace.ops)
+    view = tmp_path / "tio.chrome.json"
+    v = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfsched.cli",
+            "viz",
+            str(tmp_path / "traces" / "tio.trace.json"),
+            "-o",
+            str(view),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert v.returncode == 0, v.stderr[-2000:]
+    assert json.loads(view.read_text())["traceEvents"]
     assert not [
         line
         for line in subprocess.run(

@@ -2,6 +2,7 @@
 
 import pytest
 
+from tfsched.bench.results import paired_ratio_ci, summarize
 from tfsched.bench.run import ModeResult, parse_mode, parse_modes
 from tfsched.errors import TfschedError
 
@@ -26,3 +27,19 @@ def test_mode_grammar():
         parse_modes("tio,tao")
     with pytest.raises(TfschedError, match="twice"):
         parse_modes("baseline,tio,tio")
+
+
+def test_paired_round_ratios_give_the_interval_of_the_speedup():
+    # The baseline drifts (10, 20, 5 steps/s); the mode is 1.1x of it in every round but the last.
+    base = ModeResult("baseline", rounds=[(10, 1.0), (20, 1.0), (5, 1.0), (10, 1.0)])
+    mode = ModeResult("tao", rounds=[(11, 1.0), (22, 1.0), (5.5, 1.0), (10.5, 1.0)])
+    lo, hi = paired_ratio_ci(mode, base)
+    assert lo < 1.05 < 1.1 < hi < 1.2  # drift cancels out: only the pairs' spread counts
+    same = ModeResult("tao", rounds=[(11, 1.0), (22, 1.0), (5.5, 1.0), (11, 1.0)])
+    lo, hi = paired_ratio_ci(same, base)
+    assert lo == pytest.approx(1.1) and hi == pytest.approx(1.1)
+    assert paired_ratio_ci(ModeResult("tao", rounds=[(11, 1.0)] * 2), base) is None  # too few rounds
+    for m in (base, mode):
+        m.steps, m.wall_s = sum(s for s, _ in m.rounds), sum(w for _, w in m.rounds)
+    rows = {r["mode"]: r for r in summarize({"baseline": base, "tao": mode}, {})["modes"]}
+    assert rows["baseline"]["vs_baseline_ci95"] is None and rows["tao"]["vs_baseline_ci95"][0] > 1.0

@@ -133,6 +133,25 @@ def test_bytes_in_flight_never_exceed_the_credit(cluster):
         assert 0 < s["peak_in_flight"] <= credit
 
 
+@pytest.mark.parametrize("share", [8, 9])
+def test_tensors_under_an_eighth_of_the_credit_are_not_acknowledged(cluster, share):
+    """Each acknowledgement is one more RPC: a tensor under credit/8 is ordered but not acknowledged."""
+    target = cluster.target("worker", 0)
+    credit = share * WEIGHT  # credit/8 = WEIGHT: the weights are acknowledged; with 9, none is
+    cfg = _config(credit=credit)
+    vanilla = train(target, build_graph("seq32", ps_tasks=2), 3, _config())
+    assert_bitwise_equal(vanilla, train(target, build_graph("seq32", ps_tasks=2), 3, cfg))
+    graphs, _ = _traced_step(target, build_graph("seq32", ps_tasks=2), cfg, steps=1)
+    gates = _nodes(graphs, "TfschedGate")
+    acked = {a.name.removesuffix("/ack") for a in _nodes(graphs, "TfschedAck")}
+    assert acked == {g.name for g in gates if g.attr["credit"].i > 0}
+    if share == 8:
+        # every 65,536-parameter weight and its gradient, in each direction, on both PS
+        assert len(acked) >= 2 * 32 and all(g.attr["credit"].i == credit for g in gates if g.name in acked)
+    else:
+        assert gates and not acked
+
+
 def test_credit_smaller_than_one_slice_does_not_deadlock(cluster):
     import tfsched
 
@@ -159,8 +178,10 @@ def test_credit_changes_while_training_runs(cluster):
     def peak():
         return max(tfsched.enforce.stats(target, d)["peak_in_flight"] for d in devices)
 
+    # The pass acknowledges slices of at least an eighth of its credit (16,384 of 100,000): those
+    # are what the live credit limits.
     with tf.compat.v1.Session(
-        target, graph=built.graph, config=_config(partition=20_000, credit=10**9)
+        target, graph=built.graph, config=_config(partition=20_000, credit=100_000)
     ) as sess:
         sess.run(built.init_op)
         sess.run(built.train_op)

@@ -25,7 +25,7 @@ def annotate(
     bandwidth_bps: float | None,
 ) -> None:
     """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace)."""
-    from tfsched.analysis import PARAM_BYTES
+    from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
     from tfsched.graph import load_comm_graph
     from tfsched.oracle.oracle import DEFAULT_BANDWIDTH_BPS, LinkModel, TimeOracle
     from tfsched.ordering import order
@@ -64,7 +64,10 @@ def annotate(
                 graph, oracle, schedule, workers=workers, partition_bytes=spec.partition * PARAM_BYTES or None
             )
             predicted = simulate(
-                sg, POLICY_OF_MODE[schedule.mode], credit_bytes=spec.credit * PARAM_BYTES or None
+                sg,
+                POLICY_OF_MODE[schedule.mode],
+                credit_bytes=spec.credit * PARAM_BYTES or None,
+                min_acked_bytes=MIN_ACKED_BYTES,
             ).step_time
         measured = statistics.fmean(res.step_times) if res.step_times else 0.0
         res.measured = {

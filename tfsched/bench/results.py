@@ -9,12 +9,37 @@ from tfsched.bench.run import ModeResult
 from tfsched.io import write_atomic
 
 
+def paired_ratio_ci(mode: ModeResult, base: ModeResult, level: float = 0.95) -> tuple[float, float] | None:
+    """Confidence interval of the mode's throughput over the baseline's, from paired rounds.
+
+    Rounds interleave the modes, so round k of a mode and round k of the baseline ran under the
+    same drift: their throughput ratio is one paired sample. The interval is Student's t on the
+    logarithms of the per-round ratios (ratios are multiplicative); None with fewer than 3 rounds.
+    """
+    import numpy as np
+    from scipy import stats
+
+    pairs = [
+        (s / w) / (bs / bw)
+        for (s, w), (bs, bw) in zip(mode.rounds, base.rounds, strict=False)
+        if w > 0 and bw > 0 and s > 0 and bs > 0
+    ]
+    if len(pairs) < 3:
+        return None
+    logs = np.log(pairs)
+    half = stats.t.ppf(0.5 + level / 2, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
+    return float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
+
+
 def summarize(results: dict[str, ModeResult], config: dict) -> dict:
-    base = results["baseline"].throughput if "baseline" in results else 0.0
+    baseline = results.get("baseline")
+    base = baseline.throughput if baseline else 0.0
     rows = []
     for r in results.values():
         row = r.to_json()
         row["vs_baseline"] = r.throughput / base if base else None
+        ci = paired_ratio_ci(r, baseline) if baseline and r is not baseline else None
+        row["vs_baseline_ci95"] = list(ci) if ci else None
         rows.append(row)
     return {"benchmark": "tfsched bench", "config": config, "machine": platform.platform(), "modes": rows}
 
@@ -25,7 +50,12 @@ def markdown(summary: dict) -> str:
     batch = f", batch {c['batch_size']}" if c.get("batch_size") else ""
     lines = [
         f"**{c['model']}** ({c['mode']}{batch}), {c['ps']} PS x {c['workers']} workers, {link}, "
-        f"{c['rounds']} interleaved rounds of {c['steps']} synchronized steps per worker",
+        f"{c['rounds']} interleaved rounds of {c['steps']} synchronized steps per worker"
+        + (
+            "; vs baseline: over all rounds (95% interval of the paired per-round ratios)"
+            if any(r.get("vs_baseline_ci95") for r in summary["modes"])
+            else ""
+        ),
         "",
         "| mode | steps/s | vs baseline | p50 step (s) | p95 step (s) | p95/p50 | straggler | E (measured) "
         "| simulated step (s) | sim. error |",
@@ -33,6 +63,9 @@ def markdown(summary: dict) -> str:
     ]
     for r in summary["modes"]:
         vs = f"{r['vs_baseline']:.3f}x" if r["vs_baseline"] else "-"
+        if r.get("vs_baseline_ci95"):
+            lo, hi = r["vs_baseline_ci95"]
+            vs += f" ({lo:.2f}-{hi:.2f})"
         e = f"{r['efficiency_E']:.2f}" if r.get("efficiency_E") is not None else "-"
         pred = f"{r['predicted_s']:.4f}" if r.get("predicted_s") is not None else "-"
         err = f"{r['prediction_error']:+.0%}" if r.get("prediction_error") is not None else "-"

@@ -79,6 +79,7 @@ class ModeResult:
     per_worker: dict[int, list[float]] = field(default_factory=dict)  # worker -> its step times
     iterations: list[list[float]] = field(default_factory=list)  # per synchronized step: each worker's time
     wall_s: float = 0.0  # time the rounds of this mode took
+    rounds: list[tuple[int, float]] = field(default_factory=list)  # per round: (steps, wall seconds)
     steps: int = 0  # steps completed by all workers together
     trace: object | None = None  # one traced step of worker 0 (tfsched.tracing.Trace), if asked for
     measured: dict = field(default_factory=dict)  # E, bounds, the simulator's prediction (predict.py)
@@ -236,7 +237,10 @@ def run_side_by_side(
                     res.iterations.append([dt for _, kk, dt in sorted(times) if kk == k])
                 res.wall_s += wall
                 res.steps += len(times)
+                res.rounds.append((len(times), wall))
         if trace:
+            import base64
+
             from tfsched.tracing.collect import parse_run_metadata
             from tfsched.tracing.trace import Trace
 
@@ -246,7 +250,15 @@ def run_side_by_side(
                 _, _, box = synchronized(mode, 1, 0, traced=True)
                 ops, transfers, wall_us = parse_run_metadata(box["md"], 0, box["graph"])
                 results[mode].trace = Trace(
-                    steps=1, ops=ops, transfers=transfers, step_times_us=[wall_us], meta={"mode": mode}
+                    steps=1,
+                    ops=ops,
+                    transfers=transfers,
+                    step_times_us=[wall_us],
+                    # Self-contained, as every trace: `tfsched viz` and `analyze --trace` read it.
+                    partition_graphs=[
+                        base64.b64encode(g.SerializeToString()).decode() for g in box["md"].partition_graphs
+                    ],
+                    meta={"mode": mode, "worker": 0},
                 )
     finally:
         for sess, _ in sessions.values():

@@ -21,6 +21,8 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
 * with a credit window (``counter`` and ``queue``, as the gates): the head of a channel's queue
   goes only if the bytes released and not yet acknowledged leave room for it, or nothing is in
   flight; the acknowledgement comes back one per-message overhead (plus latency) after arrival.
+  As the pass (cc/scheduler.cc), messages under ``min_acked_bytes`` or under an eighth of the
+  credit are ordered but not acknowledged: they take no credit.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from tfsched.errors import TfschedError
 from tfsched.sim.model import BARRIER, COMPUTE, DELAY, MESSAGE, SimGraph
 
 POLICIES = ("fifo", "random", "counter", "queue")
+CREDIT_SHARE_NOT_ACKED = 8  # cc/scheduler.cc kCreditShareNotAcked
 _EPS = 1e-12
 
 
@@ -97,6 +100,7 @@ def simulate(
     policy: str = "fifo",
     *,
     credit_bytes: int | None = None,
+    min_acked_bytes: int = 0,
     latency_s: float = 0.0,
     seed: int = 0,
     record: bool = False,
@@ -107,6 +111,7 @@ def simulate(
     if credit_bytes is not None and credit_bytes <= 0:
         raise TfschedError(f"credit must be positive, got {credit_bytes}")
     n = len(sg)
+    ack_from = max(min_acked_bytes, credit_bytes // CREDIT_SHARE_NOT_ACKED) if credit_bytes else 0
     rng = random.Random(seed)
     tiebreak = [rng.random() for _ in range(n)] if policy == "random" else list(range(n))
     npred = list(sg.npred)
@@ -121,6 +126,11 @@ def simulate(
             if sg.kind[i] == MESSAGE:
                 t = sg.transfer[i]
                 how[i] = "counter" if t is not None and t.kind == "pull" else "queue"
+    # Per message: whether it takes credit and is acknowledged.
+    acked = [
+        credit_bytes is not None and how[i] in ("counter", "queue") and sg.nbytes[i] >= ack_from
+        for i in range(n)
+    ]
     # Counter policy: a message's rank is the number of messages on its gate channel with a smaller key.
     rank = [0] * n
     if "counter" in how:
@@ -207,7 +217,8 @@ def simulate(
         gate = sg.gate[i]
         if how[i] == "counter":  # counters count gated transfers only, as the gates do
             released_count[gate] += 1
-        inflight[gate] += sg.nbytes[i]
+        if acked[i]:
+            inflight[gate] += sg.nbytes[i]
         if record:
             starts[i] = now
         ch = sg.resource[i]
@@ -221,11 +232,7 @@ def simulate(
             order, _, i = heap[0]
             if how[i] == "counter" and order > released_count[gate]:
                 break
-            if (
-                credit_bytes is not None
-                and inflight[gate] > 0
-                and inflight[gate] + sg.nbytes[i] > credit_bytes
-            ):
+            if acked[i] and inflight[gate] > 0 and inflight[gate] + sg.nbytes[i] > credit_bytes:
                 break
             heapq.heappop(heap)
             release(i)
@@ -322,10 +329,8 @@ def simulate(
                 done(i)
             elif kind == "arrive":
                 done(i)
-                if credit_bytes is not None and how[i] in ("counter", "queue"):
+                if acked[i]:
                     push_event(now + sg.overhead[i] + latency_s, "ack", i)
-                else:
-                    inflight[sg.gate[i]] -= sg.nbytes[i]
             elif kind == "ack":
                 inflight[sg.gate[i]] -= sg.nbytes[i]
                 try_release(sg.gate[i])

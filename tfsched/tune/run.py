@@ -45,7 +45,7 @@ def prescreen(
     graph, oracle, schedule, space: Space, *, workers: int, keep: int
 ) -> list[tuple[Setting, float]]:
     """Simulate a grid of settings; the ``keep`` best (setting, predicted step time) first."""
-    from tfsched.analysis import PARAM_BYTES
+    from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
     from tfsched.sim import POLICY_OF_MODE, build_sim_graph, simulate
 
     def grid(lo, hi):
@@ -64,7 +64,12 @@ def prescreen(
             sg = build_sim_graph(
                 graph, oracle, schedule, workers=workers, partition_bytes=s.partition * PARAM_BYTES
             )
-            t = simulate(sg, POLICY_OF_MODE[schedule.mode], credit_bytes=s.credit * PARAM_BYTES).step_time
+            t = simulate(
+                sg,
+                POLICY_OF_MODE[schedule.mode],
+                credit_bytes=s.credit * PARAM_BYTES,
+                min_acked_bytes=MIN_ACKED_BYTES,
+            ).step_time
             out.append((s, t))
     out.sort(key=lambda st: st[1])
     return out[:keep]

@@ -112,13 +112,16 @@ class TunedSession:
         import tensorflow as tf
 
         import tfsched
-        from tfsched.enforce.api import DEFAULT_CREDIT
+        from tfsched.tune.search import Space
 
         if partition in self._sessions:
             self._sessions.move_to_end(partition)
             return self._sessions[partition]
         # The pass needs some credit to put acknowledgements in the graph; the live setting rules.
-        config = tfsched.enable(partition=partition, credit=DEFAULT_CREDIT, **self._enable)
+        # The pass acknowledges tensors of at least an eighth of its credit: give it the smallest
+        # credit the search reaches, so that every live setting has those tensors to limit.
+        lowest = 2 ** int(Space().credit_log2[0])
+        config = tfsched.enable(partition=partition, credit=lowest, **self._enable)
         sess = tf.compat.v1.Session(self.target, graph=self.graph, config=config)
         self._sessions[partition] = sess
         while len(self._sessions) > self._max:
@@ -154,7 +157,9 @@ def credit_tune_hook(
     """A ``SessionRunHook`` that applies the coordinator's credit inside ``MonitoredTrainingSession``.
 
     The session's partition size is fixed (the hook cannot swap sessions): tune credit only,
-    with ``Space(partition=...)`` on the coordinator.
+    with ``Space(partition=...)`` on the coordinator. The live credit limits the tensors the pass
+    acknowledges, those of at least an eighth of the pass's credit: enable the pass with the
+    smallest credit the search reaches.
     """
     import tensorflow as tf
 
