@@ -95,38 +95,37 @@ def test_shaped_link_measures_its_bandwidth(rate):
     assert abs(measured - rate) / rate < 0.10, f"measured {measured / 1e6:.1f} Mbit/s for {rate / 1e6:.0f}"
 
 
+def _cli(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tfsched.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
 @pytest.mark.tf
 def test_bench_command_writes_every_field(tmp_path):
     import json
 
     out = tmp_path / "bench.json"
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tfsched.cli",
-            "bench",
-            "--model",
-            "seq32",
-            "--workers",
-            "2",
-            "--bandwidth",
-            "200Mbit",
-            "--steps",
-            "3",
-            "--rounds",
-            "1",
-            "--modes",
-            "baseline,tio,tio+p20000+c40000",
-            "--batch-size",
-            "4",
-            "--traces",
-            str(tmp_path / "traces"),
-            "-o",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
+    p = _cli(
+        "bench",
+        "--model",
+        "seq32",
+        "--workers",
+        "2",
+        "--bandwidth",
+        "200Mbit",
+        "--steps",
+        "3",
+        "--rounds",
+        "1",
+        "--modes",
+        "baseline,tio,tio+p20000+c40000",
+        "--batch-size",
+        "4",
+        "--traces",
+        str(tmp_path / "traces"),
+        "-o",
+        str(out),
         timeout=600,
     )
     assert p.returncode == 0, p.stderr[-2000:]
@@ -166,20 +165,7 @@ def test_bench_command_writes_every_field(tmp_path):
     # The scheduled run's graph carries the gates: its trace shows them.
     assert any(o.op == "TfschedGate" for o in trace.ops)
     view = tmp_path / "tio.chrome.json"
-    v = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tfsched.cli",
-            "viz",
-            str(tmp_path / "traces" / "tio.trace.json"),
-            "-o",
-            str(view),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    v = _cli("viz", str(tmp_path / "traces" / "tio.trace.json"), "-o", str(view), timeout=300)
     assert v.returncode == 0, v.stderr[-2000:]
     assert json.loads(view.read_text())["traceEvents"]
     assert not [
