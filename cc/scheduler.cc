@@ -45,7 +45,8 @@ constexpr int64_t kMinAckedElements = 16384;
 // ... nor are tensors under this share of the pass's credit (1/8): on ResNet-50 at 10 Gbit/s
 // (compute-bound) every acknowledged tensor cost about 0.3 ms of the two cores, and with all 52
 // of its tensors over 16,384 parameters acknowledged in each direction, a credit that never bound
-// (100,000,000) made training 8% slower (0.919x) than the same order without credit. A tensor
+// (100,000,000) made training 0.919x of vanilla TensorFlow, against 0.982x for the same order
+// without credit (benchmarks/results/bench-resnet50-10g-credit-before.md; -after.md: 0.997x). A tensor
 // under credit/8 holds little of the window; the ones released ahead of an acknowledged one are
 // at most a few such. The live credit (TfschedSetCredit) limits the acknowledged tensors: give
 // the pass the smallest credit it will be set to.

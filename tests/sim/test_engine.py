@@ -86,6 +86,18 @@ class TestSimulate:
         # each next pull waits for the previous one's acknowledgement (one more overhead)
         assert one_at_a_time == pytest.approx(free + 2 * 0.001)
 
+    def test_messages_not_acknowledged_take_no_credit(self):
+        g = chain_graph(3, [1000] * 3)  # 4000-byte pulls
+        o = oracle_with({}, bandwidth_bps=8e6, overhead_s=0.001)
+        sg = build_sim_graph(g, o, order(g, "tio"))
+        free = simulate(sg, "counter").step_time
+        acked = simulate(sg, "counter", credit_bytes=4000, min_acked_bytes=4000).step_time
+        assert acked == pytest.approx(free + 2 * 0.001)  # one at a time, each waits for an ack
+        # under the pass's floor (kMinAckedElements): ordered, never held for credit
+        assert simulate(sg, "counter", credit_bytes=4000, min_acked_bytes=4001).step_time == pytest.approx(
+            free
+        )
+
     def test_several_steps_run_back_to_back(self):
         g = chain_graph(1, [250_000])
         o = oracle_with({"f0": 0.5}, bandwidth_bps=8e6)
