@@ -12,6 +12,7 @@ cores, each one computes that much slower (``workers / cores``), and the balance
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -85,8 +86,6 @@ def balanced_batch_size(
 ) -> Balance:
     nbytes = param_bytes(model, image_size)
     comm = nbytes * workers / (ps * bandwidth_bps / 8.0)
-    import os
-
     shared = max(1.0, workers / (os.cpu_count() or 1)) if shared_cores else 1.0
     t1 = _compute_time(model, mode, probe, image_size) * shared
     # The second probe must be large enough for the per-example cost to stand out of the fixed
