@@ -149,3 +149,81 @@ def test_the_simulator_starts_each_task_when_its_partition_is_dispatched():
     assert late_b.upper == pytest.approx(plain_b.upper + 0.5)
     assert late_b.lower >= max(plain_b.lower, 0.5)  # the PS's channel cannot send before 0.5
     assert late_b.lower <= simulate_schedule(g, late, workers=2).step_time <= late_b.upper
+
+
+W1 = "/job:worker/replica:0/task:1/device:CPU:0"
+
+
+def _concurrent_trace(overhead, bw, periods, dst=W):
+    """Each period: its messages requested together and in flight at once (gRPC runs a
+    connection's RPCs concurrently); they finish in an order unrelated to size, the last one
+    after ``messages * overhead + bytes / bw``. Periods are far apart; one per step each."""
+    transfers, ops = [], []
+    for step, sizes in enumerate(periods):
+        t0 = 1000.0 * step
+        total = (len(sizes) * overhead + 8 * sum(sizes) / bw) * 1e6
+        # finish times spread evenly over the period, the largest message first
+        for k, b in enumerate(sorted(sizes, reverse=True)):
+            end = total * (k + 1) / len(sizes)
+            transfers.append(
+                TransferRecord(step, f"edge_{step}_{k}", f"v{step}_{k}/read:0", b, PS, dst, t0, end)
+            )
+        ops.append(OpRecord(step, W, "op", "MatMul", t0, 10.0))
+    return Trace(steps=len(periods), ops=ops, transfers=transfers, step_times_us=[1e4] * len(periods))
+
+
+def test_overlapping_messages_are_fitted_by_busy_period():
+    # Per-message service times here say nothing about size (the largest finishes first);
+    # the busy periods (messages, bytes) still hold the split.
+    overhead, bw = 400e-6, 8e9
+    periods = [[4_000_000, 100], [100, 100, 100], [2_000_000], [500_000, 100, 100, 100, 100]]
+    fits, _ = link_fits(_concurrent_trace(overhead, bw, periods), "mean")
+    f = fits[("/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0")]
+    assert f.model.overhead_s == pytest.approx(overhead, rel=1e-6)
+    assert f.model.bandwidth_bps == pytest.approx(bw, rel=1e-6)
+    assert f.samples == len(periods) and f.r2 == pytest.approx(1.0)
+
+
+def test_a_link_whose_periods_cannot_split_takes_the_overhead_of_all_links():
+    # ps -> w0: the same four messages every step (pulls): messages and bytes are proportional.
+    # ps -> w1: periods of varied shape. The overhead comes from w1's; w0's bandwidth from its
+    # own busy time.
+    overhead, bw = 300e-6, 4e9
+    same = _concurrent_trace(overhead, bw, [[1_000_000, 1_000, 1_000, 1_000]] * 4)
+    varied = _concurrent_trace(overhead, bw, [[1_000_000], [100] * 6, [3_000_000, 100], [100, 100]], dst=W1)
+    trace = Trace(steps=4, ops=same.ops, transfers=same.transfers + varied.transfers)
+    fits, _ = link_fits(trace, "mean")
+    w0 = fits[("/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0")]
+    assert w0.model.overhead_s == pytest.approx(overhead, rel=1e-6)
+    assert w0.model.bandwidth_bps == pytest.approx(bw, rel=1e-6)
+
+
+def test_channels_that_ran_at_once_do_not_share_the_host_link_again():
+    from tests.helpers import op, var
+    from tfsched.graph import build_comm_graph
+    from tfsched.oracle.fit import host_rates
+    from tfsched.sim import simulate_schedule
+
+    # The PS sent to both workers at once, each channel at 1e9 bit/s: its uplink carried 2e9.
+    sizes = [[1_000_000]] * 3
+    a, b = _concurrent_trace(0.0, 1e9, sizes), _concurrent_trace(0.0, 1e9, sizes, dst=W1)
+    trace = Trace(steps=3, ops=a.ops, transfers=a.transfers + b.transfers)
+    fits, _ = link_fits(trace)
+    ps, w0, w1 = (d.rsplit("/device", 1)[0] for d in (PS, W, W1))
+    rates = host_rates(trace, fits)
+    assert rates[(ps, "up")] == pytest.approx(2e9, rel=1e-6)
+    assert rates[(w0, "down")] == pytest.approx(1e9, rel=1e-6)
+    # One worker's trace: the host link is the channel's rate.
+    assert host_rates(a, link_fits(a)[0])[(ps, "up")] == pytest.approx(1e9, rel=1e-6)
+
+    # Simulated: two workers pulling 1 MB each at once take 8 ms with the measured host link,
+    # 16 ms when the uplink is only as fast as one channel (a shaped NIC).
+    g = build_comm_graph(var("w", (250_000,)) + [op("y", ["w/read"])], fetches=["y"])
+    oracle = TimeOracle.from_trace(trace, "min")
+    oracle.links = {(ps, w0): fits[(ps, w0)].model}
+    oracle.link = fits[(ps, w0)].model
+    measured = simulate_schedule(g, oracle, workers=2).step_time
+    oracle.host_bps = {}
+    shaped = simulate_schedule(g, oracle, workers=2).step_time
+    assert measured == pytest.approx(8e-3, rel=0.01)
+    assert shaped == pytest.approx(16e-3, rel=0.01)

@@ -48,6 +48,7 @@ def annotate(
             k: LinkModel(bandwidth_bps=bandwidth_bps, overhead_s=m.overhead_s)
             for k, m in oracle.links.items()
         }
+        oracle.host_bps = {}  # every NIC is shaped to that rate
     ordering_oracle = TimeOracle.from_cost_model(graph, link=LinkModel())  # what `analyze` gave the pass
     plain = build_sim_graph(graph, oracle, None, workers=workers)
     bounds = step_bounds(plain)

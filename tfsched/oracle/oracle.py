@@ -51,6 +51,9 @@ class TimeOracle:
     compute_slots: dict[str, float] = field(default_factory=dict)
     # Seconds from a step's start until a task can run its first op (RunGraph dispatch), measured.
     task_start_s: dict[str, float] = field(default_factory=dict)
+    # Bits per second a host's link carries, per (task, "up" | "down"), measured over all the
+    # task's channels at once. Absent: the largest rate of the channels on it (a shaped NIC).
+    host_bps: dict[tuple[str, str], float] = field(default_factory=dict)
 
     @classmethod
     def general(cls) -> TimeOracle:
@@ -98,7 +101,7 @@ class TimeOracle:
 
         Ops the trace does not time (pruned, renamed) keep ``fallback``'s estimates.
         """
-        from tfsched.oracle.fit import compute_parallelism, link_fits, op_times, task_starts
+        from tfsched.oracle.fit import compute_parallelism, host_rates, link_fits, op_times, task_starts
 
         fits, overall = link_fits(trace, statistic)
         times = dict(fallback.op_times) if fallback is not None else {}
@@ -110,6 +113,7 @@ class TimeOracle:
             name=f"trace ({statistic})",
             compute_slots=compute_parallelism(trace),
             task_start_s=task_starts(trace, statistic),
+            host_bps=host_rates(trace, fits, statistic),
         )
         oracle.fits = fits  # kept for reports: samples, RMSE, R^2 per link
         return oracle
@@ -124,6 +128,10 @@ class TimeOracle:
 
     def slots(self, task: str) -> float:
         return self.compute_slots.get(task, 1)
+
+    def host_link(self, task: str, direction: str) -> float | None:
+        """Bits per second of ``task``'s host link in ``direction`` ("up" or "down"), if measured."""
+        return self.host_bps.get((task, direction))
 
     def link_for(self, src_task: str, dst_task: str) -> LinkModel:
         return self.links.get((src_task, dst_task), self.link)

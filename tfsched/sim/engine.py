@@ -7,7 +7,8 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
 * each task has one compute resource running one op at a time (TicTac §3: ops are "tasks
   already assigned to machines"), or as many at once as a trace showed TensorFlow's inter-op
   threads running (``SimGraph.capacity``), ready ops in the order they became ready;
-* each host has one full-duplex NIC: an uplink and a downlink of the link's bandwidth;
+* each host has one full-duplex NIC: an uplink and a downlink of the link's bandwidth, or of
+  what a trace measured the host's channels carrying together (``TimeOracle.host_bps``);
   concurrent flows share a link max-min fairly (TCP's steady state);
 * a channel (sender task, receiver task) is one HTTP/2 connection: the messages handed to it
   go out one after another, each paying the per-message overhead before its bytes flow
@@ -65,11 +66,14 @@ class SimResult:
         return max(sum(v) / len(v) for v in times.values()) if times else 0.0
 
 
-def _max_min_rates(flows: list[tuple[int, str, str, float]]) -> dict[int, float]:
+def _max_min_rates(
+    flows: list[tuple[int, str, str, float]], link_capacity: dict[str, float] | None = None
+) -> dict[int, float]:
     """Max-min fair rates for flows (id, uplink, downlink, channel rate in bytes/s).
 
-    Each flow is capped at its own channel's rate; a host link carries at most the largest rate
-    of the channels on it (the same as every channel's when the links are uniform). With
+    Each flow is capped at its own channel's rate; a host link carries what ``link_capacity``
+    says (measured over its channels together), or else at most the largest rate of the
+    channels on it (the same as every channel's when the links are uniform). With
     per-channel models fitted to a trace, taking the smallest instead would throttle a fast
     channel below its own rate, and a step could then exceed TicTac's upper bound.
     """
@@ -79,7 +83,10 @@ def _max_min_rates(flows: list[tuple[int, str, str, float]]) -> dict[int, float]
     for fid, up, down, c in flows:
         own = f"flow:{fid}"
         for link in (up, down):
-            cap[link] = max(cap.get(link, 0.0), c)
+            if link_capacity and link in link_capacity:
+                cap[link] = link_capacity[link]
+            else:
+                cap[link] = max(cap.get(link, 0.0), c)
             users[link].add(fid)
         cap[own] = c
         users[own].add(fid)
@@ -344,7 +351,7 @@ def simulate(
             for i in flows:
                 src, dst = sg.resource[i].split("->")
                 spec.append((i, "up:" + src, "down:" + dst, sg.bandwidth[i]))
-            rates = _max_min_rates(spec) if spec else {}
+            rates = _max_min_rates(spec, sg.link_capacity) if spec else {}
 
     stuck = [e[2] for heaps in (waiting, fifo_waiting) for heap in heaps.values() for e in heap]
     unfinished = stuck + [i for i in range(n) if npred[i] > 0]

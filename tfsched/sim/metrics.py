@@ -39,8 +39,8 @@ def step_bounds(sg: SimGraph, steps: int = 1) -> Bounds:
 
     Resources, as the simulator has them: each task's compute (op times over the ops it runs at
     once), each channel (its messages one after another: overhead + bytes / bandwidth), each host
-    link direction (its bytes over its capacity, the largest channel rate on it; overheads do not
-    use the wire). A task's dispatch delay (``TimeOracle.task_start_s``) comes before its compute
+    link direction (its bytes over its capacity: measured, or the largest channel rate on it;
+    overheads do not use the wire). A task's dispatch delay (``TimeOracle.task_start_s``) comes before its compute
     and its sends whatever the order: it is added to those resources' busy times, and the
     longest one to the upper bound.
     """
@@ -64,8 +64,9 @@ def step_bounds(sg: SimGraph, steps: int = 1) -> Bounds:
                 link_bytes[link] += sg.nbytes[i]
                 link_rate[link] = max(link_rate[link], sg.bandwidth[i])
     for link, nbytes in link_bytes.items():
-        if math.isfinite(link_rate[link]) and link_rate[link] > 0:
-            busy[link] = nbytes / link_rate[link]
+        rate = sg.link_capacity.get(link, link_rate[link])
+        if math.isfinite(rate) and rate > 0:
+            busy[link] = nbytes / rate
     if delay:
         for res in list(busy):
             kind, _, name = res.partition(":")

@@ -41,6 +41,9 @@ class SimGraph:
     npred: list[int] = field(default_factory=list)
     # compute resource -> its capacity (default 1): up to ceil(c) ops at once, sharing c
     capacity: dict[str, float] = field(default_factory=dict)
+    # host link ("up:<task>" or "down:<task>") -> bytes per second it carries, where measured
+    # (TimeOracle.host_bps); others carry the largest rate of their channels
+    link_capacity: dict[str, float] = field(default_factory=dict)
 
     def add(
         self,
@@ -152,6 +155,11 @@ def build_sim_graph(
                 ids[n] = sg.add(COMPUTE, n, task(op.task), run, step, duration=oracle.compute(n))
                 if oracle.slots(op.task) != 1:
                     sg.capacity[task(op.task)] = oracle.slots(op.task)
+            for t0 in graph.tasks:
+                for direction in ("up", "down"):
+                    bps = oracle.host_link(t0, direction)
+                    if bps:
+                        sg.link_capacity[f"{direction}:{task(t0)}"] = bps / 8.0
             crossing: dict[tuple[str, str], list[int]] = {}  # (src op, consumer) -> message ids
             for t in graph.transfers:
                 src, dst = task(t.src_task), task(t.dst_task)
