@@ -437,7 +437,8 @@ def viz(trace_path, output, schedule, graph_path, fetches, compare, step):
     "traces_dir",
     type=click.Path(file_okay=False),
     default=None,
-    help="Also write each mode's traced step (worker 0) to DIR/MODE.trace.json, for tfsched viz.",
+    help="Also write each mode's traced step (worker 0) to DIR/MODE.trace.json, for tfsched viz "
+    "(and the baseline's worker 0 alone to DIR/baseline.alone.trace.json).",
 )
 @click.option(
     "-o",
@@ -536,6 +537,9 @@ def bench(
             if res.trace is not None:
                 res.trace.meta.update(model=model, bench=config)
                 res.trace.save(os.path.join(traces_dir, f"{name}.trace.json"))
+            if res.solo_trace is not None:
+                res.solo_trace.meta.update(model=model, bench=config)
+                res.solo_trace.save(os.path.join(traces_dir, f"{name}.alone.trace.json"))
         click.echo(f"traced steps: {traces_dir}/<mode>.trace.json (tfsched viz ...)")
 
 

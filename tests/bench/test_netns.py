@@ -162,6 +162,10 @@ def test_bench_command_writes_every_field(tmp_path):
         trace = Trace.load(str(tmp_path / "traces" / f"{mode}.trace.json"))
         assert trace.meta["mode"] == mode and trace.meta["model"] == "seq32"
         assert trace.partition_graphs and trace.transfers and trace.steps == 1
+    # The baseline's worker 0 alone, the op times the prediction uses.
+    alone = Trace.load(str(tmp_path / "traces" / "baseline.alone.trace.json"))
+    assert alone.meta["alone"] and alone.steps == 2 and len(alone.step_times_us) == 2
+    assert {o.step for o in alone.ops} == {0, 1}
     # The scheduled run's graph carries the gates: its trace shows them.
     assert any(o.op == "TfschedGate" for o in trace.ops)
     view = tmp_path / "tio.chrome.json"

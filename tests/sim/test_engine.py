@@ -114,6 +114,24 @@ class TestSimulate:
             assert b.lower - 1e-12 <= t <= b.upper + 1e-12
             assert 0.0 <= b.efficiency(t) <= 1.0
 
+    def test_tasks_on_one_machine_share_it(self):
+        # Two workers, each computing 1 s after a pull of negligible size.
+        nodes = var("w", (1,)) + [op("a", ["w/read"], device=W0), op("b", ["w/read"], device=W1)]
+        g = build_comm_graph(nodes, fetches=["a", "b"])
+        o = oracle_with({"a": 1.0, "b": 1.0}, bandwidth_bps=8e12)
+        assert simulate_schedule(g, o).makespan == pytest.approx(1.0, abs=1e-6)  # a host each
+        o.machine_slots = 1.0  # one machine doing one op's worth at once: each at half speed
+        assert simulate_schedule(g, o).makespan == pytest.approx(2.0, abs=1e-6)
+        o.machine_slots = 2.0
+        assert simulate_schedule(g, o).makespan == pytest.approx(1.0, abs=1e-6)
+        # One slot, b three times as long: both at half speed until a is done at 2 s, then b
+        # alone at full speed for its last 2 s of work.
+        o.op_times["b"] = 3.0
+        o.machine_slots = 1.0
+        assert simulate_schedule(g, o).makespan == pytest.approx(4.0, abs=1e-6)
+        bounds = step_bounds(build_sim_graph(g, o))
+        assert bounds.lower == pytest.approx(4.0, abs=1e-6)  # the machine's work
+
     def test_bad_policy(self):
         with pytest.raises(TfschedError, match="unknown simulation policy"):
             simulate(build_sim_graph(chain_graph(1), oracle_with({})), "lifo")

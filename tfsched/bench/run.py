@@ -82,6 +82,8 @@ class ModeResult:
     rounds: list[tuple[int, float]] = field(default_factory=list)  # per round: (steps, wall seconds)
     steps: int = 0  # steps completed by all workers together
     trace: object | None = None  # one traced step of worker 0 (tfsched.tracing.Trace), if asked for
+    # baseline: steps of worker 0 traced while the other workers wait (op times alone)
+    solo_trace: object | None = None
     measured: dict = field(default_factory=dict)  # E, bounds, the simulator's prediction (predict.py)
 
     @property
@@ -143,6 +145,35 @@ def mode_configs(
     return configs
 
 
+SOLO_STEPS = 2
+
+
+def _trace_of(metadata: list, graph, meta: dict):
+    """A self-contained Trace (with the partition graphs) of traced steps of one session."""
+    import base64
+
+    from tfsched.tracing.collect import parse_run_metadata
+    from tfsched.tracing.trace import Trace
+
+    ops, transfers, walls = [], [], []
+    for step, md in enumerate(metadata):
+        o, t, wall_us = parse_run_metadata(md, step, graph)
+        ops += o
+        transfers += t
+        walls.append(wall_us)
+    return Trace(
+        steps=len(metadata),
+        ops=ops,
+        transfers=transfers,
+        step_times_us=walls,
+        # `tfsched viz` and `analyze --trace` read it.
+        partition_graphs=[
+            base64.b64encode(g.SerializeToString()).decode() for g in metadata[0].partition_graphs
+        ],
+        meta=meta,
+    )
+
+
 def run_side_by_side(
     targets: list[str],
     builder: Callable[[int], object],
@@ -159,7 +190,9 @@ def run_side_by_side(
 
     The workers start each step together (synchronous training, as TicTac measures), so the
     straggler effect is the wait of the fastest worker. With ``trace``, one more synchronized step
-    of each mode is traced on worker 0 (``ModeResult.trace``). Every step has a deadline
+    of each mode is traced on worker 0 (``ModeResult.trace``), and the baseline's worker 0 is
+    traced for ``SOLO_STEPS`` steps alone (``ModeResult.solo_trace``: op times without the
+    other workers on the machine's cores). Every step has a deadline
     (``step_timeout_s``): a stuck cluster fails the run, never hangs it.
     """
     import tensorflow as tf
@@ -239,26 +272,21 @@ def run_side_by_side(
                 res.steps += len(times)
                 res.rounds.append((len(times), wall))
         if trace:
-            import base64
-
-            from tfsched.tracing.collect import parse_run_metadata
-            from tfsched.tracing.trace import Trace
-
             for mode in configs:
                 if progress:
                     progress(f"tracing one step: {mode}")
                 _, _, box = synchronized(mode, 1, 0, traced=True)
-                ops, transfers, wall_us = parse_run_metadata(box["md"], 0, box["graph"])
-                results[mode].trace = Trace(
-                    steps=1,
-                    ops=ops,
-                    transfers=transfers,
-                    step_times_us=[wall_us],
-                    # Self-contained, as every trace: `tfsched viz` and `analyze --trace` read it.
-                    partition_graphs=[
-                        base64.b64encode(g.SerializeToString()).decode() for g in box["md"].partition_graphs
-                    ],
-                    meta={"mode": mode, "worker": 0},
+                results[mode].trace = _trace_of([box["md"]], box["graph"], {"mode": mode, "worker": 0})
+            if "baseline" in configs:
+                if progress:
+                    progress("tracing worker 0 alone: baseline")
+                sess, built = sessions[("baseline", 0)]
+                mds = []
+                for _ in range(SOLO_STEPS):
+                    mds.append(tf.compat.v1.RunMetadata())
+                    sess.run(built.train_op, options=trace_options, run_metadata=mds[-1])
+                results["baseline"].solo_trace = _trace_of(
+                    mds, built.graph, {"mode": "baseline", "worker": 0, "alone": True}
                 )
     finally:
         for sess, _ in sessions.values():

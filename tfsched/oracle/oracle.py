@@ -54,6 +54,10 @@ class TimeOracle:
     # Bits per second a host's link carries, per (task, "up" | "down"), measured over all the
     # task's channels at once. Absent: the largest rate of the channels on it (a shaped NIC).
     host_bps: dict[tuple[str, str], float] = field(default_factory=dict)
+    # An emulated cluster on one machine: the ops' worth of work the machine does at once, for
+    # all tasks together (what one worker measured alone: its compute_slots), with op times
+    # measured alone; None: every task computes on its own machine.
+    machine_slots: float | None = None
 
     @classmethod
     def general(cls) -> TimeOracle:

@@ -174,31 +174,52 @@ def simulate(
         seq += 1
 
     # Compute: a resource of capacity c runs up to ceil(c) ops at once, sharing c among them
-    # (each at min(1, c / running)); an op's duration is its time alone. A change in the ops
-    # running reschedules their ends (events of an op's older schedule are ignored).
+    # (each at min(1, c / running)); an op's duration is its time alone. When every task runs
+    # on one machine (SimGraph.machine_slots: the ops' worth of work it does at once), they share
+    # it: when their ops want more, every op slows by the same factor. A change in the ops running reschedules their
+    # ends (events of an op's older schedule are ignored).
     running: dict[str, dict[int, float]] = defaultdict(dict)  # resource -> op -> work left (s)
     rate_of: dict[str, float] = defaultdict(lambda: 1.0)
     updated: dict[str, float] = defaultdict(float)
     version = [0] * n
+    shared = sorted({sg.resource[i] for i in range(n) if sg.kind[i] == COMPUTE}) if sg.machine_slots else []
+
+    def members(res: str) -> list[str]:
+        """The compute resources whose ops' speed depends on ``res``'s."""
+        return shared if sg.machine_slots and res in shared else [res]
+
+    def own_rate(res: str) -> float:
+        ops = running[res]
+        return min(1.0, sg.capacity.get(res, 1) / len(ops)) if ops else 1.0
 
     def advance(res: str) -> None:
-        """Work done by the ops running on ``res`` since it last changed."""
-        elapsed = now - updated[res]
-        if elapsed > 0:
-            ops = running[res]
-            for j in ops:
-                ops[j] -= rate_of[res] * elapsed
-        updated[res] = now
+        """Work done by the ops running on ``res`` (and the resources sharing its cores) since
+        they last changed."""
+        for r in members(res):
+            elapsed = now - updated[r]
+            if elapsed > 0:
+                ops = running[r]
+                for j in ops:
+                    ops[j] -= rate_of[r] * elapsed
+            updated[r] = now
 
     def reschedule(res: str, new: list[int]) -> None:
-        """Push the ends of the ``new`` ops, and of all ops on ``res`` if their rate changed."""
-        ops = running[res]
-        rate = min(1.0, sg.capacity.get(res, 1) / len(ops)) if ops else 1.0
-        changed = rate != rate_of[res]
-        rate_of[res] = rate
-        for j in ops if changed else new:
-            version[j] += 1
-            push_event(now + max(ops[j], 0.0) / rate, "op", j)
+        """Push the ends of the ``new`` ops, and of all ops whose rate changed."""
+        group = members(res)
+        factor = 1.0
+        if sg.machine_slots:
+            demand = sum(len(running[r]) * own_rate(r) for r in group)
+            factor = min(1.0, sg.machine_slots / demand) if demand > 0 else 1.0
+        fresh = set(new)
+        for r in group:
+            ops = running[r]
+            rate = own_rate(r) * factor
+            changed = rate != rate_of[r]
+            rate_of[r] = rate
+            for j in ops:
+                if changed or j in fresh:
+                    version[j] += 1
+                    push_event(now + max(ops[j], 0.0) / rate, "op", j)
 
     def start_ops(res: str) -> None:
         advance(res)

@@ -40,7 +40,7 @@ def step_bounds(sg: SimGraph, steps: int = 1) -> Bounds:
     Resources, as the simulator has them: each task's compute (op times over the ops it runs at
     once), each channel (its messages one after another: overhead + bytes / bandwidth), each host
     link direction (its bytes over its capacity: measured, or the largest channel rate on it;
-    overheads do not use the wire). A task's dispatch delay (``TimeOracle.task_start_s``) comes before its compute
+    overheads do not use the wire), and the machine when every task computes on it. A task's dispatch delay (``TimeOracle.task_start_s``) comes before its compute
     and its sends whatever the order: it is added to those resources' busy times, and the
     longest one to the upper bound.
     """
@@ -63,6 +63,8 @@ def step_bounds(sg: SimGraph, steps: int = 1) -> Bounds:
             for link in ("up:" + src, "down:" + dst):
                 link_bytes[link] += sg.nbytes[i]
                 link_rate[link] = max(link_rate[link], sg.bandwidth[i])
+    if sg.machine_slots:  # every task computes on the same machine
+        busy["cpu"] = sum(sg.duration[i] for i, k in enumerate(sg.kind) if k == COMPUTE) / sg.machine_slots
     for link, nbytes in link_bytes.items():
         rate = sg.link_capacity.get(link, link_rate[link])
         if math.isfinite(rate) and rate > 0:

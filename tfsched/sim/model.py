@@ -44,6 +44,9 @@ class SimGraph:
     # host link ("up:<task>" or "down:<task>") -> bytes per second it carries, where measured
     # (TimeOracle.host_bps); others carry the largest rate of their channels
     link_capacity: dict[str, float] = field(default_factory=dict)
+    # ops' worth of work at once of the one machine every task runs on (an emulated cluster),
+    # shared by all compute resources; None: each task has its own (TimeOracle.machine_slots)
+    machine_slots: float | None = None
 
     def add(
         self,
@@ -134,7 +137,7 @@ def build_sim_graph(
     prio = schedule.priorities if schedule is not None else {}
     topo = graph.topological_order()
     g = graph.graph
-    sg = SimGraph()
+    sg = SimGraph(machine_slots=oracle.machine_slots)
     barriers: dict[tuple[str, int], int] = {}  # (worker run, step) -> its end-of-step node
     delayed: dict[str, list[str]] = {}  # task with a dispatch delay -> its ops
     for n in topo:
