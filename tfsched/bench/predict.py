@@ -23,6 +23,30 @@ from tfsched.bench.run import ModeResult, parse_mode
 BASELINE_SEEDS = 3
 
 
+def _worker_op_seconds(trace) -> float:
+    """Seconds of worker 0's compute per step (gates and receives wait, they do not compute)."""
+    total = sum(
+        o.duration_us
+        for o in trace.ops
+        if "/job:worker/" in o.device and not o.op.startswith("Tfsched") and o.op not in ("_Recv", "_HostRecv")
+    )
+    return total / 1e6 / max(trace.steps, 1)
+
+
+def machine_slots(alone, together, workers: int) -> float:
+    """The work the machine does at once, in worker-0-alone ops: ``workers`` workers computing
+    together each took ``together / alone`` times as long per op (their compute phases overlap
+    in a synchronized step, all pulling and then computing at about the same time). At least
+    what worker 0 alone ran at once."""
+    solo, shared = _worker_op_seconds(alone), _worker_op_seconds(together)
+    from tfsched.oracle.fit import compute_parallelism
+
+    own = max((v for task, v in compute_parallelism(alone).items() if "/job:worker/" in task), default=1.0)
+    if solo <= 0 or shared <= 0:
+        return own
+    return max(own, workers * solo / shared)
+
+
 def annotate(
     results: dict[str, ModeResult],
     *,
@@ -43,12 +67,12 @@ def annotate(
         return
     traced = base.solo_trace or base.trace
     graph = load_comm_graph(graph_path, fetches=fetches)
-    cost = TimeOracle.from_cost_model(
-        graph, link=LinkModel(bandwidth_bps=bandwidth_bps or DEFAULT_BANDWIDTH_BPS)
-    )
-    oracle = TimeOracle.from_trace(traced, "min", fallback=cost)
+    # No cost-model fallback: an op of the saved graph the trace does not time was fused or
+    # folded by Grappler, and its work is in the op that replaced it (VGG16: each Conv2D's
+    # time is in the fused op named after its Relu; a cost-model time for it counted it twice).
+    oracle = TimeOracle.from_trace(traced, "min")
     if base.solo_trace is not None:
-        oracle.machine_slots = oracle.slots(graph.worker_tasks[0])
+        oracle.machine_slots = machine_slots(base.solo_trace, base.trace, workers)
     if bandwidth_bps:
         # The hosts' links are shaped to a known rate. A trace of one worker sees only its share
         # of the PS's link (the other workers pull at the same time); the simulator shares the
