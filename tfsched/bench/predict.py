@@ -28,7 +28,9 @@ def _worker_op_seconds(trace) -> float:
     total = sum(
         o.duration_us
         for o in trace.ops
-        if "/job:worker/" in o.device and not o.op.startswith("Tfsched") and o.op not in ("_Recv", "_HostRecv")
+        if "/job:worker/" in o.device
+        and not o.op.startswith("Tfsched")
+        and o.op not in ("_Recv", "_HostRecv")
     )
     return total / 1e6 / max(trace.steps, 1)
 
@@ -58,7 +60,7 @@ def annotate(
     """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace)."""
     from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
     from tfsched.graph import load_comm_graph
-    from tfsched.oracle.oracle import DEFAULT_BANDWIDTH_BPS, LinkModel, TimeOracle
+    from tfsched.oracle.oracle import LinkModel, TimeOracle
     from tfsched.ordering import order
     from tfsched.sim import POLICY_OF_MODE, build_sim_graph, simulate, step_bounds
 

@@ -246,7 +246,10 @@ def run_side_by_side(
             t.join()
         wall = time.perf_counter() - started[0] if started else 0.0
         if errors:
-            raise TfschedError(f"mode {mode}: a worker failed: {str(errors[0]).splitlines()[0][:200]}")
+            # TensorFlow's errors start "Graph execution error:" and give the cause lines later.
+            lines = [x.strip() for x in str(errors[0]).splitlines() if x.strip()]
+            cause = next((x for x in lines if not x.endswith(":")), lines[0] if lines else repr(errors[0]))
+            raise TfschedError(f"mode {mode}: a worker failed: {cause[:300]}")
         return times, wall, box
 
     try:
