@@ -1,9 +1,9 @@
 """Time estimates from traces: per-op statistics and per-link transfer models.
 
 TicTac §5 takes the minimum over steps as an op's time; median, mean and percentiles (``p90``)
-are offered too. A link's model is fitted by least squares to its observed transfers
-(duration = overhead + bytes / bandwidth, each transfer's time taken with the same statistic
-over steps), so that transfers never observed, or slices of partitioned ones, get a time.
+are offered too. A link's model (duration = overhead + bytes / bandwidth) is fitted to its
+observed transfers, so that transfers never observed, or slices of partitioned ones, get a
+time; a host's link capacity is measured over its channels together (``host_rates``).
 
 A RecvTensor's recorded duration runs from the request to the last byte, so it includes the
 time spent queued behind earlier tensors of the same connection, and gRPC runs a connection's
@@ -243,8 +243,8 @@ def link_fits(trace: Trace, statistic: str = "min") -> tuple[dict[tuple[str, str
     Improvement over TicTac (§5 fits per-transfer times) and over this module's earlier
     per-message fit: gRPC runs a connection's RPCs concurrently, so which message finishes
     next, and so each message's service time, is nearly unrelated to its size. On AlexNet a
-    line through those times put 4.8 ms on each message and left the gradients' 99 MB
-    1.3 ms of link time per step; simulated steps came out 11% short of the measured ones
+    line through those times put 4.8 ms on each message and left the gradients' 99 MB about
+    9 ms of link time in a step whose pushes took 91 ms; simulated steps came out 11% short
     (``benchmarks/results/sim_accuracy.md``, which has the numbers after the change).
     """
     if not trace.transfers:

@@ -176,8 +176,8 @@ def simulate(
     # Compute: a resource of capacity c runs up to ceil(c) ops at once, sharing c among them
     # (each at min(1, c / running)); an op's duration is its time alone. When every task runs
     # on one machine (SimGraph.machine_slots: the ops' worth of work it does at once), they share
-    # it: when their ops want more, every op slows by the same factor. A change in the ops running reschedules their
-    # ends (events of an op's older schedule are ignored).
+    # it: when their ops want more, every op slows by the same factor. A change in the ops
+    # running reschedules their ends (events of an op's older schedule are ignored).
     running: dict[str, dict[int, float]] = defaultdict(dict)  # resource -> op -> work left (s)
     rate_of: dict[str, float] = defaultdict(lambda: 1.0)
     updated: dict[str, float] = defaultdict(float)
