@@ -1,8 +1,8 @@
 """Measured ordering efficiency and the simulator's prediction, beside each benchmark mode.
 
 From the traced baseline steps of worker 0 alone (every task it touches; the other workers
-wait): the oracle (op times and link fits, TicTac §5), TicTac's makespan bounds of the step for that oracle (``sim.metrics``), and so
-the measured ordering efficiency E = (U - t) / (U - L) of every mode's measured median step t.
+wait): the oracle (op times and link fits, TicTac §5), TicTac's makespan bounds of the step for
+that oracle (``sim.metrics``), and so the measured ordering efficiency E = (U - t) / (U - L) of every mode's measured median step t.
 The simulator, given the same oracle and each mode's schedule (with its partitioning and
 credit), predicts each mode's step time; the prediction and its error go beside the measurement.
 
@@ -10,8 +10,8 @@ Every task of the benchmark runs on this one machine. Op times traced while four
 compute at once are each worker's share of the cores, and a simulator that gives every worker
 its own machine with those times counts the sharing twice (VGG16 training was predicted 24% to
 84% slow, inference up to 166%). So the op times come from worker 0 alone, and the simulated
-workers share the machine: it does at most as much work at once as worker 0 alone did (its
-``compute_slots``: inter-op threads, each op already using the cores it can).
+workers share the machine, which does as much work at once as the workers measured together
+(``machine_slots``).
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ def machine_slots(alone, together, workers: int) -> float:
     together each took ``together / alone`` times as long per op (their compute phases overlap
     in a synchronized step, all pulling and then computing at about the same time). At least
     what worker 0 alone ran at once."""
-    solo, shared = _worker_op_seconds(alone), _worker_op_seconds(together)
     from tfsched.oracle.fit import compute_parallelism
 
+    solo, shared = _worker_op_seconds(alone), _worker_op_seconds(together)
     own = max((v for task, v in compute_parallelism(alone).items() if "/job:worker/" in task), default=1.0)
     if solo <= 0 or shared <= 0:
         return own

@@ -110,12 +110,7 @@ def compute_parallelism(trace: Trace) -> dict[str, float]:
         per[(o.step, task_of(o.device))].append((o.start_us, o.start_us + o.duration_us))
     ratios: dict[str, list[float]] = defaultdict(list)
     for (_step, task), spans in per.items():
-        spans.sort()
-        union, end = 0.0, -math.inf
-        for a, b in spans:
-            if b > end:
-                union += b - max(a, end)
-                end = b
+        union = _union_length(spans)
         if union > 0:
             ratios[task].append(sum(b - a for a, b in spans) / union)
     return {task: max(1.0, min(MAX_SLOTS, round(statistics.median(r), 1))) for task, r in ratios.items()}
@@ -139,6 +134,27 @@ def task_starts(trace: Trace, statistic: str = "min") -> dict[str, float]:
     for (_step, task), t in first.items():
         per[task].append(max(t, 0.0) / 1e6)
     return {task: f(xs) for task, xs in per.items()}
+
+
+def _union_length(spans: list[tuple[float, float]]) -> float:
+    """Length of the union of intervals (start, end)."""
+    total, last = 0.0, -math.inf
+    for a, b in sorted(spans):
+        if b > last:
+            total += b - max(a, last)
+            last = b
+    return total
+
+
+def _producer_ends(trace: Trace) -> dict[tuple[int, str, str], float]:
+    """(step, task, op) -> when the op ended: a transfer's bytes can flow only after it."""
+    return {(o.step, task_of(o.device), o.node): o.start_us + o.duration_us for o in trace.ops}
+
+
+def _flow_start(t, produced: dict[tuple[int, str, str], float]) -> float:
+    """When a transfer's bytes could start to flow: its request or its producer's end, the later."""
+    ready = produced.get((t.step, task_of(t.src), t.tensor.rsplit(":", 1)[0]), -math.inf)
+    return min(max(t.start_us, ready), t.start_us + t.duration_us)
 
 
 def _by_channel_step(trace: Trace) -> dict[tuple[int, str, str], list]:
@@ -170,15 +186,10 @@ def _busy_periods(trace: Trace) -> dict[tuple[str, str], list[_Period]]:
     A message can flow from its request or its producer's end, whichever is later, until it
     arrives; overlapping messages (gRPC runs a connection's RPCs at once) form one period.
     """
-    produced = {(o.step, task_of(o.device), o.node): o.start_us + o.duration_us for o in trace.ops}
+    produced = _producer_ends(trace)
     out: dict[tuple[str, str], list[_Period]] = defaultdict(list)
     for (step, src, dst), ts in _by_channel_step(trace).items():
-        spans = []
-        for t in ts:
-            end = t.start_us + t.duration_us
-            ready = produced.get((step, src, t.tensor.rsplit(":", 1)[0]), -math.inf)
-            spans.append((min(max(t.start_us, ready), end), end, t.bytes))
-        spans.sort()
+        spans = sorted((_flow_start(t, produced), t.start_us + t.duration_us, t.bytes) for t in ts)
         first, last, n, nbytes = spans[0][0], spans[0][1], 0, 0
         for a, b, size in spans:
             if a > last:
@@ -250,15 +261,14 @@ def link_fits(trace: Trace, statistic: str = "min") -> tuple[dict[tuple[str, str
     if not trace.transfers:
         raise TfschedError("the trace has no transfers to fit links to")
     f = statistic_fn(statistic)
-    produced = {(o.step, task_of(o.device), o.node): o.start_us + o.duration_us for o in trace.ops}
+    produced = _producer_ends(trace)
     per_edge: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     size: dict[tuple[str, str, str], int] = {}
-    for (step, src, dst), ts in _by_channel_step(trace).items():
+    for (_step, src, dst), ts in _by_channel_step(trace).items():
         prev_end = -math.inf
         for t in sorted(ts, key=lambda t: t.start_us + t.duration_us):
             end = t.start_us + t.duration_us
-            ready = produced.get((step, src, t.tensor.rsplit(":", 1)[0]), -math.inf)
-            service = max(end - max(t.start_us, ready, prev_end), 0.0)
+            service = max(end - max(_flow_start(t, produced), prev_end), 0.0)
             prev_end = end
             key = (src, dst, t.tensor)
             per_edge[key].append(service / 1e6)
@@ -296,23 +306,17 @@ def host_rates(
     below the fastest channel on the link, which then runs alone at its own rate.
     """
     f = statistic_fn(statistic)
-    produced = {(o.step, task_of(o.device), o.node): o.start_us + o.duration_us for o in trace.ops}
-    spans: dict[tuple[str, str, int], list[tuple[float, float, int]]] = defaultdict(list)
+    produced = _producer_ends(trace)
+    spans: dict[tuple[str, str, int], list[tuple[float, float]]] = defaultdict(list)
+    nbytes_of: dict[tuple[str, str, int], int] = defaultdict(int)
     for t in trace.transfers:
-        end = t.start_us + t.duration_us
-        ready = produced.get((t.step, task_of(t.src), t.tensor.rsplit(":", 1)[0]), -math.inf)
-        span = (min(max(t.start_us, ready), end), end, t.bytes)
-        spans[(task_of(t.src), "up", t.step)].append(span)
-        spans[(task_of(t.dst), "down", t.step)].append(span)
+        span = (_flow_start(t, produced), t.start_us + t.duration_us)
+        for key in ((task_of(t.src), "up", t.step), (task_of(t.dst), "down", t.step)):
+            spans[key].append(span)
+            nbytes_of[key] += t.bytes
     union: dict[tuple[str, str], list[tuple[float, int]]] = defaultdict(list)
-    for (task, direction, _step), ss in spans.items():
-        ss.sort()
-        busy, last = 0.0, -math.inf
-        for a, b, _ in ss:
-            if b > last:
-                busy += b - max(a, last)
-                last = b
-        union[(task, direction)].append((busy / 1e6, sum(n for _, _, n in ss)))
+    for (task, direction, step), ss in spans.items():
+        union[(task, direction)].append((_union_length(ss) / 1e6, nbytes_of[(task, direction, step)]))
     out: dict[tuple[str, str], float] = {}
     for (task, direction), per_step in union.items():
         fastest = max(

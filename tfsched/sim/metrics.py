@@ -40,8 +40,9 @@ def step_bounds(sg: SimGraph, steps: int = 1) -> Bounds:
     Resources, as the simulator has them: each task's compute (op times over the ops it runs at
     once), each channel (its messages one after another: overhead + bytes / bandwidth), each host
     link direction (its bytes over its capacity: measured, or the largest channel rate on it;
-    overheads do not use the wire), and the machine when every task computes on it. A task's dispatch delay (``TimeOracle.task_start_s``) comes before its compute
-    and its sends whatever the order: it is added to those resources' busy times, and the
+    overheads do not use the wire), and the machine when every task computes on it. A task's
+    dispatch delay (``TimeOracle.task_start_s``) comes before its compute and its sends whatever
+    the order: it is added to those resources' busy times, and the
     longest one to the upper bound.
     """
     busy: dict[str, float] = defaultdict(float)
