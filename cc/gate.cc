@@ -9,6 +9,14 @@ using tensorflow::mutex_lock;
 
 namespace {
 std::atomic<int64_t> live_credit{-1};
+std::atomic<int64_t> step_seq{0};
+
+void RecordPeak(int64_t in_flight) {
+  auto& peak = GlobalStats().peak_in_flight;
+  int64_t seen = peak.load();
+  while (in_flight > seen && !peak.compare_exchange_weak(seen, in_flight)) {
+  }
+}
 }  // namespace
 
 int64_t EffectiveCredit(int64_t configured) {
@@ -22,10 +30,7 @@ int64_t LiveCredit() { return live_credit.load(); }
 
 void Channel::Take(int64_t size) {
   in_flight_ += size;
-  auto& peak = GlobalStats().peak_in_flight;
-  int64_t seen = peak.load();
-  while (in_flight_ > seen && !peak.compare_exchange_weak(seen, in_flight_)) {
-  }
+  RecordPeak(in_flight_);
 }
 
 void Channel::Pump(std::vector<std::shared_ptr<Waiter>>* ready) {
@@ -34,9 +39,11 @@ void Channel::Pump(std::vector<std::shared_ptr<Waiter>>* ready) {
   while (!waiting_.empty()) {
     const std::shared_ptr<Waiter>& w = waiting_.begin()->second;
     if (w->ordered && w->priority > released_) return;  // not its turn yet
-    const int64_t credit = EffectiveCredit(w->credit);
-    if (credit > 0 && in_flight_ > 0 && in_flight_ + w->size > credit) return;  // wait for acks
-    if (w->credit > 0) Take(w->size);  // only acknowledged channels count what is in flight
+    if (w->host == nullptr) {  // a shared window takes the credit after the turn (HostLink)
+      const int64_t credit = EffectiveCredit(w->credit);
+      if (credit > 0 && in_flight_ > 0 && in_flight_ + w->size > credit) return;  // wait for acks
+      if (w->credit > 0) Take(w->size);  // only acknowledged channels count what is in flight
+    }
     ready->push_back(w);
     waiting_.erase(waiting_.begin());
   }
@@ -44,6 +51,7 @@ void Channel::Pump(std::vector<std::shared_ptr<Waiter>>* ready) {
 
 bool Channel::ArriveOrWait(const std::shared_ptr<Waiter>& w, std::vector<std::shared_ptr<Waiter>>* others) {
   mutex_lock l(mu_);
+  if (w->host != nullptr) host_ = w->host;
   waiting_.emplace(w->priority, w);
   std::vector<std::shared_ptr<Waiter>> ready;
   Pump(&ready);
@@ -66,9 +74,23 @@ void Channel::Complete(std::vector<std::shared_ptr<Waiter>>* ready) {
 }
 
 void Channel::Return(int64_t size, std::vector<std::shared_ptr<Waiter>>* ready) {
-  mutex_lock l(mu_);
-  in_flight_ = std::max<int64_t>(0, in_flight_ - size);
-  Pump(ready);
+  HostLink* host = nullptr;
+  {
+    mutex_lock l(mu_);
+    host = host_;
+    if (host == nullptr) {
+      in_flight_ = std::max<int64_t>(0, in_flight_ - size);
+      Pump(ready);
+    }
+  }
+  if (host != nullptr) host->Return(this, size, ready);
+}
+
+Channel::~Channel() {
+  if (host_ == nullptr) return;
+  std::vector<std::shared_ptr<Waiter>> ready;
+  host_->Forget(this, &ready);
+  FireInTurn(std::move(ready), Outcome::kTurn);
 }
 
 bool Channel::Withdraw(const std::shared_ptr<Waiter>& w) {
@@ -77,7 +99,8 @@ bool Channel::Withdraw(const std::shared_ptr<Waiter>& w) {
   for (auto it = range.first; it != range.second; ++it) {
     if (it->second == w) {
       waiting_.erase(it);
-      if (w->credit > 0) Take(w->size);  // it goes now; its acknowledgement gives the credit back
+      // It goes now; its acknowledgement gives the credit back (to the shared window: Charge).
+      if (w->credit > 0 && w->host == nullptr) Take(w->size);
       return true;
     }
   }
@@ -93,6 +116,11 @@ void FireInTurn(std::vector<std::shared_ptr<Waiter>> ready, Outcome how) {
   while (!ready.empty()) {
     std::shared_ptr<Waiter> w = std::move(ready.back());
     ready.pop_back();
+    // Its channel gave it its turn; a shared window must take it too (or park it for later).
+    if (how == Outcome::kTurn && w->host != nullptr && !w->host_granted && w->credit > 0 &&
+        !w->host->ArriveOrWait(w)) {
+      continue;
+    }
     if (w->fired.exchange(true)) continue;
     if (how == Outcome::kTurn) Watchdog::Get().Unwatch(w);
     w->fire(how);
@@ -117,7 +145,107 @@ Waiter::~Waiter() {
   if (gates != nullptr) gates->Unref();
 }
 
-StepGates::StepGates() { GlobalStats().live_steps.fetch_add(1); }
+HostLink* HostLink::For(const std::string& sender) {
+  static tensorflow::mutex mu(tensorflow::LINKER_INITIALIZED);
+  static auto* links = new std::unordered_map<std::string, std::unique_ptr<HostLink>>();
+  mutex_lock l(mu);
+  auto& slot = (*links)[sender];
+  if (!slot) slot = std::make_unique<HostLink>();
+  return slot.get();
+}
+
+void HostLink::Take(const Waiter& w) {
+  in_flight_ += w.size;
+  held_[w.channel] += w.size;
+  RecordPeak(in_flight_);
+}
+
+void HostLink::Pump(std::vector<std::shared_ptr<Waiter>>* ready) {
+  // As Channel::Pump: the head goes first or nobody does; a tensor larger than the window goes
+  // when nothing else is in flight.
+  while (!waiting_.empty()) {
+    const std::shared_ptr<Waiter>& w = waiting_.begin()->second;
+    const int64_t credit = EffectiveCredit(w->credit);
+    if (in_flight_ > 0 && in_flight_ + w->size > credit) return;
+    Take(*w);
+    w->host_granted = true;
+    ready->push_back(w);
+    waiting_.erase(waiting_.begin());
+  }
+}
+
+bool HostLink::ArriveOrWait(const std::shared_ptr<Waiter>& w) {
+  std::vector<std::shared_ptr<Waiter>> ready;
+  {
+    mutex_lock l(mu_);
+    if (Clock::now() >= w->deadline) {
+      // Its timeout may have fired while it passed from its channel to here: fail open.
+      Take(*w);
+      w->host_granted = true;
+      return true;
+    }
+    waiting_.emplace(std::make_pair(w->gates->seq(), w->priority), w);
+    Pump(&ready);
+  }
+  bool go = false;
+  std::vector<std::shared_ptr<Waiter>> others;
+  for (auto& r : ready) {
+    if (r == w) {
+      go = true;
+    } else {
+      others.push_back(std::move(r));
+    }
+  }
+  if (!others.empty()) FireInTurn(std::move(others), Outcome::kTurn);
+  return go;
+}
+
+void HostLink::Return(const Channel* c, int64_t size, std::vector<std::shared_ptr<Waiter>>* ready) {
+  mutex_lock l(mu_);
+  auto it = held_.find(c);
+  if (it == held_.end()) return;
+  const int64_t back = std::min(size, it->second);
+  it->second -= back;
+  in_flight_ -= back;
+  if (it->second == 0) held_.erase(it);
+  Pump(ready);
+}
+
+void HostLink::Forget(const Channel* c, std::vector<std::shared_ptr<Waiter>>* ready) {
+  mutex_lock l(mu_);
+  auto it = held_.find(c);
+  if (it == held_.end()) return;
+  in_flight_ -= it->second;
+  held_.erase(it);
+  Pump(ready);
+}
+
+bool HostLink::Withdraw(const std::shared_ptr<Waiter>& w) {
+  mutex_lock l(mu_);
+  auto range = waiting_.equal_range(std::make_pair(w->gates->seq(), w->priority));
+  for (auto it = range.first; it != range.second; ++it) {
+    if (it->second == w) {
+      waiting_.erase(it);
+      Take(*w);  // it goes now; its acknowledgement gives the credit back
+      w->host_granted = true;
+      return true;
+    }
+  }
+  return false;
+}
+
+void HostLink::Charge(const std::shared_ptr<Waiter>& w) {
+  mutex_lock l(mu_);
+  Take(*w);
+  w->host_granted = true;
+}
+
+int64_t HostLink::in_flight() const {
+  mutex_lock l(mu_);
+  return in_flight_;
+}
+
+StepGates::StepGates() : seq_(step_seq.fetch_add(1)) { GlobalStats().live_steps.fetch_add(1); }
 StepGates::~StepGates() { GlobalStats().live_steps.fetch_sub(1); }
 
 Channel* StepGates::Get(const std::string& channel) {

@@ -8,6 +8,8 @@
 // `credit` parameters released and not yet acknowledged by the receiver (TfschedAck on the
 // receiving task -> TfschedCredit on this one); a tensor larger than the credit still goes when
 // nothing else is in flight, so a small credit never deadlocks.
+// With `host` set, a channel's credit is not its own: every channel of the sending task shares one
+// window (HostLink), and the steps of all workers are served in the order they reached this task.
 // Waiting gates are callbacks, not blocked threads. Every wait ends: by its turn, by the timeout
 // (fail open: the tensor goes, the event is counted), or by the step's cancellation. The state of
 // a step lives in the step's container and is freed with it.
@@ -36,6 +38,7 @@ enum class Outcome { kTurn, kTimeout, kCancelled };
 class StepGates;
 
 class Channel;
+class HostLink;
 
 struct Waiter {
   ~Waiter();
@@ -46,6 +49,10 @@ struct Waiter {
   // Keeps the step's state (and so the channel) alive for as long as the waiter can be reached.
   StepGates* gates = nullptr;
   Channel* channel = nullptr;
+  // The sending task's shared window (null: the channel's own credit). `host_granted` is set
+  // under the host's lock once the window took the tensor.
+  HostLink* host = nullptr;
+  bool host_granted = false;
   Clock::time_point since;
   Clock::time_point deadline;
   // Called exactly once, outside any lock.
@@ -58,6 +65,7 @@ struct Waiter {
 // order of the counter updates.
 class Channel {
  public:
+  ~Channel();
   // True if `w` may go now (its credit is taken; it is counted as released only by Complete,
   // after done()); otherwise parks `w` and returns false. `others` receives parked waiters that
   // may go as well (after a live credit change).
@@ -79,9 +87,44 @@ class Channel {
   void Take(int64_t size);
 
   mutable tensorflow::mutex mu_;
+  HostLink* host_ = nullptr;  // set by the first gate with a shared window; acks go there
   int64_t released_ = 0;
   int64_t in_flight_ = 0;  // parameters released and not yet acknowledged
   std::multimap<int64_t, std::shared_ptr<Waiter>> waiting_;
+};
+
+// One credit window for every channel of a sending task, across steps (an improvement over
+// ByteScheduler, whose credit is per tensor queue): a waiter comes here once its channel gave it
+// its turn, and the window takes the oldest step's highest-priority tensor first. So when several
+// workers' steps pull from one PS at once, the PS serves one worker's step after the other instead
+// of splitting its link between all of them: the first worker computes (and pushes, on the PS's
+// other direction) while the next one pulls. Work-conserving: a step whose next tensor has not
+// arrived does not hold the window.
+class HostLink {
+ public:
+  // The window of sending task `sender` (process-wide, never freed).
+  static HostLink* For(const std::string& sender);
+  // True if `w` may go now (its size is taken from the window); otherwise parks it.
+  bool ArriveOrWait(const std::shared_ptr<Waiter>& w);
+  // `size` parameters sent on `c` were acknowledged.
+  void Return(const Channel* c, int64_t size, std::vector<std::shared_ptr<Waiter>>* ready);
+  // `c`'s step ended: what it still held comes back (a step that failed never leaks credit).
+  void Forget(const Channel* c, std::vector<std::shared_ptr<Waiter>>* ready);
+  // Removes a parked waiter (timeout, cancellation); false if it was not parked here.
+  bool Withdraw(const std::shared_ptr<Waiter>& w);
+  // A tensor that goes without the window's consent (its wait ended) still holds its size.
+  void Charge(const std::shared_ptr<Waiter>& w);
+  int64_t in_flight() const;
+
+ private:
+  void Pump(std::vector<std::shared_ptr<Waiter>>* ready);
+  void Take(const Waiter& w);
+
+  mutable tensorflow::mutex mu_;
+  int64_t in_flight_ = 0;
+  std::unordered_map<const Channel*, int64_t> held_;
+  // (step sequence, priority) -> parked waiter: the oldest step first, then its priority order.
+  std::multimap<std::pair<int64_t, int64_t>, std::shared_ptr<Waiter>> waiting_;
 };
 
 // The credit in force for a gate whose pass-given credit is `configured`: 0 (no acks on this
@@ -98,8 +141,11 @@ class StepGates : public tensorflow::ResourceBase {
   ~StepGates() override;
   std::string DebugString() const override { return "tfsched step gates"; }
   Channel* Get(const std::string& channel);
+  // Order in which steps reached this process (HostLink serves the oldest first).
+  int64_t seq() const { return seq_; }
 
  private:
+  const int64_t seq_;
   tensorflow::mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<Channel>> channels_;
 };
@@ -113,7 +159,7 @@ struct Stats {
   std::atomic<int64_t> live_steps{0};  // StepGates alive now (per-step state not yet freed)
   std::atomic<int64_t> wait_us{0};    // total time spent waiting
   std::atomic<int64_t> acked{0};      // credit returns (acknowledged transfers)
-  std::atomic<int64_t> peak_in_flight{0};  // most parameters in flight on one channel (resettable)
+  std::atomic<int64_t> peak_in_flight{0};  // most in flight on one channel or window (resettable)
 };
 Stats& GlobalStats();
 

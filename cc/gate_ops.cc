@@ -32,6 +32,7 @@ REGISTER_OP("TfschedGate")
     .Attr("timeout_ms: int >= 0 = 60000")
     .Attr("ordered: bool = true")
     .Attr("credit: int >= 0 = 0")
+    .Attr("host: bool = false")
     .SetIsStateful()  // must not be constant-folded, deduplicated or pruned by the optimizers
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
     .Doc(R"doc(
@@ -48,6 +49,8 @@ ordered: true: wait until `priority` gates of the channel were released (TicTac'
 credit: at most this many parameters released and not acknowledged on the channel (TfschedAck /
   TfschedCredit carry the acknowledgements); 0: the channel has no acknowledgements, no limit.
   TfschedSetCredit overrides it while training runs.
+host: the credit is one window for every channel of the sending task, and the window serves the
+  steps in the order they reached this task (the oldest step's tensors first).
 )doc");
 
 REGISTER_OP("TfschedAck")
@@ -153,6 +156,9 @@ class TfschedGateOp : public AsyncOpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("timeout_ms", &timeout_ms_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("ordered", &ordered_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("credit", &credit_));
+    bool host = false;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("host", &host));
+    if (host && credit_ > 0) host_ = HostLink::For(channel_.substr(0, channel_.find("->")));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -181,6 +187,7 @@ class TfschedGateOp : public AsyncOpKernel {
     w->size = ctx->input(0).NumElements();
     w->ordered = ordered_;
     w->credit = credit_;
+    w->host = host_;
     w->since = Clock::now();
     w->deadline = timeout_ms_ > 0 ? w->since + std::chrono::milliseconds(timeout_ms_)
                                   : Clock::time_point::max();
@@ -203,8 +210,9 @@ class TfschedGateOp : public AsyncOpKernel {
       done();
     };
     std::vector<std::shared_ptr<Waiter>> others;
-    const bool go = channel->ArriveOrWait(w, &others);
+    bool go = channel->ArriveOrWait(w, &others);
     if (!others.empty()) FireInTurn(std::move(others), Outcome::kTurn);
+    if (go && host_ != nullptr && !host_->ArriveOrWait(w)) go = false;  // its turn; not the window's
     if (go) {
       stats.released.fetch_add(1);
       w->fired.store(true);
@@ -219,7 +227,15 @@ class TfschedGateOp : public AsyncOpKernel {
     auto withdraw = [weak, channel, name = channel_](Outcome how) {
       auto waiter = weak.lock();  // alive => its StepGates, and so `channel`, are alive
       if (!waiter) return;
-      if (channel->Withdraw(waiter)) {
+      bool withdrawn = channel->Withdraw(waiter);
+      if (waiter->host != nullptr) {
+        if (withdrawn) {
+          waiter->host->Charge(waiter);
+        } else {
+          withdrawn = waiter->host->Withdraw(waiter);
+        }
+      }
+      if (withdrawn) {
         if (how == Outcome::kTimeout) WarnTimeout(name, waiter->priority, channel->released());
         FireInTurn({waiter}, how);
       }
@@ -240,6 +256,7 @@ class TfschedGateOp : public AsyncOpKernel {
   int64_t timeout_ms_ = 0;
   bool ordered_ = true;
   int64_t credit_ = 0;
+  HostLink* host_ = nullptr;  // the sending task's shared window, if the pass asked for one
 };
 
 class TfschedAckOp : public tensorflow::OpKernel {

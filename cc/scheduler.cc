@@ -371,6 +371,7 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
     return absl::InvalidArgumentError(absl::StrCat("tfsched: unknown mode '", mode_, "'"));
   if (auto it = params.find("partition"); it != params.end()) partition_ = it->second.i();
   if (auto it = params.find("credit"); it != params.end()) credit_ = it->second.i();
+  if (auto it = params.find("host_credit"); it != params.end()) host_credit_ = it->second.b();
   if (partition_ < 0 || credit_ < 0)
     return absl::InvalidArgumentError("tfsched: partition and credit must be >= 0 (parameters)");
   if (auto it = params.find("priorities"); it != params.end()) {
@@ -598,6 +599,7 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
           credit > 0 && (size == 0 || size >= std::max(kMinAckedElements, credit / kCreditShareNotAcked));
       attr["ordered"].set_b(!(mode_ == "queue" && t.kind == "push"));
       attr["credit"].set_i(acked ? credit : 0);
+      attr["host"].set_b(host_credit_);
       gates.push_back(name);
       added.push_back(std::move(gate));
       if (acked) {

@@ -41,6 +41,7 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   std::string mode_ = "counter";
   int64_t partition_ = 0;
   int64_t credit_ = 0;
+  bool host_credit_ = false;  // one credit window per sending task, steps served in turn
 };
 
 }  // namespace tfsched

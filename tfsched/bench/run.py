@@ -27,13 +27,15 @@ class ModeSpec:
 
     Grammar: ``ALG[+pc][+pN][+cN]`` with ALG one of tio, tao, layer; ``+pc`` turns on
     ByteScheduler's defaults (partition 1,000,000, credit 4,000,000 parameters), ``+pN`` and
-    ``+cN`` set either one (``tao+p500000+c2000000``). ``tuned`` is added by the tuner.
+    ``+cN`` set either one (``tao+p500000+c2000000``); ``+host`` makes the credit one window per
+    sending task, workers served in turn (``tao+pc+host``). ``tuned`` is added by the tuner.
     """
 
     name: str
     algorithm: str | None  # None: vanilla TensorFlow
     partition: int = 0
     credit: int = 0
+    host_credit: bool = False
 
 
 def parse_mode(name: str) -> ModeSpec:
@@ -44,11 +46,14 @@ def parse_mode(name: str) -> ModeSpec:
     alg, *knobs = name.split("+")
     if alg not in ALGORITHMS:
         raise TfschedError(
-            f"unknown mode {name!r}: expected baseline or one of {', '.join(ALGORITHMS)} [+pc][+pN][+cN]"
+            f"unknown mode {name!r}: expected baseline or one of {', '.join(ALGORITHMS)} [+pc][+pN][+cN][+host]"
         )
     partition = credit = 0
+    host = False
     for k in knobs:
-        if k == "pc":
+        if k == "host":
+            host = True
+        elif k == "pc":
             partition, credit = DEFAULT_PARTITION, DEFAULT_CREDIT
         elif k[:1] in ("p", "c") and k[1:].isdigit() and int(k[1:]) > 0:
             if k[0] == "p":
@@ -56,8 +61,10 @@ def parse_mode(name: str) -> ModeSpec:
             else:
                 credit = int(k[1:])
         else:
-            raise TfschedError(f"unknown mode {name!r}: {k!r} is not pc, pN or cN (N parameters > 0)")
-    return ModeSpec(name, alg, partition, credit)
+            raise TfschedError(f"unknown mode {name!r}: {k!r} is not pc, pN, cN (N parameters > 0) or host")
+    if host and not credit:
+        raise TfschedError(f"unknown mode {name!r}: +host needs a credit (+pc or +cN)")
+    return ModeSpec(name, alg, partition, credit, host)
 
 
 def parse_modes(value: str) -> tuple[str, ...]:
@@ -132,7 +139,12 @@ def mode_configs(
     configs = {}
     for mode in modes:
         spec = parse_mode(mode)
-        knobs = {"partition": spec.partition, "credit": spec.credit, "timeout_ms": timeout_ms}
+        knobs = {
+            "partition": spec.partition,
+            "credit": spec.credit,
+            "host_credit": spec.host_credit,
+            "timeout_ms": timeout_ms,
+        }
         if spec.algorithm is None:
             configs[mode] = None
         elif spec.algorithm == "tio":

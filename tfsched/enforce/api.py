@@ -105,6 +105,7 @@ def enable(
     strict: bool = False,
     partition: int | None = None,
     credit: int | None = None,
+    host_credit: bool = False,
 ):
     """Turn tfsched's pass on in a session config; returns the config (a new one if none given).
 
@@ -124,6 +125,10 @@ def enable(
     credit : at most this many parameters released and not yet acknowledged per channel
         (ByteScheduler's credit; ``DEFAULT_CREDIT`` is its 4,000,000). Default: ``$TFSCHED_CREDIT``,
         else off. ``set_credit`` changes it while training runs.
+    host_credit : make the credit one window per sending task instead of one per channel, and serve
+        the workers' steps in the order they reach the task: a PS then sends one worker its
+        parameters after the other, so the first computes and pushes while the next pulls (an
+        improvement over ByteScheduler, measured in BENCHMARKS.md). Needs ``credit``.
 
     Example
     -------
@@ -133,6 +138,10 @@ def enable(
     from tfsched.ordering.schedule import load_schedule
 
     partition, credit = resolve_knobs(partition, credit)
+    if not isinstance(host_credit, bool):
+        raise TfschedError(f"host_credit must be True or False, got {host_credit!r}")
+    if host_credit and not credit:
+        raise TfschedError("host_credit needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
     if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0:
         raise TfschedError(f"timeout_ms must be a non-negative integer (milliseconds), got {timeout_ms!r}")
     lines: list[str] = []
@@ -176,6 +185,7 @@ def enable(
     opt.parameter_map["priorities"].list.s.extend(s.encode() for s in lines)
     opt.parameter_map["partition"].i = partition
     opt.parameter_map["credit"].i = credit
+    opt.parameter_map["host_credit"].b = host_credit
     if strict:
         rewrite.fail_on_optimizer_errors = True
     return config
