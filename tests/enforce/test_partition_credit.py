@@ -1,5 +1,7 @@
 """ByteScheduler's extension in the real pass: partitioned transfers and credit-based preemption."""
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -289,7 +291,7 @@ def test_host_credit_serves_one_workers_step_after_the_other(cluster):
             assert len(by_ps) == 2 and all(len(r) == 2 * 16 for r in by_ps.values())
             for released in by_ps.values():
                 order = [w for _, w in sorted(released)]
-                out.append(sum(a != b for a, b in zip(order, order[1:])))
+                out.append(sum(a != b for a, b in itertools.pairwise(order)))
         return out
 
     outcomes = {}

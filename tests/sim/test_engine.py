@@ -86,6 +86,24 @@ class TestSimulate:
         # each next pull waits for the previous one's acknowledgement (one more overhead)
         assert one_at_a_time == pytest.approx(free + 2 * 0.001)
 
+    def test_one_window_per_sender_serves_one_worker_after_the_other(self):
+        # One PS, two workers each pulling 1 MB (1 s alone on the link) and computing 1 s with it.
+        nodes = var("w", (250_000,)) + [op("a", ["w/read"], device=W0), op("b", ["w/read"], device=W1)]
+        g = build_comm_graph(nodes, fetches=["a", "b"])
+        sg = build_sim_graph(g, oracle_with({"a": 1.0, "b": 1.0}, bandwidth_bps=8e6), order(g, "tio"))
+        ends = {sg.name[i]: i for i in range(len(sg)) if sg.name[i] in ("a", "b")}
+
+        def finish(**kw):
+            r = simulate(sg, "counter", credit_bytes=1_000_000, record=True, **kw)
+            return sorted(r.ends[i] for i in ends.values())
+
+        # a window per channel: the two pulls share the uplink and both arrive at 2 s
+        assert finish() == pytest.approx([3.0, 3.0])
+        # one window for the PS: the first worker's pull has the link to itself, then the other's
+        assert finish(host_credit=True) == pytest.approx([2.0, 3.0])
+        with pytest.raises(TfschedError, match="needs a credit"):
+            simulate(sg, "counter", host_credit=True)
+
     def test_messages_not_acknowledged_take_no_credit(self):
         g = chain_graph(3, [1000] * 3)  # 4000-byte pulls
         o = oracle_with({}, bandwidth_bps=8e6, overhead_s=0.001)

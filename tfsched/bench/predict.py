@@ -105,6 +105,7 @@ def annotate(
                 POLICY_OF_MODE[schedule.mode],
                 credit_bytes=spec.credit * PARAM_BYTES or None,
                 min_acked_bytes=MIN_ACKED_BYTES,
+                host_credit=spec.host_credit,
             ).step_time
         measured = statistics.fmean(res.step_times) if res.step_times else 0.0
         res.measured = {

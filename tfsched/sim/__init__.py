@@ -23,6 +23,7 @@ def simulate_schedule(
     steps: int = 1,
     partition_bytes: int | None = None,
     credit_bytes: int | None = None,
+    host_credit: bool = False,
     seed: int = 0,
     record: bool = False,
 ) -> SimResult:
@@ -32,7 +33,7 @@ def simulate_schedule(
     sg = build_sim_graph(
         graph, oracle, schedule, workers=workers, steps=steps, partition_bytes=partition_bytes
     )
-    return simulate(sg, policy, credit_bytes=credit_bytes, seed=seed, record=record)
+    return simulate(sg, policy, credit_bytes=credit_bytes, host_credit=host_credit, seed=seed, record=record)
 
 
 __all__ = [

@@ -23,7 +23,11 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   goes only if the bytes released and not yet acknowledged leave room for it, or nothing is in
   flight; the acknowledgement comes back one per-message overhead (plus latency) after arrival.
   As the pass (cc/scheduler.cc), messages under ``min_acked_bytes`` or under an eighth of the
-  credit are ordered but not acknowledged: they take no credit.
+  credit are ordered but not acknowledged: they take no credit;
+* with ``host_credit`` (the pass's ``host_credit``, cc/gate.h HostLink): the credit is one window
+  per sending task; an acknowledged message that its channel let go waits there, and the window
+  takes the oldest step's (then the first worker's) highest-priority message first. Its channel's
+  counter moves on only once the window took it.
 """
 
 from __future__ import annotations
@@ -111,12 +115,15 @@ def simulate(
     latency_s: float = 0.0,
     seed: int = 0,
     record: bool = False,
+    host_credit: bool = False,
 ) -> SimResult:
     """Run the simulation; see the module docstring for the model."""
     if policy not in POLICIES:
         raise TfschedError(f"unknown simulation policy {policy!r}; choose one of {', '.join(POLICIES)}")
     if credit_bytes is not None and credit_bytes <= 0:
         raise TfschedError(f"credit must be positive, got {credit_bytes}")
+    if host_credit and credit_bytes is None:
+        raise TfschedError("a window per sending task (host_credit) needs a credit")
     n = len(sg)
     ack_from = max(min_acked_bytes, credit_bytes // CREDIT_SHARE_NOT_ACKED) if credit_bytes else 0
     rng = random.Random(seed)
@@ -156,6 +163,10 @@ def simulate(
     waiting: dict[tuple, list] = defaultdict(list)  # gate -> heap of (rank or key, tiebreak, id)
     fifo_waiting: dict[tuple, list] = defaultdict(list)  # gate -> heap of (ready time, tiebreak, id)
     inflight: dict[tuple, int] = defaultdict(int)  # gate -> bytes released but not yet received
+    # host_credit: sending task -> heap of ((step, worker), order, tiebreak, id), and its bytes in flight
+    host_waiting: dict[str, list] = defaultdict(list)
+    host_inflight: dict[str, int] = defaultdict(int)
+    windowed = [host_credit and a for a in acked]  # messages the task's window takes
 
     ready_ops: dict[str, list] = defaultdict(list)  # resource -> heap of (ready time, tiebreak, id)
     wire: dict[str, deque] = defaultdict(deque)  # channel -> released messages, in order
@@ -245,7 +256,9 @@ def simulate(
         gate = sg.gate[i]
         if how[i] == "counter":  # counters count gated transfers only, as the gates do
             released_count[gate] += 1
-        if acked[i]:
+        if windowed[i]:
+            host_inflight[gate[0]] += sg.nbytes[i]
+        elif acked[i]:
             inflight[gate] += sg.nbytes[i]
         if record:
             starts[i] = now
@@ -253,17 +266,39 @@ def simulate(
         wire[ch].append(i)
         serve(ch)
 
-    def try_release(gate: tuple) -> None:
-        # The head goes first or nobody does (cc/gate.cc Channel::Pump).
-        heap = waiting[gate]
+    def pump_host(src: str) -> list[tuple]:
+        """Release what the task's window takes, head first (cc/gate.cc HostLink::Pump); returns
+        the gates whose counters moved."""
+        heap, moved = host_waiting[src], []
         while heap:
-            order, _, i = heap[0]
-            if how[i] == "counter" and order > released_count[gate]:
-                break
-            if acked[i] and inflight[gate] > 0 and inflight[gate] + sg.nbytes[i] > credit_bytes:
+            i = heap[0][-1]
+            if host_inflight[src] > 0 and host_inflight[src] + sg.nbytes[i] > credit_bytes:
                 break
             heapq.heappop(heap)
             release(i)
+            moved.append(sg.gate[i])
+        return moved
+
+    def try_release(*gates: tuple) -> None:
+        # The head goes first or nobody does (cc/gate.cc Channel::Pump). Iterative: a window's
+        # release lets the next message of a channel through, which may reach the window again.
+        todo = list(gates)
+        while todo:
+            gate = todo.pop()
+            heap = waiting[gate]
+            while heap:
+                order, _, i = heap[0]
+                if how[i] == "counter" and order > released_count[gate]:
+                    break
+                if windowed[i]:  # its turn on the channel; now the task's window decides
+                    heapq.heappop(heap)
+                    heapq.heappush(host_waiting[gate[0]], ((sg.step[i], sg.worker[i]), order, tiebreak[i], i))
+                    todo.extend(pump_host(gate[0]))
+                    continue
+                if acked[i] and inflight[gate] > 0 and inflight[gate] + sg.nbytes[i] > credit_bytes:
+                    break
+                heapq.heappop(heap)
+                release(i)
 
     def became_ready(i: int) -> None:
         k = sg.kind[i]
@@ -360,8 +395,12 @@ def simulate(
                 if acked[i]:
                     push_event(now + sg.overhead[i] + latency_s, "ack", i)
             elif kind == "ack":
-                inflight[sg.gate[i]] -= sg.nbytes[i]
-                try_release(sg.gate[i])
+                if windowed[i]:
+                    host_inflight[sg.gate[i][0]] -= sg.nbytes[i]
+                    try_release(*pump_host(sg.gate[i][0]))
+                else:
+                    inflight[sg.gate[i]] -= sg.nbytes[i]
+                    try_release(sg.gate[i])
             elif kind == "flush":
                 gate = sg.gate[i]
                 heap = fifo_waiting[gate]
@@ -374,7 +413,9 @@ def simulate(
                 spec.append((i, "up:" + src, "down:" + dst, sg.bandwidth[i]))
             rates = _max_min_rates(spec, sg.link_capacity) if spec else {}
 
-    stuck = [e[2] for heaps in (waiting, fifo_waiting) for heap in heaps.values() for e in heap]
+    stuck = [
+        e[-1] for heaps in (waiting, fifo_waiting, host_waiting) for heap in heaps.values() for e in heap
+    ]
     unfinished = stuck + [i for i in range(n) if npred[i] > 0]
     if unfinished:
         raise TfschedError(
