@@ -410,7 +410,8 @@ def viz(trace_path, output, schedule, graph_path, fetches, compare, step):
     show_default=True,
     callback=_modes,
     help="Comma-separated: baseline, tio, tao, layer; +pc adds ByteScheduler's partitioning and credit "
-    "(tio+pc), +pN / +cN set them (tao+p500000+c2000000).",
+    "(tio+pc), +pN / +cN set them (tao+p500000+c2000000), +host makes the credit one window per "
+    "sending task that serves the workers in turn (tao+pc+host).",
 )
 @click.option(
     "--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Steps per worker per round."
