@@ -240,11 +240,6 @@ void HostLink::Charge(const std::shared_ptr<Waiter>& w) {
   w->host_granted = true;
 }
 
-int64_t HostLink::in_flight() const {
-  mutex_lock l(mu_);
-  return in_flight_;
-}
-
 StepGates::StepGates() : seq_(step_seq.fetch_add(1)) { GlobalStats().live_steps.fetch_add(1); }
 StepGates::~StepGates() { GlobalStats().live_steps.fetch_sub(1); }
 

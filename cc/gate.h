@@ -114,7 +114,6 @@ class HostLink {
   bool Withdraw(const std::shared_ptr<Waiter>& w);
   // A tensor that goes without the window's consent (its wait ended) still holds its size.
   void Charge(const std::shared_ptr<Waiter>& w);
-  int64_t in_flight() const;
 
  private:
   void Pump(std::vector<std::shared_ptr<Waiter>>* ready);
