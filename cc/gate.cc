@@ -117,8 +117,7 @@ void FireInTurn(std::vector<std::shared_ptr<Waiter>> ready, Outcome how) {
     std::shared_ptr<Waiter> w = std::move(ready.back());
     ready.pop_back();
     // Its channel gave it its turn; a shared window must take it too (or park it for later).
-    if (how == Outcome::kTurn && w->host != nullptr && !w->host_granted && w->credit > 0 &&
-        !w->host->ArriveOrWait(w)) {
+    if (how == Outcome::kTurn && w->host != nullptr && !w->host_granted && !w->host->ArriveOrWait(w)) {
       continue;
     }
     if (w->fired.exchange(true)) continue;
@@ -154,10 +153,11 @@ HostLink* HostLink::For(const std::string& sender) {
   return slot.get();
 }
 
-void HostLink::Take(const Waiter& w) {
-  in_flight_ += w.size;
-  held_[w.channel] += w.size;
+void HostLink::Grant(Waiter* w) {
+  in_flight_ += w->size;
+  held_[w->channel] += w->size;
   RecordPeak(in_flight_);
+  w->host_granted = true;
 }
 
 void HostLink::Pump(std::vector<std::shared_ptr<Waiter>>* ready) {
@@ -167,8 +167,7 @@ void HostLink::Pump(std::vector<std::shared_ptr<Waiter>>* ready) {
     const std::shared_ptr<Waiter>& w = waiting_.begin()->second;
     const int64_t credit = EffectiveCredit(w->credit);
     if (in_flight_ > 0 && in_flight_ + w->size > credit) return;
-    Take(*w);
-    w->host_granted = true;
+    Grant(w.get());
     ready->push_back(w);
     waiting_.erase(waiting_.begin());
   }
@@ -180,8 +179,7 @@ bool HostLink::ArriveOrWait(const std::shared_ptr<Waiter>& w) {
     mutex_lock l(mu_);
     if (Clock::now() >= w->deadline) {
       // Its timeout may have fired while it passed from its channel to here: fail open.
-      Take(*w);
-      w->host_granted = true;
+      Grant(w.get());
       return true;
     }
     waiting_.emplace(std::make_pair(w->gates->seq(), w->priority), w);
@@ -226,8 +224,7 @@ bool HostLink::Withdraw(const std::shared_ptr<Waiter>& w) {
   for (auto it = range.first; it != range.second; ++it) {
     if (it->second == w) {
       waiting_.erase(it);
-      Take(*w);  // it goes now; its acknowledgement gives the credit back
-      w->host_granted = true;
+      Grant(w.get());  // it goes now; its acknowledgement gives the credit back
       return true;
     }
   }
@@ -236,8 +233,7 @@ bool HostLink::Withdraw(const std::shared_ptr<Waiter>& w) {
 
 void HostLink::Charge(const std::shared_ptr<Waiter>& w) {
   mutex_lock l(mu_);
-  Take(*w);
-  w->host_granted = true;
+  Grant(w.get());
 }
 
 StepGates::StepGates() : seq_(step_seq.fetch_add(1)) { GlobalStats().live_steps.fetch_add(1); }

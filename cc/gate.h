@@ -49,8 +49,8 @@ struct Waiter {
   // Keeps the step's state (and so the channel) alive for as long as the waiter can be reached.
   StepGates* gates = nullptr;
   Channel* channel = nullptr;
-  // The sending task's shared window (null: the channel's own credit). `host_granted` is set
-  // under the host's lock once the window took the tensor.
+  // The sending task's shared window (null: the channel's own credit, or a gate without
+  // acknowledgements). `host_granted` is set under the host's lock once the window took it.
   HostLink* host = nullptr;
   bool host_granted = false;
   Clock::time_point since;
@@ -117,9 +117,10 @@ class HostLink {
 
  private:
   void Pump(std::vector<std::shared_ptr<Waiter>>* ready);
-  void Take(const Waiter& w);
+  // Takes `w`'s size from the window, for `w`'s channel, and marks `w` granted.
+  void Grant(Waiter* w);
 
-  mutable tensorflow::mutex mu_;
+  tensorflow::mutex mu_;
   int64_t in_flight_ = 0;
   std::unordered_map<const Channel*, int64_t> held_;
   // (step sequence, priority) -> parked waiter: the oldest step first, then its priority order.
