@@ -41,14 +41,14 @@ def test_alexnet_has_one_huge_tensor():
 
 
 def test_balanced_batch_size_equalizes_compute_and_communication():
-    from tfsched.models.batch import balanced_batch_size
+    from tfsched.models.batch import MAX_BATCH, balanced_batch_size
 
     slow = balanced_batch_size("seq32", bandwidth_bps=1e7, workers=2)
     fast = balanced_batch_size("seq32", bandwidth_bps=1e10, workers=2)
     assert slow.comm_s > fast.comm_s
     assert slow.batch_size >= fast.batch_size
-    assert 1 <= fast.batch_size <= slow.batch_size <= 256
-    if 1 < slow.batch_size < 256:  # not clamped: compute at that batch is the communication time
+    assert 1 <= fast.batch_size <= slow.batch_size <= MAX_BATCH
+    if 1 < slow.batch_size < MAX_BATCH:  # not clamped: compute at that batch is the communication time
         assert slow.fixed_s + slow.batch_size * slow.per_example_s == pytest.approx(slow.comm_s, rel=0.05)
 
 
