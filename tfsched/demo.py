@@ -97,7 +97,7 @@ def run_demo(
         f"{rounds} interleaved rounds of {steps} steps per worker",
         title_justify="left",
     )
-    for col in ("mode", "mean (s)", "p95 (s)", "steps/s", "vs base", "simulated (s)"):
+    for col in ("mode", "mean (s)", "p95 (s)", "steps/s", "vs base", "slowest worker (s)", "simulated (s)"):
         table.add_column(col, justify="left" if col == "mode" else "right", no_wrap=col == "mode")
     b = measured["baseline"].throughput
     for mode, r in measured.items():
@@ -108,6 +108,7 @@ def run_demo(
             f"{j['p95_s']:.4f}",
             f"{r.throughput:.2f}",
             f"{r.throughput / b:.3f}x" if b else "-",
+            f"{j['iteration_mean_s']:.4f}",
             f"{j['predicted_s']:.4f}" if j.get("predicted_s") else "-",
         )
     console.print(table)

@@ -140,6 +140,7 @@ def test_bench_command_writes_every_field(tmp_path):
             "p50_s",
             "p95_s",
             "mean_s",
+            "iteration_mean_s",
             "p95_over_p50",
             "straggler",
             "efficiency_E",
@@ -151,6 +152,11 @@ def test_bench_command_writes_every_field(tmp_path):
             assert r[key] is not None, key
         assert r["steps"] == 6 and r["throughput_steps_per_s"] > 0 and r["p95_s"] >= r["p50_s"] > 0
         assert 0 <= r["straggler"] < 1 and r["lower_bound_s"] <= r["upper_bound_s"]
+        # the prediction is compared with the slowest worker of each synchronized step
+        assert len(r["iterations"]) == 3 and all(len(it) == 2 for it in r["iterations"])
+        assert r["iteration_mean_s"] == pytest.approx(sum(max(it) for it in r["iterations"]) / 3, rel=1e-4)
+        assert r["iteration_mean_s"] >= r["mean_s"]
+        assert r["predicted_s"] == pytest.approx(r["iteration_mean_s"] * (1 + r["prediction_error"]))
     md = (tmp_path / "bench.md").read_text()
     assert "| baseline |" in md and "| tio |" in md
     png = tmp_path / "bench.png"

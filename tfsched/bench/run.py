@@ -113,8 +113,14 @@ class ModeResult:
         ratios = [(max(it) - min(it)) / max(it) for it in self.iterations if len(it) > 1 and max(it) > 0]
         return statistics.fmean(ratios) if ratios else 0.0
 
+    @property
+    def iteration_times(self) -> list[float]:
+        """Per synchronized step, the slowest worker's time: how long the step took for all."""
+        return [max(it) for it in self.iterations if it]
+
     def to_json(self) -> dict:
         p50 = self.percentile(50)
+        its = self.iteration_times
         return {
             "mode": self.mode,
             "p95_over_p50": self.percentile(95) / p50 if p50 else 0.0,
@@ -124,6 +130,9 @@ class ModeResult:
             "p50_s": self.percentile(50),
             "p95_s": self.percentile(95),
             "mean_s": statistics.fmean(self.step_times) if self.step_times else 0.0,
+            "iteration_mean_s": statistics.fmean(its) if its else 0.0,
+            # the raw times (seconds): any column can be recomputed from the file
+            "iterations": [[round(t, 6) for t in it] for it in self.iterations],
             **self.measured,
         }
 
