@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tfsched.errors import TfschedError
 from tfsched.graph import CommGraph, load_comm_graph
 from tfsched.oracle.oracle import DEFAULT_BANDWIDTH_BPS, DEFAULT_OVERHEAD_S, LinkModel, TimeOracle
 from tfsched.ordering import order
@@ -29,6 +30,7 @@ class Prediction:
     # With partitioning and/or credit (parameters; 0: off): the same order without them.
     partition: int = 0
     credit: int = 0
+    host_credit: bool = False  # the credit is one window per sending task
     priority_only_s: float | None = None
 
     def to_json(self) -> dict:
@@ -41,7 +43,12 @@ class Prediction:
             "speedup_bound": self.speedup_bound,
         }
         if self.partition or self.credit:
-            out.update(partition=self.partition, credit=self.credit, priority_only_s=self.priority_only_s)
+            out.update(
+                partition=self.partition,
+                credit=self.credit,
+                host_credit=self.host_credit,
+                priority_only_s=self.priority_only_s,
+            )
         return out
 
 
@@ -81,14 +88,18 @@ def predict(
     workers: int | None = None,
     partition: int = 0,
     credit: int = 0,
+    host_credit: bool = False,
 ) -> Prediction:
     """Simulate one step under FIFO and under ``schedule``, with TicTac's bounds.
 
     The baseline is FIFO with ties in a random order (TensorFlow hands ready transfers to gRPC
     in no fixed order), averaged over a few seeds. ``partition`` and ``credit`` (parameters, as
     the enforcement pass takes them) apply to the scheduled run only; then the same order without
-    them is simulated too (``priority_only_s``).
+    them is simulated too (``priority_only_s``). ``host_credit``: the credit is one window per
+    sending task, as ``tfsched.enable(..., host_credit=True)`` enforces it.
     """
+    if host_credit and not credit:
+        raise TfschedError("host_credit needs a credit (the window it makes one per sending task)")
     sg = build_sim_graph(graph, oracle, schedule, workers=workers)
     policy = POLICY_OF_MODE[schedule.mode]
     plain = simulate(sg, policy).step_time
@@ -99,7 +110,11 @@ def predict(
             graph, oracle, schedule, workers=workers, partition_bytes=partition * PARAM_BYTES or None
         )
         scheduled = simulate(
-            psg, policy, credit_bytes=credit * PARAM_BYTES or None, min_acked_bytes=MIN_ACKED_BYTES
+            psg,
+            policy,
+            credit_bytes=credit * PARAM_BYTES or None,
+            min_acked_bytes=MIN_ACKED_BYTES,
+            host_credit=host_credit,
         ).step_time
     baseline = sum(simulate(sg, "random", seed=s).step_time for s in range(BASELINE_SEEDS)) / BASELINE_SEEDS
     b = step_bounds(sg)
@@ -113,6 +128,7 @@ def predict(
         baseline_efficiency=b.efficiency(baseline),
         partition=partition,
         credit=credit,
+        host_credit=host_credit,
         priority_only_s=priority_only,
     )
 
@@ -132,6 +148,7 @@ def analyze(
     statistic: str = "min",
     partition: int = 0,
     credit: int = 0,
+    host_credit: bool = False,
 ) -> Analysis:
     """Analyze a saved graph: transfers, their order under ``algorithm``, and the predicted gain.
 
@@ -159,6 +176,7 @@ def analyze(
         trace_match=match,
         partition=partition,
         credit=credit,
+        host_credit=host_credit,
     )
 
 
@@ -171,6 +189,7 @@ def analyze_graph(
     trace_match=None,
     partition: int = 0,
     credit: int = 0,
+    host_credit: bool = False,
 ) -> Analysis:
     """Order and predict for a graph already loaded, e.g. to compare algorithms on one graph."""
     schedule = order(graph, algorithm, oracle)
@@ -178,7 +197,15 @@ def analyze_graph(
         graph=graph,
         schedule=schedule,
         oracle=oracle,
-        prediction=predict(graph, schedule, oracle, workers=workers, partition=partition, credit=credit),
+        prediction=predict(
+            graph,
+            schedule,
+            oracle,
+            workers=workers,
+            partition=partition,
+            credit=credit,
+            host_credit=host_credit,
+        ),
         workers=workers or len(graph.worker_tasks),
         trace_match=trace_match,
     )

@@ -162,6 +162,12 @@ def _duration(ctx, param, value):
     show_default=True,
     help="Predict with at most this many parameters in flight per channel (0: off).",
 )
+@click.option(
+    "--host-credit",
+    is_flag=True,
+    help="Predict with the credit as one window per sending task (needs --credit; "
+    "tfsched.enable(..., host_credit=True)).",
+)
 def analyze(
     graph,
     fetches,
@@ -178,6 +184,7 @@ def analyze(
     statistic,
     partition,
     credit,
+    host_credit,
 ):
     """Find the transfers of a saved PS graph, order them, and predict the step time.
 
@@ -187,9 +194,12 @@ def analyze(
       tfsched analyze model.meta --algorithm tao --bandwidth 100Mbit --workers 4 -o schedule.json
       tfsched analyze run.runmeta --json
       tfsched analyze train.pb --fetch train --trace trace.json --algorithm tao
+      tfsched analyze train.pb --fetch train --algorithm tao --workers 4 --credit 4000000 --host-credit
     """
     from tfsched.analysis import analyze as run_analysis
 
+    if host_credit and not credit:
+        raise click.UsageError("--host-credit needs --credit N (the window it makes one per sending task)")
     result = run_analysis(
         graph,
         fetches=list(fetches) or None,
@@ -203,6 +213,7 @@ def analyze(
         statistic=statistic,
         partition=partition,
         credit=credit,
+        host_credit=host_credit,
     )
     if output:
         result.schedule.save(output)

@@ -56,6 +56,7 @@ def print_analysis(
     if p.priority_only_s is not None:
         summary.add_row(f"scheduled ({s.algorithm}, priority only)", f"{p.priority_only_s:.4f}")
         knobs = ", ".join(f"{k} {v:,}" for k, v in (("partition", p.partition), ("credit", p.credit)) if v)
+        knobs += " per sending task" if p.host_credit else ""
         summary.add_row(f"scheduled ({s.algorithm}, {knobs})", f"{p.scheduled_s:.4f}")
     else:
         summary.add_row(f"scheduled ({s.algorithm})", f"{p.scheduled_s:.4f}")

@@ -72,6 +72,17 @@ class TestAnalyze:
 
         assert load_schedule(str(sched))["graph"]["transfers"] == len(outs[0])
 
+    def test_credit_per_sending_task(self, seq_graph_file):
+        base = ["analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2"]
+        p = run(*base, "--credit", "100000", "--host-credit", "--json")
+        assert p.returncode == 0, p.stderr
+        pr = json.loads(p.stdout)["prediction"]
+        assert pr["host_credit"] is True and pr["credit"] == 100000
+        assert pr["lower_bound_s"] <= pr["scheduled_s"] <= pr["upper_bound_s"]
+        text = run(*base, "--credit", "100000", "--host-credit")
+        assert text.returncode == 0 and "credit 100,000 per sending task" in text.stdout
+        assert_one_line_error(run(*base, "--host-credit"), "--host-credit needs --credit")
+
     def test_help_has_examples(self):
         for cmd in ("analyze", "demo"):
             p = run(cmd, "--help")
