@@ -6,19 +6,21 @@ bandwidth) per direction (the directions run in parallel). Computation per step 
 here: the fastest step of the model (devices cleared, one process) at two batch sizes, far
 enough apart for the difference to stand out of the noise, gives its fixed part and its cost
 per example; the batch size whose compute time equals the communication time
-is the default, within [1, 1024]. When the workers of an emulated cluster share this machine's
-cores, each one computes that much slower (``workers / cores``), and the balance accounts for it.
+is the default, within [1, 1024]. When the workers of an emulated cluster share this machine,
+each one computes ``workers`` times slower, and the balance accounts for it: the probe already
+runs on all the machine's cores (TensorFlow's intra-op threads), so four workers at once each
+get a quarter of it. Until the seventh session the factor was ``workers / cores``, as if the
+probe used one core; VGG16 inference (1 PS x 4 workers, 1 Gbit/s) then balanced at 821, where
+the traced lower bound of a step was 9.15 s of the machine's compute against 4.3 s of the PS's
+link (the factor ``workers`` expects 8.6 s).
 
-The upper bound was 256 until the seventh session; it cut VGG16 inference (1 PS x 4 workers,
-1 Gbit/s) from its balance, 821, to 256, where computation is a third of communication and the
-step is bound by the PS's link whatever the order (see benchmarks/reading.md). 1024 keeps the
-balance of every built-in model at TicTac's settings, and four workers' activations at that
-batch fit this machine's memory many times over.
+The upper bound was 256 until the seventh session; it cut VGG16 inference short of its
+balance. 1,024 keeps the balance of every built-in model at TicTac's settings, and four
+workers' activations at that batch fit this machine's memory many times over.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
@@ -92,7 +94,7 @@ def balanced_batch_size(
 ) -> Balance:
     nbytes = param_bytes(model, image_size)
     comm = nbytes * workers / (ps * bandwidth_bps / 8.0)
-    shared = max(1.0, workers / (os.cpu_count() or 1)) if shared_cores else 1.0
+    shared = float(workers) if shared_cores else 1.0
     t1 = _compute_time(model, mode, probe, image_size) * shared
     # The second probe must be large enough for the per-example cost to stand out of the fixed
     # part (a forward pass of a small-image model at batch 8 costs about what it costs at 4).
