@@ -2,9 +2,11 @@
 
 From the traced baseline steps of worker 0 alone (every task it touches; the other workers
 wait): the oracle (op times and link fits, TicTac §5), TicTac's makespan bounds of the step for
-that oracle (``sim.metrics``), and so the measured ordering efficiency E = (U - t) / (U - L) of every mode's measured median step t.
+that oracle (``sim.metrics``), and so the measured ordering efficiency E = (U - t) / (U - L),
+t the median synchronized step of the mode (each step as long as its slowest worker).
 The simulator, given the same oracle and each mode's schedule (with its partitioning and
-credit), predicts each mode's step time; the prediction and its error go beside the measurement.
+credit), predicts each mode's step time (its slowest worker's); the prediction and its error
+against the measured mean of the slowest workers go beside the measurement.
 
 Every task of the benchmark runs on this one machine. Op times traced while four workers
 compute at once are each worker's share of the cores, and a simulator that gives every worker
