@@ -14,6 +14,17 @@ def test_straggler_is_the_longest_wait_over_the_iteration():
     assert ModeResult("x").straggler == 0.0
 
 
+def test_a_synchronized_step_lasts_as_long_as_its_slowest_worker():
+    its = [[1.0, 0.5], [2.0, 2.0], [1.0, 0.9, 0.8]]
+    r = ModeResult("tao", step_times=[t for it in its for t in it], iterations=its)
+    assert r.iteration_times == [1.0, 2.0, 1.0]
+    j = r.to_json()
+    assert j["iteration_mean_s"] == pytest.approx(4.0 / 3)
+    assert j["mean_s"] == pytest.approx(8.2 / 7) and j["iteration_mean_s"] > j["mean_s"]
+    assert j["iterations"] == its  # kept raw: every column can be recomputed from the file
+    assert ModeResult("x").to_json()["iteration_mean_s"] == 0.0
+
+
 def test_mode_grammar():
     assert parse_mode("baseline").algorithm is None
     m = parse_mode("tao+pc")
