@@ -15,8 +15,9 @@ the traced lower bound of a step was 9.15 s of the machine's compute against 4.3
 link (the factor ``workers`` expects 8.6 s).
 
 The upper bound was 256 until the seventh session; it cut VGG16 inference short of its
-balance. 1,024 keeps the balance of every built-in model at TicTac's settings, and four
-workers' activations at that batch fit this machine's memory many times over.
+balance. The balances of the rows of BENCHMARKS.md are well under 1,024 (VGG16 inference 496,
+ResNet-50 358, Inception-v3 299), and four workers' activations at 1,024 fit this machine's
+memory many times over.
 """
 
 from __future__ import annotations
