@@ -97,7 +97,7 @@ def run_demo(
         f"{rounds} interleaved rounds of {steps} steps per worker",
         title_justify="left",
     )
-    for col in ("mode", "mean (s)", "p95 (s)", "steps/s", "vs base", "slowest worker (s)", "simulated (s)"):
+    for col in ("mode", "mean (s)", "p95 (s)", "steps/s", "vs base", "slowest (s)", "sim. (s)"):
         table.add_column(col, justify="left" if col == "mode" else "right", no_wrap=col == "mode")
     b = measured["baseline"].throughput
     for mode, r in measured.items():
@@ -113,6 +113,7 @@ def run_demo(
         )
     console.print(table)
     console.print(
+        "slowest: the mean of each step's slowest worker, which the simulator (sim.) predicts. "
         "All tasks share this machine's cores and an unshaped loopback link, so numbers vary from run "
         "to run; benchmarks/ has repeated, interleaved measurements."
     )
