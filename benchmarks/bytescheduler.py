@@ -1,10 +1,12 @@
 """ByteScheduler's extension on the emulated cluster: priority alone vs + partitioning and credit vs tuned.
 
 For each row: ``tfsched tune`` first finds a (partition, credit) setting on the running cluster
-(Bayesian optimization on measured throughput); then one ``tfsched bench`` run measures, interleaved
-and against vanilla TensorFlow in the same run, TIO and TAO alone, each with ByteScheduler's
-defaults (+pc: partition 1,000,000, credit 4,000,000 parameters) and TIO with the tuned setting.
-One model with one huge tensor (VGG16) and one without (ResNet-50).
+(Bayesian optimization on measured throughput) for tfsched's best mode, TAO with one credit window
+per sending task; then one ``tfsched bench`` run measures, interleaved and against vanilla
+TensorFlow in the same run, TIO and TAO alone, each with ByteScheduler's defaults (+pc:
+partition 1,000,000, credit 4,000,000 parameters), TAO with the defaults as one window per task,
+and that mode with the tuned setting. One model with one huge tensor (VGG16) and one without
+(ResNet-50), at the batch sizes of their rows in BENCHMARKS.md.
 
     python benchmarks/bytescheduler.py [--rows vgg16,resnet50] [--trials 8]
 
@@ -23,10 +25,13 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 
+# The batch sizes of the training rows in emulated_cluster.py (computation about equal to
+# communication when they ran; pinned so that the rows compare).
 ROWS = {
-    "vgg16": "--model vgg16 --ps 1 --workers 4 --bandwidth 1Gbit",
-    "resnet50": "--model resnet50 --ps 1 --workers 2 --bandwidth 1Gbit",
+    "vgg16": "--model vgg16 --ps 1 --workers 4 --bandwidth 1Gbit --batch-size 106",
+    "resnet50": "--model resnet50 --ps 1 --workers 2 --bandwidth 1Gbit --batch-size 235",
 }
+TUNE = "--algorithm tao --host-credit"
 BENCH = "--mode train --steps 3 --rounds 2"
 
 
@@ -41,21 +46,16 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--skip-tune", action="store_true", help="Reuse results/tune-<row>.json.")
     args = ap.parse_args()
-    from tfsched.models.batch import balanced_batch_size
-
     os.makedirs(RESULTS, exist_ok=True)
     summary = ["# Partitioning, credit and tuning (ByteScheduler) on the emulated cluster", ""]
     for row in args.rows.split(","):
-        # One batch size for tuning and benchmark: computation about equal to communication.
-        words = ROWS[row].split()
-        model, workers = words[words.index("--model") + 1], int(words[words.index("--workers") + 1])
-        batch = balanced_batch_size(model, bandwidth_bps=1e9, workers=workers).batch_size
-        args_row = [*words, "--batch-size", str(batch)]
+        args_row = ROWS[row].split()  # one batch size for tuning and benchmark
         tune_out = os.path.join(RESULTS, f"tune-{row}.json")
         tune_cmd = [
             "tfsched",
             "tune",
             *args_row,
+            *TUNE.split(),
             "--trials",
             str(args.trials),
             "--measure",
@@ -69,8 +69,8 @@ def main() -> None:
             run(tune_cmd)
         with open(tune_out) as f:
             best = json.load(f)["best"]
-        tuned = f"tio+p{best['partition']}+c{best['credit']}"
-        modes = f"baseline,tio,tao,tio+pc,tao+pc,{tuned}"
+        tuned = f"tao+p{best['partition']}+c{best['credit']}+host"
+        modes = f"baseline,tio,tao,tio+pc,tao+pc,tao+pc+host,{tuned}"
         bench_out = os.path.join(RESULTS, f"bench-bs-{row}.json")
         bench_cmd = [
             "tfsched",
@@ -93,7 +93,7 @@ def main() -> None:
             " ".join(bench_cmd[:-2] + ["-o", f"bench-bs-{row}.json"]),
             "```",
             "",
-            f"Tuned ({args.trials} trials): partition {best['partition']:,}, credit {best['credit']:,} parameters "
+            f"Tuned ({args.trials} trials, TAO with one window per sending task): partition {best['partition']:,}, credit {best['credit']:,} parameters "
             f"({best['throughput_steps_per_s']:.3f} steps/s summed over the workers during tuning); the last "
             "row of the table is that setting.",
             "",

@@ -602,6 +602,11 @@ def bench(
 @click.option(
     "--partition", type=click.IntRange(min=0), default=0, show_default=True, help="With --credit-only."
 )
+@click.option(
+    "--host-credit",
+    is_flag=True,
+    help="Tune the credit as one window per sending task (tfsched.enable(..., host_credit=True)).",
+)
 @click.option("--batch-size", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
@@ -629,6 +634,7 @@ def tune(
     prescreen,
     credit_only,
     partition,
+    host_credit,
     batch_size,
     seed,
     output,
@@ -642,6 +648,7 @@ def tune(
     \b
     Example:
       tfsched tune --model vgg16 --workers 4 --bandwidth 1Gbit --trials 12 -o vgg16-tune.json
+      tfsched tune --model vgg16 --workers 4 --algorithm tao --host-credit -o vgg16-tune.json
     """
     from rich.console import Console
 
@@ -677,6 +684,7 @@ def tune(
             seed=seed,
             prescreen_keep=prescreen,
             space=space,
+            host_credit=host_credit,
             progress=progress,
         )
     doc = result.to_json()

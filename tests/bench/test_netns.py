@@ -157,6 +157,9 @@ def test_bench_command_writes_every_field(tmp_path):
         assert r["iteration_mean_s"] == pytest.approx(sum(max(it) for it in r["iterations"]) / 3, rel=1e-4)
         assert r["iteration_mean_s"] >= r["mean_s"]
         assert r["predicted_s"] == pytest.approx(r["iteration_mean_s"] * (1 + r["prediction_error"]))
+    # the sizes in force are in the file
+    assert "partition" not in data["modes"][0]
+    assert (data["modes"][2]["partition"], data["modes"][2]["credit"]) == (20_000, 40_000)
     md = (tmp_path / "bench.md").read_text()
     assert "| baseline |" in md and "| tio |" in md
     png = tmp_path / "bench.png"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfsched.bench.results import paired_ratio_ci, summarize
+from tfsched.bench.results import markdown, paired_ratio_ci, summarize
 from tfsched.bench.run import ModeResult, parse_mode, parse_modes
 from tfsched.errors import TfschedError
 
@@ -31,6 +31,12 @@ def test_mode_grammar():
     assert (m.algorithm, m.partition, m.credit) == ("tao", 1_000_000, 4_000_000)
     m = parse_mode("tio+p500000+c2000000")
     assert (m.algorithm, m.partition, m.credit) == ("tio", 500_000, 2_000_000)
+    # +pc keeps ByteScheduler's sizes as link time on faster links, never below them
+    assert (parse_mode("tao+pc", 1e9).partition, parse_mode("tao+pc", 100e6).credit) == (1_000_000, 4_000_000)
+    m = parse_mode("tao+pc", 10e9)
+    assert (m.partition, m.credit) == (10_000_000, 40_000_000)
+    m = parse_mode("tao+pc+p2000000", 10e9)  # an explicit size wins
+    assert (m.partition, m.credit) == (2_000_000, 40_000_000)
     for bad in ("fifo", "tio+q3", "tio+p0", "tio+p-1", "tio+pc5"):
         with pytest.raises(TfschedError):
             parse_mode(bad)
@@ -38,6 +44,28 @@ def test_mode_grammar():
         parse_modes("tio,tao")
     with pytest.raises(TfschedError, match="twice"):
         parse_modes("baseline,tio,tio")
+
+
+def test_the_table_says_what_pc_was_on_this_link():
+    base = ModeResult("baseline", step_times=[1.0], rounds=[(1, 1.0)], steps=1, wall_s=1.0)
+    spec = parse_mode("tao+pc", 10e9)
+    pc = ModeResult("tao+pc", step_times=[1.0], rounds=[(1, 1.0)], steps=1, wall_s=1.0)
+    pc.knobs = {"partition": spec.partition, "credit": spec.credit, "host_credit": False}
+    summary = summarize(
+        {"baseline": base, "tao+pc": pc},
+        {
+            "model": "m",
+            "mode": "train",
+            "ps": 1,
+            "workers": 1,
+            "bandwidth": "10 Gbit/s",
+            "rounds": 1,
+            "steps": 1,
+        },
+    )
+    assert summary["modes"][1]["credit"] == 40_000_000
+    assert "`+pc` here: partition 10,000,000, credit 40,000,000 parameters." in markdown(summary)
+    assert "`+pc` here" not in markdown(summarize({"baseline": base}, summary["config"]))
 
 
 def test_paired_round_ratios_give_the_interval_of_the_speedup():

@@ -21,6 +21,33 @@ def test_tuning_run_applies_the_best_setting_on_every_worker():
     assert len({(t.setting.partition, t.setting.credit) for t in r.history}) >= 2
 
 
+def test_tuning_one_window_per_task_with_a_timing_aware_order():
+    from tfsched.tune.run import tune_cluster
+
+    r = tune_cluster(
+        "seq32",
+        workers=2,
+        ps=1,
+        algorithm="tao",
+        host_credit=True,
+        prescreen_keep=2,
+        trials=2,
+        settle=1,
+        measure=2,
+        final_steps=2,
+        timeout_s=600,
+    )
+    doc = r.to_json()
+    assert doc["config"]["host_credit"] is True and doc["config"]["algorithm"] == "tao"
+    # the two settings the simulator (with one window per task) liked best ran first
+    assert len(r.prescreened) == 2 and all(p["predicted_step_s"] > 0 for p in r.prescreened)
+    assert [(t.setting.partition, t.setting.credit) for t in r.history] == [
+        (p["partition"], p["credit"]) for p in r.prescreened
+    ]
+    for applied in r.applied.values():
+        assert applied["live_credit"] == r.best.credit
+
+
 def test_credit_hook_tunes_credit_inside_monitored_training_session():
     import tensorflow as tf
 

@@ -91,7 +91,7 @@ def annotate(
     plain = build_sim_graph(graph, oracle, None, workers=workers)
     bounds = step_bounds(plain)
     for mode, res in results.items():
-        spec = parse_mode(mode)
+        spec = parse_mode(mode, bandwidth_bps)
         if spec.algorithm is None:
             predicted = statistics.fmean(
                 simulate(plain, "random", seed=s).step_time for s in range(BASELINE_SEEDS)

@@ -26,7 +26,9 @@ class ModeSpec:
     """A benchmark mode: ``baseline``, or an algorithm with optional partitioning and credit.
 
     Grammar: ``ALG[+pc][+pN][+cN]`` with ALG one of tio, tao, layer; ``+pc`` turns on
-    ByteScheduler's defaults (partition 1,000,000, credit 4,000,000 parameters), ``+pN`` and
+    ByteScheduler's defaults (partition 1,000,000, credit 4,000,000 parameters) kept as link time
+    on links faster than 1 Gbit/s (``tfsched.enforce.link_sizes``: 10,000,000 and 40,000,000 at
+    10 Gbit/s; ``bandwidth_bps`` is the link, None for loopback), ``+pN`` and
     ``+cN`` set either one (``tao+p500000+c2000000``); ``+host`` makes the credit one window per
     sending task, workers served in turn (``tao+pc+host``). ``tuned`` is added by the tuner.
     """
@@ -38,8 +40,8 @@ class ModeSpec:
     host_credit: bool = False
 
 
-def parse_mode(name: str) -> ModeSpec:
-    from tfsched.enforce.api import DEFAULT_CREDIT, DEFAULT_PARTITION
+def parse_mode(name: str, bandwidth_bps: float | None = None) -> ModeSpec:
+    from tfsched.enforce.api import link_sizes
 
     if name == "baseline":
         return ModeSpec(name, None)
@@ -54,7 +56,7 @@ def parse_mode(name: str) -> ModeSpec:
         if k == "host":
             host = True
         elif k == "pc":
-            partition, credit = DEFAULT_PARTITION, DEFAULT_CREDIT
+            partition, credit = link_sizes(bandwidth_bps)
         elif k[:1] in ("p", "c") and k[1:].isdigit() and int(k[1:]) > 0:
             if k[0] == "p":
                 partition = int(k[1:])
@@ -92,6 +94,7 @@ class ModeResult:
     # baseline: steps of worker 0 traced while the other workers wait (op times alone)
     solo_trace: object | None = None
     measured: dict = field(default_factory=dict)  # E, bounds, the simulator's prediction (predict.py)
+    knobs: dict = field(default_factory=dict)  # partition, credit (parameters), host_credit in force
 
     @property
     def throughput(self) -> float:
@@ -133,21 +136,28 @@ class ModeResult:
             "iteration_mean_s": statistics.fmean(its) if its else 0.0,
             # the raw times (seconds): any column can be recomputed from the file
             "iterations": [[round(t, 6) for t in it] for it in self.iterations],
+            **self.knobs,
             **self.measured,
         }
 
 
 def mode_configs(
-    modes: tuple[str, ...], graph_path: str, fetches: list[str], *, timeout_ms: int = 60_000
+    modes: tuple[str, ...],
+    graph_path: str,
+    fetches: list[str],
+    *,
+    timeout_ms: int = 60_000,
+    bandwidth_bps: float | None = None,
 ) -> dict:
     """Session config of each mode (None: vanilla TensorFlow); schedules come from ``analyze``
-    of the saved graph at ``graph_path`` (written beside it, one per algorithm)."""
+    of the saved graph at ``graph_path`` (written beside it, one per algorithm); ``+pc`` sized
+    for a link of ``bandwidth_bps``."""
     import tfsched
     from tfsched.analysis import analyze
 
     configs = {}
     for mode in modes:
-        spec = parse_mode(mode)
+        spec = parse_mode(mode, bandwidth_bps)
         knobs = {
             "partition": spec.partition,
             "credit": spec.credit,
@@ -356,7 +366,7 @@ def cluster_side_by_side(
         first = builder(0)
         with open(graph_path, "wb") as f:
             f.write(first.graph_def().SerializeToString())
-        configs = mode_configs(modes, graph_path, first.fetches)
+        configs = mode_configs(modes, graph_path, first.fetches, bandwidth_bps=bandwidth_bps)
         if progress:
             where = f"hosts shaped to {bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback"
             progress(f"starting {ps} PS and {workers} worker processes ({where})")
@@ -370,6 +380,14 @@ def cluster_side_by_side(
             results = run_side_by_side(
                 targets, builder, configs, steps=steps, rounds=rounds, trace=measure, progress=progress
             )
+        for name, res in results.items():
+            spec = parse_mode(name, bandwidth_bps)
+            if spec.algorithm is not None:
+                res.knobs = {
+                    "partition": spec.partition,
+                    "credit": spec.credit,
+                    "host_credit": spec.host_credit,
+                }
         if measure:
             from tfsched.bench.predict import annotate
 

@@ -1,5 +1,21 @@
 """Enforcement: the gate op and the Grappler pass, loaded into stock TensorFlow."""
 
-from tfsched.enforce.api import DEFAULT_CREDIT, DEFAULT_PARTITION, enable, set_credit, start_server, stats
+from tfsched.enforce.api import (
+    DEFAULT_CREDIT,
+    DEFAULT_PARTITION,
+    enable,
+    link_sizes,
+    set_credit,
+    start_server,
+    stats,
+)
 
-__all__ = ["DEFAULT_CREDIT", "DEFAULT_PARTITION", "enable", "set_credit", "start_server", "stats"]
+__all__ = [
+    "DEFAULT_CREDIT",
+    "DEFAULT_PARTITION",
+    "enable",
+    "link_sizes",
+    "set_credit",
+    "start_server",
+    "stats",
+]

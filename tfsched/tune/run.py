@@ -42,9 +42,12 @@ class TuneResult:
 
 
 def prescreen(
-    graph, oracle, schedule, space: Space, *, workers: int, keep: int
+    graph, oracle, schedule, space: Space, *, workers: int, keep: int, host_credit: bool = False
 ) -> list[tuple[Setting, float]]:
-    """Simulate a grid of settings; the ``keep`` best (setting, predicted step time) first."""
+    """Simulate a grid of settings; the ``keep`` best (setting, predicted step time) first.
+
+    ``host_credit``: the credit is one window per sending task (``enable(host_credit=True)``).
+    """
     from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
     from tfsched.sim import POLICY_OF_MODE, build_sim_graph, simulate
 
@@ -69,6 +72,7 @@ def prescreen(
                 POLICY_OF_MODE[schedule.mode],
                 credit_bytes=s.credit * PARAM_BYTES,
                 min_acked_bytes=MIN_ACKED_BYTES,
+                host_credit=host_credit,
             ).step_time
             out.append((s, t))
     out.sort(key=lambda st: st[1])
@@ -96,10 +100,14 @@ def tune_cluster(
     seed: int = 0,
     prescreen_keep: int = 0,
     space: Space | None = None,
+    host_credit: bool = False,
     timeout_s: float = 3600.0,
     progress: Callable[[str], None] | None = None,
 ) -> TuneResult:
-    """Tune (partition, credit) on a cluster that trains ``model`` (or a user's graph)."""
+    """Tune (partition, credit) on a cluster that trains ``model`` (or a user's graph).
+
+    ``host_credit`` tunes the credit as one window per sending task (``enable(host_credit=True)``).
+    """
     import tempfile
 
     from tfsched.bench.local import LocalCluster
@@ -136,7 +144,7 @@ def tune_cluster(
             return g, f, i, None
 
     built = [builder(w) for w in range(workers)]
-    enable_kwargs: dict = {}
+    enable_kwargs: dict = {"host_credit": True} if host_credit else {}
     found = SEARCHES[search](space, seed=seed)
     pre: list[tuple[Setting, float]] = []
     with tempfile.TemporaryDirectory(prefix="tfsched-tune-") as d:
@@ -149,15 +157,25 @@ def tune_cluster(
             f.write(built[0][0].as_graph_def().SerializeToString())
         fetch_names = [x.name for x in built[0][1]]
         if algorithm != "tio" or prescreen_keep:
-            a = analyze(path, fetches=fetch_names, algorithm=algorithm, workers=workers)
+            # the schedule and the pre-screen see the cluster's link
+            link = {"bandwidth_bps": bandwidth_bps} if bandwidth_bps else {}
+            a = analyze(path, fetches=fetch_names, algorithm=algorithm, workers=workers, **link)
             if algorithm != "tio":
                 sched = os.path.join(d, "schedule.json")
                 a.schedule.save(sched)
-                enable_kwargs = {"schedule": sched, "algorithm": algorithm}
+                enable_kwargs.update(schedule=sched, algorithm=algorithm)
             if prescreen_keep:
                 if progress:
                     progress(f"pre-screening {PRESCREEN_GRID}x{PRESCREEN_GRID} settings in the simulator")
-                pre = prescreen(a.graph, a.oracle, a.schedule, space, workers=workers, keep=prescreen_keep)
+                pre = prescreen(
+                    a.graph,
+                    a.oracle,
+                    a.schedule,
+                    space,
+                    workers=workers,
+                    keep=prescreen_keep,
+                    host_credit=host_credit,
+                )
                 for s, _ in pre:
                     found.probe(s)
 
@@ -266,6 +284,7 @@ def tune_cluster(
             "ps": ps,
             "bandwidth": f"{bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback",
             "algorithm": algorithm,
+            "host_credit": host_credit,
             "search": search,
             "trials": trials,
             "settle": settle,
