@@ -36,7 +36,7 @@ ROWS = {
     "par32-train": "--model par32 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2 --batch-size 4 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host",
     "par32-inference": "--model par32 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2 --batch-size 4 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host",
     # The compute-bound setting of the third target.
-    "resnet50-train-10g": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 4 --rounds 12 --batch-size 8 --modes baseline,tio,tao,tao+pc",
+    "resnet50-train-10g": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 4 --rounds 12 --batch-size 8 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+p1000000+c4000000",
     "alexnet-train": "--model alexnet --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 227 --modes baseline,tio,tao,tao+pc,tao+pc+host",
     "transformer-train": "--model transformer --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 29 --modes baseline,tio,tao,tao+pc,tao+pc+host",
 }

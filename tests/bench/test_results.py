@@ -65,6 +65,11 @@ def test_the_table_says_what_pc_was_on_this_link():
     )
     assert summary["modes"][1]["credit"] == 40_000_000
     assert "`+pc` here: partition 10,000,000, credit 40,000,000 parameters." in markdown(summary)
+    # CPU per synchronized step: the machine's busy seconds over the steps all workers made
+    pc.iterations, pc.cpu_s, pc.cpu_total_s = [[1.0, 0.9], [1.1, 1.0]], 3.0, 4.0
+    row = summarize({"baseline": base, "tao+pc": pc}, summary["config"])["modes"][1]
+    assert (row["cpu_s_per_step"], row["cpu_busy"]) == (1.5, 0.75)
+    assert "| 1.50 (75%) |" in markdown(summarize({"tao+pc": pc}, summary["config"]))
     assert "`+pc` here" not in markdown(summarize({"baseline": base}, summary["config"]))
 
 

@@ -58,8 +58,8 @@ def markdown(summary: dict) -> str:
         ),
         "",
         "| mode | steps/s | vs baseline | p50 step (s) | p95 step (s) | p95/p50 | straggler | E (measured) "
-        "| slowest worker (s) | simulated (s) | sim. error |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| slowest worker (s) | simulated (s) | sim. error | CPU s/step (busy) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary["modes"]:
         vs = f"{r['vs_baseline']:.3f}x" if r["vs_baseline"] else "-"
@@ -72,9 +72,11 @@ def markdown(summary: dict) -> str:
         # files from before the seventh session have no iteration times (their error is
         # against the mean step of all workers)
         slowest = f"{r['iteration_mean_s']:.4f}" if r.get("iteration_mean_s") else "-"
+        # the whole machine's CPU per synchronized step (files from before the eighth session: -)
+        cpu = f"{r['cpu_s_per_step']:.2f} ({r['cpu_busy']:.0%})" if r.get("cpu_s_per_step") else "-"
         lines.append(
             f"| {r['mode']} | {r['throughput_steps_per_s']:.3f} | {vs} | {r['p50_s']:.4f} | {r['p95_s']:.4f} | "
-            f"{r['p95_over_p50']:.3f} | {r['straggler']:.3f} | {e} | {slowest} | {pred} | {err} |"
+            f"{r['p95_over_p50']:.3f} | {r['straggler']:.3f} | {e} | {slowest} | {pred} | {err} | {cpu} |"
         )
     sized = [
         r

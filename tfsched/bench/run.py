@@ -89,6 +89,8 @@ class ModeResult:
     iterations: list[list[float]] = field(default_factory=list)  # per synchronized step: each worker's time
     wall_s: float = 0.0  # time the rounds of this mode took
     rounds: list[tuple[int, float]] = field(default_factory=list)  # per round: (steps, wall seconds)
+    cpu_s: float = 0.0  # CPU seconds the whole machine was busy during the timed rounds
+    cpu_total_s: float = 0.0  # CPU seconds the machine had then (wall time x cores)
     steps: int = 0  # steps completed by all workers together
     trace: object | None = None  # one traced step of worker 0 (tfsched.tracing.Trace), if asked for
     # baseline: steps of worker 0 traced while the other workers wait (op times alone)
@@ -117,6 +119,11 @@ class ModeResult:
         return statistics.fmean(ratios) if ratios else 0.0
 
     @property
+    def cpu_per_step(self) -> float:
+        """CPU seconds the machine spent per synchronized step (every task shares this machine)."""
+        return self.cpu_s / len(self.iterations) if self.iterations and self.cpu_total_s else 0.0
+
+    @property
     def iteration_times(self) -> list[float]:
         """Per synchronized step, the slowest worker's time: how long the step took for all."""
         return [max(it) for it in self.iterations if it]
@@ -134,11 +141,27 @@ class ModeResult:
             "p95_s": self.percentile(95),
             "mean_s": statistics.fmean(self.step_times) if self.step_times else 0.0,
             "iteration_mean_s": statistics.fmean(its) if its else 0.0,
+            "cpu_s_per_step": self.cpu_per_step,
+            "cpu_busy": self.cpu_s / self.cpu_total_s if self.cpu_total_s else 0.0,
             # the raw times (seconds): any column can be recomputed from the file
             "iterations": [[round(t, 6) for t in it] for it in self.iterations],
             **self.knobs,
             **self.measured,
         }
+
+
+def _cpu_seconds() -> tuple[float, float] | None:
+    """(busy, all) CPU seconds of this machine since boot, from /proc/stat; None without it."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    fields += [0] * (8 - len(fields))
+    # user, nice, system, irq, softirq (guest time is already in user); then idle, iowait, steal
+    busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6]
+    return busy / hz, (busy + fields[3] + fields[4] + fields[7]) / hz
 
 
 def mode_configs(
@@ -249,6 +272,7 @@ def run_side_by_side(
         started: list[float] = []
         barrier = threading.Barrier(len(targets))
         box: dict = {}
+        cpu: list = []
 
         def work(w: int) -> None:
             sess, built = sessions[(mode, w)]
@@ -258,6 +282,7 @@ def run_side_by_side(
                 for k in range(n):
                     if barrier.wait(timeout=step_timeout_s) == 0 and k == 0:
                         started.append(time.perf_counter())
+                        cpu.append(_cpu_seconds())
                     md = tf.compat.v1.RunMetadata() if traced and w == 0 else None
                     t = time.perf_counter()
                     sess.run(built.train_op, options=trace_options if md else run_options, run_metadata=md)
@@ -276,6 +301,9 @@ def run_side_by_side(
         for t in threads:
             t.join()
         wall = time.perf_counter() - started[0] if started else 0.0
+        end = _cpu_seconds()
+        if cpu and cpu[0] and end:
+            box["cpu"] = (end[0] - cpu[0][0], end[1] - cpu[0][1])
         if errors:
             # TensorFlow's errors start "Graph execution error:" and give the cause lines later.
             lines = [x.strip() for x in str(errors[0]).splitlines() if x.strip()]
@@ -295,8 +323,11 @@ def run_side_by_side(
             for mode in configs:
                 if progress:
                     progress(f"round {r + 1}/{rounds}: {mode}")
-                times, wall, _ = synchronized(mode, steps, warmup if r == 0 else 0)
+                times, wall, box = synchronized(mode, steps, warmup if r == 0 else 0)
                 res = results[mode]
+                busy, total = box.get("cpu", (0.0, 0.0))
+                res.cpu_s += busy
+                res.cpu_total_s += total
                 res.step_times.extend(dt for _, _, dt in times)
                 for w, _, dt in times:
                     res.per_worker.setdefault(w, []).append(dt)
