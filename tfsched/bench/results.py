@@ -78,14 +78,9 @@ def markdown(summary: dict) -> str:
             f"| {r['mode']} | {r['throughput_steps_per_s']:.3f} | {vs} | {r['p50_s']:.4f} | {r['p95_s']:.4f} | "
             f"{r['p95_over_p50']:.3f} | {r['straggler']:.3f} | {e} | {slowest} | {pred} | {err} | {cpu} |"
         )
-    sized = [
-        r
-        for r in summary["modes"]
-        if "pc" in r["mode"].split("+") and set(r["mode"].split("+")[1:]) <= {"pc", "host"}
-    ]
-    if sized and sized[0].get(
-        "partition"
-    ):  # +pc is sized for the link (tfsched.enforce.link_sizes): say what it was here
+    # +pc is sized for the link (tfsched.enforce.link_sizes): say what it was here
+    sized = [r for r in summary["modes"] if {"pc"} <= set(r["mode"].split("+")[1:]) <= {"pc", "host"}]
+    if sized and sized[0].get("partition"):
         lines += [
             "",
             f"`+pc` here: partition {sized[0]['partition']:,}, credit {sized[0]['credit']:,} parameters.",
