@@ -150,6 +150,27 @@ class TestSimulate:
         bounds = step_bounds(build_sim_graph(g, o))
         assert bounds.lower == pytest.approx(4.0, abs=1e-6)  # the machine's work
 
+    def test_bytes_on_the_wire_take_the_machines_cpu(self):
+        # Worker 0 computes a (1 s) while worker 1 pulls v (1,000,000 bytes at 1 MB/s: 1 s).
+        nodes = var("w", (1,)) + var("v", (250_000,))
+        nodes += [op("a", ["w/read"], device=W0), op("b", ["v/read"], device=W1)]
+        g = build_comm_graph(nodes, fetches=["a", "b"])
+        o = oracle_with({"a": 1.0, "b": 0.0}, bandwidth_bps=8e6)
+        o.machine_slots = 1.0
+        sg = build_sim_graph(g, o)
+        a = simulate(sg, "fifo", record=True).ends[sg.name.index("a")]
+        # The flow takes half the machine while it runs: a at 1 / 1.5 of its speed for the
+        # flow's second, then alone for the work left (1/3 s).
+        o.comm_slot_s_per_byte = 0.5 / 1e6
+        sg = build_sim_graph(g, o)
+        slowed = simulate(sg, "fifo", record=True).ends[sg.name.index("a")]
+        assert slowed - a == pytest.approx(1 / 3, abs=0.01)
+        # the machine's lower bound counts the bytes' CPU
+        assert step_bounds(sg).lower >= 1.0 + 0.5 - 1e-6
+        # without a shared machine (each task on its own host) the bytes cost no CPU
+        o.machine_slots = None
+        assert build_sim_graph(g, o).comm_slot_s_per_byte == 0.0
+
     def test_bad_policy(self):
         with pytest.raises(TfschedError, match="unknown simulation policy"):
             simulate(build_sim_graph(chain_graph(1), oracle_with({})), "lifo")

@@ -13,11 +13,14 @@ compute at once are each worker's share of the cores, and a simulator that gives
 its own machine with those times counts the sharing twice (VGG16 training was predicted 24% to
 84% slow, inference up to 166%). So the op times come from worker 0 alone, and the simulated
 workers share the machine, which does as much work at once as the workers measured together
-(``machine_slots``).
+(``machine_slots``). Moving the bytes takes that machine's CPU too (gRPC's copies and the
+kernel's TCP at both ends): the bench measures it per byte with worker 0 pulling every variable
+alone, and the simulated flows take their share of the machine from the ops.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 
 from tfsched.bench.run import ModeResult, parse_mode
@@ -77,6 +80,8 @@ def annotate(
     oracle = TimeOracle.from_trace(traced, "min")
     if base.solo_trace is not None:
         oracle.machine_slots = machine_slots(base.solo_trace, base.trace, workers)
+        # a slot is the cores one lone worker's ops kept busy: the machine's cores / its slots
+        oracle.comm_slot_s_per_byte = base.comm_cpu_s_per_byte * oracle.machine_slots / (os.cpu_count() or 1)
     if bandwidth_bps:
         # The hosts' links are shaped to a known rate. A trace of one worker sees only its share
         # of the PS's link (the other workers pull at the same time); the simulator shares the

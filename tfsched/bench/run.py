@@ -95,6 +95,7 @@ class ModeResult:
     trace: object | None = None  # one traced step of worker 0 (tfsched.tracing.Trace), if asked for
     # baseline: steps of worker 0 traced while the other workers wait (op times alone)
     solo_trace: object | None = None
+    comm_cpu_s_per_byte: float = 0.0  # baseline: the machine's CPU per byte moved (0: not measured)
     measured: dict = field(default_factory=dict)  # E, bounds, the simulator's prediction (predict.py)
     knobs: dict = field(default_factory=dict)  # partition, credit (parameters), host_credit in force
 
@@ -143,6 +144,7 @@ class ModeResult:
             "iteration_mean_s": statistics.fmean(its) if its else 0.0,
             "cpu_s_per_step": self.cpu_per_step,
             "cpu_busy": self.cpu_s / self.cpu_total_s if self.cpu_total_s else 0.0,
+            **({"comm_cpu_s_per_byte": self.comm_cpu_s_per_byte} if self.comm_cpu_s_per_byte else {}),
             # the raw times (seconds): any column can be recomputed from the file
             "iterations": [[round(t, 6) for t in it] for it in self.iterations],
             **self.knobs,
@@ -200,6 +202,31 @@ def mode_configs(
 
 
 SOLO_STEPS = 2
+COMM_STEPS = 3  # pull-only steps that measure what moving a byte costs the machine
+
+
+def _comm_cpu_per_byte(tf, target: str, built, options) -> float:
+    """CPU seconds this machine spends per byte moved between two tasks: worker 0 alone pulls
+    every PS variable of ``built`` (a fresh copy of its graph, sharing the variables) and keeps
+    one element of each, ``COMM_STEPS`` times; the machine's busy CPU over the bytes moved. 0 if
+    /proc/stat cannot be read or nothing is on a PS."""
+    with built.graph.as_default(), tf.device("/job:worker/task:0"):
+        pulled, nbytes = [], 0
+        for v in built.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+            if "/job:ps" in v.device and v.shape.is_fully_defined():
+                pulled.append(tf.reshape(v, [-1])[:1])  # the whole tensor comes, one element stays
+                nbytes += v.shape.num_elements() * v.dtype.size
+    if not nbytes:
+        return 0.0
+    with tf.compat.v1.Session(target, graph=built.graph) as sess:
+        sess.run(pulled, options=options)  # warm-up: graph registration, connections
+        before = _cpu_seconds()
+        for _ in range(COMM_STEPS):
+            sess.run(pulled, options=options)
+        after = _cpu_seconds()
+    if not before or not after:
+        return 0.0
+    return (after[0] - before[0]) / (nbytes * COMM_STEPS)
 
 
 def _trace_of(metadata: list, graph, meta: dict):
@@ -246,7 +273,8 @@ def run_side_by_side(
     straggler effect is the wait of the fastest worker. With ``trace``, one more synchronized step
     of each mode is traced on worker 0 (``ModeResult.trace``), and the baseline's worker 0 is
     traced for ``SOLO_STEPS`` steps alone (``ModeResult.solo_trace``: op times without the
-    other workers on the machine's cores). Every step has a deadline
+    other workers on the machine's cores), and then pulls every variable alone to measure what
+    moving a byte costs the machine (``ModeResult.comm_cpu_s_per_byte``). Every step has a deadline
     (``step_timeout_s``): a stuck cluster fails the run, never hangs it.
     """
     import tensorflow as tf
@@ -352,6 +380,11 @@ def run_side_by_side(
                     sess.run(built.train_op, options=trace_options, run_metadata=mds[-1])
                 results["baseline"].solo_trace = _trace_of(
                     mds, built.graph, {"mode": "baseline", "worker": 0, "alone": True}
+                )
+                if progress:
+                    progress("measuring what moving a byte costs the machine")
+                results["baseline"].comm_cpu_s_per_byte = _comm_cpu_per_byte(
+                    tf, targets[0], builder(0), run_options
                 )
     finally:
         for sess, _ in sessions.values():

@@ -58,6 +58,10 @@ class TimeOracle:
     # all tasks together (what one worker measured alone: its compute_slots), with op times
     # measured alone; None: every task computes on its own machine.
     machine_slots: float | None = None
+    # With machine_slots: what moving a byte between two tasks costs that machine, in slot-seconds
+    # (gRPC's serialization and copies and the kernel's TCP at both ends, measured by the bench);
+    # 0: communication costs no CPU.
+    comm_slot_s_per_byte: float = 0.0
 
     @classmethod
     def general(cls) -> TimeOracle:

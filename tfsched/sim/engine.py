@@ -6,7 +6,10 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   ``TimeOracle.task_start_s``), and then
 * each task has one compute resource running one op at a time (TicTac §3: ops are "tasks
   already assigned to machines"), or as many at once as a trace showed TensorFlow's inter-op
-  threads running (``SimGraph.capacity``), ready ops in the order they became ready;
+  threads running (``SimGraph.capacity``), ready ops in the order they became ready; when every
+  task runs on one machine (``SimGraph.machine_slots``), their ops share it, and the bytes on
+  the wire take their share of it too (``comm_slot_s_per_byte``: the CPU that moving a byte
+  costs at both ends, measured; the flows keep their rates, the ops slow down);
 * each host has one full-duplex NIC: an uplink and a downlink of the link's bandwidth, or of
   what a trace measured the host's channels carrying together (``TimeOracle.host_bps``);
   concurrent flows share a link max-min fairly (TCP's steady state);
@@ -187,12 +190,14 @@ def simulate(
     # Compute: a resource of capacity c runs up to ceil(c) ops at once, sharing c among them
     # (each at min(1, c / running)); an op's duration is its time alone. When every task runs
     # on one machine (SimGraph.machine_slots: the ops' worth of work it does at once), they share
-    # it: when their ops want more, every op slows by the same factor. A change in the ops
-    # running reschedules their ends (events of an op's older schedule are ignored).
+    # it, with the flows' CPU (comm_load, in slots): when together they want more, every op slows
+    # by the same factor. A change in the ops running, or in the flows' rates, reschedules their
+    # ends (events of an op's older schedule are ignored).
     running: dict[str, dict[int, float]] = defaultdict(dict)  # resource -> op -> work left (s)
     rate_of: dict[str, float] = defaultdict(lambda: 1.0)
     updated: dict[str, float] = defaultdict(float)
     version = [0] * n
+    comm_load = 0.0  # machine slots the bytes on the wire take now
     shared = sorted({sg.resource[i] for i in range(n) if sg.kind[i] == COMPUTE}) if sg.machine_slots else []
 
     def members(res: str) -> list[str]:
@@ -220,7 +225,7 @@ def simulate(
         factor = 1.0
         if sg.machine_slots:
             demand = sum(len(running[r]) * own_rate(r) for r in group)
-            factor = min(1.0, sg.machine_slots / demand) if demand > 0 else 1.0
+            factor = min(1.0, sg.machine_slots / (demand + comm_load)) if demand > 0 else 1.0
         fresh = set(new)
         for r in group:
             ops = running[r]
@@ -412,6 +417,10 @@ def simulate(
                 src, dst = sg.resource[i].split("->")
                 spec.append((i, "up:" + src, "down:" + dst, sg.bandwidth[i]))
             rates = _max_min_rates(spec, sg.link_capacity) if spec else {}
+            if shared and sg.comm_slot_s_per_byte:
+                advance(shared[0])  # the ops ran at the old share until now
+                comm_load = sum(rates.values()) * sg.comm_slot_s_per_byte
+                reschedule(shared[0], [])
 
     stuck = [
         e[-1] for heaps in (waiting, fifo_waiting, host_waiting) for heap in heaps.values() for e in heap

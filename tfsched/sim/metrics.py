@@ -64,8 +64,10 @@ def step_bounds(sg: SimGraph, steps: int = 1) -> Bounds:
             for link in ("up:" + src, "down:" + dst):
                 link_bytes[link] += sg.nbytes[i]
                 link_rate[link] = max(link_rate[link], sg.bandwidth[i])
-    if sg.machine_slots:  # every task computes on the same machine
-        busy["cpu"] = sum(sg.duration[i] for i, k in enumerate(sg.kind) if k == COMPUTE) / sg.machine_slots
+    if sg.machine_slots:  # every task computes on the same machine, which also moves the bytes
+        work = sum(sg.duration[i] for i, k in enumerate(sg.kind) if k == COMPUTE)
+        moved = sum(sg.nbytes[i] for i, k in enumerate(sg.kind) if k == MESSAGE)
+        busy["cpu"] = (work + moved * sg.comm_slot_s_per_byte) / sg.machine_slots
     for link, nbytes in link_bytes.items():
         rate = sg.link_capacity.get(link, link_rate[link])
         if math.isfinite(rate) and rate > 0:

@@ -47,6 +47,8 @@ class SimGraph:
     # ops' worth of work at once of the one machine every task runs on (an emulated cluster),
     # shared by all compute resources; None: each task has its own (TimeOracle.machine_slots)
     machine_slots: float | None = None
+    # with machine_slots: slot-seconds of that machine a byte on the wire costs (both ends)
+    comm_slot_s_per_byte: float = 0.0
 
     def add(
         self,
@@ -137,7 +139,10 @@ def build_sim_graph(
     prio = schedule.priorities if schedule is not None else {}
     topo = graph.topological_order()
     g = graph.graph
-    sg = SimGraph(machine_slots=oracle.machine_slots)
+    sg = SimGraph(
+        machine_slots=oracle.machine_slots,
+        comm_slot_s_per_byte=oracle.comm_slot_s_per_byte if oracle.machine_slots else 0.0,
+    )
     barriers: dict[tuple[str, int], int] = {}  # (worker run, step) -> its end-of-step node
     delayed: dict[str, list[str]] = {}  # task with a dispatch delay -> its ops
     for n in topo:
