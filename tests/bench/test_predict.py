@@ -2,8 +2,8 @@
 
 import pytest
 
-from tfsched.bench.predict import machine_slots
-from tfsched.tracing.trace import OpRecord, Trace
+from tfsched.bench.predict import machine_slots, machine_slots_from_cpu
+from tfsched.tracing.trace import OpRecord, Trace, TransferRecord
 
 W = "/job:worker/replica:0/task:0/device:CPU:0"
 PS = "/job:ps/replica:0/task:0/device:CPU:0"
@@ -34,3 +34,21 @@ def test_machine_slots_is_at_least_what_worker_0_ran_alone():
     assert machine_slots(
         _trace(1.0, parallel=2, recv=False), _trace(4.0, steps=1), workers=4
     ) == pytest.approx(2.0)
+
+
+def test_machine_slots_from_the_cpu_the_baseline_spent():
+    # Alone, every task's ops take 2 s a step (worker 1 s, the PS 1 s), and worker 0 moves
+    # 1,000,000 bytes. Four workers on 2 cores spent 20 CPU s a step, 4 of them moving
+    # 4,000,000 bytes at 1 us a byte: 16 CPU s for 8 s of lone ops, 2 CPU s per op-second,
+    # so the 2 cores run one lone op at a time.
+    alone = _trace(1.0, recv=False)
+    alone.transfers = [TransferRecord(s, "e", "v:0", 1_000_000, PS, W, 0.0, 1.0) for s in range(2)]
+    kw = {"comm_cpu_s_per_byte": 1e-6, "workers": 4, "cores": 2}
+    assert machine_slots_from_cpu(alone, cpu_s_per_step=20.0, **kw) == pytest.approx(1.0)
+    # the Tfsched gates and the receives wait, they are not work
+    assert machine_slots_from_cpu(_trace(1.0), cpu_s_per_step=8.0, **{**kw, "comm_cpu_s_per_byte": 0.0}) == (
+        pytest.approx(2.0)
+    )
+    # nothing measured, or the bytes took all of it: no estimate
+    assert machine_slots_from_cpu(alone, cpu_s_per_step=0.0, **kw) is None
+    assert machine_slots_from_cpu(alone, cpu_s_per_step=4.0, **kw) is None
