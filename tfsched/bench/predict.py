@@ -68,8 +68,9 @@ def machine_slots_from_cpu(
 
     Better than ``machine_slots`` where the cores are saturated: op times under contention miss
     the CPU spent between ops (the executors, gRPC's threads, the driver), which this counts.
-    VGG16 inference: 0.87 slots from the CPU against 1.23 from the op times, and the credit modes'
-    predictions went from -36% to -40% to -11% to -15% of the measured step.
+    VGG16 inference, re-predicted from one run's traces: 0.87 slots from the CPU against 1.23
+    from the op times; the credit modes' predictions went from -36% to -40% of the measured
+    step to -11% to -15%.
     """
     ops = [o for o in alone.ops if not o.op.startswith("Tfsched") and o.op not in ("_Recv", "_HostRecv")]
     steps = max(alone.steps, 1)
