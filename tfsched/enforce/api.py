@@ -56,12 +56,12 @@ def link_sizes(bandwidth_bps: float | None = None) -> tuple[int, int]:
 
     An improvement over ByteScheduler's fixed sizes: a slice and an acknowledged tensor each cost
     about the same CPU and messages whatever the link, so at 10 Gbit/s a 1,000,000-parameter
-    slice (3.2 ms on the wire) and a 4,000,000-parameter window (13 ms, about the time an
-    acknowledgement takes to come back on a loaded host) cost ten times their share at 1 Gbit/s.
-    Above ``REFERENCE_BANDWIDTH_BPS`` (1 Gbit/s) both grow with the bandwidth, so a slice stays
-    32 ms and the window 128 ms of the link; at or below it (or when the link is not known) they
-    are ByteScheduler's defaults, never smaller. Measured in BENCHMARKS.md (ResNet-50 at
-    10 Gbit/s): the defaults 0.958x of vanilla TensorFlow, the scaled sizes 0.983x, TAO alone 0.993x.
+    slice (3.2 ms on the wire) and a 4,000,000-parameter window (13 ms) cost ten times their
+    share at 1 Gbit/s. Above ``REFERENCE_BANDWIDTH_BPS`` (1 Gbit/s) both grow with the
+    bandwidth, so a slice stays 32 ms and the window 128 ms of the link; at or below it (or when
+    the link is not known) they are ByteScheduler's defaults, never smaller. Measured in
+    BENCHMARKS.md (ResNet-50 at 10 Gbit/s, two runs against vanilla TensorFlow): the fixed sizes
+    0.958x and 0.961x, the scaled sizes 0.983x and 1.030x, TAO alone 0.993x and 1.054x.
 
     >>> link_sizes(), link_sizes(10e9)
     ((1000000, 4000000), (10000000, 40000000))
