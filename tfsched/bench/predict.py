@@ -30,16 +30,20 @@ from tfsched.bench.run import ModeResult, parse_mode
 BASELINE_SEEDS = 3
 
 
-def _worker_op_seconds(trace) -> float:
-    """Seconds of worker 0's compute per step (gates and receives wait, they do not compute)."""
+def _op_seconds(trace, device_part: str = "") -> float:
+    """Seconds of compute per step on the devices containing ``device_part`` (gates and receives
+    wait, they do not compute)."""
     total = sum(
         o.duration_us
         for o in trace.ops
-        if "/job:worker/" in o.device
-        and not o.op.startswith("Tfsched")
-        and o.op not in ("_Recv", "_HostRecv")
+        if device_part in o.device and not o.op.startswith("Tfsched") and o.op not in ("_Recv", "_HostRecv")
     )
     return total / 1e6 / max(trace.steps, 1)
+
+
+def _worker_op_seconds(trace) -> float:
+    """Seconds of worker 0's compute per step."""
+    return _op_seconds(trace, "/job:worker/")
 
 
 def machine_slots(alone, together, workers: int) -> float:
@@ -68,14 +72,12 @@ def machine_slots_from_cpu(
 
     Better than ``machine_slots`` where the cores are saturated: op times under contention miss
     the CPU spent between ops (the executors, gRPC's threads, the driver), which this counts.
-    VGG16 inference, re-predicted from one run's traces: 0.87 slots from the CPU against 1.23
-    from the op times; the credit modes' predictions went from -36% to -40% of the measured
-    step to -11% to -15%.
+    VGG16 inference at batch 496 (the row of BENCHMARKS.md): 1.00 slots from the CPU against
+    1.44 from the op times; the credit modes' predictions are -15% to -19% of the measured step,
+    and -31% to -39% re-predicted from the same run's traces with the op times' 1.44.
     """
-    ops = [o for o in alone.ops if not o.op.startswith("Tfsched") and o.op not in ("_Recv", "_HostRecv")]
-    steps = max(alone.steps, 1)
-    work = sum(o.duration_us for o in ops) / 1e6 / steps
-    moved = sum(t.bytes for t in alone.transfers) / steps
+    work = _op_seconds(alone)
+    moved = sum(t.bytes for t in alone.transfers) / max(alone.steps, 1)
     spent = cpu_s_per_step - comm_cpu_s_per_byte * moved * workers
     if cpu_s_per_step <= 0 or work <= 0 or spent <= 0:
         return None
