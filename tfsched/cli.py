@@ -607,6 +607,18 @@ def bench(
     is_flag=True,
     help="Tune the credit as one window per sending task (tfsched.enable(..., host_credit=True)).",
 )
+@click.option(
+    "--confirm",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="After the trials, measure the N best settings once more; the best mean wins.",
+)
+@click.option(
+    "--no-defaults",
+    is_flag=True,
+    help="Do not start from ByteScheduler's partition and credit sized for the link.",
+)
 @click.option("--batch-size", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
@@ -635,6 +647,8 @@ def tune(
     credit_only,
     partition,
     host_credit,
+    confirm,
+    no_defaults,
     batch_size,
     seed,
     output,
@@ -643,7 +657,9 @@ def tune(
 
     One coordinator decides (Bayesian optimization over measured throughput); every worker
     applies each setting at the same step: credit live, a new partition size by a new session on
-    the same graph (the variables stay on the PS). The best setting is applied at the end.
+    the same graph (the variables stay on the PS). The first trial is ByteScheduler's setting
+    sized for the link; after the trials the leaders are measured again, and the setting with
+    the best mean throughput is applied at the end.
 
     \b
     Example:
@@ -685,6 +701,8 @@ def tune(
             prescreen_keep=prescreen,
             space=space,
             host_credit=host_credit,
+            confirm=confirm,
+            from_defaults=not no_defaults,
             progress=progress,
         )
     doc = result.to_json()
@@ -692,7 +710,8 @@ def tune(
     b = result.best
     click.echo(
         f"best: partition {b.partition:,} credit {b.credit:,} parameters, "
-        f"{result.best_value:.3f} steps/s over {len(result.history)} trials; applied on {len(result.applied)} workers"
+        f"{result.best_value:.3f} steps/s (mean of {doc['best']['measurements']} measurements) over "
+        f"{len(result.history)} trials; applied on {len(result.applied)} workers"
     )
     click.echo(f"results: {output}")
 

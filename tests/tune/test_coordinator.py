@@ -86,6 +86,41 @@ def test_every_worker_gets_the_same_switch_step_and_the_best_comes_last(coord):
         c.close()
 
 
+def test_after_the_budget_the_leaders_run_again_and_the_best_mean_wins():
+    c = Coordinator(
+        RandomSearch(Space(), seed=3),
+        TASKS,
+        host="127.0.0.1",
+        allowed_hosts=["127.0.0.1"],
+        trials=2,
+        confirm=2,
+    )
+    c.start()
+    clients = [CoordinatorClient(c.address, t) for t in TASKS]
+    try:
+        epochs = []
+        # 2 steps per report: trial 1 measures 2 + 2 steps/s, trial 2 2 + 1; the repeats: trial 1
+        # 0.5 + 0.5 (its first run was luck), trial 2 2 + 2
+        for seconds in [(1.0, 1.0), (1.0, 2.0), (4.0, 4.0), (1.0, 1.0)]:
+            m = clients[0].poll(len(epochs) * 5)
+            epochs.append(m)
+            assert not m["final"]
+            for cl, sec in zip(clients, seconds, strict=True):
+                assert cl.report(m["epoch"], 2, sec)["accepted"]
+        final = clients[0].poll(99)
+        first, second = (Setting(e["partition"], e["credit"]) for e in epochs[:2])
+        # the repeats went to the leaders, best first
+        assert [Setting(e["partition"], e["credit"]) for e in epochs[2:]] == [first, second]
+        assert [t.confirm for t in c.search.history] == [False, False, True, True]
+        # trial 1: mean of 4 and 1; trial 2: mean of 3 and 4 -> trial 2 wins on its mean
+        assert final["final"] and Setting(final["partition"], final["credit"]) == second
+        assert c.done.is_set()
+    finally:
+        for cl in clients:
+            cl.close()
+        c.stop()
+
+
 def test_workers_keep_their_setting_when_the_coordinator_dies(coord):
     f = Follower(CoordinatorClient(coord.address, TASKS[0], timeout_s=0.5), settle=0, measure=2)
     applied = f.before_step()

@@ -51,6 +51,41 @@ def test_a_setting_measured_before_is_not_run_again():
     assert search.best().value == max(t.value for t in search.history)
 
 
+def test_the_best_is_the_best_mean_and_repeats_go_to_the_leaders():
+    search = RandomSearch(Space(), seed=0)
+    lucky, steady, poor = Setting(2**17, 2**20), Setting(2**20, 2**22), Setting(2**23, 2**25)
+    search.register(lucky, 1.30)
+    search.register(steady, 1.20)
+    search.register(poor, 0.90)
+    assert search.to_confirm(2) == [lucky, steady] and search.to_confirm(0) == []
+    search.register(lucky, 0.96, confirm=True)  # the first measurement was luck
+    search.register(steady, 1.18, confirm=True)
+    best = search.best()
+    assert best.setting == steady and best.value == pytest.approx(1.19)
+    assert search.measured(lucky) == pytest.approx(1.13)
+    assert [t.confirm for t in search.history] == [False, False, False, True, True]
+    assert search.history[-1].to_json()["confirm"] is True
+
+
+def test_a_repeat_does_not_take_the_place_of_the_models_suggestion():
+    search = BayesSearch(Space(), seed=0, init_points=0)
+    first = search.next_setting()
+    search.register(first, 1.0)
+    suggested = search.next_setting()
+    search.register(first, 1.1, confirm=True)  # a repeat arrives while a suggestion is out
+    assert search._pending is not None
+    search.register(suggested, 0.8)
+    assert search._pending is None and search.measured(first) == pytest.approx(1.05)
+    assert len(search._opt.space) == 3
+
+
+def test_in_bounds():
+    space = Space(partition_log2=(16.0, 20.0), credit_log2=(18.0, 22.0))
+    search = RandomSearch(space)
+    assert search.in_bounds(Setting(2**18, 2**20))
+    assert not search.in_bounds(Setting(2**21, 2**20)) and not search.in_bounds(Setting(2**18, 2**23))
+
+
 def test_probe_goes_first():
     search = BayesSearch(Space(), seed=0)
     search.probe(Setting(2**18, 2**20))

@@ -1,5 +1,7 @@
 """Tuning on real clusters: a run completes and every worker ends on the best setting."""
 
+import statistics
+
 import pytest
 
 from tfsched.tune.search import Space
@@ -10,9 +12,22 @@ pytestmark = [pytest.mark.tf, pytest.mark.cluster]
 def test_tuning_run_applies_the_best_setting_on_every_worker():
     from tfsched.tune.run import tune_cluster
 
-    r = tune_cluster("seq32", workers=2, ps=1, trials=3, settle=1, measure=2, final_steps=2, timeout_s=600)
-    assert len(r.history) == 3
-    assert r.best_value == max(t.value for t in r.history) > 0
+    r = tune_cluster(
+        "seq32", workers=2, ps=1, trials=3, confirm=1, settle=1, measure=2, final_steps=2, timeout_s=600
+    )
+    # the first trial is ByteScheduler's setting for the link (loopback: the 1 Gbit/s sizes, the
+    # partition on the search's grid); then the model's trials, then one repeat of the leader
+    assert (r.history[0].setting.partition, r.history[0].setting.credit) == (2**20, 4_000_000)
+    assert r.to_json()["config"]["defaults"] == {"partition": 2**20, "credit": 4_000_000}
+    assert [t.confirm for t in r.history] == [False, False, False, True]
+    leader = max(r.history[:3], key=lambda t: t.value).setting
+    assert r.history[3].setting == leader
+    means = {
+        t.setting: statistics.mean(u.value for u in r.history if u.setting == t.setting) for t in r.history
+    }
+    assert r.best == max(means, key=means.get) and r.best_value == pytest.approx(means[r.best])
+    assert r.best_value > 0
+    assert r.to_json()["best"]["measurements"] == sum(t.setting == r.best for t in r.history)
     assert set(r.applied) == {"/job:worker/task:0", "/job:worker/task:1"}
     for applied in r.applied.values():
         # the session in force was rewritten with the best partition; the task's gates use its credit
@@ -31,7 +46,8 @@ def test_tuning_one_window_per_task_with_a_timing_aware_order():
         algorithm="tao",
         host_credit=True,
         prescreen_keep=2,
-        trials=2,
+        trials=3,
+        confirm=0,
         settle=1,
         measure=2,
         final_steps=2,
@@ -39,9 +55,9 @@ def test_tuning_one_window_per_task_with_a_timing_aware_order():
     )
     doc = r.to_json()
     assert doc["config"]["host_credit"] is True and doc["config"]["algorithm"] == "tao"
-    # the two settings the simulator (with one window per task) liked best ran first
+    # after the defaults, the two settings the simulator (with one window per task) liked best
     assert len(r.prescreened) == 2 and all(p["predicted_step_s"] > 0 for p in r.prescreened)
-    assert [(t.setting.partition, t.setting.credit) for t in r.history] == [
+    assert [(t.setting.partition, t.setting.credit) for t in r.history[1:]] == [
         (p["partition"], p["credit"]) for p in r.prescreened
     ]
     for applied in r.applied.values():

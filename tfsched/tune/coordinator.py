@@ -8,9 +8,11 @@ Messages are JSON objects of a fixed shape (no generated stubs to keep in step w
   ``epoch``'s setting in ``seconds``.
 
 When every worker has reported the current epoch, the coordinator registers the cluster's
-throughput (the sum of the workers' steps/s) with the search, takes the next setting (or, when
-the trial budget is spent, the best one, ``final``) and announces it for a step every worker
-reaches after it polls: ``apply_at`` = the furthest step any worker has polled + ``lead``.
+throughput (the sum of the workers' steps/s) with the search, takes the next setting and
+announces it. When the trial budget is spent it measures the ``confirm`` settings with the
+highest means once more, then announces the one with the highest mean (``final``). Each
+setting is announced for a step every worker reaches after it polls: ``apply_at`` = the
+furthest step any worker has polled + ``lead``.
 
 The server listens only on the address it is given (a cluster host, never 0.0.0.0), accepts
 calls only from the cluster's hosts, and rejects malformed messages (INVALID_ARGUMENT) and
@@ -68,6 +70,7 @@ class Epoch:
     setting: Setting
     apply_at: int
     final: bool = False
+    confirm: bool = False  # a repeat of one of the leading settings
     reports: dict[str, float] = field(default_factory=dict)  # task -> steps/s
 
     def to_json(self) -> dict:
@@ -90,11 +93,14 @@ class Coordinator:
         host: str,
         allowed_hosts: list[str],
         trials: int,
+        confirm: int = 0,
         lead: int = 2,
-        on_trial: Callable[[int, Setting, float], None] | None = None,
+        on_trial: Callable[[int, Setting, float, bool], None] | None = None,
     ):
         if trials < 1:
             raise TfschedError(f"trials must be at least 1, got {trials}")
+        if confirm < 0:
+            raise TfschedError(f"confirm must not be negative, got {confirm}")
         ip = ipaddress.ip_address(host)
         if ip.is_unspecified:
             raise TfschedError("the coordinator listens on a cluster host, not on every address")
@@ -103,6 +109,8 @@ class Coordinator:
         self.host = host
         self.allowed = {str(ipaddress.ip_address(h)) for h in allowed_hosts} | {str(ip)}
         self.trials = trials
+        self.confirm = confirm
+        self._repeats: list[Setting] | None = None  # chosen when the trial budget is spent
         self.lead = lead
         self.on_trial = on_trial
         self._lock = threading.Lock()
@@ -176,16 +184,20 @@ class Coordinator:
     def _decide(self) -> None:
         e = self.epoch
         value = sum(e.reports.values())
-        self.search.register(e.setting, value)
+        self.search.register(e.setting, value, confirm=e.confirm)
         if self.on_trial:
-            self.on_trial(len(self.search.history), e.setting, value)
+            self.on_trial(len(self.search.history), e.setting, value, e.confirm)
         apply_at = max(self._last_step.values(), default=0) + self.lead
-        if len(self.search.history) >= self.trials:
-            best = self.search.best()
-            self.epoch = Epoch(e.number + 1, best.setting, apply_at, final=True)
-            self.done.set()
-        else:
+        if sum(not t.confirm for t in self.search.history) < self.trials:
             self.epoch = Epoch(e.number + 1, self.search.next_setting(), apply_at)
+            return
+        if self._repeats is None:  # the budget is spent: measure the leaders once more
+            self._repeats = self.search.to_confirm(self.confirm)
+        if self._repeats:
+            self.epoch = Epoch(e.number + 1, self._repeats.pop(0), apply_at, confirm=True)
+        else:
+            self.epoch = Epoch(e.number + 1, self.search.best().setting, apply_at, final=True)
+            self.done.set()
 
 
 class CoordinatorClient:

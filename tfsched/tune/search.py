@@ -72,9 +72,10 @@ class Space:
 class Trial:
     setting: Setting
     value: float  # what is maximized: measured throughput (steps/s), or any objective
+    confirm: bool = False  # a repeat of a setting measured before (``_Search.to_confirm``)
 
     def to_json(self) -> dict:
-        return {**self.setting.to_json(), "value": self.value}
+        return {**self.setting.to_json(), "value": self.value, "confirm": self.confirm}
 
 
 @dataclass
@@ -84,13 +85,32 @@ class _Search:
     history: list[Trial] = field(default_factory=list)
 
     def best(self) -> Trial | None:
-        return max(self.history, key=lambda t: t.value, default=None)
+        """The setting with the highest mean over its measurements, with that mean.
+
+        The mean, not the single best measurement: on a noisy cluster the highest value of a few
+        trials is as often luck as it is the setting (the winner's curse), and repeats of the
+        leaders (``to_confirm``) only help if they are averaged in.
+        """
+        means = self._means()
+        if not means:
+            return None
+        s = max(means, key=means.get)
+        return Trial(s, means[s])
 
     def measured(self, setting: Setting) -> float | None:
+        """The mean of this setting's measurements; None if it was never measured."""
+        return self._means().get(setting)
+
+    def to_confirm(self, k: int) -> list[Setting]:
+        """The ``k`` settings with the highest means, best first: the ones worth measuring again."""
+        means = self._means()
+        return sorted(means, key=means.get, reverse=True)[: max(0, k)]
+
+    def _means(self) -> dict[Setting, float]:
+        runs: dict[Setting, list[float]] = {}
         for t in self.history:
-            if t.setting == setting:
-                return t.value
-        return None
+            runs.setdefault(t.setting, []).append(t.value)
+        return {s: sum(v) / len(v) for s, v in runs.items()}
 
     def next_setting(self) -> Setting:
         """The next setting worth measuring; settings seen before are registered again, not re-run."""
@@ -106,13 +126,21 @@ class _Search:
         self._pending = params
         return self.space.setting(params)
 
-    def register(self, setting: Setting, value: float) -> None:
-        params = getattr(self, "_pending", None) or self.space.params(setting)
-        self._pending = None
+    def register(self, setting: Setting, value: float, *, confirm: bool = False) -> None:
+        """One measurement of ``setting``; ``confirm``: a repeat, not the model's suggestion."""
+        pending = getattr(self, "_pending", None)
+        params = self.space.params(setting) if confirm or pending is None else pending
+        if not confirm:
+            self._pending = None
         if not math.isfinite(value):
             raise TfschedError(f"trial value must be finite, got {value}")
         self._register(params, value)
-        self.history.append(Trial(setting, value))
+        self.history.append(Trial(setting, value, confirm))
+
+    def in_bounds(self, setting: Setting) -> bool:
+        """Whether ``setting`` lies in the search space (a probe outside it would skew the model)."""
+        bounds = self.space.bounds()
+        return all(lo <= v <= hi for k, v in self.space.params(setting).items() for lo, hi in [bounds[k]])
 
 
 class RandomSearch(_Search):
