@@ -8,6 +8,8 @@ ones. Credit changes live and is rounded to whole parameters only.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import random
 from collections.abc import Callable
@@ -199,7 +201,9 @@ class BayesSearch(_Search):
     def _register(self, params: dict, value: float) -> None:
         if self._scale is None:
             self._scale = abs(value) or 1.0
-        self._opt.register(params=params, target=value / self._scale)
+        # bayes_opt prints a line to stdout for every repeated point (a repeat is intended here)
+        with contextlib.redirect_stdout(io.StringIO()):
+            self._opt.register(params=params, target=value / self._scale)
 
 
 SEARCHES: dict[str, Callable[..., _Search]] = {"bayes": BayesSearch, "random": RandomSearch}
