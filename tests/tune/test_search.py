@@ -65,6 +65,12 @@ def test_the_best_is_the_best_mean_and_repeats_go_to_the_leaders():
     assert search.measured(lucky) == pytest.approx(1.13)
     assert [t.confirm for t in search.history] == [False, False, False, True, True]
     assert search.history[-1].to_json()["confirm"] is True
+    # the cluster slowed down while the leaders ran again: a setting measured once, early, would
+    # win on its mean; among the repeated leaders, the steadier one wins
+    early = Setting(2**21, 2**21)
+    search.register(early, 1.195)
+    assert search.best().setting == early
+    assert search.best(among=[lucky, steady]).setting == steady
 
 
 def test_a_repeat_does_not_take_the_place_of_the_models_suggestion(capsys):

@@ -10,7 +10,7 @@ Messages are JSON objects of a fixed shape (no generated stubs to keep in step w
 When every worker has reported the current epoch, the coordinator registers the cluster's
 throughput (the sum of the workers' steps/s) with the search, takes the next setting and
 announces it. When the trial budget is spent it measures the ``confirm`` settings with the
-highest means once more, then announces the one with the highest mean (``final``). Each
+highest means once more, then announces the one of those with the highest mean (``final``). Each
 setting is announced for a step every worker reaches after it polls: ``apply_at`` = the
 furthest step any worker has polled + ``lead``.
 
@@ -111,6 +111,7 @@ class Coordinator:
         self.trials = trials
         self.confirm = confirm
         self._repeats: list[Setting] | None = None  # chosen when the trial budget is spent
+        self.leaders: list[Setting] = []  # the settings measured again; the winner is among them
         self.lead = lead
         self.on_trial = on_trial
         self._lock = threading.Lock()
@@ -192,11 +193,14 @@ class Coordinator:
             self.epoch = Epoch(e.number + 1, self.search.next_setting(), apply_at)
             return
         if self._repeats is None:  # the budget is spent: measure the leaders once more
-            self._repeats = self.search.to_confirm(self.confirm)
+            self.leaders = self.search.to_confirm(self.confirm)
+            self._repeats = list(self.leaders)
         if self._repeats:
             self.epoch = Epoch(e.number + 1, self._repeats.pop(0), apply_at, confirm=True)
         else:
-            self.epoch = Epoch(e.number + 1, self.search.best().setting, apply_at, final=True)
+            # the winner is one of the leaders, each measured twice
+            best = self.search.best(among=self.leaders)
+            self.epoch = Epoch(e.number + 1, best.setting, apply_at, final=True)
             self.done.set()
 
 

@@ -86,14 +86,18 @@ class _Search:
     seed: int = 0
     history: list[Trial] = field(default_factory=list)
 
-    def best(self) -> Trial | None:
+    def best(self, among: list[Setting] | None = None) -> Trial | None:
         """The setting with the highest mean over its measurements, with that mean.
 
         The mean, not the single best measurement: on a noisy cluster the highest value of a few
         trials is as often luck as it is the setting (the winner's curse), and repeats of the
-        leaders (``to_confirm``) only help if they are averaged in.
+        leaders (``to_confirm``) only help if they are averaged in. ``among``: choose only from
+        these (the repeated leaders: a cluster that drifts slower over the run would otherwise
+        hand the win to a setting measured once, early).
         """
         means = self._means()
+        if among:
+            means = {s: v for s, v in means.items() if s in among}
         if not means:
             return None
         s = max(means, key=means.get)
