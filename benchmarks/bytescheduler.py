@@ -46,6 +46,11 @@ def main() -> None:
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--skip-tune", action="store_true", help="Reuse results/tune-<row>.json.")
+    ap.add_argument(
+        "--reuse",
+        default="",
+        help="Rows (comma-separated) whose saved tune and bench results go into the summary as they are.",
+    )
     args = ap.parse_args()
     os.makedirs(RESULTS, exist_ok=True)
     summary = ["# Partitioning, credit and tuning (ByteScheduler) on the emulated cluster", ""]
@@ -68,7 +73,8 @@ def main() -> None:
             "-o",
             tune_out,
         ]
-        if not args.skip_tune:
+        reuse = row in args.reuse.split(",")
+        if not (args.skip_tune or reuse):
             run(tune_cmd)
         with open(tune_out) as f:
             tuned_doc = json.load(f)
@@ -98,7 +104,8 @@ def main() -> None:
             "-o",
             bench_out,
         ]
-        run(bench_cmd)
+        if not reuse:
+            run(bench_cmd)
         with open(bench_out.replace(".json", ".md")) as f:
             table = f.read().strip()
         summary += [
