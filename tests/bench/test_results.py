@@ -3,7 +3,7 @@
 import pytest
 
 from tfsched.bench.results import markdown, paired_ratio_ci, summarize
-from tfsched.bench.run import ModeResult, parse_mode, parse_modes
+from tfsched.bench.run import ModeResult, parse_mode, parse_modes, per_byte
 from tfsched.errors import TfschedError
 
 
@@ -87,3 +87,11 @@ def test_paired_round_ratios_give_the_interval_of_the_speedup():
         m.steps, m.wall_s = sum(s for s, _ in m.rounds), sum(w for _, w in m.rounds)
     rows = {r["mode"]: r for r in summarize({"baseline": base, "tao": mode}, {})["modes"]}
     assert rows["baseline"]["vs_baseline_ci95"] is None and rows["tao"]["vs_baseline_ci95"][0] > 1.0
+
+
+def test_a_byte_costs_the_cpu_past_what_the_same_messages_cost_cut_short():
+    # 3 steps moved 400 MB more each than the cut pulls, for 2.4 more CPU seconds
+    assert per_byte(3.0, 0.6, 400_000_000, 3) == pytest.approx(2e-9)
+    # the same messages cost as much whole as cut: nothing measurable per byte (not negative)
+    assert per_byte(0.05, 0.06, 1_000_000, 3) == 0.0
+    assert per_byte(1.0, 0.5, 0, 3) == 0.0 and per_byte(1.0, 0.5, 10, 0) == 0.0
