@@ -15,7 +15,8 @@ its own machine with those times counts the sharing twice (VGG16 training was pr
 workers share the machine, which does as much work at once as the workers measured together
 (``machine_slots``). Moving the bytes takes that machine's CPU too (gRPC's copies and the
 kernel's TCP at both ends): the bench measures it per byte with worker 0 pulling every variable
-alone, and the simulated flows take their share of the machine from the ops. What the machine
+alone, past what the same messages cost cut short (``run._comm_cpu_per_byte``), and the
+simulated flows take their share of the machine from the ops. What the machine
 does at once comes from the CPU the baseline spent per step where it was measured
 (``machine_slots_from_cpu``), else from the op times (``machine_slots``).
 """
