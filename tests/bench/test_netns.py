@@ -161,6 +161,7 @@ def test_bench_command_writes_every_field(tmp_path):
         assert r["cpu_s_per_step"] > 0 and 0 < r["cpu_busy"] <= 1
     # what moving a byte costs the machine, measured once with the baseline
     assert data["modes"][0]["comm_cpu_s_per_byte"] > 0 and "comm_cpu_s_per_byte" not in data["modes"][1]
+    assert 0 < data["modes"][0]["comm_cpu_s_per_message"] < 1
     # the sizes in force are in the file
     assert "partition" not in data["modes"][0]
     assert (data["modes"][2]["partition"], data["modes"][2]["credit"]) == (20_000, 40_000)

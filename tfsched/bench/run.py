@@ -96,6 +96,7 @@ class ModeResult:
     # baseline: steps of worker 0 traced while the other workers wait (op times alone)
     solo_trace: object | None = None
     comm_cpu_s_per_byte: float = 0.0  # baseline: the machine's CPU per byte moved (0: not measured)
+    comm_cpu_s_per_message: float = 0.0  # baseline: ... per tensor sent, bytes aside, step included
     measured: dict = field(default_factory=dict)  # E, bounds, the simulator's prediction (predict.py)
     knobs: dict = field(default_factory=dict)  # partition, credit (parameters), host_credit in force
 
@@ -145,6 +146,9 @@ class ModeResult:
             "cpu_s_per_step": self.cpu_per_step,
             "cpu_busy": self.cpu_s / self.cpu_total_s if self.cpu_total_s else 0.0,
             **({"comm_cpu_s_per_byte": self.comm_cpu_s_per_byte} if self.comm_cpu_s_per_byte else {}),
+            **(
+                {"comm_cpu_s_per_message": self.comm_cpu_s_per_message} if self.comm_cpu_s_per_message else {}
+            ),
             # the raw times (seconds): any column can be recomputed from the file
             "iterations": [[round(t, 6) for t in it] for it in self.iterations],
             **self.knobs,
@@ -207,18 +211,18 @@ COMM_MAX_STEPS = 60  # and more, up to this, until the whole pulls took COMM_MIN
 COMM_MIN_CPU_S = 1.0  # (/proc/stat counts in ticks of 10 ms: small models need many steps)
 
 
-def _comm_cpu_per_byte(tf, target: str, built, options) -> float:
-    """CPU seconds this machine spends per byte moved between two tasks, past each message's own
-    cost. Worker 0 alone (a fresh copy of ``built``'s graph, sharing the variables) runs two
+def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float]:
+    """CPU seconds this machine spends per byte moved between two tasks past each message's own
+    cost, and per message (a tensor sent with almost no bytes, its share of the step included). Worker 0 alone (a fresh copy of ``built``'s graph, sharing the variables) runs two
     steps in turn, ``COMM_STEPS`` times each: one pulls every PS variable whole and keeps one
     element of each; the other cuts that element on the PS, so it sends as many messages with
     almost no bytes (more than ``COMM_STEPS`` for small models, until the CPU is measurable). The machine's extra busy CPU in the first, over the extra bytes, is the cost
-    of a byte. The plain ratio (all the CPU of the first step over its bytes) counted every
+    of a byte; the CPU of the second, over its messages, the cost of a message. The plain ratio (all the CPU of the first step over its bytes) counted every
     message's and the step's own cost as bytes: par32 (256 small variables) came out at 3.1e-8
     CPU s per byte, 20 times VGG16's, and its simulated step and lower bound were 40% and 80%
-    above the measured step. 0 if /proc/stat cannot be read, nothing is on a PS, a pull fails
-    (the rounds measured before are kept: the prediction then leaves the bytes' CPU out) or the
-    bytes cost nothing measurable."""
+    above the measured step. 0 if /proc/stat cannot be read, nothing is on a PS or a pull fails
+    (the rounds measured before are kept: the prediction then leaves the bytes' CPU out), and
+    the cost of a byte 0 if the bytes cost nothing measurable."""
     with built.graph.as_default():
         whole, cut, nbytes, small = [], [], 0, 0
         for v in built.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
@@ -232,7 +236,7 @@ def _comm_cpu_per_byte(tf, target: str, built, options) -> float:
                 nbytes += v.shape.num_elements() * v.dtype.size
                 small += v.dtype.size
     if nbytes <= small:
-        return 0.0
+        return 0.0, 0.0
     busy = {"whole": 0.0, "cut": 0.0}
     try:
         with tf.compat.v1.Session(target, graph=built.graph) as sess:
@@ -244,12 +248,12 @@ def _comm_cpu_per_byte(tf, target: str, built, options) -> float:
                     sess.run(fetch, options=options)
                     after = _cpu_seconds()
                     if not before or not after:
-                        return 0.0
+                        return 0.0, 0.0
                     busy[name] += after[0] - before[0]
                 steps += 1
     except tf.errors.OpError:
-        return 0.0
-    return per_byte(busy["whole"], busy["cut"], nbytes - small, steps)
+        return 0.0, 0.0
+    return per_byte(busy["whole"], busy["cut"], nbytes - small, steps), busy["cut"] / (len(cut) * steps)
 
 
 def per_byte(busy_whole_s: float, busy_cut_s: float, extra_bytes: int, steps: int) -> float:
@@ -419,7 +423,8 @@ def run_side_by_side(
                 )
                 if progress:
                     progress("measuring what moving a byte costs the machine")
-                results["baseline"].comm_cpu_s_per_byte = _comm_cpu_per_byte(
+                base = results["baseline"]
+                base.comm_cpu_s_per_byte, base.comm_cpu_s_per_message = _comm_cpu_costs(
                     tf, targets[0], builder(0), run_options
                 )
     finally:
