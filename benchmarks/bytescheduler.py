@@ -87,7 +87,7 @@ def main() -> None:
         ]
         vs_defaults = (
             f"; ByteScheduler's defaults on the search's grid (partition {d['partition']:,}, credit "
-            f"{d['credit']:,}) {sum(runs) / len(runs):.3f} over {len(runs)}"
+            f"{d['credit']:,}) {sum(runs) / len(runs):.3f} (mean of {len(runs)})"
             if runs
             else ""
         )
