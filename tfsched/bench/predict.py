@@ -15,7 +15,7 @@ its own machine with those times counts the sharing twice (VGG16 training was pr
 workers share the machine, which does as much work at once as the workers measured together
 (``machine_slots``). Moving the bytes takes that machine's CPU too (gRPC's copies and the
 kernel's TCP at both ends): the bench measures it per byte with worker 0 pulling every variable
-alone, past what the same messages cost cut short (``run._comm_cpu_per_byte``), and the
+alone, past what the same messages cost cut short (``run._comm_cpu_costs``), and the
 simulated flows take their share of the machine from the ops. What the machine
 does at once comes from the CPU the baseline spent per step where it was measured
 (``machine_slots_from_cpu``), else from the op times (``machine_slots``).
@@ -76,9 +76,12 @@ def machine_slots_from_cpu(
     ``comm_cpu_s_per_message`` per tensor (worker 0's traced step alone gives both counts); the
     rest did ``workers`` times the ops of that step (every task's). So a second of lone-worker op
     costs (cpu - comm) / work CPU seconds, and ``cores`` of them run at once. None without the
-    measurements. The messages count since the ninth session: par32's 20 ms steps spend most of
-    their CPU on 512 small tensors and the steps around them, and with the bytes alone taken out,
-    its ops were given that CPU and simulated 47% to 84% slower than measured.
+    measurements, or when the transfers account for all the CPU (the op times decide then).
+
+    The messages count since the ninth session: in steps of a few milliseconds most of the CPU
+    goes to dispatching tensors, not to ops or bytes. It does not make such steps predictable:
+    on par32 training (a pull and a push for each of 33 variables, 15 ms steps) the messages take more
+    than all the CPU, and the op times predict +34% to +64%; par32 inference is -32% to -23%.
 
     Better than ``machine_slots`` where the cores are saturated: op times under contention miss
     the CPU spent between ops (the executors, gRPC's threads, the driver), which this counts.

@@ -213,16 +213,22 @@ COMM_MIN_CPU_S = 1.0  # (/proc/stat counts in ticks of 10 ms: small models need 
 
 def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float]:
     """CPU seconds this machine spends per byte moved between two tasks past each message's own
-    cost, and per message (a tensor sent with almost no bytes, its share of the step included). Worker 0 alone (a fresh copy of ``built``'s graph, sharing the variables) runs two
-    steps in turn, ``COMM_STEPS`` times each: one pulls every PS variable whole and keeps one
-    element of each; the other cuts that element on the PS, so it sends as many messages with
-    almost no bytes (more than ``COMM_STEPS`` for small models, until the CPU is measurable). The machine's extra busy CPU in the first, over the extra bytes, is the cost
-    of a byte; the CPU of the second, over its messages, the cost of a message. The plain ratio (all the CPU of the first step over its bytes) counted every
-    message's and the step's own cost as bytes: par32 (256 small variables) came out at 3.1e-8
-    CPU s per byte, 20 times VGG16's, and its simulated step and lower bound were 40% and 80%
-    above the measured step. 0 if /proc/stat cannot be read, nothing is on a PS or a pull fails
-    (the rounds measured before are kept: the prediction then leaves the bytes' CPU out), and
-    the cost of a byte 0 if the bytes cost nothing measurable."""
+    cost, and per message (a tensor sent with almost no bytes, its share of the step included).
+
+    Worker 0 alone (a fresh copy of ``built``'s graph, sharing the variables) runs two steps in
+    turn, at least ``COMM_STEPS`` times each and more for small models, until the CPU is
+    measurable: one pulls every PS variable whole and keeps one element of each; the other cuts
+    that element on the PS, so it sends as many messages with almost no bytes. The machine's
+    extra busy CPU in the first, over the extra bytes, is the cost of a byte; the CPU of the
+    second, over its messages, the cost of a message. The plain ratio used before (all the CPU
+    of the first step over its bytes) counted each message's and the step's own cost as bytes:
+    par32 (33 small variables) came out at 3.1e-8 CPU s per byte, 20 times VGG16's, and its
+    lower bound 80% above the measured step.
+
+    Both are 0 if /proc/stat cannot be read, nothing is on a PS or a pull fails (the rounds
+    measured before are kept: the prediction then leaves this CPU out); the cost of a byte is 0
+    if the bytes cost nothing measurable.
+    """
     with built.graph.as_default():
         whole, cut, nbytes, small = [], [], 0, 0
         for v in built.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):

@@ -125,10 +125,13 @@ def tune_cluster(
       luckiest measurement. Only they can win: a cluster that slows over the run would
       otherwise hand the win to a setting measured once, early. On ResNet-50 here, both
       leaders measured 9% slower when repeated at the end (0.809 then 0.735 steps/s, 0.794
-      then 0.719), and the third, measured once at the start (0.786), would have won. In the seventh-session run on VGG16 (2 measured steps a trial), one setting
+      then 0.719), and the third, measured once at the start (0.786), would have won. In the
+      eighth session's run on VGG16 (2 measured steps a trial, no repeats), one setting
       measured 0.638 steps/s and won; a setting one part in 600 away measured 0.597, and the
       winner then ran at 1.05x vanilla TensorFlow in the benchmark against 1.27x for the
-      defaults.
+      defaults. With both additions (BENCHMARKS.md, ninth session) the tuned settings ran at
+      1.34x and 1.22x against the defaults' 1.38x and 1.23x: as good, not better, on this
+      machine.
     """
     import tempfile
 
