@@ -62,38 +62,30 @@ def machine_slots(alone, together, workers: int) -> float:
 
 
 def machine_slots_from_cpu(
-    alone,
-    *,
-    cpu_s_per_step: float,
-    comm_cpu_s_per_byte: float,
-    workers: int,
-    cores: int,
-    comm_cpu_s_per_message: float = 0.0,
+    alone, *, cpu_s_per_step: float, comm_cpu_s_per_byte: float, workers: int, cores: int
 ) -> float | None:
     """The work the machine does at once, in lone-worker ops, from the CPU it spent: the baseline
     used ``cpu_s_per_step`` CPU seconds per synchronized step (measured over its rounds), of
-    which each worker's transfers took ``comm_cpu_s_per_byte`` per byte and
-    ``comm_cpu_s_per_message`` per tensor (worker 0's traced step alone gives both counts); the
-    rest did ``workers`` times the ops of that step (every task's). So a second of lone-worker op
+    which moving each worker's bytes took ``comm_cpu_s_per_byte`` each; the rest did ``workers``
+    times the ops of worker 0's traced step alone (every task's). So a second of lone-worker op
     costs (cpu - comm) / work CPU seconds, and ``cores`` of them run at once. None without the
-    measurements, or when the transfers account for all the CPU (the op times decide then).
-
-    The messages count since the ninth session: in steps of a few milliseconds most of the CPU
-    goes to dispatching tensors, not to ops or bytes. It does not make such steps predictable:
-    on par32 training (a pull and a push for each of 33 variables, 15 ms steps) the messages take more
-    than all the CPU, and the op times predict +34% to +64%; par32 inference is -32% to -23%.
+    measurements.
 
     Better than ``machine_slots`` where the cores are saturated: op times under contention miss
     the CPU spent between ops (the executors, gRPC's threads, the driver), which this counts.
     VGG16 inference at batch 496 (the row of BENCHMARKS.md): 1.00 slots from the CPU against
     1.44 from the op times; the credit modes' predictions are -15% to -19% of the measured step,
     and -31% to -39% re-predicted from the same run's traces with the op times' 1.44.
+
+    Each tensor's own CPU (``ModeResult.comm_cpu_s_per_message``) stays in the ops' share: the
+    simulator does not charge it to the machine, so taking it out leaves that CPU to nobody.
+    Tried in the ninth session: ResNet-50 training came out -24% to -4% (-15% to -3% without it
+    in another run of the same session), Inception-v3 training -30% to -20% (-14% to -1% in the
+    seventh session's row), and par32 training stayed +34% to +64%.
     """
     work = _op_seconds(alone)
-    steps = max(alone.steps, 1)
-    moved = sum(t.bytes for t in alone.transfers) / steps
-    messages = len(alone.transfers) / steps
-    spent = cpu_s_per_step - (comm_cpu_s_per_byte * moved + comm_cpu_s_per_message * messages) * workers
+    moved = sum(t.bytes for t in alone.transfers) / max(alone.steps, 1)
+    spent = cpu_s_per_step - comm_cpu_s_per_byte * moved * workers
     if cpu_s_per_step <= 0 or work <= 0 or spent <= 0:
         return None
     return cores * workers * work / spent
@@ -128,7 +120,6 @@ def annotate(
             base.solo_trace,
             cpu_s_per_step=base.cpu_per_step,
             comm_cpu_s_per_byte=base.comm_cpu_s_per_byte,
-            comm_cpu_s_per_message=base.comm_cpu_s_per_message,
             workers=workers,
             cores=os.cpu_count() or 1,
         )

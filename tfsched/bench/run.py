@@ -96,7 +96,9 @@ class ModeResult:
     # baseline: steps of worker 0 traced while the other workers wait (op times alone)
     solo_trace: object | None = None
     comm_cpu_s_per_byte: float = 0.0  # baseline: the machine's CPU per byte moved (0: not measured)
-    comm_cpu_s_per_message: float = 0.0  # baseline: ... per tensor sent, bytes aside, step included
+    # baseline: ... per tensor sent, bytes aside, its share of the step included (reported; the
+    # simulator does not charge it yet, see predict.machine_slots_from_cpu)
+    comm_cpu_s_per_message: float = 0.0
     measured: dict = field(default_factory=dict)  # E, bounds, the simulator's prediction (predict.py)
     knobs: dict = field(default_factory=dict)  # partition, credit (parameters), host_credit in force
 
