@@ -79,9 +79,9 @@ def machine_slots_from_cpu(
 
     Each tensor's own CPU (``ModeResult.comm_cpu_s_per_message``) stays in the ops' share: the
     simulator does not charge it to the machine, so taking it out leaves that CPU to nobody.
-    Tried in the ninth session: ResNet-50 training came out -24% to -4% (-15% to -3% without it
-    in another run of the same session), Inception-v3 training -30% to -20% (-14% to -1% in the
-    seventh session's row), and par32 training stayed +34% to +64%.
+    Tried in the ninth session: ResNet-50 training came out -24% to -4% (-17% to -3% without it,
+    in the row re-run the same day), Inception-v3 training -30% to -20% (-19% to -5%
+    without it), and par32 training stayed +34% to +64%.
     """
     work = _op_seconds(alone)
     moved = sum(t.bytes for t in alone.transfers) / max(alone.steps, 1)
