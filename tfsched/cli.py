@@ -612,7 +612,7 @@ def bench(
     type=click.IntRange(min=0),
     default=2,
     show_default=True,
-    help="After the trials, measure the N best settings once more; the best mean wins.",
+    help="After the trials, measure the N best settings once more; the best mean among them wins.",
 )
 @click.option(
     "--no-defaults",
@@ -658,7 +658,7 @@ def tune(
     One coordinator decides (Bayesian optimization over measured throughput); every worker
     applies each setting at the same step: credit live, a new partition size by a new session on
     the same graph (the variables stay on the PS). The first trial is ByteScheduler's setting
-    sized for the link; after the trials the leaders are measured again, and the setting with
+    sized for the link; after the trials the leaders are measured again, and the leader with
     the best mean throughput is applied at the end.
 
     \b

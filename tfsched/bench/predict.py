@@ -42,11 +42,6 @@ def _op_seconds(trace, device_part: str = "") -> float:
     return total / 1e6 / max(trace.steps, 1)
 
 
-def _worker_op_seconds(trace) -> float:
-    """Seconds of worker 0's compute per step."""
-    return _op_seconds(trace, "/job:worker/")
-
-
 def machine_slots(alone, together, workers: int) -> float:
     """The work the machine does at once, in worker-0-alone ops: ``workers`` workers computing
     together each took ``together / alone`` times as long per op (their compute phases overlap
@@ -54,7 +49,7 @@ def machine_slots(alone, together, workers: int) -> float:
     what worker 0 alone ran at once."""
     from tfsched.oracle.fit import compute_parallelism
 
-    solo, shared = _worker_op_seconds(alone), _worker_op_seconds(together)
+    solo, shared = _op_seconds(alone, "/job:worker/"), _op_seconds(together, "/job:worker/")
     own = max((v for task, v in compute_parallelism(alone).items() if "/job:worker/" in task), default=1.0)
     if solo <= 0 or shared <= 0:
         return own
@@ -116,16 +111,17 @@ def annotate(
     # time is in the fused op named after its Relu; a cost-model time for it counted it twice).
     oracle = TimeOracle.from_trace(traced, "min")
     if base.solo_trace is not None:
+        cores = os.cpu_count() or 1
         from_cpu = machine_slots_from_cpu(
             base.solo_trace,
             cpu_s_per_step=base.cpu_per_step,
             comm_cpu_s_per_byte=base.comm_cpu_s_per_byte,
             workers=workers,
-            cores=os.cpu_count() or 1,
+            cores=cores,
         )
         oracle.machine_slots = from_cpu or machine_slots(base.solo_trace, base.trace, workers)
         # a slot is the cores one lone worker's ops kept busy: the machine's cores / its slots
-        oracle.comm_slot_s_per_byte = base.comm_cpu_s_per_byte * oracle.machine_slots / (os.cpu_count() or 1)
+        oracle.comm_slot_s_per_byte = base.comm_cpu_s_per_byte * oracle.machine_slots / cores
     if bandwidth_bps:
         # The hosts' links are shaped to a known rate. A trace of one worker sees only its share
         # of the PS's link (the other workers pull at the same time); the simulator shares the

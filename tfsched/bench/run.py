@@ -322,7 +322,8 @@ def run_side_by_side(
     of each mode is traced on worker 0 (``ModeResult.trace``), and the baseline's worker 0 is
     traced for ``SOLO_STEPS`` steps alone (``ModeResult.solo_trace``: op times without the
     other workers on the machine's cores), and then pulls every variable alone to measure what
-    moving a byte costs the machine (``ModeResult.comm_cpu_s_per_byte``). Every step has a deadline
+    moving a byte and sending a tensor cost the machine (``ModeResult.comm_cpu_s_per_byte``,
+    ``comm_cpu_s_per_message``). Every step has a deadline
     (``step_timeout_s``): a stuck cluster fails the run, never hangs it.
     """
     import tensorflow as tf
