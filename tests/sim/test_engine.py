@@ -1,5 +1,7 @@
 """The simulator against step times worked out by hand."""
 
+import math
+
 import pytest
 
 from tests.helpers import W0, W1, chain_graph, op, oracle_with, var
@@ -45,6 +47,30 @@ class TestSimulate:
         wire_order = sorted((r.sends[i], i) for i, k in enumerate(sg.kind) if k == 1)
         assert [sg.name[i] for _, i in wire_order] == ["v1/read:0", "v2/read:0", "v0/read:0"]
         assert [round(t, 9) for t, _ in wire_order] == [0.0, 0.004, 0.008]
+
+    def test_released_messages_race_for_the_channel_unless_a_credit_window_holds_them(self):
+        g = chain_graph(6, [1000] * 6)  # six 4000-byte pulls released together, first-needed first
+        o = oracle_with({f"f{k}": 0.001 for k in range(6)}, bandwidth_bps=8e6)
+        sg = build_sim_graph(g, o, order(g, "tio"))
+        msgs = [i for i, k in enumerate(sg.kind) if k == 1]
+
+        def wire_order(**kw):
+            r = simulate(sg, "counter", record=True, **kw)
+            assert all(math.isfinite(r.ends[i]) for i in msgs)  # every message still arrives
+            return [sg.name[i] for i in sorted(msgs, key=lambda i: r.sends[i])]
+
+        ordered = wire_order()
+        assert ordered == sorted(ordered, key=lambda n: int(n[1]))  # v0, v1, ... as released
+        raced = {tuple(wire_order(race=True, seed=s)) for s in range(8)}
+        assert len(raced) > 1 and any(list(w) != ordered for w in raced)
+        assert all(sorted(w) == sorted(ordered) for w in raced)
+        # with a credit window the released order holds on the wire, also when it lets several go
+        for s in range(4):
+            assert wire_order(race=True, seed=s, credit_bytes=12000) == ordered
+        # racing costs the chain its overlap: on average no faster than the order kept
+        kept = simulate(sg, "counter").step_time
+        mean_raced = sum(simulate(sg, "counter", race=True, seed=s).step_time for s in range(8)) / 8
+        assert mean_raced > kept
 
     def test_queue_policy_keeps_credit(self):
         g = chain_graph(4, [1000] * 4)
@@ -236,3 +262,18 @@ class TestHeterogeneousLinks:
         b = step_bounds(sg)
         assert b.lower == pytest.approx(1.0)  # the slow channel; the PS NIC carries 2 MB in 0.2 s
         assert b.lower <= r.makespan <= b.upper
+
+
+def test_analyze_predicts_an_order_without_credit_raced_and_with_credit_kept():
+    from tfsched.analysis import predict
+
+    g = chain_graph(6, [250_000] * 6)  # 1 MB pulls: 1 s each on the link, then 1 s of compute each
+    o = oracle_with({f"f{k}": 1.0 for k in range(6)}, bandwidth_bps=8e6)
+    s = order(g, "tio")
+    kept = simulate(build_sim_graph(g, o, s), "counter").step_time
+    assert kept == pytest.approx(7.0)
+    alone = predict(g, s, o)
+    assert alone.scheduled_s > kept  # released together, the pulls race for the channel
+    windowed = predict(g, s, o, credit=500_000)  # two pulls in flight at most: the order holds
+    assert windowed.scheduled_s == pytest.approx(kept)
+    assert windowed.priority_only_s == pytest.approx(alone.scheduled_s)
