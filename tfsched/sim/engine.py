@@ -37,9 +37,9 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   arrival and need, over the 28 tensors above 1 MB) and in exactly the reverse order in another
   (-0.99). Kept in release order, the simulator predicted TIO and TAO alone 27% to 55% faster
   than measured on inference (in that run -32% and -30%; +3% and +7% with ``race``). With a
-  credit window the order holds, and ``race`` does not apply: the credit modes measure 1.35x to
-  1.40x on the same rows, and the simulator kept in order predicts them within -5% to -7%
-  (with the waiting messages in a random order, +43%);
+  credit window the order holds, and ``race`` does not apply: the credit modes measured 1.30x
+  to 1.40x on ResNet-50 inference, and kept in order the simulator predicts them within -9% to
+  -5% (in the traced run, with the waiting messages in a random order, ``tao+pc`` +43%);
 * with ``host_credit`` (the pass's ``host_credit``, cc/gate.h HostLink): the credit is one window
   per sending task; an acknowledged message that its channel let go waits there, and the window
   takes the oldest step's (then the first worker's) highest-priority message first. Its channel's
