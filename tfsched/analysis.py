@@ -6,7 +6,6 @@ and simulates a step with and without the order. The CLI only prints what this r
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 from tfsched.errors import TfschedError
@@ -14,7 +13,7 @@ from tfsched.graph import CommGraph, load_comm_graph
 from tfsched.oracle.oracle import DEFAULT_BANDWIDTH_BPS, DEFAULT_OVERHEAD_S, LinkModel, TimeOracle
 from tfsched.ordering import order
 from tfsched.ordering.schedule import Schedule
-from tfsched.sim import POLICY_OF_MODE, build_sim_graph, simulate, step_bounds
+from tfsched.sim import POLICY_OF_MODE, build_sim_graph, mean_step_time, step_bounds
 
 
 @dataclass
@@ -72,9 +71,6 @@ class Analysis:
         }
 
 
-BASELINE_SEEDS = 3
-
-
 # The pass counts partition and credit in parameters (as ByteScheduler); the simulator in bytes.
 PARAM_BYTES = 4
 # Tensors under this many bytes are ordered but not acknowledged (cc/scheduler.cc kMinAckedElements).
@@ -98,34 +94,32 @@ def predict(
     the transfers its gates release and that wait for a channel race for it (``sim.engine``,
     ``race``), and only a credit window keeps its order on the wire. ``partition`` and
     ``credit`` (parameters, as the enforcement pass takes them) apply to the scheduled run only;
-    then the same order without them is simulated too (``priority_only_s``). ``host_credit``: the credit is one window per
-    sending task, as ``tfsched.enable(..., host_credit=True)`` enforces it.
+    then the same order without them is simulated too (``priority_only_s``). ``host_credit``:
+    the credit is one window per sending task, as ``tfsched.enable(..., host_credit=True)``
+    enforces it.
     """
     if host_credit and not credit:
         raise TfschedError("host_credit needs a credit (the window it makes one per sending task)")
     sg = build_sim_graph(graph, oracle, schedule, workers=workers)
     policy = POLICY_OF_MODE[schedule.mode]
 
-    def mean_of_races(g, **credit) -> float:
-        # released transfers waiting for a channel race for it (sim.engine ``race``)
-        return statistics.fmean(
-            simulate(g, policy, race=True, seed=s, **credit).step_time for s in range(BASELINE_SEEDS)
-        )
-
-    plain = mean_of_races(sg)
+    # released transfers waiting for a channel race for it (sim.engine ``race``)
+    plain = mean_step_time(sg, policy, race=True)
     scheduled, priority_only = plain, None
     if partition or credit:
         priority_only = plain
         psg = build_sim_graph(
             graph, oracle, schedule, workers=workers, partition_bytes=partition * PARAM_BYTES or None
         )
-        scheduled = mean_of_races(
+        scheduled = mean_step_time(
             psg,
+            policy,
+            race=True,
             credit_bytes=credit * PARAM_BYTES or None,
             min_acked_bytes=MIN_ACKED_BYTES,
             host_credit=host_credit,
         )
-    baseline = sum(simulate(sg, "random", seed=s).step_time for s in range(BASELINE_SEEDS)) / BASELINE_SEEDS
+    baseline = mean_step_time(sg, "random")
     b = step_bounds(sg)
     return Prediction(
         baseline_s=baseline,

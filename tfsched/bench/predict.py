@@ -28,8 +28,6 @@ import statistics
 
 from tfsched.bench.run import ModeResult, parse_mode
 
-BASELINE_SEEDS = 3
-
 
 def _op_seconds(trace, device_part: str = "") -> float:
     """Seconds of compute per step on the devices containing ``device_part`` (gates and receives
@@ -99,7 +97,7 @@ def annotate(
     from tfsched.graph import load_comm_graph
     from tfsched.oracle.oracle import LinkModel, TimeOracle
     from tfsched.ordering import order
-    from tfsched.sim import POLICY_OF_MODE, build_sim_graph, simulate, step_bounds
+    from tfsched.sim import POLICY_OF_MODE, build_sim_graph, mean_step_time, step_bounds
 
     base = results.get("baseline")
     if base is None or base.trace is None:
@@ -138,9 +136,7 @@ def annotate(
     for mode, res in results.items():
         spec = parse_mode(mode, bandwidth_bps)
         if spec.algorithm is None:
-            predicted = statistics.fmean(
-                simulate(plain, "random", seed=s).step_time for s in range(BASELINE_SEEDS)
-            )
+            predicted = mean_step_time(plain, "random")
         else:
             # the order the pass was given: from the graph and the cost model, as mode_configs made it
             schedule = order(graph, spec.algorithm, ordering_oracle)
@@ -149,17 +145,13 @@ def annotate(
             )
             # the pulls a gate releases together race to the wire (sim.engine ``race``): a mean
             # over seeds, as for the baseline's unordered ties
-            predicted = statistics.fmean(
-                simulate(
-                    sg,
-                    POLICY_OF_MODE[schedule.mode],
-                    credit_bytes=spec.credit * PARAM_BYTES or None,
-                    min_acked_bytes=MIN_ACKED_BYTES,
-                    host_credit=spec.host_credit,
-                    race=True,
-                    seed=s,
-                ).step_time
-                for s in range(BASELINE_SEEDS)
+            predicted = mean_step_time(
+                sg,
+                POLICY_OF_MODE[schedule.mode],
+                race=True,
+                credit_bytes=spec.credit * PARAM_BYTES or None,
+                min_acked_bytes=MIN_ACKED_BYTES,
+                host_credit=spec.host_credit,
             )
         # The simulator's step is the slowest worker's; so is a synchronous iteration. The mean
         # over every worker's steps was the measure until the seventh session: it put the

@@ -51,7 +51,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections import defaultdict, deque
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
@@ -189,8 +189,10 @@ def simulate(
     windowed = [host_credit and a for a in acked]  # messages the task's window takes
 
     ready_ops: dict[str, list] = defaultdict(list)  # resource -> heap of (ready time, tiebreak, id)
-    wire: dict[str, deque] = defaultdict(deque)  # channel -> released messages, in order
-    racing: dict[str, list] = defaultdict(list)  # with race: channel -> heap of (race key, id)
+    # channel -> heap of (order on the wire, id) of the released messages waiting for it: the
+    # order of release, or with race a random one
+    wire: dict[str, list] = defaultdict(list)
+    released_seq = 0
     in_service: dict[str, int] = {}  # channel -> message whose overhead or bytes are being served
     flows: dict[int, float] = {}  # message -> bytes left (data phase)
     rates: dict[int, float] = {}
@@ -269,13 +271,14 @@ def simulate(
             reschedule(res, new)
 
     def serve(ch: str) -> None:
-        if ch in in_service or not (racing[ch] if race else wire[ch]):
+        if ch in in_service or not wire[ch]:
             return
-        i = heapq.heappop(racing[ch])[1] if race else wire[ch].popleft()
+        i = heapq.heappop(wire[ch])[1]
         in_service[ch] = i
         push_event(now + sg.overhead[i], "overhead", i)
 
     def release(i: int) -> None:
+        nonlocal released_seq
         gate = sg.gate[i]
         if how[i] == "counter":  # counters count gated transfers only, as the gates do
             released_count[gate] += 1
@@ -286,10 +289,8 @@ def simulate(
         if record:
             starts[i] = now
         ch = sg.resource[i]
-        if race:
-            heapq.heappush(racing[ch], (race_key[i], i))
-        else:
-            wire[ch].append(i)
+        released_seq += 1
+        heapq.heappush(wire[ch], (race_key[i] if race else released_seq, i))
         serve(ch)
 
     def pump_host(src: str) -> list[tuple]:

@@ -1,0 +1,94 @@
+"""Predict a saved bench run again with the simulator as it is now, beside its old predictions.
+
+A bench run with ``--traces DIR -o DIR/bench.json`` keeps everything the prediction needs: the
+baseline's traced steps (with and without the other workers), the machine's CPU per step and
+per byte, and each mode's measured synchronized steps. This runs ``bench.predict.annotate``
+on them again, so a change to the simulator is measured on the same run, not on a new one.
+
+    python benchmarks/repredict.py DIR --name resnet50-inference-traced
+
+Writes ``benchmarks/results/<name>-repredicted.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _results import machine, write  # noqa: E402
+
+
+def repredict(run_dir: str) -> tuple[dict, list[dict]]:
+    from tfsched.bench.predict import annotate
+    from tfsched.bench.run import ModeResult
+    from tfsched.models import build_graph
+    from tfsched.tracing.trace import Trace
+    from tfsched.units import parse_bandwidth
+
+    with open(os.path.join(run_dir, "bench.json")) as f:
+        doc = json.load(f)
+    config = doc["config"]
+    results = {}
+    for m in doc["modes"]:
+        r = ModeResult(mode=m["mode"], iterations=m["iterations"], steps=m["steps"])
+        if m["mode"] == "baseline":
+            r.cpu_s, r.cpu_total_s = m["cpu_s_per_step"] * len(m["iterations"]), 1.0  # cpu_per_step as run
+            r.comm_cpu_s_per_byte = m["comm_cpu_s_per_byte"]
+            r.trace = Trace.load(os.path.join(run_dir, "baseline.trace.json"))
+            r.solo_trace = Trace.load(os.path.join(run_dir, "baseline.alone.trace.json"))
+        results[m["mode"]] = r
+    built = build_graph(
+        config["model"], mode=config["mode"], batch_size=config["batch_size"], ps_tasks=config["ps"]
+    )
+    with tempfile.TemporaryDirectory(prefix="tfsched-repredict-") as d:
+        graph_path = os.path.join(d, "graph.pb")
+        with open(graph_path, "wb") as f:
+            f.write(built.graph_def().SerializeToString())
+        annotate(
+            results,
+            graph_path=graph_path,
+            fetches=built.fetches,
+            workers=config["workers"],
+            bandwidth_bps=parse_bandwidth(config["bandwidth"].replace(" ", "").removesuffix("/s")),
+        )
+    rows = [
+        {
+            "mode": m["mode"],
+            "measured_s": m["iteration_mean_s"],
+            "predicted_then_s": m["predicted_s"],
+            "error_then": m["prediction_error"],
+            "predicted_now_s": results[m["mode"]].measured["predicted_s"],
+            "error_now": results[m["mode"]].measured["prediction_error"],
+        }
+        for m in doc["modes"]
+    ]
+    return config, rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run_dir", help="a bench run's --traces directory, with its bench.json")
+    ap.add_argument("--name", required=True, help="results/<name>-repredicted.{json,md}")
+    args = ap.parse_args()
+    config, rows = repredict(args.run_dir)
+    md = [
+        f"**{config['model']}** ({config['mode']}, batch {config['batch_size']}), {config['ps']} PS x "
+        f"{config['workers']} workers, {config['bandwidth']}: the run's predictions and the simulator's now",
+        "",
+        "| mode | slowest worker (s) | predicted then (s) | error then | predicted now (s) | error now |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {r['mode']} | {r['measured_s']:.3f} | {r['predicted_then_s']:.3f} | {r['error_then']:+.0%} "
+            f"| {r['predicted_now_s']:.3f} | {r['error_now']:+.0%} |"
+            for r in rows
+        ),
+    ]
+    write(f"{args.name}-repredicted", {"config": config, "machine": machine(), "modes": rows}, md)
+
+
+if __name__ == "__main__":
+    main()
