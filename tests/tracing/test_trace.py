@@ -53,9 +53,15 @@ class TestCollect:
                     ):
                         continue  # a control edge's dummy
                     crossing.add(n.attr["tensor_name"].s.decode())
+        # TensorFlow turns RPC logging on in the other tasks with an asynchronous Logging request
+        # (GrpcWorker::LoggingAsync), so a tiny transfer at the very start of a step can finish before
+        # it arrives and go unrecorded (seen once in CI: the learning rate in one of the two steps).
+        seen = set()
         for step in range(2):
             edges = {t.edge for t in trace.transfers if t.step == step}
-            assert edges == crossing
+            assert edges <= crossing and len(crossing - edges) <= 2, sorted(crossing - edges)
+            seen |= edges
+        assert seen == crossing
         for t in trace.transfers:
             tensor = built.graph.get_tensor_by_name(t.tensor)
             assert t.bytes == tensor.dtype.size * tensor.shape.num_elements()

@@ -5,6 +5,9 @@ here they are read from the step stats directly: each receiving device gets entr
 ``node_name == "RecvTensor"`` and a label ``[<size>] [<rate>] edge_<n>_<src node> from <src
 device> to <dst device>``. Exact bytes come from the session graph's static shapes (the label
 rounds large sizes, e.g. ``[0.2MB]``), the source tensor from the partition graphs' ``_Send``.
+TensorFlow turns that RPC logging on in the other tasks with an asynchronous Logging request, so
+a tiny transfer at the very start of a step can end before it arrives and have no record
+(``match_trace`` allows for a few).
 """
 
 from __future__ import annotations
