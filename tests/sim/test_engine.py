@@ -67,10 +67,29 @@ class TestSimulate:
         # with a credit window the released order holds on the wire, also when it lets several go
         for s in range(4):
             assert wire_order(race=True, seed=s, credit_bytes=12000) == ordered
+        # but what the window does not acknowledge (under min_acked_bytes) races as without it
+        unacked = {
+            tuple(wire_order(race=True, seed=s, credit_bytes=12000, min_acked_bytes=5000)) for s in range(8)
+        }
+        assert len(unacked) > 1
         # racing costs the chain some of its overlap: slower on average than the order kept
         kept = simulate(sg, "counter").step_time
         mean_raced = sum(simulate(sg, "counter", race=True, seed=s).step_time for s in range(8)) / 8
         assert mean_raced > kept
+
+    def test_under_credit_the_acknowledged_keep_their_order_and_the_small_race_around_them(self):
+        g = chain_graph(6, [1000, 10, 1000, 10, 1000, 10])  # 4000-byte pulls acknowledged, 40-byte ones not
+        o = oracle_with({f"f{k}": 0.001 for k in range(6)}, bandwidth_bps=8e6)
+        sg = build_sim_graph(g, o, order(g, "tio"))
+        msgs = [i for i, k in enumerate(sg.kind) if k == 1]
+        orders = set()
+        for s in range(12):
+            r = simulate(sg, "counter", record=True, race=True, seed=s, credit_bytes=12000)
+            wire = [sg.name[i] for i in sorted(msgs, key=lambda i: r.sends[i])]
+            assert [n for n in wire if n[1] in "024"] == ["v0/read:0", "v2/read:0", "v4/read:0"]
+            orders.add(tuple(wire))
+        # the small ones go before, between and after the large ones, depending on the seed
+        assert len(orders) > 2
 
     def test_queue_policy_keeps_credit(self):
         g = chain_graph(4, [1000] * 4)
