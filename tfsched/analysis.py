@@ -92,7 +92,8 @@ def predict(
     The baseline is FIFO with ties in a random order (TensorFlow hands ready transfers to gRPC
     in no fixed order), averaged over a few seeds. So is the schedule without a credit window:
     the transfers its gates release and that wait for a channel race for it (``sim.engine``,
-    ``race``), and only a credit window keeps its order on the wire. ``partition`` and
+    ``race``), and only a credit window keeps its order on the wire, for the transfers it
+    acknowledges (the smaller ones still race). ``partition`` and
     ``credit`` (parameters, as the enforcement pass takes them) apply to the scheduled run only;
     then the same order without them is simulated too (``priority_only_s``). ``host_credit``:
     the credit is one window per sending task, as ``tfsched.enable(..., host_credit=True)``

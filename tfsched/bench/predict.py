@@ -143,8 +143,8 @@ def annotate(
             sg = build_sim_graph(
                 graph, oracle, schedule, workers=workers, partition_bytes=spec.partition * PARAM_BYTES or None
             )
-            # the pulls a gate releases together race to the wire (sim.engine ``race``): a mean
-            # over seeds, as for the baseline's unordered ties
+            # the pulls a gate releases together race to the wire, all but those a credit window
+            # acknowledges (sim.engine ``race``): a mean over seeds, as for the baseline's ties
             predicted = mean_step_time(
                 sg,
                 POLICY_OF_MODE[schedule.mode],
