@@ -21,6 +21,8 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _results import machine, write  # noqa: E402
 
+from tfsched.errors import TfschedError  # noqa: E402
+
 
 def repredict(run_dir: str) -> tuple[dict, list[dict]]:
     from tfsched.bench.predict import annotate
@@ -53,7 +55,7 @@ def repredict(run_dir: str) -> tuple[dict, list[dict]]:
             graph_path=graph_path,
             fetches=built.fetches,
             workers=config["workers"],
-            bandwidth_bps=parse_bandwidth(config["bandwidth"].replace(" ", "").removesuffix("/s")),
+            bandwidth_bps=None if config["bandwidth"] == "loopback" else parse_bandwidth(config["bandwidth"]),
         )
     rows = [
         {
@@ -74,7 +76,12 @@ def main() -> None:
     ap.add_argument("run_dir", help="a bench run's --traces directory, with its bench.json")
     ap.add_argument("--name", required=True, help="results/<name>-repredicted.{json,md}")
     args = ap.parse_args()
-    config, rows = repredict(args.run_dir)
+    try:
+        config, rows = repredict(args.run_dir)
+    except TfschedError as e:
+        raise SystemExit(f"Error: {e}") from None
+    except OSError as e:
+        raise SystemExit(f"Error: {e.filename}: {e.strerror}") from None
     md = [
         f"**{config['model']}** ({config['mode']}, batch {config['batch_size']}), {config['ps']} PS x "
         f"{config['workers']} workers, {config['bandwidth']}: the run's predictions and the simulator's now",

@@ -57,7 +57,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
@@ -194,12 +194,11 @@ def simulate(
     windowed = [host_credit and a for a in acked]  # messages the task's window takes
 
     ready_ops: dict[str, list] = defaultdict(list)  # resource -> heap of (ready time, tiebreak, id)
-    # channel -> the released messages waiting for it: heaps of (order, id), ``wire`` in the order
-    # of release (every message, or with race those a credit window acknowledges), ``pool`` with
-    # race the others in a random order
-    wire: dict[str, list] = defaultdict(list)
+    # channel -> the released messages waiting for it: ``wire`` in the order of release (every
+    # message, or with race those a credit window acknowledges), ``pool`` with race the others, a
+    # heap of (random key, id)
+    wire: dict[str, deque] = defaultdict(deque)
     pool: dict[str, list] = defaultdict(list)
-    released_seq = 0
     in_service: dict[str, int] = {}  # channel -> message whose overhead or bytes are being served
     flows: dict[int, float] = {}  # message -> bytes left (data phase)
     rates: dict[int, float] = {}
@@ -283,14 +282,13 @@ def simulate(
             return
         # the head of the kept order is one more racer among the raced ones
         if kept and (not raced or race_rng.random() * (len(raced) + 1) < 1):
-            i = heapq.heappop(kept)[1]
+            i = kept.popleft()
         else:
             i = heapq.heappop(raced)[1]
         in_service[ch] = i
         push_event(now + sg.overhead[i], "overhead", i)
 
     def release(i: int) -> None:
-        nonlocal released_seq
         gate = sg.gate[i]
         if how[i] == "counter":  # counters count gated transfers only, as the gates do
             released_count[gate] += 1
@@ -304,8 +302,7 @@ def simulate(
         if race and not acked[i]:
             heapq.heappush(pool[ch], (race_key[i], i))
         else:
-            released_seq += 1
-            heapq.heappush(wire[ch], (released_seq, i))
+            wire[ch].append(i)
         serve(ch)
 
     def pump_host(src: str) -> list[tuple]:
