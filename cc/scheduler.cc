@@ -49,8 +49,10 @@ constexpr int64_t kMinAckedElements = 16384;
 // without credit (benchmarks/results/bench-resnet50-10g-credit-before.md; -after.md: 0.997x). A tensor
 // under credit/8 holds little of the window; the ones released ahead of an acknowledged one are
 // at most a few such. The live credit (TfschedSetCredit) limits the acknowledged tensors: give
-// the pass the smallest credit it will be set to.
-constexpr int64_t kCreditShareNotAcked = 8;
+// the pass the smallest credit it will be set to. The share is the pass's ack_share
+// (TfschedScheduler::ack_share_, 8 by default): on Inception-v3, whose 378 tensors are mostly
+// small, 60% of the parameters are in tensors under an eighth of ByteScheduler's credit, and
+// those race for the wire as without credit (benchmarks/reading.md, the acknowledgement share).
 
 // "/job:J/replica:R/task:T" of a device, full or partial ("/job:ps/task:1"); "" if it names no job.
 std::string TaskOf(const std::string& device) {
@@ -372,8 +374,10 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
   if (auto it = params.find("partition"); it != params.end()) partition_ = it->second.i();
   if (auto it = params.find("credit"); it != params.end()) credit_ = it->second.i();
   if (auto it = params.find("host_credit"); it != params.end()) host_credit_ = it->second.b();
+  if (auto it = params.find("ack_share"); it != params.end()) ack_share_ = it->second.i();
   if (partition_ < 0 || credit_ < 0)
     return absl::InvalidArgumentError("tfsched: partition and credit must be >= 0 (parameters)");
+  if (ack_share_ < 1) return absl::InvalidArgumentError("tfsched: ack_share must be >= 1");
   if (auto it = params.find("priorities"); it != params.end()) {
     for (const std::string& line : it->second.list().s()) {
       std::vector<std::string> f = absl::StrSplit(line, '|');
@@ -596,7 +600,7 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
       const int64_t size = t.slices > 1 ? std::min(t.slice_elements, t.elements - i * t.slice_elements)
                                         : t.slice_elements;
       const bool acked =
-          credit > 0 && (size == 0 || size >= std::max(kMinAckedElements, credit / kCreditShareNotAcked));
+          credit > 0 && (size == 0 || size >= std::max(kMinAckedElements, credit / ack_share_));
       attr["ordered"].set_b(!(mode_ == "queue" && t.kind == "push"));
       attr["credit"].set_i(acked ? credit : 0);
       attr["host"].set_b(host_credit_);

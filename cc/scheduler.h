@@ -42,6 +42,8 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   int64_t partition_ = 0;
   int64_t credit_ = 0;
   bool host_credit_ = false;  // one credit window per sending task, steps served in turn
+  // acknowledge transfers of at least credit / ack_share_ parameters (and kMinAckedElements)
+  int64_t ack_share_ = 8;
 };
 
 }  // namespace tfsched

@@ -14,6 +14,7 @@ from tfsched.oracle.oracle import DEFAULT_BANDWIDTH_BPS, DEFAULT_OVERHEAD_S, Lin
 from tfsched.ordering import order
 from tfsched.ordering.schedule import Schedule
 from tfsched.sim import POLICY_OF_MODE, build_sim_graph, mean_step_time, step_bounds
+from tfsched.sim.engine import DEFAULT_ACK_SHARE
 
 
 @dataclass
@@ -31,6 +32,7 @@ class Prediction:
     partition: int = 0
     credit: int = 0
     host_credit: bool = False  # the credit is one window per sending task
+    ack_share: int = DEFAULT_ACK_SHARE  # the credit acknowledges transfers of at least credit/ack_share
     priority_only_s: float | None = None
 
     def to_json(self) -> dict:
@@ -47,6 +49,7 @@ class Prediction:
                 partition=self.partition,
                 credit=self.credit,
                 host_credit=self.host_credit,
+                ack_share=self.ack_share,
                 priority_only_s=self.priority_only_s,
             )
         return out
@@ -86,6 +89,7 @@ def predict(
     partition: int = 0,
     credit: int = 0,
     host_credit: bool = False,
+    ack_share: int = DEFAULT_ACK_SHARE,
 ) -> Prediction:
     """Simulate one step under FIFO and under ``schedule``, with TicTac's bounds.
 
@@ -97,10 +101,13 @@ def predict(
     ``credit`` (parameters, as the enforcement pass takes them) apply to the scheduled run only;
     then the same order without them is simulated too (``priority_only_s``). ``host_credit``:
     the credit is one window per sending task, as ``tfsched.enable(..., host_credit=True)``
-    enforces it.
+    enforces it. ``ack_share``: the credit acknowledges transfers of at least credit/ack_share
+    parameters (``enable(..., ack_share=N)``).
     """
     if host_credit and not credit:
         raise TfschedError("host_credit needs a credit (the window it makes one per sending task)")
+    if ack_share != DEFAULT_ACK_SHARE and not credit:
+        raise TfschedError("ack_share needs a credit (the window that acknowledges)")
     sg = build_sim_graph(graph, oracle, schedule, workers=workers)
     policy = POLICY_OF_MODE[schedule.mode]
 
@@ -119,6 +126,7 @@ def predict(
             credit_bytes=credit * PARAM_BYTES or None,
             min_acked_bytes=MIN_ACKED_BYTES,
             host_credit=host_credit,
+            ack_share=ack_share,
         )
     baseline = mean_step_time(sg, "random")
     b = step_bounds(sg)
@@ -133,6 +141,7 @@ def predict(
         partition=partition,
         credit=credit,
         host_credit=host_credit,
+        ack_share=ack_share,
         priority_only_s=priority_only,
     )
 
@@ -153,6 +162,7 @@ def analyze(
     partition: int = 0,
     credit: int = 0,
     host_credit: bool = False,
+    ack_share: int = DEFAULT_ACK_SHARE,
 ) -> Analysis:
     """Analyze a saved graph: transfers, their order under ``algorithm``, and the predicted gain.
 
@@ -181,6 +191,7 @@ def analyze(
         partition=partition,
         credit=credit,
         host_credit=host_credit,
+        ack_share=ack_share,
     )
 
 
@@ -194,6 +205,7 @@ def analyze_graph(
     partition: int = 0,
     credit: int = 0,
     host_credit: bool = False,
+    ack_share: int = DEFAULT_ACK_SHARE,
 ) -> Analysis:
     """Order and predict for a graph already loaded, e.g. to compare algorithms on one graph."""
     schedule = order(graph, algorithm, oracle)
@@ -209,6 +221,7 @@ def analyze_graph(
             partition=partition,
             credit=credit,
             host_credit=host_credit,
+            ack_share=ack_share,
         ),
         workers=workers or len(graph.worker_tasks),
         trace_match=trace_match,

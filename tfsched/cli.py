@@ -168,6 +168,13 @@ def _duration(ctx, param, value):
     help="Predict with the credit as one window per sending task (needs --credit; "
     "tfsched.enable(..., host_credit=True)).",
 )
+@click.option(
+    "--ack-share",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Predict with the credit acknowledging transfers of at least credit/N parameters "
+    "(needs --credit; tfsched.enable(..., ack_share=N); default 8).",
+)
 def analyze(
     graph,
     fetches,
@@ -185,6 +192,7 @@ def analyze(
     partition,
     credit,
     host_credit,
+    ack_share,
 ):
     """Find the transfers of a saved PS graph, order them, and predict the step time.
 
@@ -200,6 +208,8 @@ def analyze(
 
     if host_credit and not credit:
         raise click.UsageError("--host-credit needs --credit N (the window it makes one per sending task)")
+    if ack_share is not None and not credit:
+        raise click.UsageError("--ack-share needs --credit N (the window that acknowledges)")
     result = run_analysis(
         graph,
         fetches=list(fetches) or None,
@@ -214,6 +224,7 @@ def analyze(
         partition=partition,
         credit=credit,
         host_credit=host_credit,
+        **({} if ack_share is None else {"ack_share": ack_share}),
     )
     if output:
         result.schedule.save(output)

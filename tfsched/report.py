@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tfsched.analysis import Analysis
+from tfsched.sim.engine import DEFAULT_ACK_SHARE
 
 
 def _bytes(n: int | None) -> str:
@@ -57,6 +58,7 @@ def print_analysis(
         summary.add_row(f"scheduled ({s.algorithm}, priority only)", f"{p.priority_only_s:.4f}")
         knobs = ", ".join(f"{k} {v:,}" for k, v in (("partition", p.partition), ("credit", p.credit)) if v)
         knobs += " per sending task" if p.host_credit else ""
+        knobs += f", ack from credit/{p.ack_share}" if p.credit and p.ack_share != DEFAULT_ACK_SHARE else ""
         summary.add_row(f"scheduled ({s.algorithm}, {knobs})", f"{p.scheduled_s:.4f}")
     else:
         summary.add_row(f"scheduled ({s.algorithm})", f"{p.scheduled_s:.4f}")

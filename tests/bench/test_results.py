@@ -37,7 +37,12 @@ def test_mode_grammar():
     assert (m.partition, m.credit) == (10_000_000, 40_000_000)
     m = parse_mode("tao+pc+p2000000", 10e9)  # an explicit size wins
     assert (m.partition, m.credit) == (2_000_000, 40_000_000)
-    for bad in ("fifo", "tio+q3", "tio+p0", "tio+p-1", "tio+pc5"):
+    m = parse_mode("tao+pc+a32")
+    assert (m.credit, m.ack_share, m.effective_ack_share) == (4_000_000, 32, 32)
+    assert (m.ack_share, m.effective_ack_share) == (32, 32) and parse_mode("tao+pc").effective_ack_share == 8
+    with pytest.raises(TfschedError, match=r"\+aN needs a credit"):
+        parse_mode("tao+a32")
+    for bad in ("fifo", "tio+q3", "tio+p0", "tio+p-1", "tio+pc5", "tio+pc+a0", "tio+pc+a"):
         with pytest.raises(TfschedError):
             parse_mode(bad)
     with pytest.raises(TfschedError, match="baseline"):

@@ -83,6 +83,24 @@ class TestAnalyze:
         assert text.returncode == 0 and "credit 100,000 per sending task" in text.stdout
         assert_one_line_error(run(*base, "--host-credit"), "--host-credit needs --credit")
 
+    def test_acknowledgement_share(self, seq_graph_file):
+        base = ["analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2"]
+        shares = {}
+        for share in (None, 8, 100):
+            p = run(
+                *base,
+                "--credit",
+                "1000000",
+                "--json",
+                *(() if share is None else ("--ack-share", str(share))),
+            )
+            assert p.returncode == 0, p.stderr
+            shares[share] = json.loads(p.stdout)["prediction"]
+        assert shares[None] == shares[8] and shares[8]["ack_share"] == 8 and shares[100]["ack_share"] == 100
+        text = run(*base, "--credit", "1000000", "--ack-share", "100")
+        assert text.returncode == 0 and "ack from credit/100" in text.stdout
+        assert_one_line_error(run(*base, "--ack-share", "4"), "--ack-share needs --credit")
+
     def test_help_has_examples(self):
         for cmd in ("analyze", "demo"):
             p = run(cmd, "--help")

@@ -138,19 +138,20 @@ def test_bytes_in_flight_never_exceed_the_credit(cluster):
         assert 0 < s["peak_in_flight"] <= credit
 
 
-@pytest.mark.parametrize("share", [8, 9])
-def test_tensors_under_an_eighth_of_the_credit_are_not_acknowledged(cluster, share):
-    """Each acknowledgement is one more RPC: a tensor under credit/8 is ordered but not acknowledged."""
+@pytest.mark.parametrize("share, ack_share", [(8, None), (9, None), (9, 9), (8, 7)])
+def test_tensors_under_an_eighth_of_the_credit_are_not_acknowledged(cluster, share, ack_share):
+    """Each acknowledgement is one more RPC: a tensor under credit/8 (or credit/ack_share) is ordered
+    but not acknowledged."""
     target = cluster.target("worker", 0)
     credit = share * WEIGHT  # credit/8 = WEIGHT: the weights are acknowledged; with 9, none is
-    cfg = _config(credit=credit)
+    cfg = _config(credit=credit, **({} if ack_share is None else {"ack_share": ack_share}))
     vanilla = train(target, build_graph("seq32", ps_tasks=2), 3, _config())
     assert_bitwise_equal(vanilla, train(target, build_graph("seq32", ps_tasks=2), 3, cfg))
     graphs, _ = _traced_step(target, build_graph("seq32", ps_tasks=2), cfg, steps=1)
     gates = _nodes(graphs, "TfschedGate")
     acked = {a.name.removesuffix("/ack") for a in _nodes(graphs, "TfschedAck")}
     assert acked == {g.name for g in gates if g.attr["credit"].i > 0}
-    if share == 8:
+    if credit // (ack_share or 8) <= WEIGHT:
         # every 65,536-parameter weight and its gradient, in each direction, on both PS
         assert len(acked) >= 2 * 32 and all(g.attr["credit"].i == credit for g in gates if g.name in acked)
     else:
@@ -316,3 +317,17 @@ def test_host_credit_needs_a_credit():
 
     with pytest.raises(TfschedError, match="host_credit needs a credit"):
         tfsched.enable(host_credit=True, credit=0)
+
+
+def test_ack_share_is_checked():
+    import tfsched
+
+    with pytest.raises(TfschedError, match="ack_share needs a credit"):
+        tfsched.enable(ack_share=32, credit=0)
+    for bad in (0, -1, 2.5, "8", True):
+        with pytest.raises(TfschedError, match="ack_share must be a positive integer"):
+            tfsched.enable(ack_share=bad, credit=1000)
+    opt = tfsched.enable(credit=1000).graph_options.rewrite_options.custom_optimizers[0]
+    assert opt.parameter_map["ack_share"].i == tfsched.enforce.DEFAULT_ACK_SHARE == 8
+    opt = tfsched.enable(credit=1000, ack_share=32).graph_options.rewrite_options.custom_optimizers[0]
+    assert opt.parameter_map["ack_share"].i == 32

@@ -161,6 +161,17 @@ class TestSimulate:
             free
         )
 
+    def test_the_ack_share_sets_what_the_credit_acknowledges(self):
+        g = chain_graph(3, [1000] * 3)  # 4000-byte pulls; two do not fit a 6000-byte window
+        o = oracle_with({}, bandwidth_bps=8e6, overhead_s=0.001)
+        sg = build_sim_graph(g, o, order(g, "tio"))
+        free = simulate(sg, "counter").step_time
+        assert simulate(sg, "counter", credit_bytes=6000).step_time == pytest.approx(free + 2 * 0.001)
+        # acknowledged from 6000/1 bytes: the pulls are under it, and never held for credit
+        assert simulate(sg, "counter", credit_bytes=6000, ack_share=1).step_time == pytest.approx(free)
+        with pytest.raises(TfschedError, match="ack_share"):
+            simulate(sg, "counter", credit_bytes=6000, ack_share=0)
+
     def test_several_steps_run_back_to_back(self):
         g = chain_graph(1, [250_000])
         o = oracle_with({"f0": 0.5}, bandwidth_bps=8e6)

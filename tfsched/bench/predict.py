@@ -152,6 +152,7 @@ def annotate(
                 credit_bytes=spec.credit * PARAM_BYTES or None,
                 min_acked_bytes=MIN_ACKED_BYTES,
                 host_credit=spec.host_credit,
+                ack_share=spec.effective_ack_share,
             )
         # The simulator's step is the slowest worker's; so is a synchronous iteration. The mean
         # over every worker's steps was the measure until the seventh session: it put the

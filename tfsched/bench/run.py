@@ -30,7 +30,9 @@ class ModeSpec:
     on links faster than 1 Gbit/s (``tfsched.enforce.link_sizes``: 10,000,000 and 40,000,000 at
     10 Gbit/s; ``bandwidth_bps`` is the link, None for loopback), ``+pN`` and
     ``+cN`` set either one (``tao+p500000+c2000000``); ``+host`` makes the credit one window per
-    sending task, workers served in turn (``tao+pc+host``). ``tuned`` is added by the tuner.
+    sending task, workers served in turn (``tao+pc+host``); ``+aN`` acknowledges transfers of at
+    least credit/N parameters (``tao+pc+a32``; default ``DEFAULT_ACK_SHARE``, 8). ``tuned`` is
+    added by the tuner.
     """
 
     name: str
@@ -38,6 +40,13 @@ class ModeSpec:
     partition: int = 0
     credit: int = 0
     host_credit: bool = False
+    ack_share: int | None = None  # None: the pass's default
+
+    @property
+    def effective_ack_share(self) -> int:
+        from tfsched.enforce.api import DEFAULT_ACK_SHARE
+
+        return DEFAULT_ACK_SHARE if self.ack_share is None else self.ack_share
 
 
 def parse_mode(name: str, bandwidth_bps: float | None = None) -> ModeSpec:
@@ -48,25 +57,31 @@ def parse_mode(name: str, bandwidth_bps: float | None = None) -> ModeSpec:
     alg, *knobs = name.split("+")
     if alg not in ALGORITHMS:
         raise TfschedError(
-            f"unknown mode {name!r}: expected baseline or one of {', '.join(ALGORITHMS)} [+pc][+pN][+cN][+host]"
+            f"unknown mode {name!r}: expected baseline or one of {', '.join(ALGORITHMS)} [+pc][+pN][+cN][+host][+aN]"
         )
     partition = credit = 0
     host = False
+    ack_share = None
     for k in knobs:
         if k == "host":
             host = True
         elif k == "pc":
             partition, credit = link_sizes(bandwidth_bps)
-        elif k[:1] in ("p", "c") and k[1:].isdigit() and int(k[1:]) > 0:
+        elif k[:1] in ("p", "c", "a") and k[1:].isdigit() and int(k[1:]) > 0:
             if k[0] == "p":
                 partition = int(k[1:])
-            else:
+            elif k[0] == "c":
                 credit = int(k[1:])
+            else:
+                ack_share = int(k[1:])
         else:
-            raise TfschedError(f"unknown mode {name!r}: {k!r} is not pc, pN, cN (N parameters > 0) or host")
-    if host and not credit:
-        raise TfschedError(f"unknown mode {name!r}: +host needs a credit (+pc or +cN)")
-    return ModeSpec(name, alg, partition, credit, host)
+            raise TfschedError(
+                f"unknown mode {name!r}: {k!r} is not pc, pN, cN (N parameters > 0), host or aN (N > 0)"
+            )
+    for knob, given in (("+host", host), ("+aN", ack_share)):
+        if given and not credit:
+            raise TfschedError(f"unknown mode {name!r}: {knob} needs a credit (+pc or +cN)")
+    return ModeSpec(name, alg, partition, credit, host, ack_share)
 
 
 def parse_modes(value: str) -> tuple[str, ...]:
@@ -100,7 +115,7 @@ class ModeResult:
     # simulator does not charge it yet, see predict.machine_slots_from_cpu)
     comm_cpu_s_per_message: float = 0.0
     measured: dict = field(default_factory=dict)  # E, bounds, the simulator's prediction (predict.py)
-    knobs: dict = field(default_factory=dict)  # partition, credit (parameters), host_credit in force
+    knobs: dict = field(default_factory=dict)  # partition, credit (parameters), host_credit, ack_share
 
     @property
     def throughput(self) -> float:
@@ -193,6 +208,7 @@ def mode_configs(
             "partition": spec.partition,
             "credit": spec.credit,
             "host_credit": spec.host_credit,
+            "ack_share": spec.ack_share,
             "timeout_ms": timeout_ms,
         }
         if spec.algorithm is None:
@@ -501,6 +517,7 @@ def cluster_side_by_side(
                     "partition": spec.partition,
                     "credit": spec.credit,
                     "host_credit": spec.host_credit,
+                    "ack_share": spec.effective_ack_share,
                 }
         if measure:
             from tfsched.bench.predict import annotate

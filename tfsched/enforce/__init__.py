@@ -1,6 +1,7 @@
 """Enforcement: the gate op and the Grappler pass, loaded into stock TensorFlow."""
 
 from tfsched.enforce.api import (
+    DEFAULT_ACK_SHARE,
     DEFAULT_CREDIT,
     DEFAULT_PARTITION,
     enable,
@@ -11,6 +12,7 @@ from tfsched.enforce.api import (
 )
 
 __all__ = [
+    "DEFAULT_ACK_SHARE",
     "DEFAULT_CREDIT",
     "DEFAULT_PARTITION",
     "enable",

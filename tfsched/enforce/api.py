@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from tfsched.errors import TfschedError
+from tfsched.sim.engine import DEFAULT_ACK_SHARE  # the pass's default, cc/scheduler.h ack_share_
 
 OPTIMIZER_NAME = "TfschedScheduler"
 DEFAULT_TIMEOUT_MS = 60_000
@@ -131,6 +132,7 @@ def enable(
     partition: int | None = None,
     credit: int | None = None,
     host_credit: bool = False,
+    ack_share: int | None = None,
 ):
     """Turn tfsched's pass on in a session config; returns the config (a new one if none given).
 
@@ -154,6 +156,11 @@ def enable(
         the workers' steps in the order they reach the task: a PS then sends one worker its
         parameters after the other, so the first computes and pushes while the next pulls (an
         improvement over ByteScheduler, measured in BENCHMARKS.md). Needs ``credit``.
+    ack_share : the credit acknowledges transfers of at least ``credit / ack_share`` parameters
+        (and 16,384); the smaller ones are ordered but released without waiting for credit, so
+        they race for the wire (each acknowledgement is one more RPC). Default
+        ``DEFAULT_ACK_SHARE`` (8); a larger share keeps a model of many small tensors
+        (Inception-v3) in order (measured in BENCHMARKS.md). Needs ``credit``.
 
     Example
     -------
@@ -167,6 +174,11 @@ def enable(
         raise TfschedError(f"host_credit must be True or False, got {host_credit!r}")
     if host_credit and not credit:
         raise TfschedError("host_credit needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
+    if ack_share is not None:
+        if not isinstance(ack_share, int) or isinstance(ack_share, bool) or ack_share < 1:
+            raise TfschedError(f"ack_share must be a positive integer, got {ack_share!r}")
+        if not credit:
+            raise TfschedError("ack_share needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
     if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0:
         raise TfschedError(f"timeout_ms must be a non-negative integer (milliseconds), got {timeout_ms!r}")
     lines: list[str] = []
@@ -211,6 +223,7 @@ def enable(
     opt.parameter_map["partition"].i = partition
     opt.parameter_map["credit"].i = credit
     opt.parameter_map["host_credit"].b = host_credit
+    opt.parameter_map["ack_share"].i = DEFAULT_ACK_SHARE if ack_share is None else ack_share
     if strict:
         rewrite.fail_on_optimizer_errors = True
     return config

@@ -64,7 +64,8 @@ from tfsched.errors import TfschedError
 from tfsched.sim.model import BARRIER, COMPUTE, DELAY, MESSAGE, SimGraph
 
 POLICIES = ("fifo", "random", "counter", "queue")
-CREDIT_SHARE_NOT_ACKED = 8  # cc/scheduler.cc kCreditShareNotAcked
+# the credit acknowledges messages of at least credit / this (the pass's ack_share, cc/scheduler.cc)
+DEFAULT_ACK_SHARE = 8
 _EPS = 1e-12
 
 
@@ -139,6 +140,7 @@ def simulate(
     record: bool = False,
     host_credit: bool = False,
     race: bool = False,
+    ack_share: int = DEFAULT_ACK_SHARE,
 ) -> SimResult:
     """Run the simulation; see the module docstring for the model."""
     if policy not in POLICIES:
@@ -148,7 +150,9 @@ def simulate(
     if host_credit and credit_bytes is None:
         raise TfschedError("a window per sending task (host_credit) needs a credit")
     n = len(sg)
-    ack_from = max(min_acked_bytes, credit_bytes // CREDIT_SHARE_NOT_ACKED) if credit_bytes else 0
+    if not isinstance(ack_share, int) or ack_share < 1:
+        raise TfschedError(f"ack_share must be a positive integer, got {ack_share!r}")
+    ack_from = max(min_acked_bytes, credit_bytes // ack_share) if credit_bytes else 0
     rng = random.Random(seed)
     tiebreak = [rng.random() for _ in range(n)] if policy == "random" else list(range(n))
     race_rng = random.Random(f"race:{seed}")  # its own stream: the policy's ties stay as they were
