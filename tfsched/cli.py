@@ -619,6 +619,13 @@ def bench(
     help="Tune the credit as one window per sending task (tfsched.enable(..., host_credit=True)).",
 )
 @click.option(
+    "--ack-share",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The credit acknowledges transfers of at least credit/N parameters "
+    "(tfsched.enable(..., ack_share=N); default 8).",
+)
+@click.option(
     "--confirm",
     type=click.IntRange(min=0),
     default=2,
@@ -658,6 +665,7 @@ def tune(
     credit_only,
     partition,
     host_credit,
+    ack_share,
     confirm,
     no_defaults,
     batch_size,
@@ -712,6 +720,7 @@ def tune(
             prescreen_keep=prescreen,
             space=space,
             host_credit=host_credit,
+            ack_share=ack_share,
             confirm=confirm,
             from_defaults=not no_defaults,
             progress=progress,

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
+from tfsched.sim.engine import DEFAULT_ACK_SHARE
 
 MODES = ("baseline", "tio", "tao", "layer")
 ALGORITHMS = ("tio", "tao", "layer")
@@ -44,8 +45,6 @@ class ModeSpec:
 
     @property
     def effective_ack_share(self) -> int:
-        from tfsched.enforce.api import DEFAULT_ACK_SHARE
-
         return DEFAULT_ACK_SHARE if self.ack_share is None else self.ack_share
 
 

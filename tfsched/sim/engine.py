@@ -25,8 +25,8 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
 * with a credit window (``counter`` and ``queue``, as the gates): the head of a channel's queue
   goes only if the bytes released and not yet acknowledged leave room for it, or nothing is in
   flight; the acknowledgement comes back one per-message overhead (plus latency) after arrival.
-  As the pass (cc/scheduler.cc), messages under ``min_acked_bytes`` or under an eighth of the
-  credit are ordered but not acknowledged: they take no credit;
+  As the pass (cc/scheduler.cc), messages under ``min_acked_bytes`` or under ``1/ack_share`` of
+  the credit (an eighth by default) are ordered but not acknowledged: they take no credit;
 * with ``race`` (what TensorFlow 2.21's gRPC does; ``tfsched analyze`` and the bench predict with
   it): the messages released on a channel and waiting for it go out in no fixed order (a seeded
   random one), not in the order of their release; the one on the wire finishes first. Each

@@ -46,11 +46,20 @@ class TuneResult:
 
 
 def prescreen(
-    graph, oracle, schedule, space: Space, *, workers: int, keep: int, host_credit: bool = False
+    graph,
+    oracle,
+    schedule,
+    space: Space,
+    *,
+    workers: int,
+    keep: int,
+    host_credit: bool = False,
+    ack_share: int | None = None,
 ) -> list[tuple[Setting, float]]:
     """Simulate a grid of settings; the ``keep`` best (setting, predicted step time) first.
 
-    ``host_credit``: the credit is one window per sending task (``enable(host_credit=True)``).
+    ``host_credit``: the credit is one window per sending task (``enable(host_credit=True)``);
+    ``ack_share``: it acknowledges transfers of at least credit/ack_share (None: the default).
     """
     from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
     from tfsched.sim import POLICY_OF_MODE, build_sim_graph, simulate
@@ -77,6 +86,7 @@ def prescreen(
                 credit_bytes=s.credit * PARAM_BYTES,
                 min_acked_bytes=MIN_ACKED_BYTES,
                 host_credit=host_credit,
+                **({} if ack_share is None else {"ack_share": ack_share}),
             ).step_time
             out.append((s, t))
     out.sort(key=lambda st: st[1])
@@ -105,6 +115,7 @@ def tune_cluster(
     prescreen_keep: int = 0,
     space: Space | None = None,
     host_credit: bool = False,
+    ack_share: int | None = None,
     confirm: int = 2,
     from_defaults: bool = True,
     timeout_s: float = 3600.0,
@@ -112,7 +123,10 @@ def tune_cluster(
 ) -> TuneResult:
     """Tune (partition, credit) on a cluster that trains ``model`` (or a user's graph).
 
-    ``host_credit`` tunes the credit as one window per sending task (``enable(host_credit=True)``).
+    ``host_credit`` tunes the credit as one window per sending task (``enable(host_credit=True)``);
+    ``ack_share``: the credit acknowledges transfers of at least credit/ack_share parameters
+    (``enable(ack_share=N)``; None: the pass's default). The live credit a trial sets limits
+    those the pass acknowledges from the smallest credit of the search.
 
     Two additions to ByteScheduler's tuner (§4.3), for clusters whose steps vary by several
     percent from one trial to the next:
@@ -170,6 +184,8 @@ def tune_cluster(
 
     built = [builder(w) for w in range(workers)]
     enable_kwargs: dict = {"host_credit": True} if host_credit else {}
+    if ack_share is not None:
+        enable_kwargs["ack_share"] = ack_share
     found = SEARCHES[search](space, seed=seed)
     defaults = None
     if from_defaults:
@@ -211,6 +227,7 @@ def tune_cluster(
                     workers=workers,
                     keep=prescreen_keep,
                     host_credit=host_credit,
+                    ack_share=ack_share,
                 )
                 for s, _ in pre:
                     found.probe(s)
@@ -331,6 +348,7 @@ def tune_cluster(
             "bandwidth": f"{bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback",
             "algorithm": algorithm,
             "host_credit": host_credit,
+            "ack_share": ack_share,
             "search": search,
             "trials": trials,
             "settle": settle,

@@ -118,7 +118,7 @@ class TunedSession:
             self._sessions.move_to_end(partition)
             return self._sessions[partition]
         # The pass needs some credit to put acknowledgements in the graph; the live setting rules.
-        # The pass acknowledges tensors of at least an eighth of its credit: give it the smallest
+        # The pass acknowledges tensors of at least credit/ack_share (an eighth): give it the smallest
         # credit the search reaches, so that every live setting has those tensors to limit.
         lowest = 2 ** int(Space().credit_log2[0])
         config = tfsched.enable(partition=partition, credit=lowest, **self._enable)
@@ -158,8 +158,8 @@ def credit_tune_hook(
 
     The session's partition size is fixed (the hook cannot swap sessions): tune credit only,
     with ``Space(partition=...)`` on the coordinator. The live credit limits the tensors the pass
-    acknowledges, those of at least an eighth of the pass's credit: enable the pass with the
-    smallest credit the search reaches.
+    acknowledges, those of at least the pass's credit/ack_share (an eighth by default): enable
+    the pass with the smallest credit the search reaches.
     """
     import tensorflow as tf
 
