@@ -214,13 +214,22 @@ class TestSimulate:
         o = oracle_with({"a": 1.0, "b": 0.0}, bandwidth_bps=8e6)
         o.machine_slots = 1.0
         sg = build_sim_graph(g, o)
-        a = simulate(sg, "fifo", record=True).ends[sg.name.index("a")]
-        # The flow takes half the machine while it runs: a at 1 / 1.5 of its speed for the
-        # flow's second, then alone for the work left (1/3 s).
+        r = simulate(sg, "fifo", record=True)
+        a, b = r.ends[sg.name.index("a")], r.ends[sg.name.index("b")]
+        # The flow takes half the machine while it runs and keeps its rate; a gets the other
+        # half for the flow's second, then the machine for the work left (1/2 s): 1.5
+        # slot-seconds on one slot.
         o.comm_slot_s_per_byte = 0.5 / 1e6
         sg = build_sim_graph(g, o)
-        slowed = simulate(sg, "fifo", record=True).ends[sg.name.index("a")]
-        assert slowed - a == pytest.approx(1 / 3, abs=0.01)
+        r = simulate(sg, "fifo", record=True)
+        assert r.ends[sg.name.index("a")] - a == pytest.approx(0.5, abs=0.01)
+        assert r.ends[sg.name.index("b")] == pytest.approx(b)
+        # A flow that wants more than the machine is slowed to what it can move, all but the
+        # ops' least share (MIN_OPS_SHARE): 2 slots wanted of 1, 0.95 given, the pull 1/0.475 s.
+        o.comm_slot_s_per_byte = 2.0 / 1e6
+        sg = build_sim_graph(g, o)
+        r = simulate(sg, "fifo", record=True)
+        assert r.ends[sg.name.index("b")] - b == pytest.approx(1 / 0.475 - 1, abs=0.01)
         # the machine's lower bound counts the bytes' CPU
         assert step_bounds(sg).lower >= 1.0 + 0.5 - 1e-6
         # without a shared machine (each task on its own host) the bytes cost no CPU

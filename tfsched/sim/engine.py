@@ -9,7 +9,8 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   threads running (``SimGraph.capacity``), ready ops in the order they became ready; when every
   task runs on one machine (``SimGraph.machine_slots``), their ops share it, and the bytes on
   the wire take their share of it too (``comm_slot_s_per_byte``: the CPU that moving a byte
-  costs at both ends, measured; the flows keep their rates, the ops slow down);
+  costs at both ends, measured: the flows keep their rates and the ops share what they leave,
+  and only flows wanting more than the machine slow down);
 * each host has one full-duplex NIC: an uplink and a downlink of the link's bandwidth, or of
   what a trace measured the host's channels carrying together (``TimeOracle.host_bps``);
   concurrent flows share a link max-min fairly (TCP's steady state);
@@ -67,6 +68,8 @@ POLICIES = ("fifo", "random", "counter", "queue")
 # the credit acknowledges messages of at least credit / this (the pass's ack_share, cc/scheduler.cc)
 DEFAULT_ACK_SHARE = 8
 _EPS = 1e-12
+# with one shared machine: the least share of it the ops keep while the flows want it all
+MIN_OPS_SHARE = 0.05
 
 
 @dataclass
@@ -220,9 +223,10 @@ def simulate(
     # Compute: a resource of capacity c runs up to ceil(c) ops at once, sharing c among them
     # (each at min(1, c / running)); an op's duration is its time alone. When every task runs
     # on one machine (SimGraph.machine_slots: the ops' worth of work it does at once), they share
-    # it, with the flows' CPU (comm_load, in slots): when together they want more, every op slows
-    # by the same factor. A change in the ops running, or in the flows' rates, reschedules their
-    # ends (events of an op's older schedule are ignored).
+    # it with the flows' CPU (comm_load, in slots). The flows take theirs first, at most all but
+    # MIN_OPS_SHARE of the machine (slowed alike beyond it), and the ops share what is left. A
+    # change in the ops running, or in the flows' rates, reschedules the ops' ends (events of an
+    # op's older schedule are ignored).
     running: dict[str, dict[int, float]] = defaultdict(dict)  # resource -> op -> work left (s)
     rate_of: dict[str, float] = defaultdict(lambda: 1.0)
     updated: dict[str, float] = defaultdict(float)
@@ -255,7 +259,10 @@ def simulate(
         factor = 1.0
         if sg.machine_slots:
             demand = sum(len(running[r]) * own_rate(r) for r in group)
-            factor = min(1.0, sg.machine_slots / (demand + comm_load)) if demand > 0 else 1.0
+            # the flows first (as the kernel's network work), never more than the machine: the
+            # ops share what they leave, at least a sliver so that they still make progress
+            left = max(sg.machine_slots - comm_load, MIN_OPS_SHARE * sg.machine_slots)
+            factor = min(1.0, left / demand) if demand > 0 else 1.0
         fresh = set(new)
         for r in group:
             ops = running[r]
@@ -457,7 +464,12 @@ def simulate(
             rates = _max_min_rates(spec, sg.link_capacity) if spec else {}
             if shared and sg.comm_slot_s_per_byte:
                 advance(shared[0])  # the ops ran at the old share until now
-                comm_load = sum(rates.values()) * sg.comm_slot_s_per_byte
+                wanted = sum(rates.values()) * sg.comm_slot_s_per_byte
+                # more than the machine can move: every flow slows alike
+                most = (1 - MIN_OPS_SHARE) * sg.machine_slots
+                if wanted > most:
+                    rates = {f: r * most / wanted for f, r in rates.items()}
+                comm_load = min(wanted, most)
                 reschedule(shared[0], [])
 
     stuck = [
