@@ -86,6 +86,16 @@ def _duration(ctx, param, value):
         raise click.BadParameter(str(e)) from None
 
 
+# what a credit window acknowledges (analyze: needs --credit; tune: its trials' credit)
+_ack_share_option = click.option(
+    "--ack-share",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The credit acknowledges transfers of at least credit/N parameters, the smaller ones "
+    "race for the wire (tfsched.enable(..., ack_share=N); default 8).",
+)
+
+
 @main.command()
 @click.argument("graph", type=click.Path(dir_okay=False))
 @click.option(
@@ -168,13 +178,7 @@ def _duration(ctx, param, value):
     help="Predict with the credit as one window per sending task (needs --credit; "
     "tfsched.enable(..., host_credit=True)).",
 )
-@click.option(
-    "--ack-share",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Predict with the credit acknowledging transfers of at least credit/N parameters "
-    "(needs --credit; tfsched.enable(..., ack_share=N); default 8).",
-)
+@_ack_share_option
 def analyze(
     graph,
     fetches,
@@ -618,13 +622,7 @@ def bench(
     is_flag=True,
     help="Tune the credit as one window per sending task (tfsched.enable(..., host_credit=True)).",
 )
-@click.option(
-    "--ack-share",
-    type=click.IntRange(min=1),
-    default=None,
-    help="The credit acknowledges transfers of at least credit/N parameters "
-    "(tfsched.enable(..., ack_share=N); default 8).",
-)
+@_ack_share_option
 @click.option(
     "--confirm",
     type=click.IntRange(min=0),
