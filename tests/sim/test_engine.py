@@ -169,8 +169,9 @@ class TestSimulate:
         assert simulate(sg, "counter", credit_bytes=6000).step_time == pytest.approx(free + 2 * 0.001)
         # acknowledged from 6000/1 bytes: the pulls are under it, and never held for credit
         assert simulate(sg, "counter", credit_bytes=6000, ack_share=1).step_time == pytest.approx(free)
-        with pytest.raises(TfschedError, match="ack_share"):
-            simulate(sg, "counter", credit_bytes=6000, ack_share=0)
+        for bad in (0, True, 2.0):
+            with pytest.raises(TfschedError, match="ack_share"):
+                simulate(sg, "counter", credit_bytes=6000, ack_share=bad)
 
     def test_several_steps_run_back_to_back(self):
         g = chain_graph(1, [250_000])

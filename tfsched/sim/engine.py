@@ -153,7 +153,7 @@ def simulate(
     if host_credit and credit_bytes is None:
         raise TfschedError("a window per sending task (host_credit) needs a credit")
     n = len(sg)
-    if not isinstance(ack_share, int) or ack_share < 1:
+    if not isinstance(ack_share, int) or isinstance(ack_share, bool) or ack_share < 1:
         raise TfschedError(f"ack_share must be a positive integer, got {ack_share!r}")
     ack_from = max(min_acked_bytes, credit_bytes // ack_share) if credit_bytes else 0
     rng = random.Random(seed)
