@@ -225,14 +225,14 @@ class TestSimulate:
         r = simulate(sg, "fifo", record=True)
         assert r.ends[sg.name.index("a")] - a == pytest.approx(0.5, abs=0.01)
         assert r.ends[sg.name.index("b")] == pytest.approx(b)
+        # the machine's lower bound counts the bytes' CPU
+        assert step_bounds(sg).lower >= 1.0 + 0.5 - 1e-6
         # A flow that wants more than the machine is slowed to what it can move, all but the
         # ops' least share (MIN_OPS_SHARE): 2 slots wanted of 1, 0.95 given, the pull 1/0.475 s.
         o.comm_slot_s_per_byte = 2.0 / 1e6
         sg = build_sim_graph(g, o)
         r = simulate(sg, "fifo", record=True)
         assert r.ends[sg.name.index("b")] - b == pytest.approx(1 / 0.475 - 1, abs=0.01)
-        # the machine's lower bound counts the bytes' CPU
-        assert step_bounds(sg).lower >= 1.0 + 0.5 - 1e-6
         # without a shared machine (each task on its own host) the bytes cost no CPU
         o.machine_slots = None
         assert build_sim_graph(g, o).comm_slot_s_per_byte == 0.0
