@@ -43,7 +43,7 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   modes measured 1.30x to 1.40x on ResNet-50 inference, and with their acknowledged messages
   in order the simulator predicts them within -9% to -5%; with every waiting message in a
   random order, ``tao+pc`` +43% in the traced run). The messages the window does not
-  acknowledge (under an eighth of it) are released at once and race as without credit: 60% of
+  acknowledge (under ``1/ack_share`` of it, an eighth by default) are released at once and race as without credit: 60% of
   Inception-v3's bytes at ByteScheduler's credit, against 18% of ResNet-50's and none of
   VGG16's; kept in order, ``tao+pc`` on Inception-v3 inference was predicted 33% faster than
   measured;
@@ -259,10 +259,9 @@ def simulate(
         factor = 1.0
         if sg.machine_slots:
             demand = sum(len(running[r]) * own_rate(r) for r in group)
-            # the flows first (as the kernel's network work), never more than the machine: the
-            # ops share what they leave, at least a sliver so that they still make progress
-            left = max(sg.machine_slots - comm_load, MIN_OPS_SHARE * sg.machine_slots)
-            factor = min(1.0, left / demand) if demand > 0 else 1.0
+            # the flows first (as the kernel's network work); the ops share what they leave, at
+            # least MIN_OPS_SHARE of the machine (comm_load is capped where the flows are rated)
+            factor = min(1.0, (sg.machine_slots - comm_load) / demand) if demand > 0 else 1.0
         fresh = set(new)
         for r in group:
             ops = running[r]
