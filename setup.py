@@ -34,6 +34,7 @@ setup(
         # The tuning coordinator's service; TensorFlow depends on it too.
         "grpcio>=1.60",
     ],
-    extras_require={"test": ["pytest>=8", "ruff>=0.5"]},
+    # The style test runs both formatters; clang-format is pinned (its output changes by version).
+    extras_require={"test": ["pytest>=8", "ruff>=0.5", "clang-format==19.1.7"]},
     entry_points={"console_scripts": ["tfsched=tfsched.cli:main"]},
 )

@@ -43,9 +43,9 @@ class HostLink;
 struct Waiter {
   ~Waiter();
   int64_t priority = 0;
-  int64_t size = 0;      // parameters (elements) of the tensor: what it takes of the credit
-  bool ordered = true;   // per-step counter (true) or priority queue (false)
-  int64_t credit = 0;    // the pass's credit for this gate's channel (0: no acks, no credit)
+  int64_t size = 0;     // parameters (elements) of the tensor: what it takes of the credit
+  bool ordered = true;  // per-step counter (true) or priority queue (false)
+  int64_t credit = 0;   // the pass's credit for this gate's channel (0: no acks, no credit)
   // Keeps the step's state (and so the channel) alive for as long as the waiter can be reached.
   StepGates* gates = nullptr;
   Channel* channel = nullptr;
@@ -152,13 +152,13 @@ class StepGates : public tensorflow::ResourceBase {
 
 // Process-wide counters, read by the TfschedStats op.
 struct Stats {
-  std::atomic<int64_t> released{0};   // gates passed
-  std::atomic<int64_t> waited{0};     // of which had to wait for their turn
-  std::atomic<int64_t> timeouts{0};   // released by the timeout
-  std::atomic<int64_t> cancelled{0};  // released because the step was cancelled
-  std::atomic<int64_t> live_steps{0};  // StepGates alive now (per-step state not yet freed)
-  std::atomic<int64_t> wait_us{0};    // total time spent waiting
-  std::atomic<int64_t> acked{0};      // credit returns (acknowledged transfers)
+  std::atomic<int64_t> released{0};        // gates passed
+  std::atomic<int64_t> waited{0};          // of which had to wait for their turn
+  std::atomic<int64_t> timeouts{0};        // released by the timeout
+  std::atomic<int64_t> cancelled{0};       // released because the step was cancelled
+  std::atomic<int64_t> live_steps{0};      // StepGates alive now (per-step state not yet freed)
+  std::atomic<int64_t> wait_us{0};         // total time spent waiting
+  std::atomic<int64_t> acked{0};           // credit returns (acknowledged transfers)
   std::atomic<int64_t> peak_in_flight{0};  // most in flight on one channel or window (resettable)
 };
 Stats& GlobalStats();

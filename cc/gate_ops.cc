@@ -6,13 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gate.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
-#include "absl/strings/str_cat.h"
 #include "tensorflow/core/platform/logging.h"
 
 namespace tfsched {
@@ -138,8 +138,9 @@ peak_in_flight, live_credit (-1: none set)].
 void WarnTimeout(const std::string& channel, int64_t priority, int64_t released) {
   // One warning a minute at most: a slow link would otherwise flood the log.
   static std::atomic<int64_t> last_us{0};
-  int64_t now = std::chrono::duration_cast<std::chrono::microseconds>(
-                    Clock::now().time_since_epoch()).count();
+  int64_t now =
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch())
+          .count();
   int64_t prev = last_us.load();
   if (now - prev > 60 * 1000000 && last_us.compare_exchange_strong(prev, now)) {
     LOG(WARNING) << "tfsched: a gate on " << channel << " waited past its timeout (priority "
@@ -166,21 +167,20 @@ class TfschedGateOp : public AsyncOpKernel {
     ctx->set_output(0, ctx->input(0));
     Stats& stats = GlobalStats();
     if (ctx->step_container() == nullptr) {
-      // No per-step container (e.g. inside a function runtime): do not order rather than risk a hang.
+      // No per-step container (e.g. a function runtime): do not order rather than risk a hang.
       stats.released.fetch_add(1);
       done();
       return;
     }
     auto w = std::make_shared<Waiter>();
-    OP_REQUIRES_OK_ASYNC(
-        ctx,
-        ctx->step_container()->LookupOrCreate<StepGates>(
-            ctx->resource_manager(), "tfsched_gates", &w->gates,
-            [](StepGates** g) {
-              *g = new StepGates();
-              return absl::OkStatus();
-            }),
-        done);
+    OP_REQUIRES_OK_ASYNC(ctx,
+                         ctx->step_container()->LookupOrCreate<StepGates>(
+                             ctx->resource_manager(), "tfsched_gates", &w->gates,
+                             [](StepGates** g) {
+                               *g = new StepGates();
+                               return absl::OkStatus();
+                             }),
+                         done);
     Channel* channel = w->gates->Get(channel_);
     w->channel = channel;
     w->priority = priority_;
@@ -212,7 +212,8 @@ class TfschedGateOp : public AsyncOpKernel {
     std::vector<std::shared_ptr<Waiter>> others;
     bool go = channel->ArriveOrWait(w, &others);
     if (!others.empty()) FireInTurn(std::move(others), Outcome::kTurn);
-    if (go && host_ != nullptr && !host_->ArriveOrWait(w)) go = false;  // its turn; not the window's
+    // Its turn on the channel; a shared window may still make it wait.
+    if (go && host_ != nullptr && !host_->ArriveOrWait(w)) go = false;
     if (go) {
       stats.released.fetch_add(1);
       w->fired.store(true);
@@ -353,10 +354,10 @@ class TfschedConcatOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ctx->input_list("slices", &slices));
     int64_t total = 0;
     for (const auto& s : slices) total += s.NumElements();
-    OP_REQUIRES(ctx, total == shape_.num_elements(),
-                absl::InvalidArgumentError(absl::StrCat("tfsched: ", name(), " got ", total,
-                                                        " parameters for shape ",
-                                                        shape_.DebugString())));
+    OP_REQUIRES(
+        ctx, total == shape_.num_elements(),
+        absl::InvalidArgumentError(absl::StrCat("tfsched: ", name(), " got ", total,
+                                                " parameters for shape ", shape_.DebugString())));
     tensorflow::Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape_, &out));
     char* dst = const_cast<char*>(out->tensor_data().data());
@@ -395,7 +396,8 @@ REGISTER_KERNEL_BUILDER(Name("TfschedGate").Device(tensorflow::DEVICE_CPU), Tfsc
 REGISTER_KERNEL_BUILDER(Name("TfschedStats").Device(tensorflow::DEVICE_CPU), TfschedStatsOp);
 REGISTER_KERNEL_BUILDER(Name("TfschedAck").Device(tensorflow::DEVICE_CPU), TfschedAckOp);
 REGISTER_KERNEL_BUILDER(Name("TfschedCredit").Device(tensorflow::DEVICE_CPU), TfschedCreditOp);
-REGISTER_KERNEL_BUILDER(Name("TfschedSetCredit").Device(tensorflow::DEVICE_CPU), TfschedSetCreditOp);
+REGISTER_KERNEL_BUILDER(Name("TfschedSetCredit").Device(tensorflow::DEVICE_CPU),
+                        TfschedSetCreditOp);
 REGISTER_KERNEL_BUILDER(Name("TfschedSplit").Device(tensorflow::DEVICE_CPU), TfschedSplitOp);
 REGISTER_KERNEL_BUILDER(Name("TfschedConcat").Device(tensorflow::DEVICE_CPU), TfschedConcatOp);
 

@@ -18,10 +18,10 @@
 #include "tensorflow/core/framework/node_def.pb.h"
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/grappler/costs/graph_properties.h"
 #include "tensorflow/core/grappler/grappler_item.h"
-#include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/grappler/optimizers/custom_graph_optimizer_registry.h"
 #include "tensorflow/core/platform/logging.h"
 #include "tensorflow/core/util/device_name_utils.h"
@@ -46,9 +46,9 @@ constexpr int64_t kMinAckedElements = 16384;
 // (compute-bound) every acknowledged tensor cost about 0.3 ms of the two cores, and with all 52
 // of its tensors over 16,384 parameters acknowledged in each direction, a credit that never bound
 // (100,000,000) made training 0.919x of vanilla TensorFlow, against 0.982x for the same order
-// without credit (benchmarks/results/bench-resnet50-10g-credit-before.md; -after.md: 0.997x). A tensor
-// under credit/8 holds little of the window; the ones released ahead of an acknowledged one are
-// at most a few such. The live credit (TfschedSetCredit) limits the acknowledged tensors: give
+// without credit (benchmarks/results/bench-resnet50-10g-credit-before.md; -after.md: 0.997x). A
+// tensor under credit/8 holds little of the window; the ones released ahead of an acknowledged one
+// are at most a few such. The live credit (TfschedSetCredit) limits the acknowledged tensors: give
 // the pass the smallest credit it will be set to. The share is the pass's ack_share
 // (TfschedScheduler::ack_share_, 8 by default): on Inception-v3, whose 378 tensors are mostly
 // small, 60% of the parameters are in tensors under an eighth of ByteScheduler's credit, and
@@ -57,9 +57,10 @@ constexpr int64_t kMinAckedElements = 16384;
 // "/job:J/replica:R/task:T" of a device, full or partial ("/job:ps/task:1"); "" if it names no job.
 std::string TaskOf(const std::string& device) {
   tensorflow::DeviceNameUtils::ParsedName p;
-  if (device.empty() || !tensorflow::DeviceNameUtils::ParseFullName(device, &p) || !p.has_job) return "";
-  return absl::StrCat("/job:", p.job, "/replica:", p.has_replica ? p.replica : 0, "/task:",
-                      p.has_task ? p.task : 0);
+  if (device.empty() || !tensorflow::DeviceNameUtils::ParseFullName(device, &p) || !p.has_job)
+    return "";
+  return absl::StrCat("/job:", p.job, "/replica:", p.has_replica ? p.replica : 0,
+                      "/task:", p.has_task ? p.task : 0);
 }
 
 std::string JobOf(const std::string& task) {
@@ -100,19 +101,22 @@ bool IsVariableOp(const std::string& op) {
 }
 bool IsForwarding(const std::string& op) {
   static const auto* ops = new std::set<std::string>{
-      "Identity", "RefIdentity", "Snapshot", "Enter", "RefEnter", "Switch",
-      "RefSwitch", "ReadVariableOp", "StopGradient",
+      "Identity", "RefIdentity", "Snapshot", "Enter", "RefEnter", "Switch", "RefSwitch",
+      "ReadVariableOp", "StopGradient",
       // reads of some rows (embedding lookups): the pull of that variable, as in tfsched.graph
       "ResourceGather", "ResourceGatherNd", "Gather", "GatherV2", "GatherNd"};
   return ops->count(op) > 0;
 }
 bool IsUpdate(const std::string& op) {
+  // clang-format off: the names packed, not one to a line
   static const auto* ops = new std::set<std::string>{
       "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp",
       "AssignSubVariableOp", "ScatterAdd", "ScatterSub", "ScatterUpdate", "ResourceScatterAdd",
       "ResourceScatterSub", "ResourceScatterUpdate"};
-  return ops->count(op) > 0 || absl::StartsWith(op, "Apply") || absl::StartsWith(op, "ResourceApply") ||
-         absl::StartsWith(op, "SparseApply") || absl::StartsWith(op, "ResourceSparseApply");
+  // clang-format on
+  return ops->count(op) > 0 || absl::StartsWith(op, "Apply") ||
+         absl::StartsWith(op, "ResourceApply") || absl::StartsWith(op, "SparseApply") ||
+         absl::StartsWith(op, "ResourceSparseApply");
 }
 bool StartsControlFlow(const std::string& op) {
   return op == "Switch" || op == "RefSwitch" || op == "Enter" || op == "RefEnter";
@@ -125,10 +129,10 @@ bool EndsControlFlow(const std::string& op) {
 struct Graph {
   const GraphDef* def;
   std::unordered_map<std::string, int> index;
-  std::vector<std::vector<Input>> inputs;           // per node, parsed
-  std::vector<std::vector<int>> preds;              // data + control, without loop back edges
+  std::vector<std::vector<Input>> inputs;  // per node, parsed
+  std::vector<std::vector<int>> preds;     // data + control, without loop back edges
   std::vector<std::vector<std::pair<int, int>>> data_out;  // (consumer, input index) per node
-  std::vector<std::vector<int>> out;                // data + control successors
+  std::vector<std::vector<int>> out;                       // data + control successors
   std::vector<std::string> task;
   std::vector<int> topo;
 
@@ -185,7 +189,7 @@ struct Graph {
 struct Transfer {
   int src = 0;
   int port = 0;
-  std::string sender, receiver;  // tasks
+  std::string sender, receiver;           // tasks
   std::vector<std::pair<int, int>> uses;  // (consumer node, input index) on the receiver
   DataType dtype = tensorflow::DT_INVALID;
   std::string kind, key;
@@ -232,7 +236,8 @@ std::string VariableBehind(const Graph& g, int n) {
   return "";
 }
 
-std::string VariableUpdatedBy(const Graph& g, const std::vector<int>& start, const std::string& task) {
+std::string VariableUpdatedBy(const Graph& g, const std::vector<int>& start,
+                              const std::string& task) {
   std::vector<int> frontier(start);
   std::sort(frontier.begin(), frontier.end(),
             [&](int a, int b) { return g.node(a).name() < g.node(b).name(); });
@@ -287,7 +292,8 @@ bool IsSmallConst(const NodeDef& node) {
   auto it = node.attr().find("value");
   if (it == node.attr().end()) return false;
   int64_t elements = 1;
-  for (const auto& d : it->second.tensor().tensor_shape().dim()) elements *= std::max<int64_t>(d.size(), 0);
+  for (const auto& d : it->second.tensor().tensor_shape().dim())
+    elements *= std::max<int64_t>(d.size(), 0);
   return elements <= kReplicatedConstMaxElements;
 }
 
@@ -368,7 +374,8 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
   if (timeout_ms_ < 0) return absl::InvalidArgumentError("tfsched: timeout_ms must be >= 0");
   if (auto it = params.find("ps_job"); it != params.end() && !it->second.s().empty())
     ps_job_ = it->second.s();
-  if (auto it = params.find("mode"); it != params.end() && !it->second.s().empty()) mode_ = it->second.s();
+  if (auto it = params.find("mode"); it != params.end() && !it->second.s().empty())
+    mode_ = it->second.s();
   if (mode_ != "counter" && mode_ != "queue")
     return absl::InvalidArgumentError(absl::StrCat("tfsched: unknown mode '", mode_, "'"));
   if (auto it = params.find("partition"); it != params.end()) partition_ = it->second.i();
@@ -383,7 +390,8 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
       std::vector<std::string> f = absl::StrSplit(line, '|');
       int64_t p = 0;
       if (f.size() != 4 || !absl::SimpleAtoi(f[3], &p) || p < 0)
-        return absl::InvalidArgumentError(absl::StrCat("tfsched: malformed priority entry '", line, "'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("tfsched: malformed priority entry '", line, "'"));
       exact_[absl::StrCat(f[0], "|", f[1], "|", f[2])] = p;
       const std::string& ps_side = JobOf(f[0]) == ps_job_ ? f[0] : f[1];
       by_ps_.emplace(absl::StrCat(ps_side, "|", f[2]), p);
@@ -411,7 +419,8 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
     for (int k = 0; k < static_cast<int>(g.inputs[v].size()); ++k) {
       const Input& in = g.inputs[v][k];
       int src = g.Find(in.node);
-      if (in.control || src < 0 || g.task[src].empty() || g.task[v].empty() || g.task[src] == g.task[v])
+      if (in.control || src < 0 || g.task[src].empty() || g.task[v].empty() ||
+          g.task[src] == g.task[v])
         continue;
       if (in_flow[src] || IsSmallConst(g.node(src))) continue;
       auto& t = found[{absl::StrCat(in.node, ":", in.port), g.task[v]}];
@@ -428,10 +437,12 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
     const tensorflow::OpDef* op_def = nullptr;
     if (!registry->LookUpOpDef(src.op(), &op_def).ok()) continue;  // a function call: leave it
     tensorflow::DataTypeVector ins, outs;
-    if (!tensorflow::InOutTypesForNode(src, *op_def, &ins, &outs).ok() || t.port >= static_cast<int>(outs.size()))
+    if (!tensorflow::InOutTypesForNode(src, *op_def, &ins, &outs).ok() ||
+        t.port >= static_cast<int>(outs.size()))
       continue;
     t.dtype = outs[t.port];
-    if (tensorflow::IsRefType(t.dtype) || t.dtype == tensorflow::DT_RESOURCE || t.dtype == tensorflow::DT_VARIANT)
+    if (tensorflow::IsRefType(t.dtype) || t.dtype == tensorflow::DT_RESOURCE ||
+        t.dtype == tensorflow::DT_VARIANT)
       continue;
     std::string variable;
     if (JobOf(t.sender) == ps_job_) {
@@ -466,9 +477,9 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
       ++matched;
     }
     if (matched == 0)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tfsched: the schedule matches none of the ", xfers.size(),
-          " transfers of this graph; it was made for another graph"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tfsched: the schedule matches none of the ", xfers.size(),
+                       " transfers of this graph; it was made for another graph"));
     // Transfers the schedule does not name follow the named ones of their stage, in TIO order.
     std::vector<Transfer> copy(xfers);
     Tio(g, &copy, ps_job_);
@@ -491,7 +502,8 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
       t.elements = shape.num_elements();
       shape.AsProto(&t.shape);
       t.slice_elements = t.elements;
-      if (partition_ > 0) std::tie(t.slices, t.slice_elements) = Slicing(t.elements, t.dtype, partition_);
+      if (partition_ > 0)
+        std::tie(t.slices, t.slice_elements) = Slicing(t.elements, t.dtype, partition_);
     }
   }
 
@@ -502,7 +514,8 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
     channels[absl::StrCat(xfers[i].sender, "->", xfers[i].receiver)].push_back(i);
   for (auto& [name, ids] : channels) {
     std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) {
-      return std::make_pair(xfers[a].stage, xfers[a].value) < std::make_pair(xfers[b].stage, xfers[b].value);
+      return std::make_pair(xfers[a].stage, xfers[a].value) <
+             std::make_pair(xfers[b].stage, xfers[b].value);
     });
     int64_t position = 0;
     for (size_t j = 0; j < ids.size(); ++j) {
@@ -559,8 +572,9 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
   for (const Transfer& t : xfers) {
     const NodeDef& src = out.node(t.src);
     const std::string tensor = t.port ? absl::StrCat(src.name(), ":", t.port) : src.name();
-    const std::string stem = absl::StrCat(src.name(), "/tfsched", t.port ? absl::StrCat("_", t.port) : "",
-                                          "_to_", Sanitize(t.receiver));
+    const std::string stem =
+        absl::StrCat(src.name(), "/tfsched", t.port ? absl::StrCat("_", t.port) : "", "_to_",
+                     Sanitize(t.receiver));
     const std::string channel = absl::StrCat(t.sender, "->", t.receiver);
     const std::string& receiver_device = out.node(t.uses.front().first).device();
     std::string split_name;
@@ -582,10 +596,11 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
     std::vector<std::string> gates;
     for (int64_t i = 0; i < t.slices; ++i) {
       NodeDef gate;
-      const std::string name = unique(
-          t.slices > 1 ? absl::StrCat(stem, "_gate_", i) : absl::StrCat(src.name(), "/tfsched_gate",
-                                                                       t.port ? absl::StrCat("_", t.port) : "",
-                                                                       "_to_", Sanitize(t.receiver)));
+      const std::string name =
+          unique(t.slices > 1 ? absl::StrCat(stem, "_gate_", i)
+                              : absl::StrCat(src.name(), "/tfsched_gate",
+                                             t.port ? absl::StrCat("_", t.port) : "", "_to_",
+                                             Sanitize(t.receiver)));
       gate.set_name(name);
       gate.set_op(kGateOp);
       gate.set_device(src.device());
@@ -597,8 +612,9 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
       attr["channel_size"].set_i(t.channel_size);
       attr["timeout_ms"].set_i(timeout_ms_);
       // The last slice is the shortest; a size unknown here (0) is acknowledged to be safe.
-      const int64_t size = t.slices > 1 ? std::min(t.slice_elements, t.elements - i * t.slice_elements)
-                                        : t.slice_elements;
+      const int64_t size = t.slices > 1
+                               ? std::min(t.slice_elements, t.elements - i * t.slice_elements)
+                               : t.slice_elements;
       const bool acked =
           credit > 0 && (size == 0 || size >= std::max(kMinAckedElements, credit / ack_share_));
       attr["ordered"].set_b(!(mode_ == "queue" && t.kind == "push"));
@@ -638,7 +654,8 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
       delivered = concat.name();
       added.push_back(std::move(concat));
     }
-    for (const auto& [consumer, input_index] : t.uses) out.mutable_node(consumer)->set_input(input_index, delivered);
+    for (const auto& [consumer, input_index] : t.uses)
+      out.mutable_node(consumer)->set_input(input_index, delivered);
   }
   // One sink per sending device gathers its credit returns; a fetched node waits for the sink,
   // so the acknowledgements belong to the step (and are not pruned away).
@@ -658,8 +675,8 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
     added.push_back(std::move(sink));
   }
   for (auto& node : added) *out.add_node() = std::move(node);
-  VLOG(1) << "tfsched: gated " << xfers.size() << " transfers on " << channels.size() << " channels, "
-          << split << " partitioned, credit " << credit
+  VLOG(1) << "tfsched: gated " << xfers.size() << " transfers on " << channels.size()
+          << " channels, " << split << " partitioned, credit " << credit
           << (exact_.empty() ? " (TIO)" : absl::StrCat(" (", matched, " from the schedule)"));
   return absl::OkStatus();
 }

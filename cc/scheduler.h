@@ -13,7 +13,8 @@ namespace tfsched {
 class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
  public:
   // parameter_map:
-  //   priorities: list of "sender|receiver|key|priority" from a tfsched.schedule/1 file (may be empty:
+  //   priorities: list of "sender|receiver|key|priority" from a tfsched.schedule/1 file (may be
+  //   empty:
   //               then TIO, computed here from the graph)
   //   timeout_ms: int, longest gate wait (default 60000)
   //   ps_job:     string, job name of the parameter servers (default "ps")

@@ -60,6 +60,40 @@ def test_timeout_releases_the_tensor(cluster):
     assert after["live_steps"] == 0
 
 
+def test_a_short_timeout_queued_after_a_long_one_fires_on_time(cluster):
+    """The PS's watchdog sleeps until the earliest deadline it holds; a gate whose deadline comes
+    sooner than all of those must wake it (it is woken only then, not for every waiting gate)."""
+    import tensorflow as tf
+
+    g_long, y_long, init_long = stranded_gate(timeout_ms=600_000)
+    g_short, y_short, init_short = stranded_gate(timeout_ms=300)
+    before = ps_stats(cluster)
+    long_sess = tf.compat.v1.Session(cluster.target("worker", 0), graph=g_long)
+    long_sess.run(init_long)
+    box = {}
+    cancel_after = tf.compat.v1.RunOptions(timeout_in_ms=8000)
+    runner = threading.Thread(
+        target=lambda: box.update(r=_catch(lambda: long_sess.run(y_long, options=cancel_after))),
+        daemon=True,
+    )
+    runner.start()
+    time.sleep(1.0)  # its gate now waits on the watchdog, deadline in ten minutes
+    assert runner.is_alive(), "the long gate should be waiting"
+    with tf.compat.v1.Session(cluster.target("worker", 0), graph=g_short) as sess:
+        sess.run(init_short)
+        t = time.monotonic()
+        out = within(30, lambda: sess.run(y_short))
+        elapsed = time.monotonic() - t
+    assert "error" not in out
+    np.testing.assert_array_equal(out["value"], [2.0, 4.0, 6.0])
+    assert runner.is_alive(), "the short gate should time out while the long one still waits"
+    assert 0.3 <= elapsed < 4, f"the 300 ms timeout fired after {elapsed:.1f} s"
+    runner.join(30)
+    long_sess.close()
+    assert isinstance(box["r"], tf.errors.DeadlineExceededError)
+    assert ps_stats(cluster)["timeouts"] == before["timeouts"] + 1
+
+
 def test_run_options_timeout_cancels_the_wait(cluster):
     import tensorflow as tf
 
