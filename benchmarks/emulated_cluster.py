@@ -31,10 +31,14 @@ ROWS = {
     "resnet50-inference": "--model resnet50 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 358 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host,tio+pc+a32,tao+pc+a32",
     "inception_v3-train": "--model inception_v3 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 141 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+pc+a32",
     "inception_v3-inference": "--model inception_v3 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 299 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+pc+a32,tao+pc+host+a32",
-    "seq32-train": "--model seq32 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2 --batch-size 4 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host",
-    "seq32-inference": "--model seq32 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2 --batch-size 4 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host",
-    "par32-train": "--model par32 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2 --batch-size 4 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host",
-    "par32-inference": "--model par32 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 2 --batch-size 4 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host",
+    # The toy models' steps are short (par32: about 20 ms): more steps and rounds than the large
+    # models, so that a mode's mean is not a tenth of a second of measurement and the rows carry
+    # 95% intervals (5 steps x 2 rounds before the thirteenth session: par32's ratios moved by
+    # up to 0.17 between two runs of the same code).
+    "seq32-train": "--model seq32 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 10 --rounds 4 --batch-size 4 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host",
+    "seq32-inference": "--model seq32 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 10 --rounds 4 --batch-size 4 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host",
+    "par32-train": "--model par32 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 50 --rounds 6 --batch-size 4 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host",
+    "par32-inference": "--model par32 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 50 --rounds 6 --batch-size 4 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host",
     # The compute-bound setting of the issue's third target.
     "resnet50-train-10g": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 4 --rounds 12 --batch-size 8 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+p1000000+c4000000",
     "alexnet-train": "--model alexnet --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 227 --modes baseline,tio,tao,tao+pc,tao+pc+host",

@@ -1,11 +1,13 @@
 """Gate overhead: per-gate cost, and a compute-bound training run with and without tfsched.
 
 1. Per-gate cost: one process, a graph of N pass-through ops, run as Identity and as TfschedGate
-   (priorities 0..N-1, released in order, and all 0), interleaved; cost = time difference / N.
+   (priorities 0..N-1; N-1..0, so that nearly every gate waits for its turn; and all 0),
+   interleaved; cost = the difference in wall time, and in the process's CPU time, / N.
 2. Compute-bound run (issue target: within 1%): ResNet-50 on a local multi-process cluster on
    loopback without shaping, baseline and tio interleaved in rounds on the same cluster.
 
     python benchmarks/gate_overhead.py [--rounds 3] [--steps 5] [--image-size 224] [--batch-size 8]
+    python benchmarks/gate_overhead.py --per-gate-only   # part 1 alone, printed (about a minute)
 
 Writes ``benchmarks/results/gate_overhead.json`` and ``.md``.
 """
@@ -38,16 +40,16 @@ def per_gate_cost(n: int = 2000, reps: int = 30) -> dict:
                 if kind == "identity":
                     outs.append(tf.identity(x))
                 else:
-                    prio = i if kind == "ordered" else 0
+                    prio = {"ordered": i, "reversed": n - 1 - i}.get(kind, 0)
                     outs.append(
                         ops.tfsched_gate(x, channel="bench", priority=prio, channel_size=n, timeout_ms=60000)
                     )
             fetch = tf.group(*outs)
         return g, x, fetch
 
-    runs = {}
+    runs, cpu = {}, {}
     sessions = {}
-    for kind in ("identity", "ordered", "unordered"):
+    for kind in ("identity", "ordered", "reversed", "unordered"):
         g, x, fetch = graph(kind)
         cfg = tf.compat.v1.ConfigProto()
         cfg.graph_options.rewrite_options.disable_meta_optimizer = True  # keep the n ops as they are
@@ -55,21 +57,39 @@ def per_gate_cost(n: int = 2000, reps: int = 30) -> dict:
         for _ in range(3):
             sess.run(fetch, {x: [0.0] * 16})
         sessions[kind] = (sess, x, fetch)
-        runs[kind] = []
+        runs[kind], cpu[kind] = [], []
     for _ in range(reps):
         for kind, (sess, x, fetch) in sessions.items():
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             sess.run(fetch, {x: [0.0] * 16})
             runs[kind].append(time.perf_counter() - t)
+            cpu[kind].append(time.process_time() - c)
     for sess, _, _ in sessions.values():
         sess.close()
     med = {k: statistics.median(v) for k, v in runs.items()}
+    med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
     return {
         "ops_per_graph": n,
         "median_step_s": med,
+        "median_step_cpu_s": med_cpu,
         "per_gate_us_ordered": (med["ordered"] - med["identity"]) / n * 1e6,
+        "per_gate_us_reversed": (med["reversed"] - med["identity"]) / n * 1e6,
         "per_gate_us_all_priority_0": (med["unordered"] - med["identity"]) / n * 1e6,
+        "per_gate_cpu_us": {
+            k: (med_cpu[k] - med_cpu["identity"]) / n * 1e6 for k in med_cpu if k != "identity"
+        },
     }
+
+
+def per_gate_line(micro: dict) -> str:
+    c = micro["per_gate_cpu_us"]
+    return (
+        f"Per-gate cost ({micro['ops_per_graph']} pass-through ops, one process, vs Identity; wall time, "
+        f"and CPU time of the process): {micro['per_gate_us_ordered']:.2f} us ({c['ordered']:.2f} us CPU) "
+        f"released in priority order, {micro['per_gate_us_reversed']:.2f} us ({c['reversed']:.2f} us CPU) "
+        f"in reverse order (nearly every gate waits), {micro['per_gate_us_all_priority_0']:.2f} us "
+        f"({c['unordered']:.2f} us CPU) all at priority 0."
+    )
 
 
 def main() -> None:
@@ -79,11 +99,16 @@ def main() -> None:
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--image-size", type=int, default=224, help="224: compute-bound on this CPU")
+    ap.add_argument("--per-gate-only", action="store_true", help="print part 1 and write nothing")
     args = ap.parse_args()
+
+    micro = per_gate_cost()
+    if args.per_gate_only:
+        print(per_gate_line(micro))
+        return
 
     from tfsched.bench.run import local_side_by_side
 
-    micro = per_gate_cost()
     runs = local_side_by_side(
         args.model,
         workers=1,
@@ -119,9 +144,7 @@ def main() -> None:
     md = [
         "# Gate overhead",
         "",
-        f"Per-gate cost ({micro['ops_per_graph']} pass-through ops, one process): "
-        f"{micro['per_gate_us_ordered']:.2f} us released in priority order, "
-        f"{micro['per_gate_us_all_priority_0']:.2f} us all at priority 0 (vs Identity).",
+        per_gate_line(micro),
         "",
         f"Compute-bound training ({args.model}, {args.image_size}x{args.image_size}, batch {args.batch_size}, "
         "1 PS + 1 worker processes, loopback, "
