@@ -29,7 +29,17 @@ EXTRA_FLAGS = ["-O2", "-fPIC", "-Wno-deprecated-declarations", "-Wno-interferenc
 
 
 def source_dir() -> str:
-    """The C++ sources: ``cc/`` of the checkout, installed as the package ``tfsched._cc``."""
+    """The C++ sources: ``cc/`` of the checkout, installed as the package ``tfsched._cc``.
+
+    A checkout used without installing it (``PYTHONPATH=checkout``, e.g. a git worktree of
+    another commit) builds its own ``cc/``: an editable install elsewhere maps ``tfsched._cc``
+    to that install's ``cc/``, which would pair this checkout's Python with other C++.
+    """
+    checkout = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "cc"
+    )
+    if all(os.path.isfile(os.path.join(checkout, name)) for name in SOURCES + HEADERS):
+        return checkout
     return str(resources.files("tfsched._cc"))
 
 
