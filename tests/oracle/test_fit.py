@@ -198,6 +198,31 @@ def test_a_link_whose_periods_cannot_split_takes_the_overhead_of_all_links():
     assert w0.model.bandwidth_bps == pytest.approx(bw, rel=1e-6)
 
 
+def test_a_link_traced_with_few_messages_a_step_takes_the_fit_of_all_links():
+    # ps -> w0: many messages a step, an exact fit. w0 -> ps: one 100-byte message a step seen
+    # taking 2 ms (the trace missed the link's other messages, or it waited): alone it would
+    # put most of 2 ms on every message of that link in the simulator.
+    overhead, bw = 300e-6, 4e9
+    pulls = _concurrent_trace(
+        overhead, bw, [[1_000_000, 100, 100], [100] * 6, [3_000_000, 100, 100, 100]] * 2
+    )
+    pushes = [TransferRecord(step, f"push_{step}", "g:0", 100, W, PS, 0.0, 2000.0) for step in range(6)]
+    trace = Trace(steps=6, ops=pulls.ops, transfers=pulls.transfers + pushes)
+    fits, overall = link_fits(trace, "mean")
+    ps, w0 = (d.rsplit("/device", 1)[0] for d in (PS, W))
+    assert fits[(w0, ps)] == overall
+    assert fits[(w0, ps)].model.overhead_s < 1e-3
+    assert fits[(ps, w0)].model.overhead_s == pytest.approx(overhead, rel=1e-6)
+    # Three messages a step are enough for a link's own fit.
+    pushes3 = [
+        TransferRecord(step, f"push_{step}_{k}", f"g{k}:0", 100, W, PS, 0.0, 2000.0 * (k + 1) / 3)
+        for step in range(6)
+        for k in range(3)
+    ]
+    fits3, overall3 = link_fits(Trace(steps=6, ops=pulls.ops, transfers=pulls.transfers + pushes3), "mean")
+    assert fits3[(w0, ps)] != overall3
+
+
 def test_channels_that_ran_at_once_do_not_share_the_host_link_again():
     from tests.helpers import op, var
     from tfsched.graph import build_comm_graph
