@@ -301,8 +301,7 @@ def link_fits(trace: Trace, statistic: str = "min") -> tuple[dict[tuple[str, str
     overall = fit(everything, all_b, all_s)
 
     def messages_per_step(link_periods: list[_Period]) -> float:
-        steps = {p.step for p in link_periods}
-        return sum(p.messages for p in link_periods) / len(steps) if steps else 0.0
+        return sum(p.messages for p in link_periods) / max(trace.steps, 1)
 
     fits = {
         link: fit(periods[link], b, s)
