@@ -37,9 +37,9 @@ def stranded_gate(timeout_ms):
 
 
 def ps_stats(cluster):
-    import tfsched
+    from tfsched.enforce import stats
 
-    return tfsched.enforce.stats(cluster.target("worker", 0), "/job:ps/task:0")
+    return stats(cluster.target("worker", 0), "/job:ps/task:0")
 
 
 def released_after_timeout(cluster, g, y, init) -> float:
