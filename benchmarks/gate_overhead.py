@@ -8,6 +8,10 @@
 
     python benchmarks/gate_overhead.py [--rounds 3] [--steps 5] [--image-size 224] [--batch-size 8]
     python benchmarks/gate_overhead.py --per-gate-only   # part 1 alone, printed (about a minute)
+    python benchmarks/gate_overhead.py --libraries OLD.so,NEW.so [--ab-rounds 2]
+
+``--libraries`` runs part 1 alone against each compiled library in turn (alternated, each in its
+own process), to compare two builds of the gate in one run; it writes ``gate_overhead_ab``.
 
 Writes ``benchmarks/results/gate_overhead.json`` and ``.md``.
 """
@@ -15,8 +19,10 @@ Writes ``benchmarks/results/gate_overhead.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -100,6 +106,31 @@ def per_gate_line(micro: dict) -> str:
     )
 
 
+def compare_libraries(libraries: list[str], rounds: int) -> None:
+    """Part 1 against each library, alternated over ``rounds``, each run in its own process."""
+    runs: dict[str, list[dict]] = {lib: [] for lib in libraries}
+    for _ in range(rounds):
+        for lib in libraries:
+            out = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--library", lib],
+                capture_output=True,
+                text=True,
+                timeout=1800,
+                check=True,
+            )
+            runs[lib].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    md = ["# Gate overhead, two builds alternated", ""]
+    md += ["| library | round | CPU per gate, in order (us) | in reverse order (us) | priority 0 (us) |"]
+    md += ["|---|---|---|---|---|"]
+    for lib, micros in runs.items():
+        for i, m in enumerate(micros):
+            c = m["per_gate_cpu_us"]
+            md.append(
+                f"| {os.path.basename(lib)} | {i + 1} | {c['ordered']:.2f} | {c['reversed']:.2f} | {c['unordered']:.2f} |"
+            )
+    write("gate_overhead_ab", {"benchmark": "gate_overhead_ab", "machine": machine(), "runs": runs}, md)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -108,8 +139,20 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--image-size", type=int, default=224, help="224: compute-bound on this CPU")
     ap.add_argument("--per-gate-only", action="store_true", help="print part 1 and write nothing")
+    ap.add_argument("--libraries", help="OLD.so,NEW.so: part 1 against each library, alternated")
+    ap.add_argument("--ab-rounds", type=int, default=2)
+    ap.add_argument("--library", help=argparse.SUPPRESS)  # a --libraries child: load this build
     args = ap.parse_args()
 
+    if args.libraries:
+        compare_libraries(args.libraries.split(","), args.ab_rounds)
+        return
+    if args.library:
+        from tfsched.enforce import build
+
+        build.build = lambda force=False: args.library
+        print(json.dumps(per_gate_cost()))
+        return
     micro = per_gate_cost()
     if args.per_gate_only:
         print(per_gate_line(micro))

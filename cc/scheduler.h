@@ -13,9 +13,8 @@ namespace tfsched {
 class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
  public:
   // parameter_map:
-  //   priorities: list of "sender|receiver|key|priority" from a tfsched.schedule/1 file (may be
-  //   empty:
-  //               then TIO, computed here from the graph)
+  //   priorities: list of "sender|receiver|key|priority" from a tfsched.schedule/1 file
+  //               (may be empty: then TIO, computed here from the graph)
   //   timeout_ms: int, longest gate wait (default 60000)
   //   ps_job:     string, job name of the parameter servers (default "ps")
   //   mode:       "counter" (default): every gate waits for its turn (TicTac's per-step counters);
@@ -26,6 +25,9 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   //               each gated in turn, and concatenated on the receiver (0, default: no splitting)
   //   credit:     int, parameters; at most this much released and not yet acknowledged per
   //               channel (0, default: no acknowledgements, no limit)
+  //   host_credit: bool, the credit is one window for every channel of the sending task
+  //   ack_share:  int >= 1, the credit acknowledges transfers of at least credit/ack_share
+  //               parameters (default 8)
   absl::Status Init(const tensorflow::RewriterConfig_CustomGraphOptimizer* config) override;
   std::string name() const override { return "TfschedScheduler"; }
   bool UsesFunctionLibrary() const override { return false; }

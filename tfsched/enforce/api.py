@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from tfsched.errors import TfschedError
-from tfsched.sim.engine import DEFAULT_ACK_SHARE  # the pass's default, cc/scheduler.h ack_share_
+from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_ack_share  # the pass's default: scheduler.h
 
 OPTIMIZER_NAME = "TfschedScheduler"
 DEFAULT_TIMEOUT_MS = 60_000
@@ -175,8 +175,7 @@ def enable(
     if host_credit and not credit:
         raise TfschedError("host_credit needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
     if ack_share is not None:
-        if not isinstance(ack_share, int) or isinstance(ack_share, bool) or ack_share < 1:
-            raise TfschedError(f"ack_share must be a positive integer, got {ack_share!r}")
+        check_ack_share(ack_share)
         if not credit:
             raise TfschedError("ack_share needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
     if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0:

@@ -43,8 +43,8 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   modes measured 1.30x to 1.40x on ResNet-50 inference, and with their acknowledged messages
   in order the simulator predicts them within -9% to -5%; with every waiting message in a
   random order, ``tao+pc`` +43% in the traced run). The messages the window does not
-  acknowledge (under ``1/ack_share`` of it, an eighth by default) are released at once and race as without credit: 60% of
-  Inception-v3's bytes at ByteScheduler's credit, against 18% of ResNet-50's and none of
+  acknowledge (under ``1/ack_share`` of it, an eighth by default) are released at once and
+  race as without credit: 60% of Inception-v3's bytes at ByteScheduler's credit, against 18% of ResNet-50's and none of
   VGG16's; kept in order, ``tao+pc`` on Inception-v3 inference was predicted 33% faster than
   measured;
 * with ``host_credit`` (the pass's ``host_credit``, cc/gate.h HostLink): the credit is one window
@@ -70,6 +70,13 @@ DEFAULT_ACK_SHARE = 8
 _EPS = 1e-12
 # with one shared machine: the least share of it the ops keep while the flows want it all
 MIN_OPS_SHARE = 0.05
+
+
+def check_ack_share(ack_share) -> int:
+    """``ack_share`` if it is a positive integer (not a bool), else one TfschedError line."""
+    if not isinstance(ack_share, int) or isinstance(ack_share, bool) or ack_share < 1:
+        raise TfschedError(f"ack_share must be a positive integer, got {ack_share!r}")
+    return ack_share
 
 
 @dataclass
@@ -153,9 +160,7 @@ def simulate(
     if host_credit and credit_bytes is None:
         raise TfschedError("a window per sending task (host_credit) needs a credit")
     n = len(sg)
-    if not isinstance(ack_share, int) or isinstance(ack_share, bool) or ack_share < 1:
-        raise TfschedError(f"ack_share must be a positive integer, got {ack_share!r}")
-    ack_from = max(min_acked_bytes, credit_bytes // ack_share) if credit_bytes else 0
+    ack_from = max(min_acked_bytes, credit_bytes // check_ack_share(ack_share)) if credit_bytes else 0
     rng = random.Random(seed)
     tiebreak = [rng.random() for _ in range(n)] if policy == "random" else list(range(n))
     race_rng = random.Random(f"race:{seed}")  # its own stream: the policy's ties stay as they were
