@@ -509,7 +509,7 @@ def bench(
     if batch_size == "auto":
         from tfsched.models.batch import balanced_batch_size
 
-        with console.status("measuring compute per example for the default batch size"):
+        with console.status(f"measuring compute for the default batch size ({workers} workers at once)"):
             balance = balanced_batch_size(
                 model, bandwidth_bps=bandwidth, workers=workers, ps=ps, mode=run_mode
             )
@@ -517,7 +517,7 @@ def bench(
         console.print(
             f"batch size {batch_size}: communication {balance.comm_s:.2f} s per step at "
             f"{bandwidth / 1e9:g} Gbit/s, compute {balance.fixed_s:.2f} s + {balance.per_example_s * 1e3:.1f} ms "
-            "per example"
+            "per example" + "".join(f"; measured {t:.2f} s at batch {b}" for b, t in balance.measured)
         )
     else:
         try:
