@@ -41,7 +41,7 @@ def test_alexnet_has_one_huge_tensor():
 
 
 def test_balanced_batch_size_equalizes_compute_and_communication():
-    from tfsched.models.batch import MAX_BATCH, balanced_batch_size
+    from tfsched.models.batch import MAX_BATCH, REFINE_ROUNDS, REFINE_TOLERANCE, balanced_batch_size
 
     slow = balanced_batch_size("seq32", bandwidth_bps=1e7, workers=2)
     fast = balanced_batch_size("seq32", bandwidth_bps=1e10, workers=2)
@@ -50,6 +50,29 @@ def test_balanced_batch_size_equalizes_compute_and_communication():
     assert 1 <= fast.batch_size <= slow.batch_size <= MAX_BATCH
     if 1 < slow.batch_size < MAX_BATCH:  # not clamped: compute at that batch is the communication time
         assert slow.fixed_s + slow.batch_size * slow.per_example_s == pytest.approx(slow.comm_s, rel=0.05)
+    # The balance was measured at the batches it solved for, the two workers computing at once,
+    # and it stopped at the first one within the tolerance, else re-solved from the last.
+    assert 1 <= len(slow.measured) <= REFINE_ROUNDS
+    assert all(t > 0 for _, t in slow.measured)
+    close = [abs(t - slow.comm_s) <= REFINE_TOLERANCE * slow.comm_s for _, t in slow.measured]
+    assert not any(close[:-1])
+    if close[-1]:
+        assert slow.measured[-1][0] == slow.batch_size
+    assert slow.to_json()["measured"][-1]["batch_size"] == slow.measured[-1][0]
+
+
+def test_a_failing_probe_of_processes_at_once_is_one_error_not_a_wait():
+    import time
+
+    from tfsched.errors import TfschedError
+    from tfsched.models.batch import _compute_time
+
+    start = time.monotonic()
+    with pytest.raises(TfschedError) as e:
+        _compute_time("seq32", "nonsense", 4, None, copies=2)
+    assert "2 processes at once" in str(e.value) and "unknown mode" in str(e.value)
+    assert "\n" not in str(e.value)
+    assert time.monotonic() - start < 120  # reported by the processes, not found by the timeout
 
 
 def test_every_model_is_listed_in_the_cli():

@@ -66,7 +66,7 @@ def machine_slots_from_cpu(
 
     Better than ``machine_slots`` where the cores are saturated: op times under contention miss
     the CPU spent between ops (the executors, gRPC's threads, the driver), which this counts.
-    VGG16 inference at batch 496 (the row of BENCHMARKS.md): 1.00 slots from the CPU against
+    VGG16 inference at batch 496 (the row of BENCHMARKS.md until the fourteenth session): 1.00 slots from the CPU against
     1.44 from the op times; the credit modes' predictions are -15% to -19% of the measured step,
     and -31% to -39% re-predicted from the same run's traces with the op times' 1.44.
 

@@ -25,7 +25,7 @@ once took 6.0 s a step at 496 (one process alone 1.37 s, so four 5.5 s) against 
 link.
 
 The upper bound was 256 until the seventh session; it cut VGG16 inference short of its
-balance. The balances of the rows of BENCHMARKS.md are well under 1,024 (VGG16 inference 496,
+balance. The balances of the rows of BENCHMARKS.md are well under 1,024 (VGG16 inference 331,
 ResNet-50 358, Inception-v3 299); four VGG16 inference workers at 821, the largest batch run,
 fit this machine's 24 GiB.
 """
@@ -108,7 +108,8 @@ def _probe_process(model, mode, batch, image_size, steps, barrier, results) -> N
         results.put(("ok", _step_times(model, mode, batch, image_size, steps + 1, barrier)[:steps]))
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it
         barrier.abort()  # the others stop waiting for this one
-        results.put(("error", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+        first = str(e).splitlines()[0] if str(e) else ""
+        results.put(("error", first if isinstance(e, TfschedError) else f"{type(e).__name__}: {first}"))
 
 
 def _compute_time(
