@@ -75,6 +75,34 @@ def test_a_failing_probe_of_processes_at_once_is_one_error_not_a_wait():
     assert time.monotonic() - start < 120  # reported by the processes, not found by the timeout
 
 
+def test_a_probe_process_that_dies_is_one_error_and_none_is_left(tmp_path, monkeypatch):
+    import os
+    import stat
+    import sys
+
+    from tfsched.errors import TfschedError
+    from tfsched.models.batch import _compute_time
+
+    # a stand-in for the probe's interpreter: ready, then gone before its result
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'tfsched-probe {\"ready\": true}'\necho 'out of memory' >&2\nexit 7\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    with pytest.raises(TfschedError) as e:
+        _compute_time("seq32", "train", 4, None, copies=3)
+    assert "exit code 7" in str(e.value) and "out of memory" in str(e.value)
+    left = []  # this process's children still running the stand-in (the call waits for each)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+            cmdline = open(f"/proc/{pid}/cmdline").read()
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == os.getpid() and str(fake) in cmdline:
+            left.append(pid)
+    assert not left
+
+
 def test_every_model_is_listed_in_the_cli():
     from tfsched.cli import BUILTIN_MODELS
 

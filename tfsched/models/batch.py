@@ -32,13 +32,19 @@ fit this machine's 24 GiB.
 
 from __future__ import annotations
 
-import multiprocessing
+import json
+import os
 import queue
 import statistics
+import subprocess
+import sys
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 
 from tfsched.errors import TfschedError
+from tfsched.models import _probe
 
 MIN_BATCH, MAX_BATCH = 1, 1024
 # measuring at the solved batch: stop within this share of communication, or after this many
@@ -68,10 +74,10 @@ class Balance:
 
 
 def _step_times(
-    model: str, mode: str, batch: int, image_size: int | None, steps: int, barrier=None
+    model: str, mode: str, batch: int, image_size: int | None, steps: int, ready=None
 ) -> list[float]:
     """Seconds of each of ``steps`` steps of the model in this process (devices cleared), after
-    a warm-up step and, if given, once every process at ``barrier`` is ready."""
+    a warm-up step and, if given, ``ready()`` (which returns when the steps may start)."""
     from tfsched.graph._tf import import_tensorflow
     from tfsched.models import build_graph
 
@@ -91,8 +97,8 @@ def _step_times(
     with tf.compat.v1.Session(graph=g) as sess:
         sess.run(init)
         sess.run(step)  # warm-up
-        if barrier is not None:
-            barrier.wait(PROBE_TIMEOUT_S)
+        if ready is not None:
+            ready()
         times = []
         for _ in range(steps):
             start = time.perf_counter()
@@ -101,15 +107,18 @@ def _step_times(
         return times
 
 
-def _probe_process(model, mode, batch, image_size, steps, barrier, results) -> None:
-    """One of the processes of ``_compute_time(copies=N)``: reports its step times or its error.
-    It runs a step more than it reports, so the others' last steps share the machine too."""
+def _forward(index: int, stream, lines: queue.Queue) -> None:
+    """Puts each of a probe process's messages on ``lines`` as (index, message), then (index,
+    None) at its end; its other output (TensorFlow's) is not a message."""
     try:
-        results.put(("ok", _step_times(model, mode, batch, image_size, steps + 1, barrier)[:steps]))
-    except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it
-        barrier.abort()  # the others stop waiting for this one
-        first = str(e).splitlines()[0] if str(e) else ""
-        results.put(("error", first if isinstance(e, TfschedError) else f"{type(e).__name__}: {first}"))
+        for line in stream:
+            if line.startswith(_probe.PREFIX):
+                try:
+                    lines.put((index, json.loads(line[len(_probe.PREFIX) :])))
+                except ValueError:
+                    lines.put((index, {"error": f"unreadable message {line.strip()!r}"}))
+    finally:
+        lines.put((index, None))
 
 
 def _compute_time(
@@ -117,51 +126,78 @@ def _compute_time(
 ) -> float:
     """Compute seconds per step at ``batch``: the fastest of ``steps`` steps in this process, or,
     with ``copies`` > 1, the mean step of that many processes computing at once (each its own
-    TensorFlow, as the tasks of a cluster on this machine). Every wait of the parent ends: a
-    process that fails reports why, one that dies is seen dead, and all of it within
-    ``PROBE_TIMEOUT_S``."""
+    TensorFlow, started as the cluster's tasks are, so a caller needs no ``__main__`` guard).
+    They start their steps together, once all have warmed up, and each runs one step more than
+    it reports, so the others' last steps share the machine too. Every wait ends: a process that
+    fails reports why, one that dies is seen at the end of its output, and all of it within
+    ``PROBE_TIMEOUT_S``; the processes do not outlive the call."""
     if copies <= 1:
         # the fastest step: the others carry this machine's noise
         return min(_step_times(model, mode, batch, image_size, steps))
-    ctx = multiprocessing.get_context("spawn")  # a fresh TensorFlow in each, as in the cluster
-    barrier, results = ctx.Barrier(copies), ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=_probe_process,
-            args=(model, mode, batch, image_size, steps, barrier, results),
-            daemon=True,
-            name=f"tfsched-probe-{i}",
-        )
-        for i in range(copies)
-    ]
     where = f"batch-size probe ({model} {mode}, batch {batch}, {copies} processes at once)"
+    cmd = [sys.executable, "-m", _probe.__name__, model, mode, str(batch), str(image_size or 0), str(steps)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
     deadline = time.monotonic() + PROBE_TIMEOUT_S
-    means: list[float] = []
-    try:
-        for p in procs:
-            p.start()
-        while len(means) < copies:
+    lines: queue.Queue = queue.Queue()
+    procs: list[subprocess.Popen] = []
+    done: dict[int, list[float]] = {}  # process -> its step times
+    tmp = tempfile.TemporaryDirectory(prefix="tfsched-probe-")
+    errs = [os.path.join(tmp.name, f"{i}.err") for i in range(copies)]  # their stderr
+
+    def died(i: int) -> TfschedError:
+        try:
+            code = procs[i].wait(10)
+        except subprocess.TimeoutExpired:
+            code = None
+        with open(errs[i]) as f:  # its last words, if any
+            last = [ln.strip() for ln in f if ln.strip()][-1:] or ["no output"]
+        return TfschedError(f"{where}: a process ended (exit code {code}) without a result: {last[0]}")
+
+    def message(what: str):
+        while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TfschedError(f"{where}: no result after {PROBE_TIMEOUT_S:.0f} s")
+                raise TfschedError(f"{where}: no {what} after {PROBE_TIMEOUT_S:.0f} s")
             try:
-                status, payload = results.get(timeout=min(left, 1.0))
+                i, msg = lines.get(timeout=left)
             except queue.Empty:
-                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-                if dead:
-                    raise TfschedError(f"{where}: a process exited with code {dead[0]}") from None
                 continue
-            if status != "ok":
-                raise TfschedError(f"{where}: {payload}")
-            means.append(statistics.fmean(payload))
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-        for p in procs:
-            p.join(10)
-        results.close()
-    return statistics.fmean(means)
+            if msg is None:
+                if i not in done:
+                    raise died(i)
+                continue
+            if "error" in msg:
+                raise TfschedError(f"{where}: {msg['error']}")
+            return i, msg
+
+    with tmp:
+        try:
+            for i in range(copies):
+                with open(errs[i], "w") as err:
+                    p = subprocess.Popen(
+                        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, env=env
+                    )
+                procs.append(p)
+                threading.Thread(target=_forward, args=(i, p.stdout, lines), daemon=True).start()
+            ready: set[int] = set()
+            while len(ready) < copies:
+                i, msg = message("start")
+                ready.add(i)
+            for i, p in enumerate(procs):  # all warmed up: the steps start together
+                try:
+                    p.stdin.write("go\n")
+                    p.stdin.close()
+                except OSError:
+                    raise died(i) from None
+            while len(done) < copies:
+                i, msg = message("result")
+                done[i] = msg["times"]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
+    return statistics.fmean(statistics.fmean(t) for t in done.values())
 
 
 def param_bytes(model: str, image_size: int | None) -> int:
