@@ -26,7 +26,7 @@ link.
 
 The upper bound was 256 until the seventh session; it cut VGG16 inference short of its
 balance. The balances of the rows of BENCHMARKS.md are well under 1,024 (VGG16 inference 331,
-ResNet-50 358, Inception-v3 299); four VGG16 inference workers at 821, the largest batch run,
+ResNet-50 inference 680, Inception-v3 inference 299); four VGG16 inference workers at 821, the largest batch run,
 fit this machine's 24 GiB.
 """
 
