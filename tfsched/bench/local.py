@@ -24,12 +24,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def task_env() -> dict:
+    """The environment of a task process: this one's, TensorFlow's C++ logs at warnings unless
+    set."""
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+
+
 def start_tasks(spec: dict, *, vanilla: bool, prefix=lambda job, index: []) -> dict:
     """Start every task of ``spec`` as ``python -m tfsched.bench.server``; (job, index) -> Popen.
 
     ``prefix`` gives the command a task runs under (e.g. ``ip netns exec <ns>``).
     """
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+    env = task_env()
     procs = {}
     for job, addrs in spec.items():
         for i in range(len(addrs)):

@@ -134,9 +134,10 @@ def _compute_time(
     if copies <= 1:
         # the fastest step: the others carry this machine's noise
         return min(_step_times(model, mode, batch, image_size, steps))
+    from tfsched.bench.local import stop_processes, task_env
+
     where = f"batch-size probe ({model} {mode}, batch {batch}, {copies} processes at once)"
     cmd = [sys.executable, "-m", _probe.__name__, model, mode, str(batch), str(image_size or 0), str(steps)]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
     deadline = time.monotonic() + PROBE_TIMEOUT_S
     lines: queue.Queue = queue.Queue()
     procs: list[subprocess.Popen] = []
@@ -175,7 +176,12 @@ def _compute_time(
             for i in range(copies):
                 with open(errs[i], "w") as err:
                     p = subprocess.Popen(
-                        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, env=env
+                        cmd,
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=err,
+                        text=True,
+                        env=task_env(),
                     )
                 procs.append(p)
                 threading.Thread(target=_forward, args=(i, p.stdout, lines), daemon=True).start()
@@ -193,10 +199,7 @@ def _compute_time(
                 i, msg = message("result")
                 done[i] = msg["times"]
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                p.wait()
+            stop_processes(procs)
     return statistics.fmean(statistics.fmean(t) for t in done.values())
 
 
@@ -248,7 +251,8 @@ def balanced_batch_size(
         if abs(t - comm) <= REFINE_TOLERANCE * comm or (batch == MAX_BATCH and t < comm):
             break
         per_example = max((t - fixed) / batch, 1e-9)
-        if solve() == batch:
+        resolved = solve()
+        if resolved == batch:
             break
-        batch = solve()
+        batch = resolved
     return Balance(batch, comm, fixed, per_example, tuple(measured))
