@@ -1,4 +1,5 @@
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -50,3 +51,17 @@ def within(seconds, fn):
     t.join(seconds)
     assert not t.is_alive(), f"still running after {seconds} s"
     return box
+
+
+def settled_stats(target, device, timeout_s=20.0):
+    """The gate counters of ``device`` once the steps that ran have freed their state, or after
+    ``timeout_s``. A step's container on the PS is freed after the client's run returns (the
+    master cleans it up asynchronously), so ``live_steps`` can read 1 for a moment just after."""
+    from tfsched.enforce import stats
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        s = stats(target, device)
+        if s["live_steps"] == 0 or time.monotonic() > deadline:
+            return s
+        time.sleep(0.1)

@@ -7,7 +7,7 @@ import statistics
 import numpy as np
 import pytest
 
-from tests.enforce.conftest import assert_bitwise_equal, train, within
+from tests.enforce.conftest import assert_bitwise_equal, settled_stats, train, within
 from tfsched.errors import TfschedError
 from tfsched.models import build_graph
 
@@ -133,7 +133,7 @@ def test_bytes_in_flight_never_exceed_the_credit(cluster):
     assert counted >= 4 * 32  # at least the pulls of the 32 weights were seen in the trace
     assert slice_elements <= peak <= credit
     for device in devices:
-        s = tfsched.enforce.stats(target, device)
+        s = settled_stats(target, device)
         assert s["timeouts"] == 0 and s["live_steps"] == 0
         assert 0 < s["peak_in_flight"] <= credit
 
@@ -267,7 +267,6 @@ def _together(targets, builts, config, steps):
 def test_host_credit_serves_one_workers_step_after_the_other(cluster):
     """With one window per PS, a PS sends all of one worker's acknowledged tensors of a step before
     any of the other's; with a window per channel, the two workers' pulls interleave."""
-    import tfsched
 
     targets = [cluster.target("worker", w) for w in (0, 1)]
 
@@ -299,7 +298,7 @@ def test_host_credit_serves_one_workers_step_after_the_other(cluster):
         assert [np.float32(v[0]).tobytes() for v in values] == [np.float32(v[0]).tobytes() for v in vanilla]
         outcomes[host] = switches(steps, graphs)
         for device in ("/job:ps/task:0", "/job:ps/task:1"):
-            s = tfsched.enforce.stats(targets[0], device)
+            s = settled_stats(targets[0], device)
             assert s["timeouts"] == 0 and s["live_steps"] == 0
     # One window serves the steps in turn: the older step's tensors go first, and the younger's only
     # while the older's next has not reached the window (work-conserving). With every gate invoked
