@@ -15,6 +15,8 @@ import platform
 import subprocess
 import sys
 
+from tfsched.bench.results import cpu_description
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 ROOT = os.path.dirname(HERE)
@@ -64,8 +66,10 @@ def assemble() -> None:
         "cluster after warm-up. Every task (PS and workers) is its own process in its own network",
         "namespace; each host's link is shaped with `tc` in both directions (full duplex).",
         "",
-        f"Machine: {os.cpu_count()} CPU cores, no GPU, {platform.platform()}, Python {platform.python_version()}.",
-        "All tasks share these cores, which matters: see the reading at the end.",
+        f"Machine: {cpu_description()}, no GPU, {platform.platform()}, Python {platform.python_version()}.",
+        "All tasks share these cores, which matters: see the reading at the end. The processor under",
+        "this machine is not always the same one: each row says which one it ran on (rows run before",
+        "the sixteenth session do not), and its CPU s/step column shows what a step cost there.",
         "",
     ]
     for row in ROWS:

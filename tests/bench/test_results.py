@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfsched.bench.results import markdown, paired_ratio_ci, summarize
+from tfsched.bench.results import cpu_description, markdown, paired_ratio_ci, summarize
 from tfsched.bench.run import ModeResult, parse_mode, parse_modes, per_byte
 from tfsched.errors import TfschedError
 
@@ -100,3 +100,33 @@ def test_a_byte_costs_the_cpu_past_what_the_same_messages_cost_cut_short():
     # the same messages cost as much whole as cut: nothing measurable per byte (not negative)
     assert per_byte(0.05, 0.06, 1_000_000, 3) == 0.0
     assert per_byte(1.0, 0.5, 0, 3) == 0.0 and per_byte(1.0, 0.5, 10, 0) == 0.0
+
+
+def test_a_row_says_which_processor_it_ran_on(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+        "model name\t: AMD EPYC\ncpu MHz\t\t: 2596.132\n\nprocessor\t: 1\nmodel name\t: other\n"
+    )
+    desc = cpu_description(str(info))
+    assert desc.startswith("AMD EPYC (family 25, model 17), 2596 MHz, ") and desc.endswith(" cores")
+    assert "other" not in desc  # the first processor's block only
+    bare = tmp_path / "bare"
+    bare.write_text("processor\t: 0\nmodel name\t: Some CPU\ncpu MHz\t: fast\n")
+    assert cpu_description(str(bare)).startswith("Some CPU, ")  # no numbers, an unreadable clock
+    assert cpu_description(str(tmp_path / "missing")).endswith(" cores")  # no /proc: still a line
+    base = ModeResult("baseline", step_times=[1.0], rounds=[(1, 1.0)], steps=1, wall_s=1.0)
+    config = {
+        "model": "m",
+        "mode": "train",
+        "ps": 1,
+        "workers": 1,
+        "bandwidth": "1 Gbit/s",
+        "rounds": 1,
+        "steps": 1,
+    }
+    summary = summarize({"baseline": base}, config)
+    assert summary["cpu"] == cpu_description()
+    assert f"Processor: {summary['cpu']}." in markdown(summary)
+    del summary["cpu"]  # a file written before rows said it
+    assert "Processor:" not in markdown(summary)

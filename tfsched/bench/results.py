@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 
 from tfsched.bench.run import ModeResult
@@ -31,6 +32,36 @@ def paired_ratio_ci(mode: ModeResult, base: ModeResult, level: float = 0.95) -> 
     return float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
 
 
+def cpu_description(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The processor every task of the run shared: model name, family/model numbers, clock, cores.
+
+    The same command's CPU per step moved by 1.4x to 1.6x between sessions of this project
+    (ResNet-50 at 10 Gbit/s: 1.48 CPU seconds a baseline step in the thirteenth session, 0.91 in
+    the sixteenth on an AMD EPYC of family 25, model 17), and with it the balance of computation
+    and communication that every ratio depends on: a row says which processor it ran on. Falls
+    back to ``platform.processor()`` where there is no /proc/cpuinfo.
+    """
+    fields: dict[str, str] = {}
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block is enough: the machine's are alike
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    name = fields.get("model name") or platform.processor() or "unknown processor"
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    if fields.get("cpu MHz"):
+        try:
+            name += f", {float(fields['cpu MHz']):.0f} MHz"
+        except ValueError:
+            pass
+    return f"{name}, {os.cpu_count() or 1} cores"
+
+
 def summarize(results: dict[str, ModeResult], config: dict) -> dict:
     baseline = results.get("baseline")
     base = baseline.throughput if baseline else 0.0
@@ -41,7 +72,13 @@ def summarize(results: dict[str, ModeResult], config: dict) -> dict:
         ci = paired_ratio_ci(r, baseline) if baseline and r is not baseline else None
         row["vs_baseline_ci95"] = list(ci) if ci else None
         rows.append(row)
-    return {"benchmark": "tfsched bench", "config": config, "machine": platform.platform(), "modes": rows}
+    return {
+        "benchmark": "tfsched bench",
+        "config": config,
+        "machine": platform.platform(),
+        "cpu": cpu_description(),
+        "modes": rows,
+    }
 
 
 def markdown(summary: dict) -> str:
@@ -56,6 +93,8 @@ def markdown(summary: dict) -> str:
             if any(r.get("vs_baseline_ci95") for r in summary["modes"])
             else ""
         ),
+        # files from before the sixteenth session do not say which processor ran them
+        *(["", f"Processor: {summary['cpu']}."] if summary.get("cpu") else []),
         "",
         "| mode | steps/s | vs baseline | p50 step (s) | p95 step (s) | p95/p50 | straggler | E (measured) "
         "| slowest worker (s) | simulated (s) | sim. error | CPU s/step (busy) |",
