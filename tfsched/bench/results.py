@@ -36,10 +36,10 @@ def cpu_description(cpuinfo: str = "/proc/cpuinfo") -> str:
     """The processor every task of the run shared: model name, family/model numbers, clock, cores.
 
     The same command's CPU per step moved by 1.4x to 1.9x between sessions of this project
-    (ResNet-50 at 10 Gbit/s: 1.48 CPU seconds a baseline step in the thirteenth session, 0.91 and
-    0.94 in two runs of the sixteenth on an AMD EPYC of family 25, model 17), and with it the balance of computation
-    and communication that every ratio depends on: a row says which processor it ran on. Falls
-    back to ``platform.processor()`` where there is no /proc/cpuinfo.
+    (ResNet-50 at 10 Gbit/s: 1.48 CPU seconds a baseline step in the thirteenth session, 0.91
+    and 0.94 in two runs of the sixteenth on an AMD EPYC of family 25, model 17), and with it
+    the balance of computation and communication that every ratio depends on: a row says which
+    processor it ran on. Falls back to ``platform.processor()`` where there is no /proc/cpuinfo.
     """
     fields: dict[str, str] = {}
     try:
