@@ -10,12 +10,13 @@ mode, interleaved. Results: ``benchmarks/results/bench-<row>.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import subprocess
 import sys
 
-from tfsched.bench.results import cpu_description
+from tfsched.bench.results import cpu_description, glance
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
@@ -77,7 +78,19 @@ def assemble() -> None:
         "this machine is not always the same one: each row says which one it ran on (rows run before",
         "the sixteenth session do not), and its CPU s/step column shows what a step cost there.",
         "",
+        "## At a glance",
+        "",
+        "Each row's fastest mode (its p95/p50 and straggler effect beside the baseline's) and its",
+        "slowest mode; the tables below have every mode, the reading at the end what they mean.",
+        "",
     ]
+    done = {}
+    for row in ROWS:
+        path = os.path.join(RESULTS, f"bench-{row}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                done[row] = json.load(f)
+    parts.append(glance(done))
     for row in ROWS:
         md = os.path.join(RESULTS, f"bench-{row}.md")
         parts.append(f"## {row}")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfsched.bench.results import cpu_description, markdown, paired_ratio_ci, summarize
+from tfsched.bench.results import cpu_description, glance, markdown, paired_ratio_ci, summarize
 from tfsched.bench.run import ModeResult, parse_mode, parse_modes, per_byte
 from tfsched.errors import TfschedError
 
@@ -130,3 +130,48 @@ def test_a_row_says_which_processor_it_ran_on(tmp_path):
     assert f"Processor: {summary['cpu']}." in markdown(summary)
     del summary["cpu"]  # a file written before rows said it
     assert "Processor:" not in markdown(summary)
+
+
+def test_at_a_glance_names_each_rows_fastest_and_slowest_mode():
+    def mode(name, rate, p50, p95, straggler):
+        # three rounds of one second, the last a little faster (the interval needs a spread)
+        rounds = [(rate, 1.0), (rate, 1.0), (rate * 1.01, 1.0)]
+        return ModeResult(
+            name,
+            step_times=[p50] * 18 + [p95] * 2,
+            rounds=rounds,
+            steps=round(sum(s for s, _ in rounds)),
+            wall_s=3.0,
+            iterations=[[1.0, 1.0 - straggler]],
+        )
+
+    config = {
+        "model": "m",
+        "mode": "train",
+        "ps": 1,
+        "workers": 2,
+        "bandwidth": "1 Gbit/s",
+        "rounds": 3,
+        "steps": 1,
+    }
+    fast = summarize(
+        {
+            "baseline": mode("baseline", 100, 1.0, 1.2, 0.3),
+            "tio": mode("tio", 90, 1.1, 1.2, 0.2),
+            "tao+pc": mode("tao+pc", 150, 0.7, 0.72, 0.1),
+        },
+        {**config, "batch_size": 32},
+    )
+    fast["cpu"] = "Some CPU (family 6, model 1), 2600 MHz, 2 cores"
+    alone = summarize({"baseline": mode("baseline", 100, 1.0, 1.2, 0.3)}, config)
+    table = glance({"row-a": fast, "row-b": alone}).splitlines()
+    assert len(table) == 3  # a row with the baseline alone has nothing to show
+    cells = [c.strip() for c in table[2].strip("|").split("|")]
+    base, tio, pc = fast["modes"]
+    assert cells[:3] == ["row-a", "32", "tao+pc"]
+    assert pc["vs_baseline"] == pytest.approx(1.5, abs=0.01) and tio["vs_baseline"] < 1.0
+    assert cells[3] == f"{pc['vs_baseline']:.3f}x (1.50-1.50)"
+    assert cells[4] == "1.029 (1.200)"
+    assert cells[5] == "0.100 (0.300)"
+    assert cells[6:8] == ["tio", f"{tio['vs_baseline']:.3f}x (0.90-0.90)"]
+    assert cells[8] == "Some CPU (family 6, model 1)"

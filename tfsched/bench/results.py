@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 
 from tfsched.bench.run import ModeResult
 from tfsched.io import write_atomic
@@ -81,6 +82,15 @@ def summarize(results: dict[str, ModeResult], config: dict) -> dict:
     }
 
 
+def _ratio(r: dict) -> str:
+    """A mode's throughput over the baseline's, and its 95% interval where there is one."""
+    out = f"{r['vs_baseline']:.3f}x"
+    if r.get("vs_baseline_ci95"):
+        lo, hi = r["vs_baseline_ci95"]
+        out += f" ({lo:.2f}-{hi:.2f})"
+    return out
+
+
 def markdown(summary: dict) -> str:
     c = summary["config"]
     link = f"{c['bandwidth']}" + (f", {c['latency']} latency" if c.get("latency") else "")
@@ -101,10 +111,7 @@ def markdown(summary: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary["modes"]:
-        vs = f"{r['vs_baseline']:.3f}x" if r["vs_baseline"] else "-"
-        if r.get("vs_baseline_ci95"):
-            lo, hi = r["vs_baseline_ci95"]
-            vs += f" ({lo:.2f}-{hi:.2f})"
+        vs = _ratio(r) if r["vs_baseline"] else "-"
         e = f"{r['efficiency_E']:.2f}" if r.get("efficiency_E") is not None else "-"
         pred = f"{r['predicted_s']:.4f}" if r.get("predicted_s") is not None else "-"
         err = f"{r['prediction_error']:+.0%}" if r.get("prediction_error") is not None else "-"
@@ -124,6 +131,37 @@ def markdown(summary: dict) -> str:
             "",
             f"`+pc` here: partition {sized[0]['partition']:,}, credit {sized[0]['credit']:,} parameters.",
         ]
+    return "\n".join(lines) + "\n"
+
+
+def glance(summaries: dict[str, dict]) -> str:
+    """One line per benchmark row (name -> the JSON ``summarize`` wrote): its fastest mode, that
+    mode's p95/p50 and straggler effect beside the baseline's, and its slowest mode.
+
+    What a reader of BENCHMARKS.md wants before the full tables: where tfsched gains, what the
+    gain costs in step-time spread and straggling, and whether any mode lost. Rows without a
+    baseline or another mode are left out.
+    """
+    lines = [
+        "| row | batch | fastest mode | vs baseline (95%) | p95/p50 (baseline) | straggler (baseline) "
+        "| slowest mode | vs baseline (95%) | processor |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, summary in summaries.items():
+        modes = summary["modes"]
+        base = next((r for r in modes if r["mode"] == "baseline"), None)
+        others = [r for r in modes if r is not base and r.get("vs_baseline")]
+        if base is None or not others:
+            continue
+        fast = max(others, key=lambda r: r["vs_baseline"])
+        slow = min(others, key=lambda r: r["vs_baseline"])
+        # model name and family/model (files from before the sixteenth session: -)
+        cpu = re.sub(r", \d+ MHz|, \d+ cores", "", summary.get("cpu", "-"))
+        lines.append(
+            f"| {name} | {summary['config'].get('batch_size') or '-'} | {fast['mode']} | {_ratio(fast)} "
+            f"| {fast['p95_over_p50']:.3f} ({base['p95_over_p50']:.3f}) "
+            f"| {fast['straggler']:.3f} ({base['straggler']:.3f}) | {slow['mode']} | {_ratio(slow)} | {cpu} |"
+        )
     return "\n".join(lines) + "\n"
 
 
