@@ -567,6 +567,11 @@ def bench(
             if res.solo_trace is not None:
                 res.solo_trace.meta.update(model=model, bench=config)
                 res.solo_trace.save(os.path.join(traces_dir, f"{name}.alone.trace.json"))
+        # the op times every timing-aware mode was ordered from (one trace for all of them)
+        ordered = next((r.order_trace for r in results.values() if r.order_trace is not None), None)
+        if ordered is not None:
+            ordered.meta.update(model=model, bench=config)
+            ordered.save(os.path.join(traces_dir, "order.alone.trace.json"))
         click.echo(f"traced steps: {traces_dir}/<mode>.trace.json (tfsched viz ...)")
 
 

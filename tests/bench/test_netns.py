@@ -119,7 +119,7 @@ def test_bench_command_writes_every_field(tmp_path):
         "--rounds",
         "1",
         "--modes",
-        "baseline,tio,tio+p20000+c40000",
+        "baseline,tio,tio+p20000+c40000,tao",
         "--batch-size",
         "4",
         "--traces",
@@ -131,7 +131,7 @@ def test_bench_command_writes_every_field(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     data = json.loads(out.read_text())
     assert data["config"]["bandwidth"] == "0.2 Gbit/s" and data["config"]["workers"] == 2
-    assert [r["mode"] for r in data["modes"]] == ["baseline", "tio", "tio+p20000+c40000"]
+    assert [r["mode"] for r in data["modes"]] == ["baseline", "tio", "tio+p20000+c40000", "tao"]
     for r in data["modes"]:
         for key in (
             "steps",
@@ -167,12 +167,15 @@ def test_bench_command_writes_every_field(tmp_path):
     assert (data["modes"][2]["partition"], data["modes"][2]["credit"]) == (20_000, 40_000)
     md = (tmp_path / "bench.md").read_text()
     assert "| baseline |" in md and "| tio |" in md
+    # TAO ordered from op times traced on this cluster, and says so
+    assert data["modes"][3]["ordered_from"] and not any("ordered_from" in r for r in data["modes"][:3])
+    assert "TAO ordered from worker 0's op times, traced alone before the rounds." in md
     png = tmp_path / "bench.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     # --traces: every mode's traced step, self-contained, and viewable.
     from tfsched.tracing.trace import Trace
 
-    for mode in ("baseline", "tio", "tio+p20000+c40000"):
+    for mode in ("baseline", "tio", "tio+p20000+c40000", "tao"):
         trace = Trace.load(str(tmp_path / "traces" / f"{mode}.trace.json"))
         assert trace.meta["mode"] == mode and trace.meta["model"] == "seq32"
         assert trace.partition_graphs and trace.transfers and trace.steps == 1
@@ -180,6 +183,9 @@ def test_bench_command_writes_every_field(tmp_path):
     alone = Trace.load(str(tmp_path / "traces" / "baseline.alone.trace.json"))
     assert alone.meta["alone"] and alone.steps == 2 and len(alone.step_times_us) == 2
     assert {o.step for o in alone.ops} == {0, 1}
+    # ... and the op times TAO's order came from, traced before the rounds
+    ordered = Trace.load(str(tmp_path / "traces" / "order.alone.trace.json"))
+    assert ordered.meta["alone"] and ordered.steps == 2 and ordered.ops and ordered.meta["model"] == "seq32"
     # The scheduled run's graph carries the gates: its trace shows them.
     assert any(o.op == "TfschedGate" for o in trace.ops)
     view = tmp_path / "tio.chrome.json"

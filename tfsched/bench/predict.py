@@ -130,7 +130,7 @@ def annotate(
             for k, m in oracle.links.items()
         }
         oracle.host_bps = {}  # every NIC is shaped to that rate
-    ordering_oracle = TimeOracle.from_cost_model(graph, link=LinkModel())  # what `analyze` gave the pass
+    cost_model = TimeOracle.from_cost_model(graph, link=LinkModel())  # what `analyze` starts from
     plain = build_sim_graph(graph, oracle, None, workers=workers)
     bounds = step_bounds(plain)
     for mode, res in results.items():
@@ -138,7 +138,13 @@ def annotate(
         if spec.algorithm is None:
             predicted = mean_step_time(plain, "random")
         else:
-            # the order the pass was given: from the graph and the cost model, as mode_configs made it
+            # the order the pass was given, as mode_configs made it: from the graph, and a timing-aware
+            # one from the trace of worker 0 alone (the cost model for the ops it did not time)
+            ordering_oracle = (
+                TimeOracle.from_trace(res.order_trace, "min", fallback=cost_model)
+                if res.order_trace
+                else cost_model
+            )
             schedule = order(graph, spec.algorithm, ordering_oracle)
             sg = build_sim_graph(
                 graph, oracle, schedule, workers=workers, partition_bytes=spec.partition * PARAM_BYTES or None

@@ -7,7 +7,7 @@ import os
 import platform
 import re
 
-from tfsched.bench.run import ModeResult
+from tfsched.bench.run import TIMED, ModeResult
 from tfsched.io import write_atomic
 
 
@@ -124,6 +124,18 @@ def markdown(summary: dict) -> str:
             f"| {r['mode']} | {r['throughput_steps_per_s']:.3f} | {vs} | {r['p50_s']:.4f} | {r['p95_s']:.4f} | "
             f"{r['p95_over_p50']:.3f} | {r['straggler']:.3f} | {e} | {slowest} | {pred} | {err} | {cpu} |"
         )
+    # TAO's op times (bench.run.mode_configs): a trace since the seventeenth session
+    timed = [r for r in summary["modes"] if r["mode"].split("+")[0] in TIMED]
+    if timed:
+        lines += [
+            "",
+            "TAO ordered from "
+            + (
+                "worker 0's op times, traced alone before the rounds."
+                if all(r.get("ordered_from") for r in timed)
+                else "the cost model's op times (rows run before the seventeenth session)."
+            ),
+        ]
     # +pc is sized for the link (tfsched.enforce.link_sizes): say what it was here
     sized = [r for r in summary["modes"] if {"pc"} <= set(r["mode"].split("+")[1:]) <= {"pc", "host"}]
     if sized and sized[0].get("partition"):

@@ -20,6 +20,8 @@ from tfsched.sim.engine import DEFAULT_ACK_SHARE
 
 MODES = ("baseline", "tio", "tao", "layer")
 ALGORITHMS = ("tio", "tao", "layer")
+TIMED = ("tao",)  # the algorithms that order from measured op times (mode_configs)
+ORDERED_FROM_TRACE = "trace of worker 0 alone"
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,8 @@ class ModeResult:
     trace: object | None = None  # one traced step of worker 0 (tfsched.tracing.Trace), if asked for
     # baseline: steps of worker 0 traced while the other workers wait (op times alone)
     solo_trace: object | None = None
+    # a timing-aware mode: the trace of worker 0 alone its order was made from (mode_configs)
+    order_trace: object | None = None
     comm_cpu_s_per_byte: float = 0.0  # baseline: the machine's CPU per byte moved (0: not measured)
     # baseline: ... per tensor sent, bytes aside, its share of the step included (reported; the
     # simulator does not charge it yet, see predict.machine_slots_from_cpu)
@@ -167,6 +171,9 @@ class ModeResult:
             ),
             # the raw times (seconds): any column can be recomputed from the file
             "iterations": [[round(t, 6) for t in it] for it in self.iterations],
+            # a timing-aware mode: what its order came from (files from before the seventeenth
+            # session have no such field: their TAO was ordered from the cost model)
+            **({"ordered_from": ORDERED_FROM_TRACE} if self.order_trace is not None else {}),
             **self.knobs,
             **self.measured,
         }
@@ -196,9 +203,30 @@ def mode_configs(
 ) -> dict:
     """Session config of each mode (None: vanilla TensorFlow); schedules come from ``analyze``
     of the saved graph at ``graph_path`` (written beside it, one per algorithm); ``+pc`` sized
-    for a link of ``bandwidth_bps``."""
+    for a link of ``bandwidth_bps``.
+
+    A timing-aware order (TAO) needs the op times of this model on this machine (TicTac §5): its
+    config is a function of a trace (``tfsched.tracing.Trace`` of worker 0's steps), which
+    ``run_side_by_side`` calls once it has traced them, as a user runs ``tfsched trace`` and then
+    ``analyze --trace``. Until the seventeenth session the bench ordered TAO from the cost model
+    (``analyze`` without a trace), which no user following the README does; on the Transformer
+    that TAO ran 0.87x of vanilla TensorFlow (0.91x before) where TIO ran 0.99x.
+    """
     import tfsched
     from tfsched.analysis import analyze
+
+    def from_trace(spec: ModeSpec, knobs: dict) -> Callable:
+        def make(trace) -> object:
+            base = f"{graph_path.removesuffix('.pb')}-{spec.algorithm}"
+            sched = f"{base}.json"
+            if not os.path.exists(sched):
+                trace.save(f"{base}.trace.json")
+                analyze(
+                    graph_path, fetches=fetches, algorithm=spec.algorithm, trace=f"{base}.trace.json"
+                ).schedule.save(sched)
+            return tfsched.enable(schedule=sched, algorithm=spec.algorithm, **knobs)
+
+        return make
 
     configs = {}
     for mode in modes:
@@ -214,6 +242,8 @@ def mode_configs(
             configs[mode] = None
         elif spec.algorithm == "tio":
             configs[mode] = tfsched.enable(**knobs)
+        elif spec.algorithm in TIMED:
+            configs[mode] = from_trace(spec, knobs)
         else:
             sched = f"{graph_path.removesuffix('.pb')}-{spec.algorithm}.json"
             if not os.path.exists(sched):
@@ -318,6 +348,33 @@ def _trace_of(metadata: list, graph, meta: dict):
     )
 
 
+def _trace_alone(
+    tf, sessions: dict, configs: dict, target: str, builder, warmup: int, run_options, trace_options
+):
+    """``SOLO_STEPS`` traced steps of worker 0 under vanilla TensorFlow, the others idle, after
+    ``warmup`` (at least one) untraced: the baseline's session if there is one, else a session of
+    its own (which initializes the variables if no session did yet)."""
+    own = "baseline" not in configs or configs["baseline"] is not None or ("baseline", 0) not in sessions
+    if own:
+        built = builder(0)
+        sess = tf.compat.v1.Session(target, graph=built.graph)
+    else:
+        sess, built = sessions[("baseline", 0)]
+    try:
+        if own and not sessions:
+            sess.run(built.init_op, options=run_options)
+        for _ in range(max(1, warmup)):
+            sess.run(built.train_op, options=run_options)
+        mds = []
+        for _ in range(SOLO_STEPS):
+            mds.append(tf.compat.v1.RunMetadata())
+            sess.run(built.train_op, options=trace_options, run_metadata=mds[-1])
+    finally:
+        if own:
+            sess.close()
+    return _trace_of(mds, built.graph, {"mode": "baseline", "worker": 0, "alone": True, "for": "ordering"})
+
+
 def run_side_by_side(
     targets: list[str],
     builder: Callable[[int], object],
@@ -331,6 +388,10 @@ def run_side_by_side(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, ModeResult]:
     """Train every mode ``rounds`` times ``steps`` steps on every worker, interleaved.
+
+    ``configs``: mode -> session config (None: vanilla TensorFlow), or a function of a trace for
+    a timing-aware order (``mode_configs``): before the rounds, worker 0 is traced alone under
+    vanilla TensorFlow (``ModeResult.order_trace``) and the function gives the mode's config.
 
     The workers start each step together (synchronous training, as TicTac measures), so the
     straggler effect is the wait of the fastest worker. With ``trace``, one more synchronized step
@@ -403,14 +464,32 @@ def run_side_by_side(
             raise TfschedError(f"mode {mode}: a worker failed: {cause[:300]}")
         return times, wall, box
 
+    def open_sessions(mode: str, config) -> None:
+        for w, target in enumerate(targets):
+            built = builder(w)
+            sessions[(mode, w)] = (tf.compat.v1.Session(target, graph=built.graph, config=config), built)
+
+    timed = [mode for mode, config in configs.items() if callable(config)]
     try:
         for mode, config in configs.items():
-            for w, target in enumerate(targets):
-                built = builder(w)
-                sess = tf.compat.v1.Session(target, graph=built.graph, config=config)
-                sessions[(mode, w)] = (sess, built)
-        first_sess, first_built = sessions[(next(iter(configs)), 0)]
-        first_sess.run(first_built.init_op, options=run_options)
+            if mode not in timed:
+                open_sessions(mode, config)
+        if sessions:
+            first_sess, first_built = next(iter(sessions.values()))
+            first_sess.run(first_built.init_op, options=run_options)
+        if timed:
+            if progress:
+                progress("tracing worker 0 alone: the op times of a timing-aware order")
+            order_trace = _trace_alone(
+                tf, sessions, configs, targets[0], builder, warmup, run_options, trace_options
+            )
+            resolved = {}
+            for mode, config in configs.items():
+                resolved[mode] = config(order_trace) if mode in timed else config
+                if mode in timed:
+                    results[mode].order_trace = order_trace
+                    open_sessions(mode, resolved[mode])
+            configs = resolved
         for r in range(rounds):
             for mode in configs:
                 if progress:
