@@ -392,9 +392,20 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
       if (f.size() != 4 || !absl::SimpleAtoi(f[3], &p) || p < 0)
         return absl::InvalidArgumentError(
             absl::StrCat("tfsched: malformed priority entry '", line, "'"));
-      exact_[absl::StrCat(f[0], "|", f[1], "|", f[2])] = p;
+      // Two transfers can share a key: the indices and the values of a sparse (IndexedSlices)
+      // gradient both update one variable. Such a key takes the later of their priorities, for
+      // this worker and (by_ps_) for the others alike: a push ranked by the earlier part (the
+      // indices, known from the step's start) would put the values, produced at the end of the
+      // backward pass, ahead of every other gradient, and under per-step counters every other
+      // push would wait for them (measured: the Transformer's TAO at 0.87x of vanilla
+      // TensorFlow, its embedding's gradient ranked first on workers 1 to 3).
+      const auto keep_later = [p](auto& map, std::string key) {
+        auto [it, inserted] = map.emplace(std::move(key), p);
+        if (!inserted) it->second = std::max(it->second, p);
+      };
+      keep_later(exact_, absl::StrCat(f[0], "|", f[1], "|", f[2]));
       const std::string& ps_side = JobOf(f[0]) == ps_job_ ? f[0] : f[1];
-      by_ps_.emplace(absl::StrCat(ps_side, "|", f[2]), p);
+      keep_later(by_ps_, absl::StrCat(ps_side, "|", f[2]));
     }
   }
   return absl::OkStatus();
