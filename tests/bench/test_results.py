@@ -175,3 +175,26 @@ def test_at_a_glance_names_each_rows_fastest_and_slowest_mode():
     assert cells[5] == "0.100 (0.300)"
     assert cells[6:8] == ["tio", f"{tio['vs_baseline']:.3f}x (0.90-0.90)"]
     assert cells[8] == "Some CPU (family 6, model 1)"
+
+
+def test_the_table_says_what_tao_was_ordered_from():
+    config = {
+        "model": "m",
+        "mode": "train",
+        "ps": 1,
+        "workers": 1,
+        "bandwidth": "1 Gbit/s",
+        "rounds": 1,
+        "steps": 1,
+    }
+    base = ModeResult("baseline", step_times=[1.0], rounds=[(1, 1.0)], steps=1, wall_s=1.0)
+    tao = ModeResult("tao+pc", step_times=[1.0], rounds=[(1, 1.0)], steps=1, wall_s=1.0)
+    assert "TAO ordered" not in markdown(summarize({"baseline": base}, config))
+    # a file written before the seventeenth session: no ordered_from, the cost model's times
+    old = summarize({"baseline": base, "tao+pc": tao}, config)
+    assert "ordered_from" not in old["modes"][1]
+    assert "TAO ordered from the cost model's op times" in markdown(old)
+    tao.order_trace = object()  # what mode_configs' function was given (bench.run.run_side_by_side)
+    new = summarize({"baseline": base, "tao+pc": tao}, config)
+    assert new["modes"][1]["ordered_from"] == "trace of worker 0 alone"
+    assert "TAO ordered from worker 0's op times, traced alone before the rounds." in markdown(new)

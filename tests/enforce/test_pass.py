@@ -136,6 +136,42 @@ class TestPass:
         }
         assert got == want
 
+    def test_a_sparse_gradients_values_do_not_go_ahead_of_the_other_pushes(self, tmp_path):
+        # The embedding's gradient is an IndexedSlices: its indices and its values are two pushes
+        # with one key (the variable). The values come at the end of the backward pass; ranked
+        # by the indices' priority (known from the step's start) they went first, and under
+        # per-step counters every other push waited for them. A schedule made on worker 0
+        # applies to the other workers by key (by the PS's side), where that happened.
+        from tfsched.analysis import analyze
+
+        w0 = build_graph("transformer", worker_task=0, ps_tasks=1, batch_size=2)
+        path = tmp_path / "w0.pb"
+        path.write_bytes(w0.graph_def().SerializeToString())
+        sched = tmp_path / "tio.json"
+        analyze(str(path), fetches=w0.fetches, algorithm="tio").schedule.save(str(sched))
+        doc = json.loads(sched.read_text())
+        parts = [
+            t["priority"]
+            for ch in doc["channels"]
+            for t in ch["transfers"]
+            if t["key"] == "push:embedding/embeddings"
+        ]
+        assert len(parts) == 2 and len(set(parts)) == 2  # one key, two priorities: the case at hand
+        for task in (0, 1):
+            built = (
+                w0 if task == 0 else build_graph("transformer", worker_task=task, ps_tasks=1, batch_size=2)
+            )
+            out = optimize(
+                built.graph_def(), built.fetches, only_tfsched(schedule=str(sched), algorithm="tio")
+            )
+            pushes = {name: p for name, dev, p, _ in gates(out) if dev.startswith("/job:worker")}
+            values = pushes["gradients/embedding/embedding_lookup_grad/Reshape/tfsched_gate_to_ps_0"]
+            others = [
+                p for name, p in pushes.items() if name.startswith("gradients/") and "embedding" not in name
+            ]
+            assert len(others) > 60
+            assert values >= max(others), (task, values, max(others))
+
 
 class TestEnableChecks:
     def test_missing_schedule(self, tmp_path):

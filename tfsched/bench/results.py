@@ -133,7 +133,7 @@ def markdown(summary: dict) -> str:
             + (
                 "worker 0's op times, traced alone before the rounds."
                 if all(r.get("ordered_from") for r in timed)
-                else "the cost model's op times (rows run before the seventeenth session)."
+                else "the cost model's op times (the bench did so until the seventeenth session)."
             ),
         ]
     # +pc is sized for the link (tfsched.enforce.link_sizes): say what it was here
