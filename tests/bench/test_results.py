@@ -6,6 +6,17 @@ from tfsched.bench.results import cpu_description, glance, markdown, paired_rati
 from tfsched.bench.run import ModeResult, parse_mode, parse_modes, per_byte
 from tfsched.errors import TfschedError
 
+# a one-worker run's settings, for tables built from hand-made results
+CONFIG = {
+    "model": "m",
+    "mode": "train",
+    "ps": 1,
+    "workers": 1,
+    "bandwidth": "1 Gbit/s",
+    "rounds": 1,
+    "steps": 1,
+}
+
 
 def test_straggler_is_the_longest_wait_over_the_iteration():
     r = ModeResult("baseline", iterations=[[1.0, 0.5], [2.0, 2.0], [1.0, 0.9, 0.8]])
@@ -116,15 +127,7 @@ def test_a_row_says_which_processor_it_ran_on(tmp_path):
     assert cpu_description(str(bare)).startswith("Some CPU, ")  # no numbers, an unreadable clock
     assert cpu_description(str(tmp_path / "missing")).endswith(" cores")  # no /proc: still a line
     base = ModeResult("baseline", step_times=[1.0], rounds=[(1, 1.0)], steps=1, wall_s=1.0)
-    config = {
-        "model": "m",
-        "mode": "train",
-        "ps": 1,
-        "workers": 1,
-        "bandwidth": "1 Gbit/s",
-        "rounds": 1,
-        "steps": 1,
-    }
+    config = CONFIG
     summary = summarize({"baseline": base}, config)
     assert summary["cpu"] == cpu_description()
     assert f"Processor: {summary['cpu']}." in markdown(summary)
@@ -145,15 +148,7 @@ def test_at_a_glance_names_each_rows_fastest_and_slowest_mode():
             iterations=[[1.0, 1.0 - straggler]],
         )
 
-    config = {
-        "model": "m",
-        "mode": "train",
-        "ps": 1,
-        "workers": 2,
-        "bandwidth": "1 Gbit/s",
-        "rounds": 3,
-        "steps": 1,
-    }
+    config = {**CONFIG, "workers": 2, "rounds": 3}
     fast = summarize(
         {
             "baseline": mode("baseline", 100, 1.0, 1.2, 0.3),
@@ -178,15 +173,7 @@ def test_at_a_glance_names_each_rows_fastest_and_slowest_mode():
 
 
 def test_the_table_says_what_tao_was_ordered_from():
-    config = {
-        "model": "m",
-        "mode": "train",
-        "ps": 1,
-        "workers": 1,
-        "bandwidth": "1 Gbit/s",
-        "rounds": 1,
-        "steps": 1,
-    }
+    config = CONFIG
     base = ModeResult("baseline", step_times=[1.0], rounds=[(1, 1.0)], steps=1, wall_s=1.0)
     tao = ModeResult("tao+pc", step_times=[1.0], rounds=[(1, 1.0)], steps=1, wall_s=1.0)
     assert "TAO ordered" not in markdown(summarize({"baseline": base}, config))

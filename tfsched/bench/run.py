@@ -209,8 +209,8 @@ def mode_configs(
     config is a function of a trace (``tfsched.tracing.Trace`` of worker 0's steps), which
     ``run_side_by_side`` calls once it has traced them, as a user runs ``tfsched trace`` and then
     ``analyze --trace``. Until the seventeenth session the bench ordered TAO from the cost model
-    (``analyze`` without a trace), which no user following the README does; on the Transformer
-    that TAO ran 0.87x of vanilla TensorFlow (0.91x before) where TIO ran 0.99x.
+    (``analyze`` without a trace), which is not TicTac's TAO and not what a user following the
+    README runs.
     """
     import tfsched
     from tfsched.analysis import analyze
