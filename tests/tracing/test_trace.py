@@ -224,3 +224,19 @@ def test_trace_hook_rejects_bad_settings():
         TraceHook("x.json")
     with pytest.raises(TfschedError, match="every_n_steps must be positive"):
         TraceHook("x.json", every_n_steps=0)
+
+
+def test_collect_stays_the_function_once_its_module_is_imported():
+    # The bench imports the parser's module in the test process; a module named like the
+    # function replaced ``tfsched.tracing.collect`` with itself from then on.
+    import importlib
+
+    import tfsched.tracing
+    from tfsched.tracing.collector import parse_run_metadata  # noqa: F401 - the import is the test
+
+    importlib.import_module("tfsched.tracing.collector")
+    from tfsched.tracing import collect
+
+    assert (
+        callable(collect) and collect is tfsched.tracing.collect and collect.__module__ == "tfsched.tracing"
+    )

@@ -326,7 +326,7 @@ def _trace_of(metadata: list, graph, meta: dict):
     """A self-contained Trace (with the partition graphs) of traced steps of one session."""
     import base64
 
-    from tfsched.tracing.collect import parse_run_metadata
+    from tfsched.tracing.collector import parse_run_metadata
     from tfsched.tracing.trace import Trace
 
     ops, transfers, walls = [], [], []

@@ -14,7 +14,12 @@ def __getattr__(name):
 
 
 def collect(sess, fetches, **kwargs):
-    """See :func:`tfsched.tracing.collect.collect`."""
-    from tfsched.tracing.collect import collect as _collect
+    """See :func:`tfsched.tracing.collector.collect`.
+
+    The module is ``collector``, not ``collect``: importing a submodule sets the package's
+    attribute of that name, and a submodule ``collect`` replaced this function with itself in
+    every process that had imported it (the bench does, to parse its traces).
+    """
+    from tfsched.tracing.collector import collect as _collect
 
     return _collect(sess, fetches, **kwargs)

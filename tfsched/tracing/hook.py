@@ -5,7 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfsched.errors import TfschedError
-from tfsched.tracing.collect import parse_run_metadata
+from tfsched.tracing.collector import parse_run_metadata
 from tfsched.tracing.trace import Trace
 
 

@@ -73,7 +73,7 @@ def trace_local(
     meta.update({"workers": workers, "ps": ps})
     if progress:
         progress(f"starting {ps} PS and {workers} worker processes")
-    from tfsched.tracing.collect import collect
+    from tfsched.tracing.collector import collect
 
     with LocalCluster(ps=ps, workers=workers, vanilla=True) as cluster:
         with tf.compat.v1.Session(cluster.target("worker", 0), graph=graph) as sess:
