@@ -215,18 +215,19 @@ def mode_configs(
     import tfsched
     from tfsched.analysis import analyze
 
-    def from_trace(spec: ModeSpec, knobs: dict) -> Callable:
-        def make(trace) -> object:
-            base = f"{graph_path.removesuffix('.pb')}-{spec.algorithm}"
-            sched = f"{base}.json"
-            if not os.path.exists(sched):
+    def schedule(algorithm: str, trace=None) -> str:
+        """The algorithm's schedule file beside the graph, made once (from ``trace`` if given)."""
+        base = f"{graph_path.removesuffix('.pb')}-{algorithm}"
+        if not os.path.exists(f"{base}.json"):
+            if trace is not None:
                 trace.save(f"{base}.trace.json")
-                analyze(
-                    graph_path, fetches=fetches, algorithm=spec.algorithm, trace=f"{base}.trace.json"
-                ).schedule.save(sched)
-            return tfsched.enable(schedule=sched, algorithm=spec.algorithm, **knobs)
-
-        return make
+            analyze(
+                graph_path,
+                fetches=fetches,
+                algorithm=algorithm,
+                trace=None if trace is None else f"{base}.trace.json",
+            ).schedule.save(f"{base}.json")
+        return f"{base}.json"
 
     configs = {}
     for mode in modes:
@@ -243,12 +244,13 @@ def mode_configs(
         elif spec.algorithm == "tio":
             configs[mode] = tfsched.enable(**knobs)
         elif spec.algorithm in TIMED:
-            configs[mode] = from_trace(spec, knobs)
+            configs[mode] = lambda trace, alg=spec.algorithm, knobs=knobs: tfsched.enable(
+                schedule=schedule(alg, trace), algorithm=alg, **knobs
+            )
         else:
-            sched = f"{graph_path.removesuffix('.pb')}-{spec.algorithm}.json"
-            if not os.path.exists(sched):
-                analyze(graph_path, fetches=fetches, algorithm=spec.algorithm).schedule.save(sched)
-            configs[mode] = tfsched.enable(schedule=sched, algorithm=spec.algorithm, **knobs)
+            configs[mode] = tfsched.enable(
+                schedule=schedule(spec.algorithm), algorithm=spec.algorithm, **knobs
+            )
     return configs
 
 
@@ -348,13 +350,20 @@ def _trace_of(metadata: list, graph, meta: dict):
     )
 
 
-def _trace_alone(
-    tf, sessions: dict, configs: dict, target: str, builder, warmup: int, run_options, trace_options
-):
-    """``SOLO_STEPS`` traced steps of worker 0 under vanilla TensorFlow, the others idle, after
-    ``warmup`` (at least one) untraced: the baseline's session if there is one, else a session of
-    its own (which initializes the variables if no session did yet)."""
-    own = "baseline" not in configs or configs["baseline"] is not None or ("baseline", 0) not in sessions
+def _solo_trace(tf, sess, built, trace_options, meta: dict):
+    """``SOLO_STEPS`` traced steps of worker 0's session ``sess``, the other workers idle."""
+    mds = []
+    for _ in range(SOLO_STEPS):
+        mds.append(tf.compat.v1.RunMetadata())
+        sess.run(built.train_op, options=trace_options, run_metadata=mds[-1])
+    return _trace_of(mds, built.graph, {"mode": "baseline", "worker": 0, "alone": True, **meta})
+
+
+def _trace_alone(tf, sessions: dict, target: str, builder, warmup: int, run_options, trace_options):
+    """Worker 0 traced alone under vanilla TensorFlow (``_solo_trace``) after ``warmup`` (at least
+    one) untraced steps: in the baseline's session if there is one, else in a session of its own
+    (which initializes the variables if no session did yet)."""
+    own = ("baseline", 0) not in sessions
     if own:
         built = builder(0)
         sess = tf.compat.v1.Session(target, graph=built.graph)
@@ -365,14 +374,10 @@ def _trace_alone(
             sess.run(built.init_op, options=run_options)
         for _ in range(max(1, warmup)):
             sess.run(built.train_op, options=run_options)
-        mds = []
-        for _ in range(SOLO_STEPS):
-            mds.append(tf.compat.v1.RunMetadata())
-            sess.run(built.train_op, options=trace_options, run_metadata=mds[-1])
+        return _solo_trace(tf, sess, built, trace_options, {"for": "ordering"})
     finally:
         if own:
             sess.close()
-    return _trace_of(mds, built.graph, {"mode": "baseline", "worker": 0, "alone": True, "for": "ordering"})
 
 
 def run_side_by_side(
@@ -480,16 +485,12 @@ def run_side_by_side(
         if timed:
             if progress:
                 progress("tracing worker 0 alone: the op times of a timing-aware order")
-            order_trace = _trace_alone(
-                tf, sessions, configs, targets[0], builder, warmup, run_options, trace_options
-            )
-            resolved = {}
-            for mode, config in configs.items():
-                resolved[mode] = config(order_trace) if mode in timed else config
-                if mode in timed:
-                    results[mode].order_trace = order_trace
-                    open_sessions(mode, resolved[mode])
-            configs = resolved
+            order_trace = _trace_alone(tf, sessions, targets[0], builder, warmup, run_options, trace_options)
+            configs = dict(configs)  # the caller's stays as given
+            for mode in timed:
+                configs[mode] = configs[mode](order_trace)
+                results[mode].order_trace = order_trace
+                open_sessions(mode, configs[mode])
         for r in range(rounds):
             for mode in configs:
                 if progress:
@@ -517,13 +518,7 @@ def run_side_by_side(
                 if progress:
                     progress("tracing worker 0 alone: baseline")
                 sess, built = sessions[("baseline", 0)]
-                mds = []
-                for _ in range(SOLO_STEPS):
-                    mds.append(tf.compat.v1.RunMetadata())
-                    sess.run(built.train_op, options=trace_options, run_metadata=mds[-1])
-                results["baseline"].solo_trace = _trace_of(
-                    mds, built.graph, {"mode": "baseline", "worker": 0, "alone": True}
-                )
+                results["baseline"].solo_trace = _solo_trace(tf, sess, built, trace_options, {})
                 if progress:
                     progress("measuring what moving a byte costs the machine")
                 base = results["baseline"]
