@@ -194,7 +194,7 @@ struct Transfer {
   DataType dtype = tensorflow::DT_INVALID;
   std::string kind, key;
   int stage = 0;
-  double value = 0;  // the order within a stage: schedule priority or TIO's M+
+  double value = 0;  // the order on the channel: schedule priority or TIO's M+
   bool matched = false;
   int64_t priority = 0;  // of the first slice; slice i has priority + i
   int64_t channel_size = 0;
@@ -356,6 +356,103 @@ void Tio(const Graph& g, std::vector<Transfer>* xfers, const std::string& ps_job
     }
     for (int k = 0; k < r; ++k) (*xfers)[ids[k]].value = m_plus[k];
   }
+}
+
+// Each channel's transfers (ids into xfers) in an order per-step counters enforce without
+// deadlock, as close to the order of (value, stage) as that allows: the channels are taken in
+// that order, and a transfer goes ahead of its place only when one ranked before it on some
+// channel cannot be released without it (the rule of tfsched.ordering.stages.counter_safe, which
+// documents it). Until the eighteenth session every channel was ordered by stage first, which put
+// the Transformer's embedding lookup (on the PS, of the ids the worker pushes) behind every
+// layer's weights, though the forward pass needs it first.
+std::map<std::string, std::vector<int>> CounterSafe(const Graph& g,
+                                                    const std::vector<Transfer>& xfers) {
+  using Bits = std::vector<uint64_t>;
+  const int n = static_cast<int>(xfers.size());
+  const int words = (n + 63) / 64;
+  const int64_t nodes = g.def->node_size();
+  // Each transfer's ancestors: the transfers its source needs, through any path. A node's set is
+  // dropped once its last successor has read it (and not kept when empty).
+  std::unordered_map<int64_t, std::vector<int>> bits_at;  // (source, consumer) -> transfer ids
+  std::vector<std::vector<int>> leaving(nodes);           // source -> transfer ids
+  for (int i = 0; i < n; ++i) {
+    leaving[xfers[i].src].push_back(i);
+    for (const auto& use : xfers[i].uses) bits_at[xfers[i].src * nodes + use.first].push_back(i);
+  }
+  std::vector<Bits> dep(nodes), ancestors(n, Bits(words, 0));
+  std::vector<int> unread(nodes);
+  for (int v = 0; v < nodes; ++v) unread[v] = static_cast<int>(g.out[v].size());
+  for (int v : g.topo) {
+    Bits d(words, 0);
+    for (int u : g.preds[v]) {
+      for (int w = 0; w < words && !dep[u].empty(); ++w) d[w] |= dep[u][w];
+      auto it = bits_at.find(u * nodes + v);
+      if (it != bits_at.end())
+        for (int k : it->second) d[k / 64] |= uint64_t{1} << (k % 64);
+      if (--unread[u] == 0) Bits().swap(dep[u]);
+    }
+    for (int i : leaving[v]) ancestors[i] = d;
+    if (unread[v] > 0 && std::any_of(d.begin(), d.end(), [](uint64_t x) { return x != 0; }))
+      dep[v] = std::move(d);
+  }
+
+  const auto order = [&](int a, int b) {
+    return std::make_tuple(xfers[a].value, xfers[a].stage, a) <
+           std::make_tuple(xfers[b].value, xfers[b].stage, b);
+  };
+  std::map<std::string, std::vector<int>> queues, out;
+  for (int i = 0; i < n; ++i)
+    queues[absl::StrCat(xfers[i].sender, "->", xfers[i].receiver)].push_back(i);
+  std::vector<int> position(n);
+  for (auto& [name, ids] : queues) {
+    std::sort(ids.begin(), ids.end(), order);
+    for (size_t j = 0; j < ids.size(); ++j) position[ids[j]] = static_cast<int>(j);
+  }
+  Bits placed(words, 0);
+  const auto is_placed = [&](int i) { return placed[i / 64] >> (i % 64) & 1; };
+  const auto missing = [&](int i) {
+    int count = 0;
+    for (int w = 0; w < words; ++w) count += __builtin_popcountll(ancestors[i][w] & ~placed[w]);
+    return count;
+  };
+  const auto place = [&](int i) {
+    placed[i / 64] |= uint64_t{1} << (i % 64);
+    out[absl::StrCat(xfers[i].sender, "->", xfers[i].receiver)].push_back(i);
+  };
+  std::map<std::string, size_t> head;
+  for (;;) {
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (auto& [name, ids] : queues) {
+        size_t& h = head[name];
+        for (; h < ids.size(); ++h) {
+          if (is_placed(ids[h])) continue;
+          if (missing(ids[h]) > 0) break;
+          place(ids[h]);
+          moved = true;
+        }
+      }
+    }
+    // No channel's next transfer can go: unblock the one that needs the fewest, by placing one of
+    // the transfers it needs whose own needs are placed (one always is), the earliest in its
+    // channel.
+    int target = -1, fewest = 0;
+    for (auto& [name, ids] : queues) {
+      if (head[name] == ids.size()) continue;
+      const int i = ids[head[name]], m = missing(i);
+      if (target < 0 || m < fewest || (m == fewest && order(i, target))) target = i, fewest = m;
+    }
+    if (target < 0) break;
+    int pick = -1;
+    for (int k = 0; k < n; ++k) {
+      const bool needed = ancestors[target][k / 64] >> (k % 64) & 1;
+      if (needed && !is_placed(k) && missing(k) == 0 &&
+          (pick < 0 || std::make_pair(position[k], k) < std::make_pair(position[pick], pick)))
+        pick = k;
+    }
+    place(pick);
+  }
+  return out;
 }
 
 std::string Sanitize(const std::string& task) {
@@ -520,14 +617,8 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
 
   // Competition ranks per channel over the transfers present (TicTac §5.1's 0..n-1); the slices
   // of a tensor take consecutive ranks at their parent's place.
-  std::map<std::string, std::vector<int>> channels;
-  for (int i = 0; i < static_cast<int>(xfers.size()); ++i)
-    channels[absl::StrCat(xfers[i].sender, "->", xfers[i].receiver)].push_back(i);
-  for (auto& [name, ids] : channels) {
-    std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) {
-      return std::make_pair(xfers[a].stage, xfers[a].value) <
-             std::make_pair(xfers[b].stage, xfers[b].value);
-    });
+  const std::map<std::string, std::vector<int>> channels = CounterSafe(g, xfers);
+  for (const auto& [name, ids] : channels) {
     int64_t position = 0;
     for (size_t j = 0; j < ids.size(); ++j) {
       Transfer& t = xfers[ids[j]];

@@ -223,11 +223,16 @@ def test_environment_variables_and_parameters(monkeypatch):
 
 @pytest.mark.parametrize("model", ["alexnet", "transformer"])
 def test_real_models_stay_bitwise_identical_with_partitioning_and_credit(cluster, model):
-    """A huge dense tensor (AlexNet's first dense layer) and a sparse embedding gradient (Transformer)."""
+    """A huge dense tensor (AlexNet's first dense layer) and a sparse embedding gradient (Transformer,
+    whose embedding lookup runs on the PS on ids the worker pushes, and whose pull the pass ranks
+    among the first: no gate may wait for it in vain)."""
     target = cluster.target("worker", 0)
+    devices = ["/job:ps/task:0", "/job:ps/task:1", "/job:worker/task:0"]
+    before = [settled_stats(target, d)["timeouts"] for d in devices]
     vanilla = train(target, build_graph(model, ps_tasks=2, batch_size=2), 3, _config(partition=0, credit=0))
     cfg = _config(partition=50_000, credit=200_000)
     assert_bitwise_equal(vanilla, train(target, build_graph(model, ps_tasks=2, batch_size=2), 3, cfg))
+    assert [settled_stats(target, d)["timeouts"] for d in devices] == before
 
 
 def _together(targets, builts, config, steps):

@@ -172,6 +172,22 @@ class TestPass:
             assert len(others) > 60
             assert values >= max(others), (task, values, max(others))
 
+    def test_the_embedding_lookup_is_pulled_where_the_forward_pass_needs_it(self):
+        # The lookup runs on the PS on the ids the worker pushes: a pull of a later dependency
+        # stage than the layers' weights. Ordered by stage first (until the eighteenth session),
+        # it was the last pull of its channel, behind every weight, though the first layer needs
+        # it; now it goes right after the position table it is added to. The ids still go first.
+        for task in (0, 1):
+            built = build_graph("transformer", worker_task=task, ps_tasks=1, batch_size=2)
+            gs = gates(optimize(built.graph_def(), built.fetches, only_tfsched()))
+            pulls = {name.split("/tfsched_gate")[0]: p for name, dev, p, _ in gs if dev.startswith("/job:ps")}
+            pushes = {
+                name.split("/tfsched_gate")[0]: p for name, dev, p, _ in gs if dev.startswith("/job:worker")
+            }
+            assert len(pulls) > 60
+            assert pulls["embedding/embedding_lookup"] <= 1 < sorted(pulls.values())[2], task
+            assert pushes["Cast"] == 0, task  # the ids the lookup needs
+
 
 class TestEnableChecks:
     def test_missing_schedule(self, tmp_path):

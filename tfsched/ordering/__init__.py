@@ -7,7 +7,7 @@ from tfsched.graph.model import CommGraph
 from tfsched.oracle.oracle import TimeOracle
 from tfsched.ordering.layer import fifo_values, layer_values
 from tfsched.ordering.schedule import ALGORITHMS, Schedule, load_schedule, normalize, schedule_for
-from tfsched.ordering.stages import transfer_stages
+from tfsched.ordering.stages import counter_safe, transfer_stages
 from tfsched.ordering.tao import tao_order, tao_values
 from tfsched.ordering.tio import tio_order_values, tio_values
 
@@ -38,13 +38,13 @@ def order(graph: CommGraph, algorithm: str = "tio", oracle: TimeOracle | None = 
         for t in missing:
             values[t] = top + tail[t]
     if DEFAULT_MODE[algorithm] == "counter":
-        stage = transfer_stages(graph)
-        values = {t: (stage[t], v) for t, v in values.items()}
+        values = counter_safe(graph, values)
     return schedule_for(graph, algorithm, values, DEFAULT_MODE[algorithm])
 
 
 __all__ = [
     "ALGORITHMS",
+    "counter_safe",
     "DEFAULT_MODE",
     "Schedule",
     "load_schedule",
