@@ -450,7 +450,7 @@ std::map<std::string, std::vector<int>> CounterSafe(const Graph& g,
           (pick < 0 || std::make_pair(position[k], k) < std::make_pair(position[pick], pick)))
         pick = k;
     }
-    place(pick);
+    place(pick < 0 ? target : pick);  // none only in a cyclic graph, which TensorFlow rejects
   }
   return out;
 }
