@@ -1,4 +1,7 @@
-"""The bench's timing-aware modes order from a trace of the model on the cluster it runs on."""
+"""The bench's timing-aware modes order from a trace of the model on the cluster it runs on; a
+cluster task that fails fails the run by name."""
+
+import os
 
 import pytest
 
@@ -41,3 +44,58 @@ def test_tao_orders_from_a_trace_of_worker_0_alone(tmp_path):
         ).schedule.to_json()
     )
     assert given and given == expected
+
+
+@pytest.mark.tf
+def test_a_task_that_dies_mid_run_fails_the_run_by_name_and_never_hangs_it():
+    import signal
+    import time
+
+    from tfsched.bench.local import LocalCluster
+    from tfsched.bench.run import run_side_by_side
+    from tfsched.errors import TfschedError
+    from tfsched.models import build_graph
+
+    def builder(w):
+        return build_graph("seq32", worker_task=w, ps_tasks=1, batch_size=4, mode="train")
+
+    configs = {"baseline": None, "again": None}  # vanilla both: what fails here is the harness's
+    with LocalCluster(ps=1, workers=2) as cluster:
+        ps = cluster.procs[("ps", 0)]
+
+        def progress(msg):  # the PS aborts as the second round starts, as a crashing task would
+            if msg.startswith("round 2/"):
+                ps.send_signal(signal.SIGABRT)
+
+        t = time.monotonic()
+        with pytest.raises(TfschedError) as e:
+            run_side_by_side(
+                [cluster.target("worker", w) for w in range(2)],
+                builder,
+                configs,
+                steps=2,
+                rounds=3,
+                progress=progress,
+                dead_tasks=cluster.dead_tasks,
+            )
+        assert time.monotonic() - t < 120  # the sessions to a dead PS do not hold the run
+        assert "/job:ps/task:0 killed by SIGABRT" in str(e.value)
+        assert cluster.dead_tasks() == ["/job:ps/task:0 killed by SIGABRT"]
+        log_dir = cluster.log_dir
+    assert not os.path.exists(log_dir)  # the tasks' logs go with the cluster
+
+
+def test_a_task_that_cannot_start_says_why_in_one_line(tmp_path):
+    from tfsched.bench.local import start_tasks, stop_processes, wait_ready
+    from tfsched.errors import TfschedError
+
+    procs = start_tasks({"ps": ["127.0.0.1:notaport"]}, vanilla=True, log_dir=str(tmp_path))
+    try:
+        with pytest.raises(TfschedError) as e:
+            wait_ready(procs, 120, str(tmp_path))
+    finally:
+        stop_processes(procs.values())
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith("cluster task /job:ps/task:0 did not start (exit code 1): ")
+    assert 'Could not parse port for local server from "127.0.0.1:notaport"' in msg

@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -30,10 +33,11 @@ def task_env() -> dict:
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
 
 
-def start_tasks(spec: dict, *, vanilla: bool, prefix=lambda job, index: []) -> dict:
+def start_tasks(spec: dict, *, vanilla: bool, log_dir: str, prefix=lambda job, index: []) -> dict:
     """Start every task of ``spec`` as ``python -m tfsched.bench.server``; (job, index) -> Popen.
 
-    ``prefix`` gives the command a task runs under (e.g. ``ip netns exec <ns>``).
+    ``prefix`` gives the command a task runs under (e.g. ``ip netns exec <ns>``). Each task's
+    stderr goes to ``log_dir/<job><index>.log`` (``task_log``): what a task that dies said last.
     """
     env = task_env()
     procs = {}
@@ -50,13 +54,41 @@ def start_tasks(spec: dict, *, vanilla: bool, prefix=lambda job, index: []) -> d
             ]
             if vanilla:
                 cmd.append("--vanilla")
-            procs[(job, i)] = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
-            )
+            with open(os.path.join(log_dir, f"{job}{i}.log"), "wb") as log:
+                procs[(job, i)] = subprocess.Popen(
+                    cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env
+                )
     return procs
 
 
-def wait_ready(procs: dict, timeout_s: float) -> None:
+def task_log(log_dir: str, job: str, index: int) -> str:
+    """The last line a task wrote to its stderr ("" if none): once it serves, the last since then
+    (what TensorFlow logs while starting, e.g. that it found no GPU, says nothing of a crash)."""
+    from tfsched.bench.server import SERVING
+
+    try:
+        with open(os.path.join(log_dir, f"{job}{index}.log"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            lines = [x.strip() for x in f.read().decode("utf-8", "replace").splitlines()]
+    except OSError:
+        return ""
+    if SERVING in lines:
+        lines = lines[len(lines) - lines[::-1].index(SERVING) :]
+    return next((x for x in reversed(lines) if x), "")
+
+
+def exit_status(code: int | None) -> str:
+    """``Popen.returncode`` in words: "exit code 1", "killed by SIGABRT"."""
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def wait_ready(procs: dict, timeout_s: float, log_dir: str) -> None:
     """Wait for every task's "ready" line, never longer than ``timeout_s`` in all."""
     deadline = time.monotonic() + timeout_s
     for (job, index), p in procs.items():
@@ -64,8 +96,12 @@ def wait_ready(procs: dict, timeout_s: float) -> None:
         ready, _, _ = select.select([p.stdout], [], [], max(remaining, 0.0)) if p.stdout else ([], [], [])
         line = p.stdout.readline() if ready else ""
         if line.strip() != "ready":
-            why = "timed out" if not ready else f"exit code {p.poll()}"
-            raise TfschedError(f"cluster task /job:{job}/task:{index} did not start ({why})")
+            why = "timed out" if not ready else exit_status(p.wait(timeout=10))
+            said = task_log(log_dir, job, index)
+            raise TfschedError(
+                f"cluster task /job:{job}/task:{index} did not start ({why})"
+                + (f": {said[:300]}" if said else "")
+            )
 
 
 def stop_processes(procs) -> None:
@@ -83,10 +119,24 @@ def stop_processes(procs) -> None:
 
 
 class TaskHandles:
-    """What both cluster kinds offer once their tasks run (``spec`` and ``procs`` set)."""
+    """What both cluster kinds offer once their tasks run (``spec``, ``procs`` and ``log_dir``
+    set)."""
 
     # This process's address on the cluster's network (where a driver-side service listens).
     driver_host = "127.0.0.1"
+
+    def dead_tasks(self) -> list[str]:
+        """Every task that exited, each as "/job:ps/task:0 killed by SIGABRT: <its last log
+        line>": what a failed step reports, since a step only sees that a peer went away."""
+        out = []
+        for (job, index), p in self.procs.items():
+            if p.poll() is not None:
+                said = task_log(self.log_dir, job, index)
+                out.append(
+                    f"/job:{job}/task:{index} {exit_status(p.returncode)}"
+                    + (f": {said[:300]}" if said else "")
+                )
+        return out
 
     def target(self, job: str = "worker", index: int = 0) -> str:
         return f"grpc://{self.spec[job][index]}"
@@ -112,15 +162,17 @@ class LocalCluster(TaskHandles):
     start_timeout_s: float = 180.0
     spec: dict = field(default_factory=dict)
     procs: dict = field(default_factory=dict)  # (job, index) -> Popen
+    log_dir: str = ""  # the tasks' stderr (``task_log``), removed on exit
 
     def __enter__(self) -> LocalCluster:
         self.spec = {
             "ps": [f"127.0.0.1:{free_port()}" for _ in range(self.ps)],
             "worker": [f"127.0.0.1:{free_port()}" for _ in range(self.workers)],
         }
+        self.log_dir = tempfile.mkdtemp(prefix="tfsched-tasks-")
         try:
-            self.procs = start_tasks(self.spec, vanilla=self.vanilla)
-            wait_ready(self.procs, self.start_timeout_s)
+            self.procs = start_tasks(self.spec, vanilla=self.vanilla, log_dir=self.log_dir)
+            wait_ready(self.procs, self.start_timeout_s, self.log_dir)
         except BaseException:
             self.close()
             raise
@@ -128,6 +180,8 @@ class LocalCluster(TaskHandles):
 
     def close(self) -> None:
         stop_processes(self.procs.values())
+        if self.log_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def __exit__(self, *exc) -> None:
         self.close()

@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass, field
 
@@ -84,6 +85,7 @@ class EmulatedCluster(TaskHandles):
     spec: dict = field(default_factory=dict)
     hosts: dict = field(default_factory=dict)  # (job, index) -> (namespace, address)
     procs: dict = field(default_factory=dict)
+    log_dir: str = ""  # the tasks' stderr (``local.task_log``), removed on exit
     _tag: str = ""
     _old_sigterm: object = None
 
@@ -140,15 +142,19 @@ class EmulatedCluster(TaskHandles):
     def _start(self) -> None:
         from tfsched.bench.local import start_tasks, wait_ready
 
+        self.log_dir = tempfile.mkdtemp(prefix="tfsched-tasks-")
         self.procs = start_tasks(
             self.spec,
             vanilla=self.vanilla,
+            log_dir=self.log_dir,
             prefix=lambda job, i: ["ip", "netns", "exec", self.hosts[(job, i)][0]],
         )
-        wait_ready(self.procs, self.start_timeout_s)
+        wait_ready(self.procs, self.start_timeout_s, self.log_dir)
 
     def close(self) -> None:
         stop_processes(self.procs.values())
+        if self.log_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
         for ns, _ in self.hosts.values():
             _ip("ip", "netns", "del", ns, check=False)  # takes its veth (and the peer) with it
         if self._tag:

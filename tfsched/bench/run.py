@@ -391,6 +391,7 @@ def run_side_by_side(
     trace: bool = False,
     step_timeout_s: float = 600.0,
     progress: Callable[[str], None] | None = None,
+    dead_tasks: Callable[[], list[str]] | None = None,
 ) -> dict[str, ModeResult]:
     """Train every mode ``rounds`` times ``steps`` steps on every worker, interleaved.
 
@@ -405,7 +406,11 @@ def run_side_by_side(
     other workers on the machine's cores), and then pulls every variable alone to measure what
     moving a byte and sending a tensor cost the machine (``ModeResult.comm_cpu_s_per_byte``,
     ``comm_cpu_s_per_message``). Every step has a deadline
-    (``step_timeout_s``): a stuck cluster fails the run, never hangs it.
+    (``step_timeout_s``): a stuck cluster fails the run, never hangs it. ``dead_tasks`` (the
+    cluster's ``TaskHandles.dead_tasks``) names the tasks that exited, for a failed step's error:
+    a worker's step only sees that a peer went away. Closing the sessions is bounded too (a
+    session whose PS died can wait on it forever): what has not closed in
+    ``SESSION_CLOSE_TIMEOUT_S`` is left to the cluster's exit, which stops every task.
     """
     import tensorflow as tf
 
@@ -466,6 +471,9 @@ def run_side_by_side(
             # TensorFlow's errors start "Graph execution error:" and give the cause lines later.
             lines = [x.strip() for x in str(errors[0]).splitlines() if x.strip()]
             cause = next((x for x in lines if not x.endswith(":")), lines[0] if lines else repr(errors[0]))
+            dead = dead_tasks_named(dead_tasks)
+            if dead:
+                raise TfschedError(f"mode {mode}: cluster task {'; '.join(dead)}")
             raise TfschedError(f"mode {mode}: a worker failed: {cause[:300]}")
         return times, wall, box
 
@@ -526,9 +534,38 @@ def run_side_by_side(
                     tf, targets[0], builder(0), run_options
                 )
     finally:
-        for sess, _ in sessions.values():
-            sess.close()
+        close_sessions([sess for sess, _ in sessions.values()])
     return results
+
+
+SESSION_CLOSE_TIMEOUT_S = 60.0
+
+
+def dead_tasks_named(dead_tasks: Callable[[], list[str]] | None, grace_s: float = 2.0) -> list[str]:
+    """``dead_tasks()``, asked again for up to ``grace_s``: a step can fail on a peer's closed
+    connection a moment before the peer's process can be reaped."""
+    deadline = time.monotonic() + grace_s
+    while dead_tasks is not None:
+        dead = dead_tasks()
+        if dead or time.monotonic() >= deadline:
+            return dead
+        time.sleep(0.1)
+    return []
+
+
+def close_sessions(sessions: list, timeout_s: float | None = None) -> None:
+    """Close ``sessions``, waiting at most ``timeout_s`` (``SESSION_CLOSE_TIMEOUT_S``) in all."""
+
+    def close_all() -> None:
+        for sess in sessions:
+            try:
+                sess.close()
+            except Exception:  # noqa: BLE001 - a session of a failed cluster may not close cleanly
+                pass
+
+    closer = threading.Thread(target=close_all, daemon=True)
+    closer.start()
+    closer.join(SESSION_CLOSE_TIMEOUT_S if timeout_s is None else timeout_s)
 
 
 def cluster_side_by_side(
@@ -581,7 +618,14 @@ def cluster_side_by_side(
         with cluster:
             targets = [cluster.target("worker", w) for w in range(workers)]
             results = run_side_by_side(
-                targets, builder, configs, steps=steps, rounds=rounds, trace=measure, progress=progress
+                targets,
+                builder,
+                configs,
+                steps=steps,
+                rounds=rounds,
+                trace=measure,
+                progress=progress,
+                dead_tasks=cluster.dead_tasks,
             )
         for name, res in results.items():
             spec = parse_mode(name, bandwidth_bps)

@@ -1,7 +1,8 @@
 """One cluster task in its own process: ``python -m tfsched.bench.server CLUSTER_JSON JOB INDEX``.
 
 Loads tfsched (so the task can run gates), starts a ``tf.distribute.Server`` and serves until
-killed. Prints ``ready`` on stdout once the server is up.
+killed. Prints ``ready`` on stdout once the server is up, and ``SERVING`` on stderr (the task's
+log), so that a task which dies later is reported by what it said after it.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import json
 import signal
 import sys
+
+SERVING = "tfsched task: serving"
 
 
 def main(argv: list[str]) -> int:
@@ -28,6 +31,8 @@ def main(argv: list[str]) -> int:
     # never run, and a task holds nothing that needs a graceful exit.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     print("ready", flush=True)
+    # What the task logs from here on is what it said while serving (local.task_log).
+    print(SERVING, file=sys.stderr, flush=True)
     server.join()
     return 0
 

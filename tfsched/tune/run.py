@@ -151,6 +151,7 @@ def tune_cluster(
 
     from tfsched.bench.local import LocalCluster
     from tfsched.bench.netns import EmulatedCluster
+    from tfsched.bench.run import close_sessions, dead_tasks_named
     from tfsched.graph._tf import import_tensorflow
     from tfsched.tune.coordinator import Coordinator, CoordinatorClient
     from tfsched.tune.worker import TunedSession
@@ -313,6 +314,9 @@ def tune_cluster(
                 for t in threads:
                     t.join(max(0.0, deadline - time.monotonic()) + 60)
                 if errors:
+                    dead = dead_tasks_named(cluster.dead_tasks)
+                    if dead:
+                        raise TfschedError(f"tuning: cluster task {'; '.join(dead)}")
                     raise TfschedError(
                         f"a worker failed while tuning: {str(errors[0]).splitlines()[0][:200]}"
                     )
@@ -330,8 +334,7 @@ def tune_cluster(
                     }
             finally:
                 stop.set()
-                for s in sessions:
-                    s.close()
+                close_sessions(sessions)
                 coord.stop()
     best = found.best(among=coord.leaders)
     return TuneResult(
