@@ -127,13 +127,18 @@ def main() -> None:
     args = ap.parse_args()
     if not args.assemble_only:
         os.makedirs(RESULTS, exist_ok=True)
+        failed = []
         for row in args.rows.split(","):
             cmd = command(row)
             print("+", " ".join(cmd), flush=True)
             p = subprocess.run(cmd)
             if p.returncode != 0:
-                print(f"row {row} failed ({p.returncode})", file=sys.stderr)
+                print(f"row {row} failed ({p.returncode}); its results are the last run's", file=sys.stderr)
+                failed.append(row)
             assemble()
+        if failed:
+            assemble()
+            sys.exit(f"failed: {', '.join(failed)}")
     assemble()
 
 

@@ -123,6 +123,10 @@ void FireInTurn(std::vector<std::shared_ptr<Waiter>> ready, Outcome how) {
       continue;
     }
     if (w->fired.exchange(true)) continue;
+    if (!w->FireNowOrDefer(how)) {  // still arming: its ComputeAsync fires it (FireDeferred)
+      how = Outcome::kTurn;
+      continue;
+    }
     if (how == Outcome::kTurn) Watchdog::Get().Unwatch(w);
     w->fire(how);
     // A gate that went without its turn (timeout, cancellation) still counts: the transfers
@@ -130,6 +134,27 @@ void FireInTurn(std::vector<std::shared_ptr<Waiter>> ready, Outcome how) {
     w->channel->Complete(&ready);
     how = Outcome::kTurn;  // whoever comes next goes because it is their turn
   }
+}
+
+bool Waiter::FireNowOrDefer(Outcome how) {
+  deferred = how;  // published by the exchange below; read only if it finds kArming
+  int expected = kArming;
+  return !arm.compare_exchange_strong(expected, kDeferred);
+}
+
+bool Waiter::ArmedAfterDeferral() {
+  int expected = kArming;
+  return !arm.compare_exchange_strong(expected, kArmed);
+}
+
+void FireDeferred(const std::shared_ptr<Waiter>& w) {
+  GlobalStats().armed_late.fetch_add(1);
+  const Outcome how = w->deferred;
+  if (how == Outcome::kTurn) Watchdog::Get().Unwatch(w);
+  w->fire(how);
+  std::vector<std::shared_ptr<Waiter>> ready;
+  w->channel->Complete(&ready);
+  FireInTurn(std::move(ready), Outcome::kTurn);
 }
 
 int64_t Channel::released() const {

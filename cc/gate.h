@@ -58,6 +58,19 @@ struct Waiter {
   // Called exactly once, outside any lock.
   std::function<void(Outcome)> fire;
   std::atomic<bool> fired{false};
+
+  // Arming: once parked, a waiter is visible to other threads, but its ComputeAsync still has
+  // to register its cancellation callback and timeout. It must not be fired (done() called)
+  // before that ends: done() can end the step and free the step's CancellationManager under the
+  // registration. A firer that finds it arming leaves the firing to ComputeAsync (Defer), which
+  // does it once armed (Armed). Only FireInTurn fires, and it checks first.
+  enum : int { kArming = 0, kArmed = 1, kDeferred = 2 };
+  std::atomic<int> arm{kArmed};  // a waiter that was never parked needs no arming
+  Outcome deferred = Outcome::kTurn;
+  // The firer's side: true if it may fire now; false if ComputeAsync will (with `how`).
+  bool FireNowOrDefer(Outcome how);
+  // ComputeAsync's side, once armed: true if a firer deferred to it (`deferred` says how).
+  bool ArmedAfterDeferral();
 };
 
 // A gate counts as released only once its done() has been called: the next gate's turn comes
@@ -160,12 +173,15 @@ struct Stats {
   std::atomic<int64_t> wait_us{0};         // total time spent waiting
   std::atomic<int64_t> acked{0};           // credit returns (acknowledged transfers)
   std::atomic<int64_t> peak_in_flight{0};  // most in flight on one channel or window (resettable)
+  std::atomic<int64_t> armed_late{0};      // gates whose turn came while they armed (FireDeferred)
 };
 Stats& GlobalStats();
 
 // Fires `ready` (each at most once, guarded by Waiter::fired) and, after each one's done(),
 // counts it and fires whoever's turn that makes; iterative, so long chains use no stack.
 void FireInTurn(std::vector<std::shared_ptr<Waiter>> ready, Outcome how);
+// Fires `w`, whose firer deferred to its ComputeAsync, then whoever's turn that makes.
+void FireDeferred(const std::shared_ptr<Waiter>& w);
 
 // One background thread fires waiters whose deadline passed.
 class Watchdog {

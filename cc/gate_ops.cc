@@ -2,8 +2,10 @@
 // TfschedStats: this process's gate counters.
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -127,13 +129,23 @@ REGISTER_OP("TfschedStats")
     .Output("stats: int64")
     .SetIsStateful()
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      c->set_output(0, c->Vector(9));
+      c->set_output(0, c->Vector(10));
       return absl::OkStatus();
     })
     .Doc(R"doc(
 This process's gate counters: [released, waited, timeouts, cancelled, live_steps, wait_us, acked,
-peak_in_flight, live_credit (-1: none set)].
+peak_in_flight, live_credit (-1: none set), armed_late].
 )doc");
+
+// Fault injection for the tests ($TFSCHED_TEST_ARM_DELAY_US, read once): a parked gate waits
+// this long before it arms, so that its turn comes on another thread meanwhile.
+int64_t ArmDelayUs() {
+  static const int64_t us = [] {
+    const char* v = std::getenv("TFSCHED_TEST_ARM_DELAY_US");
+    return v == nullptr ? int64_t{0} : std::max<int64_t>(0, std::atoll(v));
+  }();
+  return us;
+}
 
 void WarnTimeout(const std::string& channel, int64_t priority, int64_t released) {
   // One warning a minute at most: a slow link would otherwise flood the log.
@@ -210,6 +222,7 @@ class TfschedGateOp : public AsyncOpKernel {
       done();
     };
     std::vector<std::shared_ptr<Waiter>> others;
+    w->arm.store(Waiter::kArming);  // parked, it is not fired until armed below
     bool go = channel->ArriveOrWait(w, &others);
     if (!others.empty()) FireInTurn(std::move(others), Outcome::kTurn);
     // Its turn on the channel; a shared window may still make it wait.
@@ -241,13 +254,21 @@ class TfschedGateOp : public AsyncOpKernel {
         FireInTurn({waiter}, how);
       }
     };
-    if (cm != nullptr &&
-        !cm->RegisterCallback(token, [withdraw] { withdraw(Outcome::kCancelled); })) {
-      withdraw(Outcome::kCancelled);  // the step was cancelled already
-      return;
+    if (ArmDelayUs() > 0) {  // tests only: widen the window in which its turn can come
+      std::this_thread::sleep_for(std::chrono::microseconds(ArmDelayUs()));
     }
-    if (timeout_ms_ > 0) {
+    // Arm the parked waiter. Its turn can come on another thread meanwhile: that thread then
+    // leaves the firing to this one (Waiter::FireNowOrDefer), since firing calls done(), which
+    // can end the step and free `cm` while it is still used here.
+    const bool registered =
+        cm == nullptr || cm->RegisterCallback(token, [withdraw] { withdraw(Outcome::kCancelled); });
+    if (registered && timeout_ms_ > 0) {
       Watchdog::Get().Watch(w, [withdraw] { withdraw(Outcome::kTimeout); });
+    }
+    if (w->ArmedAfterDeferral()) {
+      FireDeferred(w);  // its turn (or its timeout, or the cancellation) came while it armed
+    } else if (!registered) {
+      withdraw(Outcome::kCancelled);  // the step was cancelled already
     }
   }
 
@@ -377,7 +398,7 @@ class TfschedStatsOp : public tensorflow::OpKernel {
   explicit TfschedStatsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
   void Compute(OpKernelContext* ctx) override {
     tensorflow::Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({9}), &out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({10}), &out));
     auto v = out->vec<int64_t>();
     Stats& s = GlobalStats();
     v(0) = s.released.load();
@@ -389,6 +410,7 @@ class TfschedStatsOp : public tensorflow::OpKernel {
     v(6) = s.acked.load();
     v(7) = s.peak_in_flight.load();
     v(8) = LiveCredit();
+    v(9) = s.armed_late.load();
   }
 };
 

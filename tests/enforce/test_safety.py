@@ -219,3 +219,45 @@ def test_partial_fetches_do_not_wait_for_pruned_transfers(cluster, what):
         vanilla = run(None)
         for a, b in zip(np.atleast_1d(vanilla["value"]), np.atleast_1d(scheduled["value"]), strict=True):
             assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+def test_a_gate_whose_turn_comes_while_it_arms_its_wait_is_released_by_its_own_thread(monkeypatch):
+    """A parked gate is visible to the threads that release its channel before it has registered
+    its cancellation callback and timeout. If one of them released it then (done()), the step
+    could end and free its CancellationManager under the registration: the PS aborted on par32
+    inference that way once in several hundred thousand gates. The tasks here widen that window
+    to 300 us (fault injection), so the turn of most parked gates comes inside it."""
+    import tensorflow as tf
+
+    from tfsched.enforce._loader import load_ops
+
+    monkeypatch.setenv("TFSCHED_TEST_ARM_DELAY_US", "300")
+    ops = load_ops()
+    n = 12
+    g = tf.Graph()
+    with g.as_default():
+        with g.device("/job:ps/task:0"):
+            xs = [
+                tf.compat.v1.get_variable(f"x{i}", initializer=tf.constant([float(i)] * 3)) for i in range(n)
+            ]
+            # The reverse of the order they are created in, so most arrive before their turn.
+            gated = [
+                ops.tfsched_gate(
+                    x.read_value(), channel="race", priority=n - 1 - i, channel_size=n, timeout_ms=30000
+                )
+                for i, x in enumerate(xs)
+            ]
+        with g.device("/job:worker/task:0"):
+            total = tf.add_n(gated)
+        init = tf.compat.v1.global_variables_initializer()
+    with LocalCluster(ps=1, workers=1) as c:
+        with tf.compat.v1.Session(c.target("worker", 0), graph=g) as sess:
+            sess.run(init)
+            out = within(120, lambda: [sess.run(total) for _ in range(100)])
+        assert "error" not in out, out.get("error")
+        for v in out["value"]:
+            np.testing.assert_array_equal(v, [sum(range(n))] * 3)
+        s = settled_ps_stats(c)
+        assert s["armed_late"] > 0  # the window was hit: released by their own thread
+        assert s["timeouts"] == 0 and s["cancelled"] == 0 and s["live_steps"] == 0
+        assert c.dead_tasks() == []

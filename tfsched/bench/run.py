@@ -7,6 +7,7 @@ modes alternate in rounds (baseline, tio, baseline, tio, ...) after a warm-up, s
 
 from __future__ import annotations
 
+import atexit
 import os
 import statistics
 import tempfile
@@ -566,6 +567,11 @@ def close_sessions(sessions: list, timeout_s: float | None = None) -> None:
     closer = threading.Thread(target=close_all, daemon=True)
     closer.start()
     closer.join(SESSION_CLOSE_TIMEOUT_S if timeout_s is None else timeout_s)
+    if closer.is_alive():
+        # Its close returns once the cluster's tasks are stopped; it must return before the
+        # interpreter finalizes: a thread that takes the GIL back then is unwound through
+        # TensorFlow's bindings, and the process aborts.
+        atexit.register(closer.join, SESSION_CLOSE_TIMEOUT_S)
 
 
 def cluster_side_by_side(

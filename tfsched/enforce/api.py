@@ -19,6 +19,7 @@ STAT_NAMES = (
     "acked",
     "peak_in_flight",
     "live_credit",
+    "armed_late",  # gates whose turn came on another thread while they armed their wait
 )
 # ByteScheduler's defaults for parameter servers (§4.2), in parameters.
 DEFAULT_PARTITION = 1_000_000
