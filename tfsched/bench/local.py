@@ -96,7 +96,15 @@ def wait_ready(procs: dict, timeout_s: float, log_dir: str) -> None:
         ready, _, _ = select.select([p.stdout], [], [], max(remaining, 0.0)) if p.stdout else ([], [], [])
         line = p.stdout.readline() if ready else ""
         if line.strip() != "ready":
-            why = "timed out" if not ready else exit_status(p.wait(timeout=10))
+            if not ready:
+                why = "timed out"
+            elif not line:  # its stdout closed: it exited
+                try:
+                    why = exit_status(p.wait(timeout=10))
+                except subprocess.TimeoutExpired:
+                    why = "closed its stdout"
+            else:
+                why = f"said {line.strip()[:100]!r}"
             said = task_log(log_dir, job, index)
             raise TfschedError(
                 f"cluster task /job:{job}/task:{index} did not start ({why})"
