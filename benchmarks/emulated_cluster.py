@@ -137,7 +137,6 @@ def main() -> None:
                 failed.append(row)
             assemble()
         if failed:
-            assemble()
             sys.exit(f"failed: {', '.join(failed)}")
     assemble()
 

@@ -78,6 +78,12 @@ def task_log(log_dir: str, job: str, index: int) -> str:
     return next((x for x in reversed(lines) if x), "")
 
 
+def task_said(log_dir: str, job: str, index: int, how: str) -> str:
+    """ "/job:ps/task:0 <how>: <the last line it logged>" (without the colon part if none)."""
+    said = task_log(log_dir, job, index)
+    return f"/job:{job}/task:{index} {how}" + (f": {said[:300]}" if said else "")
+
+
 def exit_status(code: int | None) -> str:
     """``Popen.returncode`` in words: "exit code 1", "killed by SIGABRT"."""
     if code is not None and code < 0:
@@ -105,11 +111,7 @@ def wait_ready(procs: dict, timeout_s: float, log_dir: str) -> None:
                     why = "closed its stdout"
             else:
                 why = f"said {line.strip()[:100]!r}"
-            said = task_log(log_dir, job, index)
-            raise TfschedError(
-                f"cluster task /job:{job}/task:{index} did not start ({why})"
-                + (f": {said[:300]}" if said else "")
-            )
+            raise TfschedError(f"cluster task {task_said(log_dir, job, index, f'did not start ({why})')}")
 
 
 def stop_processes(procs) -> None:
@@ -136,15 +138,11 @@ class TaskHandles:
     def dead_tasks(self) -> list[str]:
         """Every task that exited, each as "/job:ps/task:0 killed by SIGABRT: <its last log
         line>": what a failed step reports, since a step only sees that a peer went away."""
-        out = []
-        for (job, index), p in self.procs.items():
-            if p.poll() is not None:
-                said = task_log(self.log_dir, job, index)
-                out.append(
-                    f"/job:{job}/task:{index} {exit_status(p.returncode)}"
-                    + (f": {said[:300]}" if said else "")
-                )
-        return out
+        return [
+            task_said(self.log_dir, job, index, exit_status(p.returncode))
+            for (job, index), p in self.procs.items()
+            if p.poll() is not None
+        ]
 
     def target(self, job: str = "worker", index: int = 0) -> str:
         return f"grpc://{self.spec[job][index]}"

@@ -470,11 +470,11 @@ def run_side_by_side(
             box["cpu"] = (end[0] - cpu[0][0], end[1] - cpu[0][1])
         if errors:
             # TensorFlow's errors start "Graph execution error:" and give the cause lines later.
-            lines = [x.strip() for x in str(errors[0]).splitlines() if x.strip()]
-            cause = next((x for x in lines if not x.endswith(":")), lines[0] if lines else repr(errors[0]))
             dead = dead_tasks_named(dead_tasks)
             if dead:
                 raise TfschedError(f"mode {mode}: cluster task {'; '.join(dead)}")
+            lines = [x.strip() for x in str(errors[0]).splitlines() if x.strip()]
+            cause = next((x for x in lines if not x.endswith(":")), lines[0] if lines else repr(errors[0]))
             raise TfschedError(f"mode {mode}: a worker failed: {cause[:300]}")
         return times, wall, box
 
@@ -554,8 +554,8 @@ def dead_tasks_named(dead_tasks: Callable[[], list[str]] | None, grace_s: float 
     return []
 
 
-def close_sessions(sessions: list, timeout_s: float | None = None) -> None:
-    """Close ``sessions``, waiting at most ``timeout_s`` (``SESSION_CLOSE_TIMEOUT_S``) in all."""
+def close_sessions(sessions: list) -> None:
+    """Close ``sessions``, waiting at most ``SESSION_CLOSE_TIMEOUT_S`` in all."""
 
     def close_all() -> None:
         for sess in sessions:
@@ -566,7 +566,7 @@ def close_sessions(sessions: list, timeout_s: float | None = None) -> None:
 
     closer = threading.Thread(target=close_all, daemon=True)
     closer.start()
-    closer.join(SESSION_CLOSE_TIMEOUT_S if timeout_s is None else timeout_s)
+    closer.join(SESSION_CLOSE_TIMEOUT_S)
     if closer.is_alive():
         # Its close returns once the cluster's tasks are stopped; it must return before the
         # interpreter finalizes: a thread that takes the GIL back then is unwound through
