@@ -1,6 +1,7 @@
 #include "gate.h"
 
 #include <algorithm>
+#include <deque>
 #include <thread>
 
 namespace tfsched {
@@ -10,6 +11,50 @@ using tensorflow::mutex_lock;
 namespace {
 std::atomic<int64_t> live_credit{-1};
 std::atomic<int64_t> step_seq{0};
+
+// The thread behind ReturnSoon: one, as the Watchdog's; a return is a few microseconds of work.
+class Returner {
+ public:
+  static Returner& Get() {
+    static Returner* r = new Returner();
+    return *r;
+  }
+  void Post(StepGates* gates, Channel* channel, int64_t size) {
+    mutex_lock l(mu_);
+    queue_.push_back({gates, channel, size});
+    if (queue_.size() == 1) cv_.notify_one();
+  }
+
+ private:
+  struct Pending {
+    StepGates* gates;
+    Channel* channel;
+    int64_t size;
+  };
+  Returner() {
+    std::thread([this] { Loop(); }).detach();
+  }
+  void Loop() {
+    while (true) {
+      std::deque<Pending> batch;
+      {
+        mutex_lock l(mu_);
+        while (queue_.empty()) cv_.wait(l);
+        batch.swap(queue_);
+      }
+      for (const Pending& p : batch) {
+        GlobalStats().acked.fetch_add(1);
+        std::vector<std::shared_ptr<Waiter>> ready;
+        p.channel->Return(p.size, &ready);
+        FireInTurn(std::move(ready), Outcome::kTurn);
+        p.gates->Unref();  // may end the step's state: its channels return what they held
+      }
+    }
+  }
+  tensorflow::mutex mu_;
+  tensorflow::condition_variable cv_;
+  std::deque<Pending> queue_;
+};
 
 void RecordPeak(int64_t in_flight) {
   auto& peak = GlobalStats().peak_in_flight;
@@ -111,6 +156,10 @@ bool Channel::Withdraw(const std::shared_ptr<Waiter>& w) {
 int64_t Channel::in_flight() const {
   mutex_lock l(mu_);
   return in_flight_;
+}
+
+void ReturnSoon(StepGates* gates, Channel* channel, int64_t size) {
+  Returner::Get().Post(gates, channel, size);
 }
 
 void FireInTurn(std::vector<std::shared_ptr<Waiter>> ready, Outcome how) {

@@ -6,8 +6,9 @@
 // - queue (ByteScheduler §4.2): the highest-priority gate that has arrived goes first.
 // Both are subject to the channel's credit (ByteScheduler's credit-based preemption): at most
 // `credit` parameters released and not yet acknowledged by the receiver (TfschedAck on the
-// receiving task -> TfschedCredit on this one); a tensor larger than the credit still goes when
-// nothing else is in flight, so a small credit never deadlocks.
+// receiving task -> TfschedCredit on this one), or, with credit_return "sent", not yet sent by
+// this task's transport (ReturnSoon, when gRPC lets go of the tensor); a tensor larger than the
+// credit still goes when nothing else is in flight, so a small credit never deadlocks.
 // With `host` set, a channel's credit is not its own: every channel of the sending task shares one
 // window (HostLink), and the steps of all workers are served in the order they reached this task.
 // Waiting gates are callbacks, not blocked threads. Every wait ends: by its turn, by the timeout
@@ -171,11 +172,18 @@ struct Stats {
   std::atomic<int64_t> cancelled{0};       // released because the step was cancelled
   std::atomic<int64_t> live_steps{0};      // StepGates alive now (per-step state not yet freed)
   std::atomic<int64_t> wait_us{0};         // total time spent waiting
-  std::atomic<int64_t> acked{0};           // credit returns (acknowledged transfers)
+  std::atomic<int64_t> acked{0};           // credit returns (acknowledged or sent transfers)
   std::atomic<int64_t> peak_in_flight{0};  // most in flight on one channel or window (resettable)
   std::atomic<int64_t> armed_late{0};      // gates whose turn came while they armed (FireDeferred)
 };
 Stats& GlobalStats();
+
+// Gives `size` parameters back to `channel`'s credit on a background thread, then unrefs `gates`
+// (which the caller ref'd, so that the channel outlives the call). For a credit that comes back
+// when the sender's transport is done with a tensor (SentBuffer in gate_ops.cc): the last
+// reference to it can go inside gRPC's callbacks, where releasing other gates (and so starting
+// their transfers) on the same thread is not safe.
+void ReturnSoon(StepGates* gates, Channel* channel, int64_t size);
 
 // Fires `ready` (each at most once, guarded by Waiter::fired) and, after each one's done(),
 // counts it and fires whoever's turn that makes; iterative, so long chains use no stack.

@@ -479,6 +479,11 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
   if (auto it = params.find("credit"); it != params.end()) credit_ = it->second.i();
   if (auto it = params.find("host_credit"); it != params.end()) host_credit_ = it->second.b();
   if (auto it = params.find("ack_share"); it != params.end()) ack_share_ = it->second.i();
+  if (auto it = params.find("credit_return"); it != params.end() && !it->second.s().empty())
+    credit_return_ = it->second.s();
+  if (credit_return_ != "ack" && credit_return_ != "sent")
+    return absl::InvalidArgumentError(
+        absl::StrCat("tfsched: unknown credit_return '", credit_return_, "' (ack or sent)"));
   if (partition_ < 0 || credit_ < 0)
     return absl::InvalidArgumentError("tfsched: partition and credit must be >= 0 (parameters)");
   if (ack_share_ < 1) return absl::InvalidArgumentError("tfsched: ack_share must be >= 1");
@@ -632,9 +637,11 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
   }
 
   // Credit needs every acknowledgement to run in the step: they are tied to a fetched node that
-  // no transfer depends on (else the step would wait on itself).
+  // no transfer depends on (else the step would wait on itself). A credit returned when sent
+  // needs no acknowledgement.
+  const bool sent = credit_return_ == "sent";
   std::vector<int> anchors;  // candidate fetch nodes
-  if (credit_ > 0) {
+  if (credit_ > 0 && !sent) {
     std::vector<bool> upstream(out.node_size(), false);
     std::deque<int> q;
     for (const Transfer& t : xfers)
@@ -658,7 +665,7 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
     if (anchors.empty())
       LOG(WARNING) << "tfsched: every fetched node feeds a transfer; credit is off for this graph";
   }
-  const int64_t credit = anchors.empty() ? 0 : credit_;
+  const int64_t credit = sent || !anchors.empty() ? credit_ : 0;
 
   std::unordered_set<std::string> names;
   for (const NodeDef& n : out.node()) names.insert(n.name());
@@ -717,14 +724,18 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
       const int64_t size = t.slices > 1
                                ? std::min(t.slice_elements, t.elements - i * t.slice_elements)
                                : t.slice_elements;
-      const bool acked =
-          credit > 0 && (size == 0 || size >= std::max(kMinAckedElements, credit / ack_share_));
+      // Returned when sent (SentBuffer) only for plain data types, whose bytes gRPC sends as they
+      // are.
+      const bool acked = credit > 0 &&
+                         (size == 0 || size >= std::max(kMinAckedElements, credit / ack_share_)) &&
+                         (!sent || tensorflow::DataTypeCanUseMemcpy(t.dtype));
       attr["ordered"].set_b(!(mode_ == "queue" && t.kind == "push"));
       attr["credit"].set_i(acked ? credit : 0);
       attr["host"].set_b(host_credit_);
+      if (acked && sent) attr["credit_return"].set_s("sent");
       gates.push_back(name);
       added.push_back(std::move(gate));
-      if (acked) {
+      if (acked && !sent) {
         NodeDef ack;
         ack.set_name(unique(absl::StrCat(name, "/ack")));
         ack.set_op("TfschedAck");

@@ -28,6 +28,9 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   //   host_credit: bool, the credit is one window for every channel of the sending task
   //   ack_share:  int >= 1, the credit acknowledges transfers of at least credit/ack_share
   //               parameters (default 8)
+  //   credit_return: "ack" (default): the receiver acknowledges each counted transfer
+  //               (ByteScheduler's); "sent": its credit comes back when this task's transport is
+  //               done with it, with no acknowledgement (SentBuffer in gate_ops.cc)
   absl::Status Init(const tensorflow::RewriterConfig_CustomGraphOptimizer* config) override;
   std::string name() const override { return "TfschedScheduler"; }
   bool UsesFunctionLibrary() const override { return false; }
@@ -47,6 +50,7 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   bool host_credit_ = false;  // one credit window per sending task, steps served in turn
   // acknowledge transfers of at least credit / ack_share_ parameters (and kMinAckedElements)
   int64_t ack_share_ = 8;
+  std::string credit_return_ = "ack";
 };
 
 }  // namespace tfsched

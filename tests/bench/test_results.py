@@ -53,6 +53,12 @@ def test_mode_grammar():
     assert (parse_mode("tao+pc").ack_share, parse_mode("tao+pc").effective_ack_share) == (None, 8)
     with pytest.raises(TfschedError, match=r"\+aN needs a credit"):
         parse_mode("tao+a32")
+    assert (parse_mode("tao+pc+host+sent").credit_return, parse_mode("tao+pc").credit_return) == (
+        "sent",
+        "ack",
+    )
+    with pytest.raises(TfschedError, match=r"\+sent needs a credit"):
+        parse_mode("tao+p1000000+sent")
     for bad in ("fifo", "tio+q3", "tio+p0", "tio+p-1", "tio+pc5", "tio+pc+a0", "tio+pc+a"):
         with pytest.raises(TfschedError):
             parse_mode(bad)

@@ -138,6 +138,58 @@ def test_bytes_in_flight_never_exceed_the_credit(cluster):
         assert 0 < s["peak_in_flight"] <= credit
 
 
+@pytest.mark.parametrize("host", [False, True])
+def test_a_credit_returned_when_sent_needs_no_acknowledgement(cluster, host):
+    """credit_return="sent": the credit of a slice comes back once the sender's transport is done
+    with it; no TfschedAck or TfschedCredit is added, every counted release is returned, and the
+    credit still bounds what is in flight."""
+    import tfsched
+
+    target = cluster.target("worker", 0)
+    slice_elements = 16_384  # partition 20,000 -> 4 slices of 16,384 per weight
+    credit = 2 * slice_elements + 100
+    cfg = _config(partition=20_000, credit=credit, host_credit=host, credit_return="sent")
+    vanilla = train(target, build_graph("seq32", ps_tasks=2), 5, _config())
+    devices = ["/job:ps/task:0", "/job:ps/task:1", "/job:worker/task:0"]
+    tfsched.enforce.set_credit(target, 0, devices)  # resets the peak counters
+    assert_bitwise_equal(vanilla, train(target, build_graph("seq32", ps_tasks=2), 5, cfg))
+    before = {d: settled_stats(target, d) for d in devices}
+    graphs, _ = _traced_step(target, build_graph("seq32", ps_tasks=2), cfg, steps=3)
+    assert not _nodes(graphs, "TfschedAck") and not _nodes(graphs, "TfschedCredit")
+    gates = _nodes(graphs, "TfschedGate")
+    counted = [g for g in gates if g.attr["credit"].i > 0]
+    assert len(counted) >= 2 * 4 * 32  # every slice, pulled and pushed
+    assert all(g.attr["credit_return"].s == b"sent" for g in counted)
+    assert all(g.attr["credit_return"].s in (b"", b"ack") for g in gates if g.attr["credit"].i == 0)
+    returned = 0
+    for device in devices:
+        s = settled_stats(target, device)
+        assert s["timeouts"] == 0 and s["live_steps"] == 0
+        assert slice_elements <= s["peak_in_flight"] <= credit
+        returned += s["acked"] - before[device]["acked"]
+    assert returned == 3 * len(counted)  # each counted release of the 3 steps came back once
+
+
+def test_a_credit_returned_when_sent_smaller_than_one_slice_does_not_deadlock(cluster):
+    """With no timeout to hide it, a credit that only comes back when the transport lets go of the
+    tensor must still come back, or the next slice would wait forever."""
+    target = cluster.target("worker", 0)
+    vanilla = train(target, build_graph("seq32", ps_tasks=2), 5, _config())
+    cfg = _config(partition=20_000, credit=1_000, timeout_ms=0, credit_return="sent")
+    box = within(120, lambda: train(target, build_graph("seq32", ps_tasks=2), 5, cfg))
+    assert "error" not in box, box.get("error")
+    assert_bitwise_equal(vanilla, box["value"])
+
+
+def test_credit_return_is_checked():
+    import tfsched
+
+    with pytest.raises(TfschedError, match="credit_return needs a credit"):
+        tfsched.enable(credit_return="sent", credit=0)
+    with pytest.raises(TfschedError, match="credit_return must be one of ack, sent"):
+        tfsched.enable(credit_return="early", credit=1000)
+
+
 @pytest.mark.parametrize("share, ack_share", [(8, None), (9, None), (9, 9), (8, 7)])
 def test_tensors_under_an_eighth_of_the_credit_are_not_acknowledged(cluster, share, ack_share):
     """Each acknowledgement is one more RPC: a tensor under credit/8 (or credit/ack_share) is ordered

@@ -35,8 +35,9 @@ class ModeSpec:
     10 Gbit/s; ``bandwidth_bps`` is the link, None for loopback), ``+pN`` and
     ``+cN`` set either one (``tao+p500000+c2000000``); ``+host`` makes the credit one window per
     sending task, workers served in turn (``tao+pc+host``); ``+aN`` acknowledges transfers of at
-    least credit/N parameters (``tao+pc+a32``; default ``DEFAULT_ACK_SHARE``, 8). ``tuned`` is
-    added by the tuner.
+    least credit/N parameters (``tao+pc+a32``; default ``DEFAULT_ACK_SHARE``, 8); ``+sent``
+    returns the credit when the sender has sent a tensor, with no acknowledgement
+    (``enable(credit_return="sent")``). ``tuned`` is added by the tuner.
     """
 
     name: str
@@ -45,6 +46,7 @@ class ModeSpec:
     credit: int = 0
     host_credit: bool = False
     ack_share: int | None = None  # None: the pass's default
+    credit_return: str = "ack"  # "sent": no acknowledgements (enable(credit_return=...))
 
     @property
     def effective_ack_share(self) -> int:
@@ -59,14 +61,17 @@ def parse_mode(name: str, bandwidth_bps: float | None = None) -> ModeSpec:
     alg, *knobs = name.split("+")
     if alg not in ALGORITHMS:
         raise TfschedError(
-            f"unknown mode {name!r}: expected baseline or one of {', '.join(ALGORITHMS)} [+pc][+pN][+cN][+host][+aN]"
+            f"unknown mode {name!r}: expected baseline or one of {', '.join(ALGORITHMS)} [+pc][+pN][+cN][+host][+aN][+sent]"
         )
     partition = credit = 0
     host = False
     ack_share = None
+    credit_return = "ack"
     for k in knobs:
         if k == "host":
             host = True
+        elif k == "sent":
+            credit_return = "sent"
         elif k == "pc":
             partition, credit = link_sizes(bandwidth_bps)
         elif k[:1] in ("p", "c", "a") and k[1:].isdigit() and int(k[1:]) > 0:
@@ -78,12 +83,12 @@ def parse_mode(name: str, bandwidth_bps: float | None = None) -> ModeSpec:
                 ack_share = int(k[1:])
         else:
             raise TfschedError(
-                f"unknown mode {name!r}: {k!r} is not pc, pN, cN (N parameters > 0), host or aN (N > 0)"
+                f"unknown mode {name!r}: {k!r} is not pc, pN, cN (N parameters > 0), host, aN (N > 0) or sent"
             )
-    for knob, given in (("+host", host), ("+aN", ack_share)):
+    for knob, given in (("+host", host), ("+aN", ack_share), ("+sent", credit_return != "ack")):
         if given and not credit:
             raise TfschedError(f"unknown mode {name!r}: {knob} needs a credit (+pc or +cN)")
-    return ModeSpec(name, alg, partition, credit, host, ack_share)
+    return ModeSpec(name, alg, partition, credit, host, ack_share, credit_return)
 
 
 def parse_modes(value: str) -> tuple[str, ...]:
@@ -119,7 +124,9 @@ class ModeResult:
     # simulator does not charge it yet, see predict.machine_slots_from_cpu)
     comm_cpu_s_per_message: float = 0.0
     measured: dict = field(default_factory=dict)  # E, bounds, the simulator's prediction (predict.py)
-    knobs: dict = field(default_factory=dict)  # partition, credit (parameters), host_credit, ack_share
+    knobs: dict = field(
+        default_factory=dict
+    )  # partition, credit (parameters), host_credit, ack_share, credit_return
 
     @property
     def throughput(self) -> float:
@@ -238,6 +245,7 @@ def mode_configs(
             "credit": spec.credit,
             "host_credit": spec.host_credit,
             "ack_share": spec.ack_share,
+            "credit_return": spec.credit_return,
             "timeout_ms": timeout_ms,
         }
         if spec.algorithm is None:
@@ -641,6 +649,7 @@ def cluster_side_by_side(
                     "credit": spec.credit,
                     "host_credit": spec.host_credit,
                     "ack_share": spec.effective_ack_share,
+                    "credit_return": spec.credit_return,
                 }
         if measure:
             from tfsched.bench.predict import annotate

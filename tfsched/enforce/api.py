@@ -26,6 +26,9 @@ DEFAULT_PARTITION = 1_000_000
 DEFAULT_CREDIT = 4_000_000
 # The link those defaults are kept for: on a faster one, link_sizes scales them.
 REFERENCE_BANDWIDTH_BPS = 1e9
+# How the credit comes back (the pass's credit_return): the receiver's acknowledgement, or the
+# sender's transport done with the tensor.
+CREDIT_RETURNS = ("ack", "sent")
 ENV_PARTITION = "TFSCHED_PARTITION"
 ENV_CREDIT = "TFSCHED_CREDIT"
 
@@ -134,6 +137,7 @@ def enable(
     credit: int | None = None,
     host_credit: bool = False,
     ack_share: int | None = None,
+    credit_return: str = "ack",
 ):
     """Turn tfsched's pass on in a session config; returns the config (a new one if none given).
 
@@ -162,6 +166,12 @@ def enable(
         they race for the wire (each acknowledgement is one more RPC). Default
         ``DEFAULT_ACK_SHARE`` (8); a larger share keeps a model of many small tensors
         (Inception-v3) in order (measured in BENCHMARKS.md). Needs ``credit``.
+    credit_return : ``"ack"`` (default): the receiver acknowledges each counted transfer, one small
+        RPC each (ByteScheduler's); ``"sent"``: the credit comes back when the sender's transport
+        is done with the tensor, with no acknowledgement (an improvement over ByteScheduler, which
+        saves the acknowledgements' CPU; it does not count the bytes already queued in the
+        sender's socket). Tensors of other than plain data types (strings) are then not counted.
+        Needs ``credit``.
 
     Example
     -------
@@ -179,6 +189,10 @@ def enable(
         check_ack_share(ack_share)
         if not credit:
             raise TfschedError("ack_share needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
+    if credit_return not in CREDIT_RETURNS:
+        raise TfschedError(f"credit_return must be one of {', '.join(CREDIT_RETURNS)}, got {credit_return!r}")
+    if credit_return != "ack" and not credit:
+        raise TfschedError("credit_return needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
     if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0:
         raise TfschedError(f"timeout_ms must be a non-negative integer (milliseconds), got {timeout_ms!r}")
     lines: list[str] = []
@@ -224,6 +238,7 @@ def enable(
     opt.parameter_map["credit"].i = credit
     opt.parameter_map["host_credit"].b = host_credit
     opt.parameter_map["ack_share"].i = DEFAULT_ACK_SHARE if ack_share is None else ack_share
+    opt.parameter_map["credit_return"].s = credit_return.encode()
     if strict:
         rewrite.fail_on_optimizer_errors = True
     return config

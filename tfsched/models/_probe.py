@@ -7,11 +7,17 @@ warmed up too), runs STEPS + 1 steps and reports the first STEPS step times. Its
 the stdout lines that start with ``PREFIX``, each one JSON object: ``{"ready": true}``,
 ``{"times": [...]}`` or ``{"error": "..."}``. Without ``go`` (the parent gave up or went away)
 it exits without running the steps.
+
+It ends with ``os._exit`` once its last message is flushed, not through the interpreter's
+finalization: a TensorFlow process that is torn down while another task of the probe is being
+stopped (a peer died) could abort there and write a core, and nothing it has to say is left
+after the message.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 PREFIX = "tfsched-probe "
@@ -43,4 +49,10 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        code = main(sys.argv[1:])
+    except SystemExit as e:  # no "go": the parent gave up
+        code = e.code if isinstance(e.code, int) else 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
