@@ -59,6 +59,13 @@ ROWS = {
     # The Transformer's +pc credit (4M parameters) exceeds its pulls (3.5M a worker) and so orders
     # nothing on the wire: since the eighteenth session the row also runs two credits that bind.
     "transformer-train": "--model transformer --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 5 --batch-size 21 --modes baseline,tio,tao,tao+pc,tao+p1000000+c1000000,tao+p250000+c250000,tao+pc+host",
+    # The credit returned when sent (``+sent``, enable(credit_return="sent"), the twentieth
+    # session) beside the same modes with the receiver's acknowledgements, in the same runs.
+    "resnet50-train-10g-sent": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 4 --rounds 36 --batch-size 8 --modes baseline,tao+p1000000+c4000000,tao+p1000000+c4000000+sent,tao+pc+host,tao+pc+host+sent",
+    "vgg16-inference-sent": "--model vgg16 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 397 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent",
+    "vgg16-train-sent": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 103 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent",
+    "inception_v3-inference-sent": "--model inception_v3 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 299 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent,tao+pc+a32,tao+pc+a32+sent",
+    "inception_v3-train-sent": "--model inception_v3 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 73 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent,tao+pc+a32,tao+pc+a32+sent",
 }
 
 

@@ -629,6 +629,14 @@ def bench(
 )
 @_ack_share_option
 @click.option(
+    "--credit-return",
+    type=click.Choice(["ack", "sent"]),
+    default="ack",
+    show_default=True,
+    help="How the credit comes back: the receiver's acknowledgement, or once the sender has sent "
+    "the tensor, with no acknowledgement (tfsched.enable(..., credit_return='sent')).",
+)
+@click.option(
     "--confirm",
     type=click.IntRange(min=0),
     default=2,
@@ -669,6 +677,7 @@ def tune(
     partition,
     host_credit,
     ack_share,
+    credit_return,
     confirm,
     no_defaults,
     batch_size,
@@ -724,6 +733,7 @@ def tune(
             space=space,
             host_credit=host_credit,
             ack_share=ack_share,
+            credit_return=credit_return,
             confirm=confirm,
             from_defaults=not no_defaults,
             progress=progress,

@@ -47,6 +47,7 @@ def test_tuning_one_window_per_task_with_a_timing_aware_order():
         algorithm="tao",
         host_credit=True,
         ack_share=32,
+        credit_return="sent",
         prescreen_keep=2,
         trials=3,
         confirm=0,
@@ -57,7 +58,7 @@ def test_tuning_one_window_per_task_with_a_timing_aware_order():
     )
     doc = r.to_json()
     assert doc["config"]["host_credit"] is True and doc["config"]["algorithm"] == "tao"
-    assert doc["config"]["ack_share"] == 32
+    assert doc["config"]["ack_share"] == 32 and doc["config"]["credit_return"] == "sent"
     # after the defaults, the two settings the simulator (with one window per task) liked best
     assert len(r.prescreened) == 2 and all(p["predicted_step_s"] > 0 for p in r.prescreened)
     assert [(t.setting.partition, t.setting.credit) for t in r.history[1:]] == [

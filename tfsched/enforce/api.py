@@ -16,7 +16,7 @@ STAT_NAMES = (
     "cancelled",
     "live_steps",
     "wait_us",
-    "acked",
+    "acked",  # credit returns: acknowledged transfers, or sent ones with credit_return="sent"
     "peak_in_flight",
     "live_credit",
     "armed_late",  # gates whose turn came on another thread while they armed their wait

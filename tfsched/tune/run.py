@@ -116,6 +116,7 @@ def tune_cluster(
     space: Space | None = None,
     host_credit: bool = False,
     ack_share: int | None = None,
+    credit_return: str = "ack",
     confirm: int = 2,
     from_defaults: bool = True,
     timeout_s: float = 3600.0,
@@ -126,7 +127,9 @@ def tune_cluster(
     ``host_credit`` tunes the credit as one window per sending task (``enable(host_credit=True)``);
     ``ack_share``: the credit acknowledges transfers of at least credit/ack_share parameters
     (``enable(ack_share=N)``; None: the pass's default). The live credit a trial sets limits
-    those the pass acknowledges from the smallest credit of the search.
+    those the pass acknowledges from the smallest credit of the search. ``credit_return``:
+    ``"sent"`` returns the credit when the sender has sent a tensor, with no acknowledgement
+    (``enable(credit_return="sent")``).
 
     Two additions to ByteScheduler's tuner (§4.3), for clusters whose steps vary by several
     percent from one trial to the next:
@@ -187,6 +190,8 @@ def tune_cluster(
     enable_kwargs: dict = {"host_credit": True} if host_credit else {}
     if ack_share is not None:
         enable_kwargs["ack_share"] = ack_share
+    if credit_return != "ack":
+        enable_kwargs["credit_return"] = credit_return
     found = SEARCHES[search](space, seed=seed)
     defaults = None
     if from_defaults:
@@ -352,6 +357,7 @@ def tune_cluster(
             "algorithm": algorithm,
             "host_credit": host_credit,
             "ack_share": ack_share,
+            "credit_return": credit_return,
             "search": search,
             "trials": trials,
             "settle": settle,
