@@ -142,7 +142,18 @@ def _catch(fn):
         return e
 
 
-def test_killing_a_worker_leaves_the_others_training():
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {},
+        # one window for the PS's channels, which the dead worker's tensors must not keep: returned
+        # by acknowledgements (the step's end gives back what it held) or when sent
+        {"partition": 20_000, "credit": 40_000, "host_credit": True},
+        {"partition": 20_000, "credit": 40_000, "host_credit": True, "credit_return": "sent"},
+    ],
+    ids=["order", "window-acked", "window-sent"],
+)
+def test_killing_a_worker_leaves_the_others_training(knobs):
     import tensorflow as tf
 
     import tfsched
@@ -154,7 +165,7 @@ def test_killing_a_worker_leaves_the_others_training():
 
         def loop(w):
             built = build_graph("seq32", worker_task=w)
-            cfg = tfsched.enable(timeout_ms=3000)
+            cfg = tfsched.enable(timeout_ms=3000, **knobs)
             try:
                 with tf.compat.v1.Session(c.target("worker", w), graph=built.graph, config=cfg) as sess:
                     if w == 0:
