@@ -124,9 +124,8 @@ class ModeResult:
     # simulator does not charge it yet, see predict.machine_slots_from_cpu)
     comm_cpu_s_per_message: float = 0.0
     measured: dict = field(default_factory=dict)  # E, bounds, the simulator's prediction (predict.py)
-    knobs: dict = field(
-        default_factory=dict
-    )  # partition, credit (parameters), host_credit, ack_share, credit_return
+    # partition, credit (parameters), host_credit, ack_share, credit_return
+    knobs: dict = field(default_factory=dict)
 
     @property
     def throughput(self) -> float:

@@ -9,9 +9,8 @@ the stdout lines that start with ``PREFIX``, each one JSON object: ``{"ready": t
 it exits without running the steps.
 
 It ends with ``os._exit`` once its last message is flushed, not through the interpreter's
-finalization: a TensorFlow process that is torn down while another task of the probe is being
-stopped (a peer died) could abort there and write a core, and nothing it has to say is left
-after the message.
+finalization, where a probe process was once seen to abort (and write a core) when a peer died:
+after its last message it has nothing left to do.
 """
 
 from __future__ import annotations
