@@ -65,6 +65,7 @@ ROWS = {
     "vgg16-inference-sent": "--model vgg16 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 397 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent",
     "vgg16-train-sent": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 103 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent",
     "inception_v3-inference-sent": "--model inception_v3 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 299 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent,tao+pc+a32,tao+pc+a32+sent",
+    "resnet50-inference-sent": "--model resnet50 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 680 --modes baseline,tao+pc,tao+pc+sent,tao+pc+a32,tao+pc+a32+sent",
     "inception_v3-train-sent": "--model inception_v3 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 73 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent,tao+pc+a32,tao+pc+a32+sent",
 }
 
