@@ -130,10 +130,23 @@ def stop_processes(procs) -> None:
 
 class TaskHandles:
     """What both cluster kinds offer once their tasks run (``spec``, ``procs`` and ``log_dir``
-    set)."""
+    set; ``vanilla`` and ``start_timeout_s`` are their settings)."""
 
     # This process's address on the cluster's network (where a driver-side service listens).
     driver_host = "127.0.0.1"
+
+    def start_all(self, prefix=lambda job, index: []) -> None:
+        """Start every task of ``spec`` (its stderr in a fresh ``log_dir``) and wait until each
+        serves."""
+        self.log_dir = tempfile.mkdtemp(prefix="tfsched-tasks-")
+        self.procs = start_tasks(self.spec, vanilla=self.vanilla, log_dir=self.log_dir, prefix=prefix)
+        wait_ready(self.procs, self.start_timeout_s, self.log_dir)
+
+    def stop_all(self) -> None:
+        """Stop every task and remove their logs."""
+        stop_processes(self.procs.values())
+        if self.log_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def dead_tasks(self) -> list[str]:
         """Every task that exited, each as "/job:ps/task:0 killed by SIGABRT: <its last log
@@ -175,19 +188,15 @@ class LocalCluster(TaskHandles):
             "ps": [f"127.0.0.1:{free_port()}" for _ in range(self.ps)],
             "worker": [f"127.0.0.1:{free_port()}" for _ in range(self.workers)],
         }
-        self.log_dir = tempfile.mkdtemp(prefix="tfsched-tasks-")
         try:
-            self.procs = start_tasks(self.spec, vanilla=self.vanilla, log_dir=self.log_dir)
-            wait_ready(self.procs, self.start_timeout_s, self.log_dir)
+            self.start_all()
         except BaseException:
             self.close()
             raise
         return self
 
     def close(self) -> None:
-        stop_processes(self.procs.values())
-        if self.log_dir:
-            shutil.rmtree(self.log_dir, ignore_errors=True)
+        self.stop_all()
 
     def __exit__(self, *exc) -> None:
         self.close()

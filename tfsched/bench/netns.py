@@ -16,11 +16,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass, field
 
-from tfsched.bench.local import TaskHandles, stop_processes
+from tfsched.bench.local import TaskHandles
 from tfsched.errors import TfschedError
 
 PREFIX = "tfs"  # every namespace, veth and bridge this module makes starts with it
@@ -140,21 +139,10 @@ class EmulatedCluster(TaskHandles):
         }
 
     def _start(self) -> None:
-        from tfsched.bench.local import start_tasks, wait_ready
-
-        self.log_dir = tempfile.mkdtemp(prefix="tfsched-tasks-")
-        self.procs = start_tasks(
-            self.spec,
-            vanilla=self.vanilla,
-            log_dir=self.log_dir,
-            prefix=lambda job, i: ["ip", "netns", "exec", self.hosts[(job, i)][0]],
-        )
-        wait_ready(self.procs, self.start_timeout_s, self.log_dir)
+        self.start_all(prefix=lambda job, i: ["ip", "netns", "exec", self.hosts[(job, i)][0]])
 
     def close(self) -> None:
-        stop_processes(self.procs.values())
-        if self.log_dir:
-            shutil.rmtree(self.log_dir, ignore_errors=True)
+        self.stop_all()
         for ns, _ in self.hosts.values():
             _ip("ip", "netns", "del", ns, check=False)  # takes its veth (and the peer) with it
         if self._tag:
