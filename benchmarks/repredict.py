@@ -34,12 +34,19 @@ def repredict(run_dir: str) -> tuple[dict, list[dict]]:
     with open(os.path.join(run_dir, "bench.json")) as f:
         doc = json.load(f)
     config = doc["config"]
+    # the timing-aware orders' trace (``--traces`` keeps it): without it TAO is ordered from the
+    # cost model, not as the run ordered it
+    order_path = os.path.join(run_dir, "order.alone.trace.json")
+    order_trace = Trace.load(order_path) if os.path.exists(order_path) else None
     results = {}
     for m in doc["modes"]:
         r = ModeResult(mode=m["mode"], iterations=m["iterations"], steps=m["steps"])
+        if m.get("ordered_from"):
+            r.order_trace = order_trace
         if m["mode"] == "baseline":
             r.cpu_s, r.cpu_total_s = m["cpu_s_per_step"] * len(m["iterations"]), 1.0  # cpu_per_step as run
             r.comm_cpu_s_per_byte = m["comm_cpu_s_per_byte"]
+            r.comm_cpu_s_per_message = m.get("comm_cpu_s_per_message", 0.0)
             r.trace = Trace.load(os.path.join(run_dir, "baseline.trace.json"))
             r.solo_trace = Trace.load(os.path.join(run_dir, "baseline.alone.trace.json"))
         results[m["mode"]] = r

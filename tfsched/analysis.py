@@ -14,7 +14,7 @@ from tfsched.oracle.oracle import DEFAULT_BANDWIDTH_BPS, DEFAULT_OVERHEAD_S, Lin
 from tfsched.ordering import order
 from tfsched.ordering.schedule import Schedule
 from tfsched.sim import POLICY_OF_MODE, build_sim_graph, mean_step_time, step_bounds
-from tfsched.sim.engine import DEFAULT_ACK_SHARE
+from tfsched.sim.engine import CREDIT_RETURNS, DEFAULT_ACK_SHARE
 
 
 @dataclass
@@ -33,6 +33,7 @@ class Prediction:
     credit: int = 0
     host_credit: bool = False  # the credit is one window per sending task
     ack_share: int = DEFAULT_ACK_SHARE  # the credit acknowledges transfers of at least credit/ack_share
+    credit_return: str = "ack"  # "sent": the credit comes back when the sender has sent a transfer
     priority_only_s: float | None = None
 
     def to_json(self) -> dict:
@@ -50,6 +51,7 @@ class Prediction:
                 credit=self.credit,
                 host_credit=self.host_credit,
                 ack_share=self.ack_share,
+                credit_return=self.credit_return,
                 priority_only_s=self.priority_only_s,
             )
         return out
@@ -90,6 +92,7 @@ def predict(
     credit: int = 0,
     host_credit: bool = False,
     ack_share: int = DEFAULT_ACK_SHARE,
+    credit_return: str = "ack",
 ) -> Prediction:
     """Simulate one step under FIFO and under ``schedule``, with TicTac's bounds.
 
@@ -102,12 +105,18 @@ def predict(
     then the same order without them is simulated too (``priority_only_s``). ``host_credit``:
     the credit is one window per sending task, as ``tfsched.enable(..., host_credit=True)``
     enforces it. ``ack_share``: the credit acknowledges transfers of at least credit/ack_share
-    parameters (``enable(..., ack_share=N)``).
+    parameters (``enable(..., ack_share=N)``). ``credit_return``: when the credit comes back
+    (``enable(..., credit_return=...)``); each task has a machine of its own here, so an
+    acknowledgement costs its time on the wire, not the cores'.
     """
     if host_credit and not credit:
         raise TfschedError("host_credit needs a credit (the window it makes one per sending task)")
     if ack_share != DEFAULT_ACK_SHARE and not credit:
         raise TfschedError("ack_share needs a credit (the window that acknowledges)")
+    if credit_return not in CREDIT_RETURNS:
+        raise TfschedError(f"credit_return must be one of {', '.join(CREDIT_RETURNS)}, got {credit_return!r}")
+    if credit_return != "ack" and not credit:
+        raise TfschedError("credit_return needs a credit (the window whose credit comes back)")
     sg = build_sim_graph(graph, oracle, schedule, workers=workers)
     policy = POLICY_OF_MODE[schedule.mode]
 
@@ -127,6 +136,7 @@ def predict(
             min_acked_bytes=MIN_ACKED_BYTES,
             host_credit=host_credit,
             ack_share=ack_share,
+            credit_return=credit_return,
         )
     baseline = mean_step_time(sg, "random")
     b = step_bounds(sg)
@@ -142,6 +152,7 @@ def predict(
         credit=credit,
         host_credit=host_credit,
         ack_share=ack_share,
+        credit_return=credit_return,
         priority_only_s=priority_only,
     )
 
@@ -163,6 +174,7 @@ def analyze(
     credit: int = 0,
     host_credit: bool = False,
     ack_share: int = DEFAULT_ACK_SHARE,
+    credit_return: str = "ack",
 ) -> Analysis:
     """Analyze a saved graph: transfers, their order under ``algorithm``, and the predicted gain.
 
@@ -192,6 +204,7 @@ def analyze(
         credit=credit,
         host_credit=host_credit,
         ack_share=ack_share,
+        credit_return=credit_return,
     )
 
 
@@ -206,6 +219,7 @@ def analyze_graph(
     credit: int = 0,
     host_credit: bool = False,
     ack_share: int = DEFAULT_ACK_SHARE,
+    credit_return: str = "ack",
 ) -> Analysis:
     """Order and predict for a graph already loaded, e.g. to compare algorithms on one graph."""
     schedule = order(graph, algorithm, oracle)
@@ -222,6 +236,7 @@ def analyze_graph(
             credit=credit,
             host_credit=host_credit,
             ack_share=ack_share,
+            credit_return=credit_return,
         ),
         workers=workers or len(graph.worker_tasks),
         trace_match=trace_match,

@@ -94,6 +94,15 @@ _ack_share_option = click.option(
     help="The credit acknowledges transfers of at least credit/N parameters, the smaller ones "
     "race for the wire (tfsched.enable(..., ack_share=N); default 8).",
 )
+# when a credit window's credit comes back (analyze: needs --credit; tune: its trials')
+_credit_return_option = click.option(
+    "--credit-return",
+    type=click.Choice(["ack", "sent"]),
+    default="ack",
+    show_default=True,
+    help="How the credit comes back: the receiver's acknowledgement, or once the sender has sent "
+    "the tensor, with no acknowledgement (tfsched.enable(..., credit_return='sent')).",
+)
 
 
 @main.command()
@@ -179,6 +188,7 @@ _ack_share_option = click.option(
     "tfsched.enable(..., host_credit=True)).",
 )
 @_ack_share_option
+@_credit_return_option
 def analyze(
     graph,
     fetches,
@@ -197,6 +207,7 @@ def analyze(
     credit,
     host_credit,
     ack_share,
+    credit_return,
 ):
     """Find the transfers of a saved PS graph, order them, and predict the step time.
 
@@ -214,6 +225,8 @@ def analyze(
         raise click.UsageError("--host-credit needs --credit N (the window it makes one per sending task)")
     if ack_share is not None and not credit:
         raise click.UsageError("--ack-share needs --credit N (the window that acknowledges)")
+    if credit_return != "ack" and not credit:
+        raise click.UsageError("--credit-return needs --credit N (the window whose credit comes back)")
     result = run_analysis(
         graph,
         fetches=list(fetches) or None,
@@ -229,6 +242,7 @@ def analyze(
         credit=credit,
         host_credit=host_credit,
         **({} if ack_share is None else {"ack_share": ack_share}),
+        credit_return=credit_return,
     )
     if output:
         result.schedule.save(output)
@@ -628,14 +642,7 @@ def bench(
     help="Tune the credit as one window per sending task (tfsched.enable(..., host_credit=True)).",
 )
 @_ack_share_option
-@click.option(
-    "--credit-return",
-    type=click.Choice(["ack", "sent"]),
-    default="ack",
-    show_default=True,
-    help="How the credit comes back: the receiver's acknowledgement, or once the sender has sent "
-    "the tensor, with no acknowledgement (tfsched.enable(..., credit_return='sent')).",
-)
+@_credit_return_option
 @click.option(
     "--confirm",
     type=click.IntRange(min=0),

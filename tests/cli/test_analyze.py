@@ -101,6 +101,21 @@ class TestAnalyze:
         assert text.returncode == 0 and "ack from credit/100" in text.stdout
         assert_one_line_error(run(*base, "--ack-share", "4"), "--ack-share needs --credit")
 
+    def test_credit_returned_when_sent(self, seq_graph_file):
+        base = ["analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2"]
+        preds = {}
+        for how in ("ack", "sent"):
+            p = run(*base, "--credit", "100000", "--credit-return", how, "--json")
+            assert p.returncode == 0, p.stderr
+            preds[how] = json.loads(p.stdout)["prediction"]
+            assert preds[how]["credit_return"] == how
+        # no acknowledgement's overhead between a window's transfers
+        assert preds["sent"]["scheduled_s"] < preds["ack"]["scheduled_s"]
+        assert preds["sent"]["baseline_s"] == preds["ack"]["baseline_s"]
+        text = run(*base, "--credit", "100000", "--credit-return", "sent")
+        assert text.returncode == 0 and "credit returned when sent" in text.stdout
+        assert_one_line_error(run(*base, "--credit-return", "sent"), "--credit-return needs --credit")
+
     def test_help_has_examples(self):
         for cmd in ("analyze", "demo"):
             p = run(cmd, "--help")

@@ -173,6 +173,44 @@ class TestSimulate:
             with pytest.raises(TfschedError, match="ack_share"):
                 simulate(sg, "counter", credit_bytes=6000, ack_share=bad)
 
+    def test_the_credit_returned_when_sent_needs_no_acknowledgement(self):
+        g = chain_graph(3, [1000] * 3)  # 4000-byte pulls; one at a time under a 4000-byte credit
+        o = oracle_with({}, bandwidth_bps=8e6, overhead_s=0.001)
+        sg = build_sim_graph(g, o, order(g, "tio"))
+        for latency in (0.0, 0.01):
+            free = simulate(sg, "counter", latency_s=latency).step_time
+            acked = simulate(sg, "counter", credit_bytes=4000, latency_s=latency).step_time
+            sent = simulate(sg, "counter", credit_bytes=4000, latency_s=latency, credit_return="sent")
+            # an acknowledgement is one more overhead and a round trip; a send's end is at the sender
+            assert acked == pytest.approx(free + 2 * (0.001 + 2 * latency))
+            assert sent.step_time == pytest.approx(free)
+        with pytest.raises(TfschedError, match="credit_return must be one of ack, sent"):
+            simulate(sg, "counter", credit_bytes=4000, credit_return="received")
+        with pytest.raises(TfschedError, match="ack_slot_s"):
+            simulate(sg, "counter", credit_bytes=4000, ack_slot_s=-0.1)
+
+    def test_acknowledgements_take_the_shared_machines_cpu(self):
+        # Three 4000-byte pulls one at a time (5 ms each with the overhead), the last op 1 s.
+        g = chain_graph(3, [1000] * 3)
+        o = oracle_with({"f0": 0.0, "f1": 0.0, "f2": 1.0}, bandwidth_bps=8e6, overhead_s=0.001)
+
+        def step(slots, **kw):
+            o.machine_slots = slots
+            sg = build_sim_graph(g, o, order(g, "tio"))
+            return simulate(sg, "counter", credit_bytes=4000, **kw).step_time
+
+        plain = step(1.0)
+        assert plain == pytest.approx(0.015 + 2 * 0.001 + 1.0)
+        # One slot: the first two acknowledgements hold the next pull 0.1 s each; the last one
+        # shares the slot with f2, which ends 0.1 s later: 0.3 s in all, the acknowledgements' work.
+        assert step(1.0, ack_slot_s=0.1) == pytest.approx(plain + 0.3)
+        # Two slots: the last one runs beside f2 on the spare slot
+        assert step(2.0, ack_slot_s=0.1) == pytest.approx(plain + 0.2)
+        # Returned when sent, there is no acknowledgement to pay for; on hosts of their own the
+        # tasks' cores are not the ops'
+        assert step(1.0, ack_slot_s=0.1, credit_return="sent") == pytest.approx(0.015 + 1.0)
+        assert step(None, ack_slot_s=0.1) == pytest.approx(plain)
+
     def test_several_steps_run_back_to_back(self):
         g = chain_graph(1, [250_000])
         o = oracle_with({"f0": 0.5}, bandwidth_bps=8e6)

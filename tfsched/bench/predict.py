@@ -108,6 +108,7 @@ def annotate(
     # folded by Grappler, and its work is in the op that replaced it (VGG16: each Conv2D's
     # time is in the fused op named after its Relu; a cost-model time for it counted it twice).
     oracle = TimeOracle.from_trace(traced, "min")
+    ack_slot_s = 0.0
     if base.solo_trace is not None:
         cores = os.cpu_count() or 1
         from_cpu = machine_slots_from_cpu(
@@ -120,6 +121,9 @@ def annotate(
         oracle.machine_slots = from_cpu or machine_slots(base.solo_trace, base.trace, workers)
         # a slot is the cores one lone worker's ops kept busy: the machine's cores / its slots
         oracle.comm_slot_s_per_byte = base.comm_cpu_s_per_byte * oracle.machine_slots / cores
+        # an acknowledgement is one more message with almost no bytes (TfschedAck, its RPC,
+        # TfschedCredit): the CPU the bench measured a message to cost, on the same machine
+        ack_slot_s = base.comm_cpu_s_per_message * oracle.machine_slots / cores
     if bandwidth_bps:
         # The hosts' links are shaped to a known rate. A trace of one worker sees only its share
         # of the PS's link (the other workers pull at the same time); the simulator shares the
@@ -159,6 +163,8 @@ def annotate(
                 min_acked_bytes=MIN_ACKED_BYTES,
                 host_credit=spec.host_credit,
                 ack_share=spec.effective_ack_share,
+                credit_return=spec.credit_return,
+                ack_slot_s=ack_slot_s,
             )
         # The simulator's step is the slowest worker's; so is a synchronous iteration. The mean
         # over every worker's steps was the measure until the seventh session: it put the

@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 
 from tfsched.errors import TfschedError
-from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_ack_share  # the pass's default: scheduler.h
+
+# the pass's defaults (scheduler.h) and how the credit comes back (the pass's credit_return): the
+# receiver's acknowledgement, or the sender's transport done with the tensor
+from tfsched.sim.engine import CREDIT_RETURNS, DEFAULT_ACK_SHARE, check_ack_share
 
 OPTIMIZER_NAME = "TfschedScheduler"
 DEFAULT_TIMEOUT_MS = 60_000
@@ -26,9 +29,6 @@ DEFAULT_PARTITION = 1_000_000
 DEFAULT_CREDIT = 4_000_000
 # The link those defaults are kept for: on a faster one, link_sizes scales them.
 REFERENCE_BANDWIDTH_BPS = 1e9
-# How the credit comes back (the pass's credit_return): the receiver's acknowledgement, or the
-# sender's transport done with the tensor.
-CREDIT_RETURNS = ("ack", "sent")
 ENV_PARTITION = "TFSCHED_PARTITION"
 ENV_CREDIT = "TFSCHED_CREDIT"
 

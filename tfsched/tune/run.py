@@ -55,11 +55,13 @@ def prescreen(
     keep: int,
     host_credit: bool = False,
     ack_share: int | None = None,
+    credit_return: str = "ack",
 ) -> list[tuple[Setting, float]]:
     """Simulate a grid of settings; the ``keep`` best (setting, predicted step time) first.
 
     ``host_credit``: the credit is one window per sending task (``enable(host_credit=True)``);
-    ``ack_share``: it acknowledges transfers of at least credit/ack_share (None: the default).
+    ``ack_share``: it acknowledges transfers of at least credit/ack_share (None: the default);
+    ``credit_return``: when the credit comes back (``enable(credit_return=...)``).
     """
     from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
     from tfsched.sim import POLICY_OF_MODE, build_sim_graph, simulate
@@ -87,6 +89,7 @@ def prescreen(
                 min_acked_bytes=MIN_ACKED_BYTES,
                 host_credit=host_credit,
                 **({} if ack_share is None else {"ack_share": ack_share}),
+                credit_return=credit_return,
             ).step_time
             out.append((s, t))
     out.sort(key=lambda st: st[1])
@@ -234,6 +237,7 @@ def tune_cluster(
                     keep=prescreen_keep,
                     host_credit=host_credit,
                     ack_share=ack_share,
+                    credit_return=credit_return,
                 )
                 for s, _ in pre:
                     found.probe(s)
