@@ -52,14 +52,19 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   takes the oldest step's (then the first worker's) highest-priority message first. Its channel's
   counter moves on only once the window took it;
 * with ``credit_return="sent"`` (the pass's ``credit_return``, cc/gate_ops.cc SentBuffer): a
-  message's credit comes back when its last byte leaves the sender, with no acknowledgement;
+  message's credit comes back when its last byte leaves the sender, with no acknowledgement
+  (the pass returns it a little earlier, once gRPC has written the bytes to the kernel: the
+  socket buffer and the link's queue are not modelled);
   with ``"ack"`` (the default, ByteScheduler's) it comes back as above, and on one shared
   machine (``machine_slots``) each acknowledgement also takes ``ack_slot_s`` of the machine's
   work (in lone-worker op seconds) before its credit returns: the receiver's ``TfschedAck``, the
   RPC and the sender's ``TfschedCredit``, which run on the cores the ops use. Until the
   twenty-first session the simulator charged no CPU for them and returned the credit the same
-  way in both cases, so it predicted ``+sent`` modes exactly as their acknowledged twins
-  (ResNet-50 training at 10 Gbit/s: 0.574 s for both, measured 0.604 s and 0.584 s).
+  way in both cases, so it predicted ``+sent`` modes exactly as their acknowledged twins.
+  ResNet-50 training at 10 Gbit/s (1 PS x 2 workers, ByteScheduler's sizes, a traced run
+  re-predicted, benchmarks/results/resnet50-train-10g-sent-traced-repredicted.md): measured
+  0.641 s with acknowledgements and 0.609 s without; predicted 0.606 s for both before (-6% and
+  -0%), 0.648 s and 0.606 s now (+1% and -0%).
 """
 
 from __future__ import annotations
@@ -317,6 +322,13 @@ def simulate(
         if new:
             reschedule(res, new)
 
+    def sent(i: int) -> None:
+        """Message ``i``'s last byte left the sender: it arrives one latency later, and a credit
+        returned when sent comes back now."""
+        push_event(now + latency_s, "arrive", i)
+        if acked[i] and credit_return == "sent":
+            push_event(now, "ack", i)
+
     def acknowledge(i: int) -> None:
         """Message ``i`` arrived: its acknowledgement's CPU runs (if charged), then the credit
         comes back one per-message overhead (plus latency) later."""
@@ -456,9 +468,7 @@ def simulate(
             ch = sg.resource[i]
             del in_service[ch]
             serve(ch)
-            push_event(now + latency_s, "arrive", i)
-            if acked[i] and credit_return == "sent":  # the last byte left the sender
-                push_event(now, "ack", i)
+            sent(i)
         while events and events[0][0] <= now:
             _, _, kind, i, ver = heapq.heappop(events)
             if kind == "op":
@@ -482,9 +492,7 @@ def simulate(
                 else:
                     del in_service[sg.resource[i]]
                     serve(sg.resource[i])
-                    push_event(now + latency_s, "arrive", i)
-                    if acked[i] and credit_return == "sent":
-                        push_event(now, "ack", i)
+                    sent(i)
             elif kind == "delay":
                 done(i)
             elif kind == "arrive":
