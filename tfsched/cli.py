@@ -94,10 +94,12 @@ _ack_share_option = click.option(
     help="The credit acknowledges transfers of at least credit/N parameters, the smaller ones "
     "race for the wire (tfsched.enable(..., ack_share=N); default 8).",
 )
-# when a credit window's credit comes back (analyze: needs --credit; tune: its trials')
+# When a credit window's credit comes back (analyze: needs --credit; tune: its trials'); the
+# choices are sim.engine.CREDIT_RETURNS, listed here so that --help needs no import of it.
+CREDIT_RETURN_CHOICES = ("ack", "sent")
 _credit_return_option = click.option(
     "--credit-return",
-    type=click.Choice(["ack", "sent"]),
+    type=click.Choice(CREDIT_RETURN_CHOICES),
     default="ack",
     show_default=True,
     help="How the credit comes back: the receiver's acknowledgement, or once the sender has sent "

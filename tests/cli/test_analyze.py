@@ -115,6 +115,10 @@ class TestAnalyze:
         text = run(*base, "--credit", "100000", "--credit-return", "sent")
         assert text.returncode == 0 and "credit returned when sent" in text.stdout
         assert_one_line_error(run(*base, "--credit-return", "sent"), "--credit-return needs --credit")
+        from tfsched.cli import CREDIT_RETURN_CHOICES
+        from tfsched.sim.engine import CREDIT_RETURNS
+
+        assert CREDIT_RETURN_CHOICES == CREDIT_RETURNS
 
     def test_help_has_examples(self):
         for cmd in ("analyze", "demo"):

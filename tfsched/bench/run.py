@@ -120,8 +120,9 @@ class ModeResult:
     # a timing-aware mode: the trace of worker 0 alone its order was made from (mode_configs)
     order_trace: object | None = None
     comm_cpu_s_per_byte: float = 0.0  # baseline: the machine's CPU per byte moved (0: not measured)
-    # baseline: ... per tensor sent, bytes aside, its share of the step included (reported; the
-    # simulator does not charge it yet, see predict.machine_slots_from_cpu)
+    # baseline: ... per tensor sent, bytes aside, its share of the step included (the simulator
+    # charges it to each acknowledgement, predict.annotate; a transfer's own stays in the ops'
+    # share, see predict.machine_slots_from_cpu)
     comm_cpu_s_per_message: float = 0.0
     measured: dict = field(default_factory=dict)  # E, bounds, the simulator's prediction (predict.py)
     # partition, credit (parameters), host_credit, ack_share, credit_return
