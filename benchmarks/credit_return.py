@@ -9,17 +9,25 @@ goes once the previous one has reached the worker; with returns on sending, once
 the previous one to the kernel, whose socket buffer and the link's queue then hold several.
 
     python benchmarks/credit_return.py   # writes benchmarks/results/credit_return.{json,md}
+    python benchmarks/credit_return.py --queue 5ms   # ... credit_return-queue5ms.{json,md}
+
+``--queue``: the most of the link's time each shaper queues (the bench's ``--queue``; 400 ms
+by default, far more than a switch port). A shallow queue drops what overflows it, and TCP then
+keeps the rest in the sender's socket buffer, which returns on sending do not count either.
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import os
 import statistics
 
 from tfsched.bench import netns
+from tfsched.errors import TfschedError
 from tfsched.io import write_atomic
+from tfsched.units import parse_duration
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
@@ -60,8 +68,19 @@ def release_times(target, credit_return: str, steps: int) -> list[list[int]]:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--queue", default="400ms", help="the most of the link's time each shaper queues")
+    args = ap.parse_args()
+    try:
+        queue_s = parse_duration(args.queue)
+    except TfschedError as e:
+        raise SystemExit(f"Error: --queue: {e}") from None
+    if queue_s <= 0:
+        raise SystemExit("Error: --queue must be a positive time")
+    default = queue_s == netns.DEFAULT_QUEUE_S
+    name = "credit_return" if default else f"credit_return-queue{queue_s * 1e3:g}ms"
     steps: dict[str, list[list[int]]] = {"ack": [], "sent": []}
-    with netns.EmulatedCluster(ps=1, workers=1, bandwidth_bps=BANDWIDTH_BPS) as cluster:
+    with netns.EmulatedCluster(ps=1, workers=1, bandwidth_bps=BANDWIDTH_BPS, queue_s=queue_s) as cluster:
         for _ in range(ROUNDS):
             for way in steps:
                 steps[way] += release_times(cluster.target("worker", 0), way, STEPS)
@@ -76,6 +95,7 @@ def main() -> None:
         }
     doc = {
         "bandwidth_bps": BANDWIDTH_BPS,
+        "queue_s": queue_s,
         "partition": PARTITION,
         "credit": CREDIT,
         "steps": {k: len(v) for k, v in steps.items()},
@@ -83,7 +103,8 @@ def main() -> None:
     }
     slice_ms = 16_384 * 4 * 8 / BANDWIDTH_BPS * 1e3
     lines = [
-        f"seq32 inference, 1 PS x 1 worker, {BANDWIDTH_BPS / 1e6:g} Mbit/s, partition {PARTITION:,}, "
+        f"seq32 inference, 1 PS x 1 worker, {BANDWIDTH_BPS / 1e6:g} Mbit/s (links queueing at most "
+        f"{queue_s * 1e3:g} ms), partition {PARTITION:,}, "
         f"credit {CREDIT:,} parameters (under one slice; a slice is {slice_ms:.1f} ms on the link); "
         f"medians over {len(steps['ack'])} traced steps per way.",
         "",
@@ -95,8 +116,8 @@ def main() -> None:
             f"| {way} | {r['gates']:.0f} | {r['median_gap_ms']:.2f} | {r['gaps_under_1ms']:.0f} | {r['span_s']:.3f} |"
         )
     os.makedirs(RESULTS, exist_ok=True)
-    write_atomic(os.path.join(RESULTS, "credit_return.json"), lambda f: json.dump(doc, f, indent=1))
-    write_atomic(os.path.join(RESULTS, "credit_return.md"), lambda f: f.write("\n".join(lines) + "\n"))
+    write_atomic(os.path.join(RESULTS, f"{name}.json"), lambda f: json.dump(doc, f, indent=1))
+    write_atomic(os.path.join(RESULTS, f"{name}.md"), lambda f: f.write("\n".join(lines) + "\n"))
     print("\n".join(lines))
 
 

@@ -447,6 +447,14 @@ def viz(trace_path, output, schedule, graph_path, fetches, compare, step):
     "--latency", default="0s", show_default=True, callback=_duration, help="One-way added latency per link."
 )
 @click.option(
+    "--queue",
+    default="400ms",
+    show_default=True,
+    callback=_duration,
+    help="The most of the link's time each link's shaper queues before it drops (a NIC's or "
+    "switch port's buffer).",
+)
+@click.option(
     "--modes",
     default="baseline,tio,tao",
     show_default=True,
@@ -497,6 +505,7 @@ def bench(
     ps,
     bandwidth,
     latency,
+    queue,
     modes,
     steps,
     rounds,
@@ -517,9 +526,12 @@ def bench(
     """
     from rich.console import Console
 
+    from tfsched.bench.netns import DEFAULT_QUEUE_S
     from tfsched.bench.results import markdown, summarize, write
     from tfsched.bench.run import cluster_side_by_side
 
+    if queue <= 0:
+        raise click.BadParameter("must be a positive time", param_hint="--queue")
     console = Console(stderr=True)
     balance = None
     if batch_size == "auto":
@@ -555,6 +567,7 @@ def bench(
             batch_size=batch_size,
             bandwidth_bps=None if loopback else bandwidth,
             latency_s=latency,
+            queue_s=queue,
             mode=run_mode,
             progress=lambda s: status.update(s),
         )
@@ -568,6 +581,7 @@ def bench(
         "rounds": rounds,
         "bandwidth": "loopback" if loopback else f"{bandwidth / 1e9:g} Gbit/s",
         "latency": f"{latency * 1e3:g} ms" if latency else None,
+        "queue": None if loopback or queue == DEFAULT_QUEUE_S else f"{queue * 1e3:g} ms",
         "batch_balance": balance.to_json() if balance else None,
     }
     summary = summarize(results, config)

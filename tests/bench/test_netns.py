@@ -95,6 +95,23 @@ def test_shaped_link_measures_its_bandwidth(rate):
     assert abs(measured - rate) / rate < 0.10, f"measured {measured / 1e6:.1f} Mbit/s for {rate / 1e6:.0f}"
 
 
+@pytest.mark.parametrize("queue_s, shown", [(None, "lat 400ms"), (0.01, "lat 10ms")])
+def test_each_links_shaper_queues_what_was_asked(queue_s, shown):
+    kw = {} if queue_s is None else {"queue_s": queue_s}
+    with netns.EmulatedCluster(ps=1, workers=1, bandwidth_bps=100e6, start_tasks=False, **kw) as c:
+        ns, _ = c.hosts[("worker", 0)]
+        uplink = subprocess.run(
+            ["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", "eth0"], capture_output=True, text=True
+        ).stdout
+        qdiscs = subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True).stdout
+        downlinks = [line for line in qdiscs.splitlines() if f"{netns.PREFIX}{c._tag}h" in line]
+    assert "qdisc tbf" in uplink and shown in uplink
+    assert len(downlinks) == 2 and all("qdisc tbf" in line and shown in line for line in downlinks)
+    with pytest.raises(netns.TfschedError, match="queue must be a positive time"):
+        with netns.EmulatedCluster(ps=1, workers=1, bandwidth_bps=100e6, start_tasks=False, queue_s=0):
+            pass
+
+
 def _cli(*args: str, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "tfsched.cli", *args], capture_output=True, text=True, timeout=timeout
@@ -122,6 +139,8 @@ def test_bench_command_writes_every_field(tmp_path):
         "baseline,tio,tio+p20000+c40000,tao",
         "--batch-size",
         "4",
+        "--queue",
+        "50ms",
         "--traces",
         str(tmp_path / "traces"),
         "-o",
@@ -131,6 +150,10 @@ def test_bench_command_writes_every_field(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     data = json.loads(out.read_text())
     assert data["config"]["bandwidth"] == "0.2 Gbit/s" and data["config"]["workers"] == 2
+    assert (
+        data["config"]["queue"] == "50 ms"
+        and "links queueing at most 50 ms" in out.with_suffix(".md").read_text()
+    )
     assert [r["mode"] for r in data["modes"]] == ["baseline", "tio", "tio+p20000+c40000", "tao"]
     for r in data["modes"]:
         for key in (

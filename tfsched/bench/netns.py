@@ -58,10 +58,19 @@ def cleanup_stale() -> int:
     return removed
 
 
-def shape(dev: str, rate_bps: float, latency_s: float, ns: str | None = None) -> None:
-    """tbf at ``rate_bps`` (burst above the MTU: TF-NOTES), behind netem when there is latency."""
+# How long a packet may wait in a link's shaper before it is dropped (tbf's ``latency``): its queue
+# holds that much of the link's time. The bench's links have always had 400 ms, far more than a
+# switch port's buffer; ``queue_s`` sets another.
+DEFAULT_QUEUE_S = 0.4
+
+
+def shape(
+    dev: str, rate_bps: float, latency_s: float, ns: str | None = None, queue_s: float = DEFAULT_QUEUE_S
+) -> None:
+    """tbf at ``rate_bps`` (burst above the MTU: TF-NOTES) queueing at most ``queue_s`` of the
+    link's time, behind netem when there is latency."""
     burst = max(int(rate_bps / 8 / 250), 32 * 1024)  # 4 ms worth, never below two jumbo frames
-    tbf = ["tbf", "rate", f"{int(rate_bps)}bit", "burst", str(burst), "latency", "400ms"]
+    tbf = ["tbf", "rate", f"{int(rate_bps)}bit", "burst", str(burst), "latency", f"{queue_s * 1e3:.3f}ms"]
     if latency_s > 0:
         delay = f"{latency_s * 1e3:.3f}ms"
         _ip("tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "netem", "delay", delay, ns=ns)
@@ -78,6 +87,7 @@ class EmulatedCluster(TaskHandles):
     workers: int = 2
     bandwidth_bps: float = 1e9
     latency_s: float = 0.0
+    queue_s: float = DEFAULT_QUEUE_S  # the most of the link's time each shaper queues
     vanilla: bool = False
     start_tasks: bool = True  # False: only the hosts and links (for link measurements)
     start_timeout_s: float = 180.0
@@ -94,6 +104,8 @@ class EmulatedCluster(TaskHandles):
             raise TfschedError(f"cannot emulate hosts: {why}; use the loopback cluster instead (--loopback)")
         if self.bandwidth_bps <= 0 or self.latency_s < 0:
             raise TfschedError("bandwidth must be positive and latency not negative")
+        if not self.queue_s > 0:
+            raise TfschedError(f"the links' queue must be a positive time, got {self.queue_s!r} s")
         self._tag = f"{os.getpid() % 100000:05d}"
         subnet = f"10.213.{os.getpid() % 250}"
         self.driver_host = f"{subnet}.254"  # the bridge's own address
@@ -130,8 +142,8 @@ class EmulatedCluster(TaskHandles):
             _ip("ip", "link", "set", "lo", "up", ns=ns)
             _ip("ip", "link", "set", host, "master", bridge)
             _ip("ip", "link", "set", host, "up")
-            shape("eth0", self.bandwidth_bps, self.latency_s, ns=ns)  # the host's uplink
-            shape(host, self.bandwidth_bps, self.latency_s)  # its downlink
+            shape("eth0", self.bandwidth_bps, self.latency_s, ns=ns, queue_s=self.queue_s)  # uplink
+            shape(host, self.bandwidth_bps, self.latency_s, queue_s=self.queue_s)  # its downlink
             self.hosts[(job, i)] = (ns, addr)
         self.spec = {
             "ps": [f"{self.hosts[('ps', i)][1]}:2222" for i in range(self.ps)],

@@ -94,6 +94,7 @@ def _ratio(r: dict) -> str:
 def markdown(summary: dict) -> str:
     c = summary["config"]
     link = f"{c['bandwidth']}" + (f", {c['latency']} latency" if c.get("latency") else "")
+    link += f", links queueing at most {c['queue']}" if c.get("queue") else ""
     batch = f", batch {c['batch_size']}" if c.get("batch_size") else ""
     lines = [
         f"**{c['model']}** ({c['mode']}{batch}), {c['ps']} PS x {c['workers']} workers, {link}, "

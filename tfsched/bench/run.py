@@ -594,6 +594,7 @@ def cluster_side_by_side(
     image_size: int | None = None,
     bandwidth_bps: float | None = None,
     latency_s: float = 0.0,
+    queue_s: float | None = None,
     mode: str = "train",
     measure: bool = True,
     progress: Callable[[str], None] | None = None,
@@ -602,6 +603,7 @@ def cluster_side_by_side(
 
     With ``measure`` (and a baseline), one step of every mode is traced at the end and each mode
     gets its measured ordering efficiency and the simulator's prediction (``bench.predict``).
+    ``queue_s``: the most of the link's time each emulated link queues (None: ``netns``'s 400 ms).
     """
     from tfsched.bench.local import LocalCluster
     from tfsched.bench.netns import EmulatedCluster
@@ -625,7 +627,13 @@ def cluster_side_by_side(
             where = f"hosts shaped to {bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback"
             progress(f"starting {ps} PS and {workers} worker processes ({where})")
         cluster = (
-            EmulatedCluster(ps=ps, workers=workers, bandwidth_bps=bandwidth_bps, latency_s=latency_s)
+            EmulatedCluster(
+                ps=ps,
+                workers=workers,
+                bandwidth_bps=bandwidth_bps,
+                latency_s=latency_s,
+                **({} if queue_s is None else {"queue_s": queue_s}),
+            )
             if bandwidth_bps
             else LocalCluster(ps=ps, workers=workers)
         )
