@@ -532,6 +532,8 @@ def bench(
 
     if queue <= 0:
         raise click.BadParameter("must be a positive time", param_hint="--queue")
+    if loopback and (latency or queue != DEFAULT_QUEUE_S):
+        raise click.UsageError("--latency and --queue shape the emulated links; --loopback has none")
     console = Console(stderr=True)
     balance = None
     if batch_size == "auto":

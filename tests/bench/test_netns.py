@@ -110,6 +110,13 @@ def test_each_links_shaper_queues_what_was_asked(queue_s, shown):
     with pytest.raises(netns.TfschedError, match="queue must be a positive time"):
         with netns.EmulatedCluster(ps=1, workers=1, bandwidth_bps=100e6, start_tasks=False, queue_s=0):
             pass
+    for bad, why in (
+        (("--queue", "0ms"), "must be a positive time"),
+        (("--queue", "5ms", "--loopback"), "--loopback has none"),
+        (("--latency", "1ms", "--loopback"), "--loopback has none"),
+    ):
+        p = _cli("bench", "--model", "seq32", *bad, timeout=60)
+        assert p.returncode != 0 and why in p.stderr and "Traceback" not in p.stderr
 
 
 def _cli(*args: str, timeout: float) -> subprocess.CompletedProcess:
