@@ -244,14 +244,14 @@ class TfschedGateOp : public AsyncOpKernel {
                          done);
     Channel* channel = w->gates->Get(channel_);
     w->channel = channel;
+    w->size = ctx->input(0).NumElements();
     if (sent_) {  // the output's last reference gives the credit back (SentBuffer)
       const tensorflow::Tensor& input = ctx->input(0);
-      auto* buf = new SentBuffer(input, w->gates, channel, input.NumElements());
+      auto* buf = new SentBuffer(input, w->gates, channel, w->size);
       ctx->set_output(0, tensorflow::Tensor(input.dtype(), input.shape(), buf));
       buf->Unref();  // the output holds it now
     }
     w->priority = priority_;
-    w->size = ctx->input(0).NumElements();
     w->ordered = ordered_;
     w->credit = credit_;
     w->host = host_;

@@ -14,7 +14,7 @@ from tfsched.oracle.oracle import DEFAULT_BANDWIDTH_BPS, DEFAULT_OVERHEAD_S, Lin
 from tfsched.ordering import order
 from tfsched.ordering.schedule import Schedule
 from tfsched.sim import POLICY_OF_MODE, build_sim_graph, mean_step_time, step_bounds
-from tfsched.sim.engine import CREDIT_RETURNS, DEFAULT_ACK_SHARE
+from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_credit_return
 
 
 @dataclass
@@ -113,9 +113,7 @@ def predict(
         raise TfschedError("host_credit needs a credit (the window it makes one per sending task)")
     if ack_share != DEFAULT_ACK_SHARE and not credit:
         raise TfschedError("ack_share needs a credit (the window that acknowledges)")
-    if credit_return not in CREDIT_RETURNS:
-        raise TfschedError(f"credit_return must be one of {', '.join(CREDIT_RETURNS)}, got {credit_return!r}")
-    if credit_return != "ack" and not credit:
+    if check_credit_return(credit_return) != "ack" and not credit:
         raise TfschedError("credit_return needs a credit (the window whose credit comes back)")
     sg = build_sim_graph(graph, oracle, schedule, workers=workers)
     policy = POLICY_OF_MODE[schedule.mode]

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tfsched.bench.netns import DEFAULT_QUEUE_S
 from tfsched.errors import TfschedError
 from tfsched.sim.engine import DEFAULT_ACK_SHARE
 
@@ -594,7 +595,7 @@ def cluster_side_by_side(
     image_size: int | None = None,
     bandwidth_bps: float | None = None,
     latency_s: float = 0.0,
-    queue_s: float | None = None,
+    queue_s: float = DEFAULT_QUEUE_S,
     mode: str = "train",
     measure: bool = True,
     progress: Callable[[str], None] | None = None,
@@ -603,7 +604,7 @@ def cluster_side_by_side(
 
     With ``measure`` (and a baseline), one step of every mode is traced at the end and each mode
     gets its measured ordering efficiency and the simulator's prediction (``bench.predict``).
-    ``queue_s``: the most of the link's time each emulated link queues (None: ``netns``'s 400 ms).
+    ``queue_s``: the most of the link's time each emulated link queues.
     """
     from tfsched.bench.local import LocalCluster
     from tfsched.bench.netns import EmulatedCluster
@@ -628,11 +629,7 @@ def cluster_side_by_side(
             progress(f"starting {ps} PS and {workers} worker processes ({where})")
         cluster = (
             EmulatedCluster(
-                ps=ps,
-                workers=workers,
-                bandwidth_bps=bandwidth_bps,
-                latency_s=latency_s,
-                **({} if queue_s is None else {"queue_s": queue_s}),
+                ps=ps, workers=workers, bandwidth_bps=bandwidth_bps, latency_s=latency_s, queue_s=queue_s
             )
             if bandwidth_bps
             else LocalCluster(ps=ps, workers=workers)

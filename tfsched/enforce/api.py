@@ -8,7 +8,7 @@ from tfsched.errors import TfschedError
 
 # the pass's defaults (scheduler.h) and how the credit comes back (the pass's credit_return): the
 # receiver's acknowledgement, or the sender's transport done with the tensor
-from tfsched.sim.engine import CREDIT_RETURNS, DEFAULT_ACK_SHARE, check_ack_share
+from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_ack_share, check_credit_return
 
 OPTIMIZER_NAME = "TfschedScheduler"
 DEFAULT_TIMEOUT_MS = 60_000
@@ -189,9 +189,7 @@ def enable(
         check_ack_share(ack_share)
         if not credit:
             raise TfschedError("ack_share needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
-    if credit_return not in CREDIT_RETURNS:
-        raise TfschedError(f"credit_return must be one of {', '.join(CREDIT_RETURNS)}, got {credit_return!r}")
-    if credit_return != "ack" and not credit:
+    if check_credit_return(credit_return) != "ack" and not credit:
         raise TfschedError("credit_return needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
     if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0:
         raise TfschedError(f"timeout_ms must be a non-negative integer (milliseconds), got {timeout_ms!r}")

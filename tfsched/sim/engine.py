@@ -91,6 +91,13 @@ _EPS = 1e-12
 MIN_OPS_SHARE = 0.05
 
 
+def check_credit_return(credit_return) -> str:
+    """``credit_return`` if it is one of ``CREDIT_RETURNS``, else one TfschedError line."""
+    if credit_return not in CREDIT_RETURNS:
+        raise TfschedError(f"credit_return must be one of {', '.join(CREDIT_RETURNS)}, got {credit_return!r}")
+    return credit_return
+
+
 def check_ack_share(ack_share) -> int:
     """``ack_share`` if it is a positive integer (not a bool), else one TfschedError line."""
     if not isinstance(ack_share, int) or isinstance(ack_share, bool) or ack_share < 1:
@@ -174,8 +181,7 @@ def simulate(
     ack_slot_s: float = 0.0,
 ) -> SimResult:
     """Run the simulation; see the module docstring for the model."""
-    if credit_return not in CREDIT_RETURNS:
-        raise TfschedError(f"credit_return must be one of {', '.join(CREDIT_RETURNS)}, got {credit_return!r}")
+    check_credit_return(credit_return)
     if not ack_slot_s >= 0:
         raise TfschedError(f"ack_slot_s must be a non-negative number of seconds, got {ack_slot_s!r}")
     if policy not in POLICIES:
