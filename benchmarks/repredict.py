@@ -43,6 +43,7 @@ def repredict(run_dir: str) -> tuple[dict, list[dict]]:
         r = ModeResult(mode=m["mode"], iterations=m["iterations"], steps=m["steps"])
         if m.get("ordered_from"):
             r.order_trace = order_trace
+        r.knobs = {k: m[k] for k in ("partition", "credit") if k in m}  # the sizes the run used
         if m["mode"] == "baseline":
             r.cpu_s, r.cpu_total_s = m["cpu_s_per_step"] * len(m["iterations"]), 1.0  # cpu_per_step as run
             r.comm_cpu_s_per_byte = m["comm_cpu_s_per_byte"]

@@ -4,6 +4,7 @@ import pytest
 
 from tfsched.bench.results import cpu_description, glance, markdown, paired_ratio_ci, summarize
 from tfsched.bench.run import ModeResult, parse_mode, parse_modes, per_byte
+from tfsched.enforce.api import link_sizes
 from tfsched.errors import TfschedError
 
 # a one-worker run's settings, for tables built from hand-made results
@@ -48,6 +49,22 @@ def test_mode_grammar():
     assert (m.partition, m.credit) == (10_000_000, 40_000_000)
     m = parse_mode("tao+pc+p2000000", 10e9)  # an explicit size wins
     assert (m.partition, m.credit) == (2_000_000, 40_000_000)
+    # and the credit at most a quarter of what the busiest channel carries in a step (the
+    # Transformer encoder's 3,210,762 parameters), the partition at most the credit; the cap is
+    # kept as link time too, and never goes below what the pass acknowledges (16,384)
+    m = parse_mode("tao+pc", 1e9, 3_210_762)
+    assert (m.partition, m.credit) == (802_690, 802_690)
+    m = parse_mode("tao+pc", 10e9, 3_210_762)
+    assert (m.partition, m.credit) == (8_026_900, 8_026_900)
+    m = parse_mode("tao+pc", 1e9, 23_608_202)  # ResNet-50: a quarter is over ByteScheduler's credit
+    assert (m.partition, m.credit) == (1_000_000, 4_000_000)
+    m = parse_mode("tao+pc", None, 20_000)
+    assert (m.partition, m.credit) == (16_384, 16_384)
+    m = parse_mode("tao+pc+c2000000", 1e9, 3_210_762)  # an explicit size wins
+    assert (m.partition, m.credit) == (802_690, 2_000_000)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(TfschedError, match="channel_params"):
+            link_sizes(1e9, bad)
     m = parse_mode("tao+pc+a32")
     assert (m.credit, m.ack_share, m.effective_ack_share) == (4_000_000, 32, 32)
     assert (parse_mode("tao+pc").ack_share, parse_mode("tao+pc").effective_ack_share) == (None, 8)

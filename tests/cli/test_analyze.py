@@ -72,6 +72,24 @@ class TestAnalyze:
 
         assert load_schedule(str(sched))["graph"]["transfers"] == len(outs[0])
 
+    def test_sizes_for_the_graph_and_link(self, seq_graph_file):
+        # the busiest channel's elements, from the transfers listed; ByteScheduler's credit
+        # (4,000,000) is over a quarter of them, so the credit is that quarter
+        p = run("analyze", seq_graph_file["pb"], "--fetch", "train", "--json")
+        per_channel = {}
+        for t in json.loads(p.stdout)["transfers"]:
+            per_channel[(t["src"], t["dst"])] = per_channel.get((t["src"], t["dst"]), 0) + t["bytes"] // 4
+        credit = max(per_channel.values()) // 4
+        assert 16_384 < credit < 1_000_000
+        p = run("analyze", seq_graph_file["pb"], "--fetch", "train", "--bandwidth", "1Gbit")
+        assert p.returncode == 0, p.stderr
+        assert (
+            f"partition {credit:,}, credit {credit:,} parameters; the busiest channel carries "
+            f"{max(per_channel.values()):,} a step"
+        ) in " ".join(p.stdout.split())
+        p = run("analyze", seq_graph_file["pb"], "--fetch", "train", "--bandwidth", "10Gbit")
+        assert f"partition {credit * 10:,}, credit {credit * 10:,} parameters" in " ".join(p.stdout.split())
+
     def test_credit_per_sending_task(self, seq_graph_file):
         base = ["analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2"]
         p = run(*base, "--credit", "100000", "--host-credit", "--json")

@@ -114,6 +114,31 @@ class TestTransfers:
         g = build_comm_graph(nodes, fetches=["y"])
         assert g.transfers[0].bytes is None
 
+    def test_busiest_channel_counts_elements_of_known_size(self):
+        # PS 0 sends 15 + 4 elements, PS 1 sends 8; a double counts as one element, an unknown
+        # shape as none; the control edge carries nothing
+        nodes = (
+            var("a", (3, 5))
+            + var("b")
+            + var("c", (8,), device=PS1)
+            + [
+                RawNode("d", "VarHandleOp", PS, attrs={"dtype": "DOUBLE", "shape": (2,)}),
+                RawNode("d/read", "ReadVariableOp", "", ["d"], attrs={"dtype": "DOUBLE"}),
+                RawNode("u", "VarHandleOp", PS, attrs={"dtype": "FLOAT", "shape": (-1, 3)}),
+                RawNode("u/read", "ReadVariableOp", "", ["u"], attrs={"dtype": "FLOAT"}),
+                op("y", ["a/read", "b/read", "c/read", "d/read", "u/read"]),
+                RawNode("train", "NoOp", W0, ["^y", "^c/read"]),
+            ]
+        )
+        g = build_comm_graph(nodes, fetches=["train"])
+        assert g.busiest_channel_params == 15 + 4 + 2
+        assert (
+            build_comm_graph(
+                var("c", (8,), device=PS1) + [op("y", ["c/read"])], fetches=["y"]
+            ).busiest_channel_params
+            == 8
+        )
+
     def test_several_ps_tasks(self):
         nodes = var("a") + var("b", device=PS1) + [op("y", ["a/read", "b/read"])]
         g = build_comm_graph(nodes, fetches=["y"])

@@ -15,10 +15,19 @@ def test_tuning_run_applies_the_best_setting_on_every_worker():
     r = tune_cluster(
         "seq32", workers=2, ps=1, trials=3, confirm=1, settle=1, measure=2, final_steps=2, timeout_s=600
     )
-    # the first trial is ByteScheduler's setting for the link (loopback: the 1 Gbit/s sizes, the
-    # partition on the search's grid); then the model's trials, then one repeat of the leader
-    assert (r.history[0].setting.partition, r.history[0].setting.credit) == (2**20, 4_000_000)
-    assert r.to_json()["config"]["defaults"] == {"partition": 2**20, "credit": 4_000_000}
+    # the first trial is ByteScheduler's setting for the link and model (loopback: the 1 Gbit/s
+    # sizes; Seq-32's 2.1M parameters a channel cap the credit at a quarter of them, and the
+    # partition at the credit, on the search's grid: 2^19); then the model's trials, then one
+    # repeat of the leader
+    import tensorflow as tf
+
+    from tfsched.models import build_graph
+
+    variables = build_graph("seq32").graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
+    quarter = sum(v.shape.num_elements() for v in variables) // 4
+    first = r.history[0].setting
+    assert first.partition == 2**19 and abs(first.credit - quarter) <= 1
+    assert r.to_json()["config"]["defaults"] == {"partition": 2**19, "credit": first.credit}
     assert [t.confirm for t in r.history] == [False, False, False, True]
     leader = max(r.history[:3], key=lambda t: t.value).setting
     assert r.history[3].setting == leader

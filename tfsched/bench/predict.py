@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import statistics
+from dataclasses import replace
 
 from tfsched.bench.run import ModeResult, parse_mode
 
@@ -140,7 +141,13 @@ def annotate(
     plain = build_sim_graph(graph, oracle, None, workers=workers)
     bounds = step_bounds(plain)
     for mode, res in results.items():
-        spec = parse_mode(mode, bandwidth_bps)
+        # the sizes the run used (ModeResult.knobs), else as the bench sizes them for this graph
+        spec = parse_mode(mode, bandwidth_bps, graph.busiest_channel_params)
+        spec = replace(
+            spec,
+            partition=res.knobs.get("partition", spec.partition),
+            credit=res.knobs.get("credit", spec.credit),
+        )
         if spec.algorithm is None:
             predicted = mean_step_time(plain, "random")
         else:

@@ -31,9 +31,10 @@ class ModeSpec:
     """A benchmark mode: ``baseline``, or an algorithm with optional partitioning and credit.
 
     Grammar: ``ALG[+pc][+pN][+cN]`` with ALG one of tio, tao, layer; ``+pc`` turns on
-    ByteScheduler's defaults (partition 1,000,000, credit 4,000,000 parameters) kept as link time
-    on links faster than 1 Gbit/s (``tfsched.enforce.link_sizes``: 10,000,000 and 40,000,000 at
-    10 Gbit/s; ``bandwidth_bps`` is the link, None for loopback), ``+pN`` and
+    ByteScheduler's defaults (partition 1,000,000, credit 4,000,000 parameters) kept to the model
+    and the link (``tfsched.enforce.link_sizes``: at most a quarter of ``channel_params``, the
+    most parameters a channel carries in a step; 10,000,000 and 40,000,000 at 10 Gbit/s;
+    ``bandwidth_bps`` is the link, None for loopback), ``+pN`` and
     ``+cN`` set either one (``tao+p500000+c2000000``); ``+host`` makes the credit one window per
     sending task, workers served in turn (``tao+pc+host``); ``+aN`` acknowledges transfers of at
     least credit/N parameters (``tao+pc+a32``; default ``DEFAULT_ACK_SHARE``, 8); ``+sent``
@@ -54,7 +55,7 @@ class ModeSpec:
         return DEFAULT_ACK_SHARE if self.ack_share is None else self.ack_share
 
 
-def parse_mode(name: str, bandwidth_bps: float | None = None) -> ModeSpec:
+def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: int | None = None) -> ModeSpec:
     from tfsched.enforce.api import link_sizes
 
     if name == "baseline":
@@ -74,7 +75,7 @@ def parse_mode(name: str, bandwidth_bps: float | None = None) -> ModeSpec:
         elif k == "sent":
             credit_return = "sent"
         elif k == "pc":
-            partition, credit = link_sizes(bandwidth_bps)
+            partition, credit = link_sizes(bandwidth_bps, channel_params)
         elif k[:1] in ("p", "c", "a") and k[1:].isdigit() and int(k[1:]) > 0:
             if k[0] == "p":
                 partition = int(k[1:])
@@ -209,10 +210,11 @@ def mode_configs(
     *,
     timeout_ms: int = 60_000,
     bandwidth_bps: float | None = None,
+    channel_params: int | None = None,
 ) -> dict:
     """Session config of each mode (None: vanilla TensorFlow); schedules come from ``analyze``
     of the saved graph at ``graph_path`` (written beside it, one per algorithm); ``+pc`` sized
-    for a link of ``bandwidth_bps``.
+    for a link of ``bandwidth_bps`` and channels of ``channel_params`` (``parse_mode``).
 
     A timing-aware order (TAO) needs the op times of this model on this machine (TicTac §5): its
     config is a function of a trace (``tfsched.tracing.Trace`` of worker 0's steps), which
@@ -240,7 +242,7 @@ def mode_configs(
 
     configs = {}
     for mode in modes:
-        spec = parse_mode(mode, bandwidth_bps)
+        spec = parse_mode(mode, bandwidth_bps, channel_params)
         knobs = {
             "partition": spec.partition,
             "credit": spec.credit,
@@ -623,7 +625,13 @@ def cluster_side_by_side(
         first = builder(0)
         with open(graph_path, "wb") as f:
             f.write(first.graph_def().SerializeToString())
-        configs = mode_configs(modes, graph_path, first.fetches, bandwidth_bps=bandwidth_bps)
+        from tfsched.graph import load_comm_graph
+
+        # +pc is sized for the model's busiest channel (enforce.link_sizes), as bench.predict sizes it
+        channel_params = load_comm_graph(graph_path, fetches=first.fetches).busiest_channel_params
+        configs = mode_configs(
+            modes, graph_path, first.fetches, bandwidth_bps=bandwidth_bps, channel_params=channel_params
+        )
         if progress:
             where = f"hosts shaped to {bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback"
             progress(f"starting {ps} PS and {workers} worker processes ({where})")
@@ -647,7 +655,7 @@ def cluster_side_by_side(
                 dead_tasks=cluster.dead_tasks,
             )
         for name, res in results.items():
-            spec = parse_mode(name, bandwidth_bps)
+            spec = parse_mode(name, bandwidth_bps, channel_params)
             if spec.algorithm is not None:
                 res.knobs = {
                     "partition": spec.partition,

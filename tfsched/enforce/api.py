@@ -29,6 +29,10 @@ DEFAULT_PARTITION = 1_000_000
 DEFAULT_CREDIT = 4_000_000
 # The link those defaults are kept for: on a faster one, link_sizes scales them.
 REFERENCE_BANDWIDTH_BPS = 1e9
+# link_sizes keeps the credit at 1 Gbit/s to at most this share of what a channel carries in a step
+CHANNEL_CREDIT_SHARE = 4
+# and never under this (cc/scheduler.cc kMinAckedElements: smaller tensors are not acknowledged)
+MIN_CREDIT = 16_384
 ENV_PARTITION = "TFSCHED_PARTITION"
 ENV_CREDIT = "TFSCHED_CREDIT"
 
@@ -56,25 +60,46 @@ def _knob(name: str, value, env: str) -> int:
     return value
 
 
-def link_sizes(bandwidth_bps: float | None = None) -> tuple[int, int]:
-    """(partition, credit) in parameters: ByteScheduler's defaults, kept as link time on faster links.
+def link_sizes(bandwidth_bps: float | None = None, channel_params: int | None = None) -> tuple[int, int]:
+    """(partition, credit) in parameters: ByteScheduler's defaults, kept to the model and the link.
 
-    An improvement over ByteScheduler's fixed sizes: a slice and an acknowledged tensor each cost
-    about the same CPU and messages whatever the link, so at 10 Gbit/s a 1,000,000-parameter
-    slice (3.2 ms on the wire) and a 4,000,000-parameter window (13 ms) cost ten times their
-    share at 1 Gbit/s. Above ``REFERENCE_BANDWIDTH_BPS`` (1 Gbit/s) both grow with the
-    bandwidth, so a slice stays 32 ms and the window 128 ms of the link; at or below it (or when
-    the link is not known) they are ByteScheduler's defaults, never smaller. Measured in
-    BENCHMARKS.md (ResNet-50 at 10 Gbit/s, two runs against vanilla TensorFlow): the fixed sizes
-    0.958x and 0.961x, the scaled sizes 0.983x and 1.030x, TAO alone 0.993x and 1.054x.
+    Two improvements over ByteScheduler's fixed sizes (partition 1,000,000, credit 4,000,000):
 
-    >>> link_sizes(), link_sizes(10e9)
-    ((1000000, 4000000), (10000000, 40000000))
+    * **The model.** A credit as large as what a channel carries in a step releases the whole
+      step at once and orders nothing: the Transformer encoder's 3,210,762 parameters a channel
+      fit in ByteScheduler's credit. Given ``channel_params``, the most parameters one channel
+      carries in a step (``CommGraph.busiest_channel_params``), the credit at 1 Gbit/s is at most
+      a ``1 / CHANNEL_CREDIT_SHARE`` of it (and ``MIN_CREDIT``), and the partition at most the
+      credit. ResNet-50, Inception-v3, VGG16 and AlexNet (23.6M parameters a channel and more)
+      keep ByteScheduler's sizes; the Transformer gets 802,690. Measured in BENCHMARKS.md
+      (transformer-train): ByteScheduler's sizes 1.02x vanilla TensorFlow, credits of 1,000,000
+      and 250,000 1.12x.
+    * **The link.** A slice and an acknowledged tensor each cost about the same CPU and messages
+      whatever the link, so at 10 Gbit/s a 1,000,000-parameter slice (3.2 ms on the wire) and a
+      4,000,000-parameter window (13 ms) cost ten times their share at 1 Gbit/s. Above
+      ``REFERENCE_BANDWIDTH_BPS`` (1 Gbit/s) both sizes grow with the bandwidth, so each keeps
+      the link time it has at 1 Gbit/s; at or below it (or when the link is not known) they are
+      the 1 Gbit/s sizes, never smaller. Measured in BENCHMARKS.md (ResNet-50 at 10 Gbit/s, two
+      runs against vanilla TensorFlow): the fixed sizes 0.958x and 0.961x, the scaled sizes
+      0.983x and 1.030x, TAO alone 0.993x and 1.054x.
+
+    >>> link_sizes(), link_sizes(10e9), link_sizes(channel_params=3_210_762)
+    ((1000000, 4000000), (10000000, 40000000), (802690, 802690))
     """
     if bandwidth_bps is not None and (not math.isfinite(bandwidth_bps) or bandwidth_bps <= 0):
         raise TfschedError(f"bandwidth must be a positive number of bits/s, got {bandwidth_bps!r}")
+    if channel_params is not None and (
+        not isinstance(channel_params, int) or isinstance(channel_params, bool) or channel_params < 0
+    ):
+        raise TfschedError(
+            f"channel_params must be a non-negative integer (parameters), got {channel_params!r}"
+        )
+    credit = DEFAULT_CREDIT
+    if channel_params is not None:
+        credit = min(credit, max(MIN_CREDIT, channel_params // CHANNEL_CREDIT_SHARE))
+    partition = min(DEFAULT_PARTITION, credit)
     scale = max(1.0, (bandwidth_bps or REFERENCE_BANDWIDTH_BPS) / REFERENCE_BANDWIDTH_BPS)
-    return round(DEFAULT_PARTITION * scale), round(DEFAULT_CREDIT * scale)
+    return round(partition * scale), round(credit * scale)
 
 
 def resolve_knobs(partition=None, credit=None) -> tuple[int, int]:

@@ -184,6 +184,17 @@ class CommGraph:
     def _topo(self) -> list[str]:
         return list(nx.topological_sort(self.graph))
 
+    @cached_property
+    def busiest_channel_params(self) -> int:
+        """The most elements one channel (sender task, receiver task) carries in a step, as the
+        pass counts them: over the transfers whose size is known (``enforce.link_sizes``)."""
+        per: dict[tuple[str, str], int] = {}
+        for t in self.transfers:
+            size = DTYPE_SIZES.get((t.dtype or "").removesuffix("_REF"))
+            if t.bytes and size:
+                per[t.channel] = per.get(t.channel, 0) + t.bytes // size
+        return max(per.values(), default=0)
+
     def transfers_to(self, task: str) -> list[Transfer]:
         return [t for t in self.transfers if t.dst_task == task]
 

@@ -137,9 +137,9 @@ def tune_cluster(
     Two additions to ByteScheduler's tuner (§4.3), for clusters whose steps vary by several
     percent from one trial to the next:
 
-    * ``from_defaults``: the first trial is ByteScheduler's setting sized for this link
-      (``tfsched.enforce.link_sizes``), so what the search finds is measured against what the
-      user gets without tuning, on the same cluster.
+    * ``from_defaults``: the first trial is ByteScheduler's setting sized for this link and
+      model (``tfsched.enforce.link_sizes``), so what the search finds is measured against
+      what the user gets without tuning, on the same cluster.
     * ``confirm``: after the ``trials``, the settings with the ``confirm`` highest means are
       measured once more, and the one of them with the highest mean wins, not the single
       luckiest measurement. Only they can win: a cluster that slows over the run would
@@ -197,16 +197,6 @@ def tune_cluster(
         enable_kwargs["credit_return"] = credit_return
     found = SEARCHES[search](space, seed=seed)
     defaults = None
-    if from_defaults:
-        from tfsched.enforce.api import link_sizes
-
-        partition, credit = link_sizes(bandwidth_bps)
-        p = space.params(Setting(partition, credit))
-        defaults = space.setting(p)  # on the search's partition grid
-        if found.in_bounds(defaults):
-            found.probe(defaults)
-        else:
-            defaults = None
     pre: list[tuple[Setting, float]] = []
     with tempfile.TemporaryDirectory(prefix="tfsched-tune-") as d:
         import os
@@ -217,6 +207,18 @@ def tune_cluster(
         with open(path, "wb") as f:
             f.write(built[0][0].as_graph_def().SerializeToString())
         fetch_names = [x.name for x in built[0][1]]
+        if from_defaults:
+            from tfsched.enforce.api import link_sizes
+            from tfsched.graph import load_comm_graph
+
+            channel_params = load_comm_graph(path, fetches=fetch_names).busiest_channel_params
+            partition, credit = link_sizes(bandwidth_bps, channel_params)
+            p = space.params(Setting(partition, credit))
+            defaults = space.setting(p)  # on the search's partition grid
+            if found.in_bounds(defaults):
+                found.probe(defaults)
+            else:
+                defaults = None
         if algorithm != "tio" or prescreen_keep:
             # the schedule and the pre-screen see the cluster's link
             link = {"bandwidth_bps": bandwidth_bps} if bandwidth_bps else {}
