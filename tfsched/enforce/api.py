@@ -71,9 +71,10 @@ def link_sizes(bandwidth_bps: float | None = None, channel_params: int | None = 
       carries in a step (``CommGraph.busiest_channel_params``), the credit at 1 Gbit/s is at most
       a ``1 / CHANNEL_CREDIT_SHARE`` of it (and ``MIN_CREDIT``), and the partition at most the
       credit. ResNet-50, Inception-v3, VGG16 and AlexNet (23.6M parameters a channel and more)
-      keep ByteScheduler's sizes; the Transformer gets 802,690. Measured in BENCHMARKS.md
-      (transformer-train): ByteScheduler's sizes 1.02x vanilla TensorFlow, credits of 1,000,000
-      and 250,000 1.12x.
+      keep ByteScheduler's sizes; the Transformer's row (batch 21, whose embedding gradient
+      adds to its pushes) gets 881,186. Measured in BENCHMARKS.md (transformer-train, against
+      vanilla TensorFlow in the same runs): ByteScheduler's sizes 1.02x (eighteenth session),
+      these 1.11x and with one window per task 1.22x (twenty-second session).
     * **The link.** A slice and an acknowledged tensor each cost about the same CPU and messages
       whatever the link, so at 10 Gbit/s a 1,000,000-parameter slice (3.2 ms on the wire) and a
       4,000,000-parameter window (13 ms) cost ten times their share at 1 Gbit/s. Above
