@@ -459,9 +459,10 @@ def viz(trace_path, output, schedule, graph_path, fetches, compare, step):
     default="baseline,tio,tao",
     show_default=True,
     callback=_modes,
-    help="Comma-separated: baseline, tio, tao, layer; +pc adds ByteScheduler's partitioning and credit "
-    "(tio+pc), +pN / +cN set them (tao+p500000+c2000000), +host makes the credit one window per "
-    "sending task that serves the workers in turn (tao+pc+host).",
+    help="Comma-separated: baseline, tio, tao, layer; +pc adds ByteScheduler's partitioning and credit, "
+    "kept to the model and the link (tio+pc; tfsched.enforce.link_sizes), +pN / +cN set them "
+    "(tao+p500000+c2000000), +host makes the credit one window per sending task that serves the "
+    "workers in turn (tao+pc+host).",
 )
 @click.option(
     "--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Steps per worker per round."

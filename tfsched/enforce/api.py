@@ -70,7 +70,7 @@ def link_sizes(bandwidth_bps: float | None = None, channel_params: int | None = 
       fit in ByteScheduler's credit. Given ``channel_params``, the most parameters one channel
       carries in a step (``CommGraph.busiest_channel_params``), the credit at 1 Gbit/s is at most
       a ``1 / CHANNEL_CREDIT_SHARE`` of it (and ``MIN_CREDIT``), and the partition at most the
-      credit. ResNet-50, Inception-v3, VGG16 and AlexNet (23.6M parameters a channel and more)
+      credit. ResNet-50, Inception-v3, VGG16 and AlexNet (21.8M parameters a channel and more)
       keep ByteScheduler's sizes; the Transformer's row (batch 21, whose embedding gradient
       adds to its pushes) gets 881,186. Measured in BENCHMARKS.md (transformer-train, against
       vanilla TensorFlow in the same runs): ByteScheduler's sizes 1.02x (eighteenth session),
@@ -181,8 +181,9 @@ def enable(
         by one (ByteScheduler's partitioning; ``DEFAULT_PARTITION`` is its 1,000,000). Default:
         ``$TFSCHED_PARTITION``, else off.
     credit : at most this many parameters released and not yet acknowledged per channel
-        (ByteScheduler's credit; ``DEFAULT_CREDIT`` is its 4,000,000). Default: ``$TFSCHED_CREDIT``,
-        else off. ``set_credit`` changes it while training runs.
+        (ByteScheduler's credit; ``DEFAULT_CREDIT`` is its 4,000,000; ``link_sizes`` keeps both
+        sizes to the model and the link). Default: ``$TFSCHED_CREDIT``, else off. ``set_credit``
+        changes it while training runs.
     host_credit : make the credit one window per sending task instead of one per channel, and serve
         the workers' steps in the order they reach the task: a PS then sends one worker its
         parameters after the other, so the first computes and pushes while the next pulls (an
