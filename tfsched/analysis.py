@@ -66,6 +66,16 @@ class Analysis:
     workers: int
     trace_match: object | None = None  # tfsched.tracing.match.MatchReport when analyzed with a trace
 
+    @property
+    def sizes(self) -> dict:
+        """ByteScheduler's partition and credit kept to this graph and link
+        (``tfsched.enforce.link_sizes``), and the busiest channel's parameters they come from."""
+        from tfsched.enforce.api import link_sizes
+
+        channel = self.graph.busiest_channel_params
+        partition, credit = link_sizes(self.oracle.link.bandwidth_bps, channel)
+        return {"partition": partition, "credit": credit, "busiest_channel_params": channel}
+
     def to_json(self) -> dict:
         """The stable ``analyze --json`` shape."""
         prios = self.schedule.priorities
@@ -73,6 +83,7 @@ class Analysis:
             "algorithm": self.schedule.algorithm,
             "transfers": [t.record(prios[t]) for ts in self.schedule.channels().values() for t in ts],
             "prediction": self.prediction.to_json(),
+            "sizes": self.sizes,
         }
 
 

@@ -51,12 +51,11 @@ def print_analysis(
             table.add_row("…", "", f"{len(ts) - len(shown)} more (--all lists them)", "", "")
         console.print(table)
     if g.busiest_channel_params:
-        from tfsched.enforce.api import link_sizes
-
-        partition, credit = link_sizes(a.oracle.link.bandwidth_bps, g.busiest_channel_params)
+        sizes = a.sizes
         console.print(
-            f"sizes for this graph and link (tfsched.enforce.link_sizes): partition {partition:,}, "
-            f"credit {credit:,} parameters; the busiest channel carries {g.busiest_channel_params:,} a step"
+            f"sizes for this graph and link (tfsched.enforce.link_sizes): partition {sizes['partition']:,}, "
+            f"credit {sizes['credit']:,} parameters; the busiest channel carries "
+            f"{sizes['busiest_channel_params']:,} a step"
         )
     summary = Table(title="Predicted step time (simulated)", title_justify="left")
     summary.add_column("")

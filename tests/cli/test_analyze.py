@@ -29,7 +29,7 @@ class TestAnalyze:
         p = run("analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--json")
         assert p.returncode == 0, p.stderr
         out = json.loads(p.stdout)  # exactly one JSON object
-        assert set(out) == {"algorithm", "transfers", "prediction"}
+        assert set(out) == {"algorithm", "transfers", "prediction", "sizes"}
         assert out["algorithm"] == "tao"
         assert set(out["prediction"]) == {
             "baseline_s",
@@ -81,6 +81,11 @@ class TestAnalyze:
             per_channel[(t["src"], t["dst"])] = per_channel.get((t["src"], t["dst"]), 0) + t["bytes"] // 4
         credit = max(per_channel.values()) // 4
         assert 16_384 < credit < 1_000_000
+        assert json.loads(p.stdout)["sizes"] == {
+            "partition": credit,
+            "credit": credit,
+            "busiest_channel_params": max(per_channel.values()),
+        }
         p = run("analyze", seq_graph_file["pb"], "--fetch", "train", "--bandwidth", "1Gbit")
         assert p.returncode == 0, p.stderr
         assert (
