@@ -387,3 +387,43 @@ def test_ack_share_is_checked():
     assert opt.parameter_map["ack_share"].i == tfsched.enforce.DEFAULT_ACK_SHARE == 8
     opt = tfsched.enable(credit=1000, ack_share=32).graph_options.rewrite_options.custom_optimizers[0]
     assert opt.parameter_map["ack_share"].i == 32
+
+
+def test_sizes_auto_are_kept_to_the_graph_and_link(cluster):
+    """``partition`` / ``credit`` ``"auto"``: ``link_sizes`` for the graph the session runs, as
+    bench mode ``+pc`` sizes them; a session with them trains as vanilla TensorFlow does."""
+    import tensorflow as tf
+
+    import tfsched
+
+    built = build_graph("seq32", ps_tasks=2)
+    per_ps: dict[str, int] = {}
+    for v in built.graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES):
+        per_ps[v.device] = per_ps.get(v.device, 0) + v.shape.num_elements()
+    quarter = max(per_ps.values()) // 4  # one PS sends its half of the weights, and gets their gradients
+
+    def knobs(cfg):
+        opt = cfg.graph_options.rewrite_options.custom_optimizers[0]
+        return opt.parameter_map["partition"].i, opt.parameter_map["credit"].i
+
+    cfg = _config(graph=built.graph, partition="auto", credit="auto")
+    partition, credit = knobs(cfg)
+    assert abs(credit - quarter) <= 1 and partition == credit
+    assert knobs(tfsched.enable(graph=built.graph, partition=300_000, credit="auto", bandwidth_bps=10e9)) == (
+        300_000,
+        10 * credit,
+    )
+    with pytest.raises(TfschedError, match="needs graph="):
+        tfsched.enable(credit="auto")
+    with pytest.raises(TfschedError, match="neither is 'auto'"):
+        tfsched.enable(graph=built.graph, credit=1000, bandwidth_bps=1e9)
+    with pytest.raises(TfschedError, match="credit must be a non-negative integer"):
+        tfsched.enable(graph=built.graph, credit="lots")
+
+    target = cluster.target("worker", 0)
+    vanilla = train(target, build_graph("seq32", ps_tasks=2), 3, _config())
+    assert_bitwise_equal(vanilla, train(target, build_graph("seq32", ps_tasks=2), 3, cfg))
+    graphs, _ = _traced_step(target, build_graph("seq32", ps_tasks=2), cfg, steps=1)
+    acked = [g for g in _nodes(graphs, "TfschedGate") if g.attr["credit"].i > 0]
+    # credit/8 is under a weight: every weight and its gradient, in each direction, is acknowledged
+    assert len(acked) >= 2 * 32 and all(g.attr["credit"].i == credit for g in acked)

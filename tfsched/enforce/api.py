@@ -119,20 +119,24 @@ def schedule_priorities(schedule: dict) -> list[str]:
     return lines
 
 
+def _comm_graph(graph_def, fetches: list[str] | None, source: str, ps_job: str):
+    from tfsched.graph import build_comm_graph
+    from tfsched.graph.load import nodes_from_graph_def, output_specs
+
+    return build_comm_graph(
+        nodes_from_graph_def(graph_def, source),
+        fetches=fetches,
+        source=source,
+        output_specs=output_specs,
+        ps_jobs=(ps_job,),
+    )
+
+
 def match_schedule(
     schedule: dict, graph_def, fetches: list[str] | None, path: str, ps_job: str = "ps"
 ) -> tuple[int, int]:
     """How many of a graph's data transfers the schedule names: (matched, total)."""
-    from tfsched.graph import build_comm_graph
-    from tfsched.graph.load import nodes_from_graph_def, output_specs
-
-    g = build_comm_graph(
-        nodes_from_graph_def(graph_def, path),
-        fetches=fetches or schedule.get("graph", {}).get("fetches") or None,
-        source=path,
-        output_specs=output_specs,
-        ps_jobs=(ps_job,),
-    )
+    g = _comm_graph(graph_def, fetches or schedule.get("graph", {}).get("fetches") or None, path, ps_job)
     keys = {(ch["sender"], ch["receiver"], t["key"]) for ch in schedule["channels"] for t in ch["transfers"]}
     by_ps = {
         (ch["sender"] if f"/job:{ps_job}/" in ch["sender"] else ch["receiver"], t["key"])
@@ -164,6 +168,7 @@ def enable(
     host_credit: bool = False,
     ack_share: int | None = None,
     credit_return: str = "ack",
+    bandwidth_bps: float | None = None,
 ):
     """Turn tfsched's pass on in a session config; returns the config (a new one if none given).
 
@@ -178,12 +183,15 @@ def enable(
     strict : make any error of the pass fail the session (default: TensorFlow logs it and runs the
         graph unscheduled).
     partition : split transfers larger than this many parameters into slices that are gated one
-        by one (ByteScheduler's partitioning; ``DEFAULT_PARTITION`` is its 1,000,000). Default:
+        by one (ByteScheduler's partitioning; ``DEFAULT_PARTITION`` is its 1,000,000), or
+        ``"auto"``: ``link_sizes``' for ``graph`` and ``bandwidth_bps``. Default:
         ``$TFSCHED_PARTITION``, else off.
     credit : at most this many parameters released and not yet acknowledged per channel
         (ByteScheduler's credit; ``DEFAULT_CREDIT`` is its 4,000,000; ``link_sizes`` keeps both
-        sizes to the model and the link). Default: ``$TFSCHED_CREDIT``, else off. ``set_credit``
-        changes it while training runs.
+        sizes to the model and the link), or ``"auto"``: ``link_sizes``' for ``graph`` and
+        ``bandwidth_bps``. Default: ``$TFSCHED_CREDIT``, else off. ``set_credit`` changes it
+        while training runs.
+    bandwidth_bps : the link, in bits/s, for sizes ``"auto"`` (default: 1 Gbit/s's sizes).
     host_credit : make the credit one window per sending task instead of one per channel, and serve
         the workers' steps in the order they reach the task: a PS then sends one worker its
         parameters after the other, so the first computes and pushes while the next pulls (an
@@ -204,9 +212,25 @@ def enable(
     -------
     >>> config = tfsched.enable(schedule="schedule.json")  # doctest: +SKIP
     >>> sess = tf.compat.v1.Session(server.target, config=config)  # doctest: +SKIP
+    >>> config = tfsched.enable(graph=graph, partition="auto", credit="auto")  # doctest: +SKIP
     """
     from tfsched.ordering.schedule import load_schedule
 
+    graph_def = None
+    if graph is not None:
+        graph_def = graph.as_graph_def() if hasattr(graph, "as_graph_def") else graph
+    if "auto" in (partition, credit):
+        if graph_def is None:
+            raise TfschedError(
+                "partition or credit 'auto' needs graph= (the graph the session runs) to size it for"
+            )
+        sized = link_sizes(
+            bandwidth_bps, _comm_graph(graph_def, fetches, "graph", ps_job).busiest_channel_params
+        )
+        partition = sized[0] if partition == "auto" else partition
+        credit = sized[1] if credit == "auto" else credit
+    elif bandwidth_bps is not None:
+        raise TfschedError("bandwidth_bps sizes a partition or credit 'auto'; neither is 'auto'")
     partition, credit = resolve_knobs(partition, credit)
     if not isinstance(host_credit, bool):
         raise TfschedError(f"host_credit must be True or False, got {host_credit!r}")
@@ -230,9 +254,8 @@ def enable(
         mode = "queue" if doc["mode"] == "queue" else "counter"
         if not lines:
             raise TfschedError(f"{schedule}: the schedule has no transfers to order")
-        if graph is not None:
-            gd = graph.as_graph_def() if hasattr(graph, "as_graph_def") else graph
-            matched, total = match_schedule(doc, gd, fetches, schedule, ps_job)
+        if graph_def is not None:
+            matched, total = match_schedule(doc, graph_def, fetches, schedule, ps_job)
             if matched == 0 or matched < total // 2:
                 raise TfschedError(
                     f"{schedule}: the schedule matches {matched} of the {total} transfers of this graph; "
