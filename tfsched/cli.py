@@ -672,7 +672,7 @@ def bench(
 @click.option(
     "--no-defaults",
     is_flag=True,
-    help="Do not start from ByteScheduler's partition and credit sized for the link.",
+    help="Do not start from ByteScheduler's partition and credit sized for the model and link.",
 )
 @click.option("--batch-size", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -715,7 +715,7 @@ def tune(
     One coordinator decides (Bayesian optimization over measured throughput); every worker
     applies each setting at the same step: credit live, a new partition size by a new session on
     the same graph (the variables stay on the PS). The first trial is ByteScheduler's setting
-    sized for the link; after the trials the leaders are measured again, and the leader with
+    sized for the model and link; after the trials the leaders are measured again, and the leader with
     the best mean throughput is applied at the end.
 
     \b
