@@ -715,8 +715,8 @@ def tune(
     One coordinator decides (Bayesian optimization over measured throughput); every worker
     applies each setting at the same step: credit live, a new partition size by a new session on
     the same graph (the variables stay on the PS). The first trial is ByteScheduler's setting
-    sized for the model and link; after the trials the leaders are measured again, and the leader with
-    the best mean throughput is applied at the end.
+    sized for the model and link; after the trials the leaders are measured again, and the
+    leader with the best mean throughput is applied at the end.
 
     \b
     Example:
