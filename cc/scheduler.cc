@@ -1,14 +1,17 @@
 #include "scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -53,6 +56,27 @@ constexpr int64_t kMinAckedElements = 16384;
 // (TfschedScheduler::ack_share_, 8 by default): on Inception-v3, whose 378 tensors are mostly
 // small, 60% of the parameters are in tensors under an eighth of ByteScheduler's credit, and
 // those race for the wire as without credit (benchmarks/reading.md, the acknowledgement share).
+
+// ByteScheduler's sizes for parameter servers (§4.2) and the link they are kept for.
+constexpr int64_t kDefaultPartition = 1000000;
+constexpr int64_t kDefaultCredit = 4000000;
+constexpr double kReferenceBandwidthBps = 1e9;
+// The credit at 1 Gbit/s is at most this share of what the busiest channel carries in a step.
+constexpr int64_t kChannelCreditShare = 4;
+
+// (partition, credit) for a partition or credit of -1: ByteScheduler's sizes kept to the model
+// and the link, the rule of tfsched.enforce.link_sizes (its docstring has the measurements). A
+// credit as large as a step's data orders nothing, so at 1 Gbit/s it is at most a quarter of
+// what the busiest channel carries (`busiest`, parameters) and never under kMinAckedElements,
+// the partition at most the credit; on a faster link both keep their link time.
+std::pair<int64_t, int64_t> AutoSizes(int64_t busiest, double bandwidth_bps) {
+  const int64_t credit =
+      std::min(kDefaultCredit, std::max(kMinAckedElements, busiest / kChannelCreditShare));
+  const int64_t partition = std::min(kDefaultPartition, credit);
+  const double scale = std::max(
+      1.0, (bandwidth_bps > 0 ? bandwidth_bps : kReferenceBandwidthBps) / kReferenceBandwidthBps);
+  return {std::llround(partition * scale), std::llround(credit * scale)};
+}
 
 // "/job:J/replica:R/task:T" of a device, full or partial ("/job:ps/task:1"); "" if it names no job.
 std::string TaskOf(const std::string& device) {
@@ -484,8 +508,13 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
   if (credit_return_ != "ack" && credit_return_ != "sent")
     return absl::InvalidArgumentError(
         absl::StrCat("tfsched: unknown credit_return '", credit_return_, "' (ack or sent)"));
-  if (partition_ < 0 || credit_ < 0)
-    return absl::InvalidArgumentError("tfsched: partition and credit must be >= 0 (parameters)");
+  if (auto it = params.find("sizes_bandwidth_bps"); it != params.end())
+    sizes_bandwidth_bps_ = it->second.f();
+  if (partition_ < -1 || credit_ < -1)
+    return absl::InvalidArgumentError(
+        "tfsched: partition and credit must be >= 0 (parameters) or -1 (sized for the graph)");
+  if (!(sizes_bandwidth_bps_ >= 0) || std::isinf(sizes_bandwidth_bps_))
+    return absl::InvalidArgumentError("tfsched: sizes_bandwidth_bps must be a finite number >= 0");
   if (ack_share_ < 1) return absl::InvalidArgumentError("tfsched: ack_share must be >= 1");
   if (auto it = params.find("priorities"); it != params.end()) {
     for (const std::string& line : it->second.list().s()) {
@@ -602,7 +631,8 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
     Tio(g, &xfers, ps_job_);
   }
 
-  if (partition_ > 0 || credit_ > 0) {
+  int64_t partition = partition_, credit_setting = credit_;  // -1 (auto) resolved below
+  if (partition != 0 || credit_setting != 0) {
     tensorflow::grappler::GraphProperties properties(item);
     TF_RETURN_IF_ERROR(properties.InferStatically(/*assume_valid_feeds=*/false));
     for (Transfer& t : xfers) {
@@ -615,9 +645,22 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
       t.elements = shape.num_elements();
       shape.AsProto(&t.shape);
       t.slice_elements = t.elements;
-      if (partition_ > 0)
-        std::tie(t.slices, t.slice_elements) = Slicing(t.elements, t.dtype, partition_);
     }
+    if (partition < 0 || credit_setting < 0) {
+      std::map<std::pair<std::string, std::string>, int64_t> carried;  // channel -> parameters
+      int64_t busiest = 0;
+      for (const Transfer& t : xfers)
+        busiest = std::max(busiest, carried[{t.sender, t.receiver}] += t.elements);
+      const auto [auto_partition, auto_credit] = AutoSizes(busiest, sizes_bandwidth_bps_);
+      if (partition < 0) partition = auto_partition;
+      if (credit_setting < 0) credit_setting = auto_credit;
+      VLOG(1) << "tfsched: the busiest channel carries " << busiest
+              << " parameters a step: partition " << partition << ", credit " << credit_setting;
+    }
+    if (partition > 0)
+      for (Transfer& t : xfers)
+        if (t.elements > 0)
+          std::tie(t.slices, t.slice_elements) = Slicing(t.elements, t.dtype, partition);
   }
 
   // Competition ranks per channel over the transfers present (TicTac §5.1's 0..n-1); the slices
@@ -641,7 +684,7 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
   // needs no acknowledgement.
   const bool sent = credit_return_ == "sent";
   std::vector<int> anchors;  // candidate fetch nodes
-  if (credit_ > 0 && !sent) {
+  if (credit_setting > 0 && !sent) {
     std::vector<bool> upstream(out.node_size(), false);
     std::deque<int> q;
     for (const Transfer& t : xfers)
@@ -665,7 +708,7 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
     if (anchors.empty())
       LOG(WARNING) << "tfsched: every fetched node feeds a transfer; credit is off for this graph";
   }
-  const int64_t credit = sent || !anchors.empty() ? credit_ : 0;
+  const int64_t credit = sent || !anchors.empty() ? credit_setting : 0;
 
   std::unordered_set<std::string> names;
   for (const NodeDef& n : out.node()) names.insert(n.name());

@@ -22,9 +22,11 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   //               step, by counters (that is queue order); pushes, ready one by one, highest
   //               priority first among those that have arrived
   //   partition:  int, parameters; a transfer larger than this is split into slices on the sender,
-  //               each gated in turn, and concatenated on the receiver (0, default: no splitting)
+  //               each gated in turn, and concatenated on the receiver (0, default: no splitting;
+  //               -1: AutoSizes')
   //   credit:     int, parameters; at most this much released and not yet acknowledged per
-  //               channel (0, default: no acknowledgements, no limit)
+  //               channel (0, default: no acknowledgements, no limit; -1: AutoSizes')
+  //   sizes_bandwidth_bps: float, the link AutoSizes sizes for (0, default: 1 Gbit/s's sizes)
   //   host_credit: bool, the credit is one window for every channel of the sending task
   //   ack_share:  int >= 1, the credit acknowledges transfers of at least credit/ack_share
   //               parameters (default 8)
@@ -45,8 +47,9 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   int64_t timeout_ms_ = 60000;
   std::string ps_job_ = "ps";
   std::string mode_ = "counter";
-  int64_t partition_ = 0;
-  int64_t credit_ = 0;
+  int64_t partition_ = 0;  // -1: AutoSizes'
+  int64_t credit_ = 0;     // -1: AutoSizes'
+  double sizes_bandwidth_bps_ = 0;
   bool host_credit_ = false;  // one credit window per sending task, steps served in turn
   // acknowledge transfers of at least credit / ack_share_ parameters (and kMinAckedElements)
   int64_t ack_share_ = 8;

@@ -266,6 +266,8 @@ def test_environment_variables_and_parameters(monkeypatch):
     monkeypatch.setenv("TFSCHED_CREDIT", "4000000")
     assert resolve_knobs() == (1_000_000, 4_000_000)
     assert resolve_knobs(partition=5, credit=0) == (5, 0)  # parameters win
+    monkeypatch.setenv("TFSCHED_CREDIT", " auto ")
+    assert resolve_knobs(partition="auto") == (-1, -1)  # sized by the pass for its graph
     monkeypatch.setenv("TFSCHED_CREDIT", "lots")
     with pytest.raises(TfschedError, match="TFSCHED_CREDIT"):
         resolve_knobs()
@@ -389,41 +391,53 @@ def test_ack_share_is_checked():
     assert opt.parameter_map["ack_share"].i == 32
 
 
-def test_sizes_auto_are_kept_to_the_graph_and_link(cluster):
-    """``partition`` / ``credit`` ``"auto"``: ``link_sizes`` for the graph the session runs, as
-    bench mode ``+pc`` sizes them; a session with them trains as vanilla TensorFlow does."""
+def test_sizes_auto_are_kept_to_the_graph_and_link(cluster, monkeypatch):
+    """``partition`` / ``credit`` ``"auto"`` (or ``$TFSCHED_CREDIT=auto``): the pass sizes them for
+    the graph it rewrites by ``link_sizes``' rule (cc/scheduler.cc AutoSizes), as bench mode
+    ``+pc`` sizes them from the saved graph; a session with them trains as vanilla TensorFlow."""
     import tensorflow as tf
 
     import tfsched
+    from tfsched.enforce.api import AUTO, link_sizes
+    from tfsched.graph.load import nodes_from_graph_def, output_specs
 
     built = build_graph("seq32", ps_tasks=2)
     per_ps: dict[str, int] = {}
     for v in built.graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES):
         per_ps[v.device] = per_ps.get(v.device, 0) + v.shape.num_elements()
     quarter = max(per_ps.values()) // 4  # one PS sends its half of the weights, and gets their gradients
+    from tfsched.graph import build_comm_graph
 
-    def knobs(cfg):
-        opt = cfg.graph_options.rewrite_options.custom_optimizers[0]
-        return opt.parameter_map["partition"].i, opt.parameter_map["credit"].i
+    busiest = build_comm_graph(
+        nodes_from_graph_def(built.graph_def(), "seq32"), fetches=built.fetches, output_specs=output_specs
+    ).busiest_channel_params
+    assert abs(busiest // 4 - quarter) <= 1
+    partition, credit = link_sizes(None, busiest)
+    assert partition == credit and credit // 8 < WEIGHT  # the weights are acknowledged
 
-    cfg = _config(graph=built.graph, partition="auto", credit="auto")
-    partition, credit = knobs(cfg)
-    assert abs(credit - quarter) <= 1 and partition == credit
-    assert knobs(tfsched.enable(graph=built.graph, partition=300_000, credit="auto", bandwidth_bps=10e9)) == (
-        300_000,
-        10 * credit,
-    )
-    with pytest.raises(TfschedError, match="needs graph="):
-        tfsched.enable(credit="auto")
+    opt = _config(partition="auto", credit="auto").graph_options.rewrite_options.custom_optimizers[0]
+    assert (opt.parameter_map["partition"].i, opt.parameter_map["credit"].i) == (AUTO, AUTO)
     with pytest.raises(TfschedError, match="neither is 'auto'"):
-        tfsched.enable(graph=built.graph, credit=1000, bandwidth_bps=1e9)
+        tfsched.enable(credit=1000, bandwidth_bps=1e9)
+    for bad in (0, -1e9, float("inf"), "1Gbit"):
+        with pytest.raises(TfschedError, match="bandwidth"):
+            tfsched.enable(credit="auto", bandwidth_bps=bad)
     with pytest.raises(TfschedError, match="credit must be a non-negative integer"):
-        tfsched.enable(graph=built.graph, credit="lots")
+        tfsched.enable(credit="lots")
+
+    def gate_sizes(cfg):
+        graphs, _ = _traced_step(target, build_graph("seq32", ps_tasks=2), cfg, steps=1)
+        split = {n.attr["slice_elements"].i for n in _nodes(graphs, "TfschedSplit")}
+        return split, {g.attr["credit"].i for g in _nodes(graphs, "TfschedGate") if g.attr["credit"].i > 0}
 
     target = cluster.target("worker", 0)
     vanilla = train(target, build_graph("seq32", ps_tasks=2), 3, _config())
+    cfg = _config(partition="auto", credit="auto")
     assert_bitwise_equal(vanilla, train(target, build_graph("seq32", ps_tasks=2), 3, cfg))
-    graphs, _ = _traced_step(target, build_graph("seq32", ps_tasks=2), cfg, steps=1)
-    acked = [g for g in _nodes(graphs, "TfschedGate") if g.attr["credit"].i > 0]
-    # credit/8 is under a weight: every weight and its gradient, in each direction, is acknowledged
-    assert len(acked) >= 2 * 32 and all(g.attr["credit"].i == credit for g in acked)
+    # every weight and its gradient acknowledged at the credit link_sizes gives; none over the partition
+    assert gate_sizes(cfg) == (set(), {credit})
+    # from the environment, and sized for 10 Gbit/s (ten times the credit: the weights are under
+    # an eighth of it, so they are acknowledged only from a 64th)
+    monkeypatch.setenv("TFSCHED_CREDIT", "auto")
+    assert gate_sizes(_config(bandwidth_bps=10e9)) == (set(), set())
+    assert gate_sizes(_config(bandwidth_bps=10e9, ack_share=64)) == (set(), {10 * credit})

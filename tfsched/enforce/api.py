@@ -35,10 +35,14 @@ CHANNEL_CREDIT_SHARE = 4
 MIN_CREDIT = 16_384
 ENV_PARTITION = "TFSCHED_PARTITION"
 ENV_CREDIT = "TFSCHED_CREDIT"
+# A partition or credit of "auto" reaches the pass as this: it sizes it for the graph it rewrites
+# (cc/scheduler.cc AutoSizes, the rule of link_sizes over the busiest channel it finds).
+AUTO = -1
 
 
 def _knob(name: str, value, env: str) -> int:
-    """A partition or credit setting: the parameter if given, else the environment variable, else 0 (off).
+    """A partition or credit setting: the parameter if given, else the environment variable, else 0
+    (off); ``"auto"`` is ``AUTO``.
 
     The one place where TFSCHED_PARTITION and TFSCHED_CREDIT are read (ByteScheduler's
     BYTESCHEDULER_PARTITION / BYTESCHEDULER_CREDIT); a parameter always wins.
@@ -51,12 +55,16 @@ def _knob(name: str, value, env: str) -> int:
         if raw is None or raw.strip() == "":
             return 0
         source = f"environment variable {env}"
+        if raw.strip() == "auto":
+            return AUTO
         try:
             value = int(raw.strip().replace("_", ""))
         except ValueError:
-            raise TfschedError(f"{source}={raw!r}: expected a number of parameters") from None
+            raise TfschedError(f"{source}={raw!r}: expected a number of parameters or auto") from None
+    if value == "auto":
+        return AUTO
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise TfschedError(f"{source} must be a non-negative integer (parameters), got {value!r}")
+        raise TfschedError(f"{source} must be a non-negative integer (parameters) or 'auto', got {value!r}")
     return value
 
 
@@ -84,6 +92,9 @@ def link_sizes(bandwidth_bps: float | None = None, channel_params: int | None = 
       runs against vanilla TensorFlow): the fixed sizes 0.958x and 0.961x, the scaled sizes
       0.983x and 1.030x, TAO alone 0.993x and 1.054x.
 
+    The pass applies the same rule to a partition or credit of ``"auto"`` (cc/scheduler.cc
+    ``AutoSizes``, over the busiest channel of the graph it rewrites).
+
     >>> link_sizes(), link_sizes(10e9), link_sizes(channel_params=3_210_762)
     ((1000000, 4000000), (10000000, 40000000), (802690, 802690))
     """
@@ -104,7 +115,8 @@ def link_sizes(bandwidth_bps: float | None = None, channel_params: int | None = 
 
 
 def resolve_knobs(partition=None, credit=None) -> tuple[int, int]:
-    """(partition, credit) in parameters from the arguments or the environment; 0 means off."""
+    """(partition, credit) in parameters from the arguments or the environment; 0 means off,
+    ``AUTO`` sized by the pass for its graph."""
     return _knob("partition", partition, ENV_PARTITION), _knob("credit", credit, ENV_CREDIT)
 
 
@@ -119,24 +131,20 @@ def schedule_priorities(schedule: dict) -> list[str]:
     return lines
 
 
-def _comm_graph(graph_def, fetches: list[str] | None, source: str, ps_job: str):
-    from tfsched.graph import build_comm_graph
-    from tfsched.graph.load import nodes_from_graph_def, output_specs
-
-    return build_comm_graph(
-        nodes_from_graph_def(graph_def, source),
-        fetches=fetches,
-        source=source,
-        output_specs=output_specs,
-        ps_jobs=(ps_job,),
-    )
-
-
 def match_schedule(
     schedule: dict, graph_def, fetches: list[str] | None, path: str, ps_job: str = "ps"
 ) -> tuple[int, int]:
     """How many of a graph's data transfers the schedule names: (matched, total)."""
-    g = _comm_graph(graph_def, fetches or schedule.get("graph", {}).get("fetches") or None, path, ps_job)
+    from tfsched.graph import build_comm_graph
+    from tfsched.graph.load import nodes_from_graph_def, output_specs
+
+    g = build_comm_graph(
+        nodes_from_graph_def(graph_def, path),
+        fetches=fetches or schedule.get("graph", {}).get("fetches") or None,
+        source=path,
+        output_specs=output_specs,
+        ps_jobs=(ps_job,),
+    )
     keys = {(ch["sender"], ch["receiver"], t["key"]) for ch in schedule["channels"] for t in ch["transfers"]}
     by_ps = {
         (ch["sender"] if f"/job:{ps_job}/" in ch["sender"] else ch["receiver"], t["key"])
@@ -184,13 +192,13 @@ def enable(
         graph unscheduled).
     partition : split transfers larger than this many parameters into slices that are gated one
         by one (ByteScheduler's partitioning; ``DEFAULT_PARTITION`` is its 1,000,000), or
-        ``"auto"``: ``link_sizes``' for ``graph`` and ``bandwidth_bps``. Default:
-        ``$TFSCHED_PARTITION``, else off.
+        ``"auto"``: the pass sizes it for the graph it rewrites and ``bandwidth_bps``, by
+        ``link_sizes``' rule. Default: ``$TFSCHED_PARTITION`` (a number or ``auto``), else off.
     credit : at most this many parameters released and not yet acknowledged per channel
         (ByteScheduler's credit; ``DEFAULT_CREDIT`` is its 4,000,000; ``link_sizes`` keeps both
-        sizes to the model and the link), or ``"auto"``: ``link_sizes``' for ``graph`` and
-        ``bandwidth_bps``. Default: ``$TFSCHED_CREDIT``, else off. ``set_credit`` changes it
-        while training runs.
+        sizes to the model and the link), or ``"auto"``, as ``partition``. Default:
+        ``$TFSCHED_CREDIT`` (a number or ``auto``), else off. ``set_credit`` changes it while
+        training runs.
     bandwidth_bps : the link, in bits/s, for sizes ``"auto"`` (default: 1 Gbit/s's sizes).
     host_credit : make the credit one window per sending task instead of one per channel, and serve
         the workers' steps in the order they reach the task: a PS then sends one worker its
@@ -212,26 +220,17 @@ def enable(
     -------
     >>> config = tfsched.enable(schedule="schedule.json")  # doctest: +SKIP
     >>> sess = tf.compat.v1.Session(server.target, config=config)  # doctest: +SKIP
-    >>> config = tfsched.enable(graph=graph, partition="auto", credit="auto")  # doctest: +SKIP
+    >>> config = tfsched.enable(partition="auto", credit="auto")  # doctest: +SKIP
     """
     from tfsched.ordering.schedule import load_schedule
 
-    graph_def = None
-    if graph is not None:
-        graph_def = graph.as_graph_def() if hasattr(graph, "as_graph_def") else graph
-    if "auto" in (partition, credit):
-        if graph_def is None:
-            raise TfschedError(
-                "partition or credit 'auto' needs graph= (the graph the session runs) to size it for"
-            )
-        sized = link_sizes(
-            bandwidth_bps, _comm_graph(graph_def, fetches, "graph", ps_job).busiest_channel_params
-        )
-        partition = sized[0] if partition == "auto" else partition
-        credit = sized[1] if credit == "auto" else credit
-    elif bandwidth_bps is not None:
-        raise TfschedError("bandwidth_bps sizes a partition or credit 'auto'; neither is 'auto'")
     partition, credit = resolve_knobs(partition, credit)
+    if bandwidth_bps is not None:
+        if AUTO not in (partition, credit):
+            raise TfschedError("bandwidth_bps sizes a partition or credit 'auto'; neither is 'auto'")
+        if isinstance(bandwidth_bps, bool) or not isinstance(bandwidth_bps, (int, float)):
+            raise TfschedError(f"bandwidth_bps must be a number of bits/s, got {bandwidth_bps!r}")
+        link_sizes(bandwidth_bps)  # one error line for a bad bandwidth
     if not isinstance(host_credit, bool):
         raise TfschedError(f"host_credit must be True or False, got {host_credit!r}")
     if host_credit and not credit:
@@ -254,8 +253,9 @@ def enable(
         mode = "queue" if doc["mode"] == "queue" else "counter"
         if not lines:
             raise TfschedError(f"{schedule}: the schedule has no transfers to order")
-        if graph_def is not None:
-            matched, total = match_schedule(doc, graph_def, fetches, schedule, ps_job)
+        if graph is not None:
+            gd = graph.as_graph_def() if hasattr(graph, "as_graph_def") else graph
+            matched, total = match_schedule(doc, gd, fetches, schedule, ps_job)
             if matched == 0 or matched < total // 2:
                 raise TfschedError(
                     f"{schedule}: the schedule matches {matched} of the {total} transfers of this graph; "
@@ -284,6 +284,7 @@ def enable(
     opt.parameter_map["priorities"].list.s.extend(s.encode() for s in lines)
     opt.parameter_map["partition"].i = partition
     opt.parameter_map["credit"].i = credit
+    opt.parameter_map["sizes_bandwidth_bps"].f = bandwidth_bps or 0.0
     opt.parameter_map["host_credit"].b = host_credit
     opt.parameter_map["ack_share"].i = DEFAULT_ACK_SHARE if ack_share is None else ack_share
     opt.parameter_map["credit_return"].s = credit_return.encode()
