@@ -179,13 +179,16 @@ def analyze(
     ps_jobs: tuple[str, ...] = ("ps",),
     trace: str | None = None,
     statistic: str = "min",
-    partition: int = 0,
-    credit: int = 0,
+    partition: int | str = 0,
+    credit: int | str = 0,
     host_credit: bool = False,
     ack_share: int = DEFAULT_ACK_SHARE,
     credit_return: str = "ack",
 ) -> Analysis:
     """Analyze a saved graph: transfers, their order under ``algorithm``, and the predicted gain.
+
+    ``partition`` and ``credit`` may be ``"auto"``: ``Analysis.sizes``, as the pass sizes them
+    for ``enable(partition="auto", credit="auto")`` on this link.
 
     >>> a = analyze("train.pb", fetches=["train"], algorithm="tao")  # doctest: +SKIP
     >>> a.prediction.scheduled_s <= a.prediction.baseline_s
@@ -203,6 +206,12 @@ def analyze(
         measured = Trace.load(trace)
         match = match_trace(graph, measured, trace)
         oracle = TimeOracle.from_trace(measured, statistic, fallback=oracle)
+    if "auto" in (partition, credit):
+        from tfsched.enforce.api import link_sizes
+
+        sized = link_sizes(oracle.link.bandwidth_bps, graph.busiest_channel_params)  # Analysis.sizes
+        partition = sized[0] if partition == "auto" else partition
+        credit = sized[1] if credit == "auto" else credit
     return analyze_graph(
         graph,
         oracle,

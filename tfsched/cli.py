@@ -77,6 +77,19 @@ def _modes(ctx, param, value) -> tuple[str, ...]:
         raise click.BadParameter(str(e)) from None
 
 
+def _size_or_auto(ctx, param, value):
+    """A number of parameters (>= 0) or ``auto`` (sized for the graph and link)."""
+    if value == "auto":
+        return value
+    try:
+        n = int(value.replace("_", ""))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither a number of parameters nor auto") from None
+    if n < 0:
+        raise click.BadParameter(f"{n} is not a number of parameters (>= 0) nor auto")
+    return n
+
+
 def _duration(ctx, param, value):
     from tfsched.units import parse_duration
 
@@ -171,17 +184,19 @@ _credit_return_option = click.option(
 )
 @click.option(
     "--partition",
-    type=click.IntRange(min=0),
-    default=0,
+    default="0",
     show_default=True,
-    help="Predict with transfers split at this many parameters (ByteScheduler; 0: off).",
+    callback=_size_or_auto,
+    help="Predict with transfers split at this many parameters (ByteScheduler; 0: off; auto: "
+    "sized for the graph and link, as enable(partition='auto')).",
 )
 @click.option(
     "--credit",
-    type=click.IntRange(min=0),
-    default=0,
+    default="0",
     show_default=True,
-    help="Predict with at most this many parameters in flight per channel (0: off).",
+    callback=_size_or_auto,
+    help="Predict with at most this many parameters in flight per channel (0: off; auto: sized "
+    "for the graph and link, as enable(credit='auto')).",
 )
 @click.option(
     "--host-credit",
@@ -220,6 +235,7 @@ def analyze(
       tfsched analyze run.runmeta --json
       tfsched analyze train.pb --fetch train --trace trace.json --algorithm tao
       tfsched analyze train.pb --fetch train --algorithm tao --workers 4 --credit 4000000 --host-credit
+      tfsched analyze train.pb --fetch train --workers 4 --partition auto --credit auto
     """
     from tfsched.analysis import analyze as run_analysis
 

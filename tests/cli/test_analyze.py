@@ -94,6 +94,14 @@ class TestAnalyze:
         ) in " ".join(p.stdout.split())
         p = run("analyze", seq_graph_file["pb"], "--fetch", "train", "--bandwidth", "10Gbit")
         assert f"partition {credit * 10:,}, credit {credit * 10:,} parameters" in " ".join(p.stdout.split())
+        # and the prediction with them: --partition auto --credit auto
+        p = run(
+            "analyze", seq_graph_file["pb"], "--fetch", "train", "--partition", "auto", "--credit", "auto"
+        )
+        assert p.returncode == 0, p.stderr
+        assert f"partition {credit:,}, credit {credit:,})" in " ".join(p.stdout.split())
+        for bad in ("lots", "-5"):
+            assert_one_line_error(run("analyze", seq_graph_file["pb"], "--credit", bad), "--credit", bad)
 
     def test_credit_per_sending_task(self, seq_graph_file):
         base = ["analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2"]
