@@ -399,6 +399,7 @@ def test_sizes_auto_are_kept_to_the_graph_and_link(cluster, monkeypatch):
 
     import tfsched
     from tfsched.enforce.api import AUTO, link_sizes
+    from tfsched.graph import build_comm_graph
     from tfsched.graph.load import nodes_from_graph_def, output_specs
 
     built = build_graph("seq32", ps_tasks=2)
@@ -406,8 +407,6 @@ def test_sizes_auto_are_kept_to_the_graph_and_link(cluster, monkeypatch):
     for v in built.graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES):
         per_ps[v.device] = per_ps.get(v.device, 0) + v.shape.num_elements()
     quarter = max(per_ps.values()) // 4  # one PS sends its half of the weights, and gets their gradients
-    from tfsched.graph import build_comm_graph
-
     busiest = build_comm_graph(
         nodes_from_graph_def(built.graph_def(), "seq32"), fetches=built.fetches, output_specs=output_specs
     ).busiest_channel_params
