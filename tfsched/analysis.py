@@ -70,11 +70,12 @@ class Analysis:
     def sizes(self) -> dict:
         """ByteScheduler's partition and credit kept to this graph and link
         (``tfsched.enforce.link_sizes``), and the busiest channel's parameters they come from."""
-        from tfsched.enforce.api import link_sizes
-
-        channel = self.graph.busiest_channel_params
-        partition, credit = link_sizes(self.oracle.link.bandwidth_bps, channel)
-        return {"partition": partition, "credit": credit, "busiest_channel_params": channel}
+        partition, credit = _sizes(self.graph, self.oracle)
+        return {
+            "partition": partition,
+            "credit": credit,
+            "busiest_channel_params": self.graph.busiest_channel_params,
+        }
 
     def to_json(self) -> dict:
         """The stable ``analyze --json`` shape."""
@@ -85,6 +86,13 @@ class Analysis:
             "prediction": self.prediction.to_json(),
             "sizes": self.sizes,
         }
+
+
+def _sizes(graph: CommGraph, oracle: TimeOracle) -> tuple[int, int]:
+    """(partition, credit) kept to ``graph`` and ``oracle``'s link (``enforce.link_sizes``)."""
+    from tfsched.enforce.api import link_sizes
+
+    return link_sizes(oracle.link.bandwidth_bps, graph.busiest_channel_params)
 
 
 # The pass counts partition and credit in parameters (as ByteScheduler); the simulator in bytes.
@@ -207,9 +215,7 @@ def analyze(
         match = match_trace(graph, measured, trace)
         oracle = TimeOracle.from_trace(measured, statistic, fallback=oracle)
     if "auto" in (partition, credit):
-        from tfsched.enforce.api import link_sizes
-
-        sized = link_sizes(oracle.link.bandwidth_bps, graph.busiest_channel_params)  # Analysis.sizes
+        sized = _sizes(graph, oracle)  # as Analysis.sizes
         partition = sized[0] if partition == "auto" else partition
         credit = sized[1] if credit == "auto" else credit
     return analyze_graph(

@@ -98,7 +98,12 @@ def link_sizes(bandwidth_bps: float | None = None, channel_params: int | None = 
     >>> link_sizes(), link_sizes(10e9), link_sizes(channel_params=3_210_762)
     ((1000000, 4000000), (10000000, 40000000), (802690, 802690))
     """
-    if bandwidth_bps is not None and (not math.isfinite(bandwidth_bps) or bandwidth_bps <= 0):
+    if bandwidth_bps is not None and (
+        isinstance(bandwidth_bps, bool)
+        or not isinstance(bandwidth_bps, (int, float))
+        or not math.isfinite(bandwidth_bps)
+        or bandwidth_bps <= 0
+    ):
         raise TfschedError(f"bandwidth must be a positive number of bits/s, got {bandwidth_bps!r}")
     if channel_params is not None and (
         not isinstance(channel_params, int) or isinstance(channel_params, bool) or channel_params < 0
@@ -228,8 +233,6 @@ def enable(
     if bandwidth_bps is not None:
         if AUTO not in (partition, credit):
             raise TfschedError("bandwidth_bps sizes a partition or credit 'auto'; neither is 'auto'")
-        if isinstance(bandwidth_bps, bool) or not isinstance(bandwidth_bps, (int, float)):
-            raise TfschedError(f"bandwidth_bps must be a number of bits/s, got {bandwidth_bps!r}")
         link_sizes(bandwidth_bps)  # one error line for a bad bandwidth
     if not isinstance(host_credit, bool):
         raise TfschedError(f"host_credit must be True or False, got {host_credit!r}")
