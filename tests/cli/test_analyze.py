@@ -1,6 +1,7 @@
 """``tfsched analyze`` as a user runs it: a real process, real graph files."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -225,6 +226,8 @@ def test_demo_trains_on_a_local_cluster():
     assert p.returncode == 0, p.stderr[-2000:]
     assert "Predicted step time" in p.stdout and "Measured on a local cluster" in p.stdout
     assert "vanilla" in p.stdout and "tfsched tio" in p.stdout
+    # TensorFlow's C++ error logs (the GPU probe's on a machine without CUDA) stay off the terminal
+    assert not re.search(r"^E\d{4} ", p.stderr, re.M), p.stderr[-2000:]
 
 
 def test_demo_rejects_bad_modes():

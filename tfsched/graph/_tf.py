@@ -80,10 +80,18 @@ def op_def(op_type: str):
 
 
 def import_tensorflow():
-    """``import tensorflow`` without its C++ start-up chatter on stderr."""
+    """``import tensorflow`` without its C++ start-up chatter on stderr.
+
+    The chatter includes the GPU platform's probe, which runs when the devices are first listed
+    (the first session, not the import) and logs an error on every machine without a CUDA
+    driver; the devices are listed here, inside the silence, so that it does not reach the
+    user's terminal at the first ``Session``.
+    """
     if "tensorflow" in sys.modules and hasattr(sys.modules["tensorflow"], "Graph"):
         return sys.modules["tensorflow"]
     with quiet_stderr():
         import tensorflow
+
+        tensorflow.config.list_physical_devices()
 
     return tensorflow
