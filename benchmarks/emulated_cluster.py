@@ -59,6 +59,11 @@ ROWS = {
     # The Transformer's +pc credit (4M parameters) exceeds its pulls (3.5M a worker) and so orders
     # nothing on the wire: since the eighteenth session the row also runs two credits that bind.
     "transformer-train": "--model transformer --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 5 --batch-size 21 --modes baseline,tio,tao,tao+pc,tao+p1000000+c1000000,tao+p250000+c250000,tao+pc+host",
+    # The twenty-third session's: a second model whose whole step fits in ByteScheduler's credit
+    # (MobileNet: 3.2M parameters), to test the channel share of ``link_sizes`` (the `+pc` sizes)
+    # beside ByteScheduler's fixed ones on a model it was not fitted on. Batch 99: `--batch-size
+    # auto` that session.
+    "mobilenet-train": "--model mobilenet --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 5 --batch-size 99 --modes baseline,tio,tao,tao+pc,tao+p1000000+c4000000,tao+pc+host",
     # The credit returned when sent (``+sent``, enable(credit_return="sent"), the twentieth
     # session) beside the same modes with the receiver's acknowledgements, in the same runs.
     "resnet50-train-10g-sent": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 4 --rounds 36 --batch-size 8 --modes baseline,tao+p1000000+c4000000,tao+p1000000+c4000000+sent,tao+pc+host,tao+pc+host+sent",
