@@ -8,6 +8,7 @@ or, with ``in_graph_workers=N``, one graph holding N worker replicas that share 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -180,14 +181,17 @@ def build_graph(
         raise TfschedError(f"unknown model {model!r}; choose one of {', '.join(sorted(MODELS))}")
     if mode not in ("train", "inference"):
         raise TfschedError(f"unknown mode {mode!r}; expected train or inference")
-    from tfsched.graph._tf import import_tensorflow
+    from tfsched.graph._tf import import_tensorflow, tf_submodule
 
     tf = import_tensorflow()
 
     make, default_size = MODELS[model]
     size = image_size or default_size
+    # tf_keras' batch normalization calls a deprecated colocation API of TensorFlow's: its notice
+    # is about tf_keras, not the user's code, and would sit in the middle of our output.
+    silence = getattr(tf_submodule("python.util.deprecation"), "silence", contextlib.nullcontext)
     g = tf.Graph()
-    with g.as_default():
+    with g.as_default(), silence():
         tf.compat.v1.set_random_seed(seed)
         import tf_keras
 
