@@ -112,6 +112,11 @@ def assemble() -> None:
             with open(path) as f:
                 done[row] = json.load(f)
     parts.append(glance(done))
+    targets = os.path.join(HERE, "targets.md")
+    if os.path.exists(targets):
+        with open(targets) as f:
+            parts.append(f.read().strip())
+        parts.append("")
     for row in ROWS:
         md = os.path.join(RESULTS, f"bench-{row}.md")
         parts.append(f"## {row}")
