@@ -77,6 +77,16 @@ def _modes(ctx, param, value) -> tuple[str, ...]:
         raise click.BadParameter(str(e)) from None
 
 
+def _bench_modes(ctx, param, value) -> tuple[str, ...]:
+    """``_modes``, with the mode ``tuned`` allowed (``--tuned FILE`` says what it runs)."""
+    from tfsched.bench.run import parse_modes
+
+    try:
+        return parse_modes(value, tuned=True)
+    except TfschedError as e:
+        raise click.BadParameter(str(e)) from None
+
+
 def _size_or_auto(ctx, param, value):
     """A number of parameters (>= 0) or ``auto`` (sized for the graph and link)."""
     if value == "auto":
@@ -474,11 +484,19 @@ def viz(trace_path, output, schedule, graph_path, fetches, compare, step):
     "--modes",
     default="baseline,tio,tao",
     show_default=True,
-    callback=_modes,
+    callback=_bench_modes,
     help="Comma-separated: baseline, tio, tao, layer; +pc adds ByteScheduler's partitioning and credit, "
     "kept to the model and the link (tio+pc; tfsched.enforce.link_sizes), +pN / +cN set them "
     "(tao+p500000+c2000000), +host makes the credit one window per sending task that serves the "
-    "workers in turn (tao+pc+host).",
+    "workers in turn (tao+pc+host); tuned: the best setting of --tuned FILE.",
+)
+@click.option(
+    "--tuned",
+    "tuned_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A `tfsched tune -o` file, tuned for this model, cluster, link and batch size: mode tuned "
+    "runs its best setting (its algorithm, partition and credit, and +host, +aN, +sent as tuned).",
 )
 @click.option(
     "--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Steps per worker per round."
@@ -524,6 +542,7 @@ def bench(
     latency,
     queue,
     modes,
+    tuned_path,
     steps,
     rounds,
     batch_size,
@@ -540,17 +559,34 @@ def bench(
     \b
     Example:
       tfsched bench --model vgg16 --workers 4 --bandwidth 1Gbit --modes baseline,tio,tao -o vgg16.json
+      tfsched bench --model vgg16 --workers 4 --modes baseline,tao+pc,tuned --tuned vgg16-tune.json
     """
     from rich.console import Console
 
     from tfsched.bench.netns import DEFAULT_QUEUE_S
     from tfsched.bench.results import markdown, summarize, write
-    from tfsched.bench.run import cluster_side_by_side
+    from tfsched.bench.run import TUNED, cluster_side_by_side, tuned_mode
 
     if queue <= 0:
         raise click.BadParameter("must be a positive time", param_hint="--queue")
     if loopback and (latency or queue != DEFAULT_QUEUE_S):
         raise click.UsageError("--latency and --queue shape the emulated links; --loopback has none")
+    if (TUNED in modes) != (tuned_path is not None):
+        raise click.UsageError(
+            f"mode {TUNED} needs --tuned FILE (a tfsched tune -o file)"
+            if tuned_path is None
+            else f"--tuned FILE runs as mode {TUNED}: add it to --modes"
+        )
+    link = "loopback" if loopback else f"{bandwidth / 1e9:g} Gbit/s"
+    tuned_doc = None
+    if tuned_path is not None:
+        from tfsched.tune.run import read_tune_file
+
+        tuned_doc = read_tune_file(tuned_path)
+        # checked before the batch-size probe runs; the batch size once it is known (below)
+        tuned_mode(
+            tuned_doc, tuned_path, model=model, workers=workers, ps=ps, bandwidth=link, batch_size=None
+        )
     console = Console(stderr=True)
     balance = None
     if batch_size == "auto":
@@ -575,6 +611,14 @@ def bench(
             ) from None
         if batch_size < 1:
             raise click.BadParameter("must be at least 1", param_hint="--batch-size")
+    tuned = None
+    if tuned_doc is not None:
+        tuned = tuned_mode(
+            tuned_doc, tuned_path, model=model, workers=workers, ps=ps, bandwidth=link, batch_size=batch_size
+        )
+        if tuned in modes:
+            raise click.BadParameter(f"{TUNED} is {tuned} here, which is listed too", param_hint="--modes")
+        modes = tuple(tuned if m == TUNED else m for m in modes)
     with console.status("benchmark") as status:
         results = cluster_side_by_side(
             model,
@@ -598,10 +642,11 @@ def bench(
         "batch_size": batch_size,
         "steps": steps,
         "rounds": rounds,
-        "bandwidth": "loopback" if loopback else f"{bandwidth / 1e9:g} Gbit/s",
+        "bandwidth": link,
         "latency": f"{latency * 1e3:g} ms" if latency else None,
         "queue": None if loopback or queue == DEFAULT_QUEUE_S else f"{queue * 1e3:g} ms",
         "batch_balance": balance.to_json() if balance else None,
+        "tuned": {"file": tuned_path, "mode": tuned} if tuned else None,
     }
     summary = summarize(results, config)
     md_path = write(summary, output, results)

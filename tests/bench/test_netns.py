@@ -119,6 +119,57 @@ def test_each_links_shaper_queues_what_was_asked(queue_s, shown):
         assert p.returncode != 0 and why in p.stderr and "Traceback" not in p.stderr
 
 
+@pytest.mark.tf
+def test_bench_tuned_mode_needs_a_tune_file_of_this_run(tmp_path):
+    import json
+
+    tune = tmp_path / "tune.json"
+    config = {
+        "model": "seq32",
+        "graph": None,
+        "workers": 2,
+        "ps": 1,
+        "bandwidth": "1 Gbit/s",
+        "algorithm": "tao",
+    }
+    tune.write_text(
+        json.dumps({"schema": "tfsched.tune/1", "config": config, "best": {"partition": 0, "credit": 9}})
+    )
+    out = tmp_path / "bench.json"
+    for args, why in (
+        (("--modes", "baseline,tuned"), "mode tuned needs --tuned FILE"),
+        (("--tuned", str(tune)), "add it to --modes"),
+        (
+            ("--modes", "baseline,tuned", "--tuned", str(tune), "--workers", "4"),
+            f"{tune}: tuned for workers 2",
+        ),
+        (("--modes", "baseline,tuned", "--tuned", str(tmp_path / "none.json")), "cannot read"),
+        (
+            ("--modes", "baseline,tuned,tao+c9", "--tuned", str(tune), "--workers", "2", "--batch-size", "4"),
+            "listed too",
+        ),
+    ):
+        p = _cli("bench", "--model", "seq32", *args, "-o", str(out), timeout=60)
+        lines = [line for line in p.stderr.splitlines() if line.strip()]
+        assert p.returncode != 0 and len(lines) == 1 and why in lines[0], p.stderr[-2000:]
+        assert not out.exists()
+
+
+def _tune_file(where, *, partition: int, credit: int):
+    """What ``tfsched tune -o`` writes for the 3-step bench run below (tio, 2 workers, 200 Mbit/s)."""
+    import json
+
+    config = {"model": "seq32", "graph": None, "workers": 2, "ps": 1, "bandwidth": "0.2 Gbit/s"}
+    doc = {
+        "schema": "tfsched.tune/1",
+        "config": {**config, "algorithm": "tio", "host_credit": False, "batch_size": 4},
+        "best": {"partition": partition, "credit": credit},
+    }
+    path = where / "tune.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
 def _cli(*args: str, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "tfsched.cli", *args], capture_output=True, text=True, timeout=timeout
@@ -143,7 +194,10 @@ def test_bench_command_writes_every_field(tmp_path):
         "--rounds",
         "1",
         "--modes",
-        "baseline,tio,tio+p20000+c40000,tao",
+        "baseline,tio,tuned,tao",
+        # a tuner's best setting on this run: tio with partition 20,000 and credit 40,000
+        "--tuned",
+        str(_tune_file(tmp_path, partition=20_000, credit=40_000)),
         "--batch-size",
         "4",
         "--queue",
@@ -162,6 +216,7 @@ def test_bench_command_writes_every_field(tmp_path):
         and "links queueing at most 50 ms" in out.with_suffix(".md").read_text()
     )
     assert [r["mode"] for r in data["modes"]] == ["baseline", "tio", "tio+p20000+c40000", "tao"]
+    assert data["config"]["tuned"] == {"file": str(tmp_path / "tune.json"), "mode": "tio+p20000+c40000"}
     for r in data["modes"]:
         for key in (
             "steps",
@@ -196,6 +251,7 @@ def test_bench_command_writes_every_field(tmp_path):
     assert "partition" not in data["modes"][0]
     assert (data["modes"][2]["partition"], data["modes"][2]["credit"]) == (20_000, 40_000)
     md = (tmp_path / "bench.md").read_text()
+    assert f"`tio+p20000+c40000`: the best setting of `tfsched tune` ({tmp_path / 'tune.json'})." in md
     assert "| baseline |" in md and "| tio |" in md
     # TAO ordered from op times traced on this cluster, and says so
     assert data["modes"][3]["ordered_from"] and not any("ordered_from" in r for r in data["modes"][:3])

@@ -208,3 +208,89 @@ def test_the_table_says_what_tao_was_ordered_from():
     new = summarize({"baseline": base, "tao+pc": tao}, config)
     assert new["modes"][1]["ordered_from"] == "trace of worker 0 alone"
     assert "TAO ordered from worker 0's op times, traced alone before the rounds." in markdown(new)
+
+
+def _tune_doc(**config) -> dict:
+    base = {
+        "model": "seq32",
+        "graph": None,
+        "workers": 2,
+        "ps": 1,
+        "bandwidth": "1 Gbit/s",
+        "algorithm": "tao",
+    }
+    return {
+        "schema": "tfsched.tune/1",
+        "config": {**base, **config},
+        "best": {"partition": 131_072, "credit": 569_173, "throughput_steps_per_s": 4.1},
+    }
+
+
+def test_a_tune_files_best_setting_is_a_bench_mode(tmp_path):
+    import json
+
+    from tfsched.bench.run import tuned_mode
+    from tfsched.tune.run import read_tune_file
+
+    where = {"model": "seq32", "workers": 2, "ps": 1, "bandwidth": "1 Gbit/s", "batch_size": 4}
+    path = tmp_path / "tune.json"
+    path.write_text(json.dumps(_tune_doc(batch_size=4)))
+    doc = read_tune_file(str(path))
+    assert tuned_mode(doc, "t.json", **where) == "tao+p131072+c569173"
+    spec = parse_mode(tuned_mode(doc, "t.json", **where))
+    assert (spec.algorithm, spec.partition, spec.credit, spec.host_credit) == ("tao", 131_072, 569_173, False)
+    # tuned with one window per task, another share and no acknowledgements: the bench runs it so
+    tuned = _tune_doc(host_credit=True, ack_share=32, credit_return="sent", algorithm="tio")
+    assert tuned_mode(tuned, "t.json", **where) == "tio+p131072+c569173+host+a32+sent"
+    # no partitioning tuned (--credit-only --partition 0): none in the mode
+    flat = _tune_doc()
+    flat["best"]["partition"] = 0
+    assert parse_mode(tuned_mode(flat, "t.json", **where)).partition == 0
+    # an earlier file records no batch size: nothing to check it against
+    assert tuned_mode(_tune_doc(), "t.json", **{**where, "batch_size": 64}) == "tao+p131072+c569173"
+
+
+def test_a_tune_file_for_another_run_is_one_error_naming_it(tmp_path):
+    import json
+
+    from tfsched.bench.run import tuned_mode
+    from tfsched.tune.run import read_tune_file
+
+    where = {"model": "seq32", "workers": 2, "ps": 1, "bandwidth": "1 Gbit/s", "batch_size": 4}
+    for doc, why in (
+        (_tune_doc(model="vgg16"), "tuned for model vgg16, not model seq32"),
+        (
+            _tune_doc(workers=4, bandwidth="10 Gbit/s"),
+            "tuned for workers 4, bandwidth 10 Gbit/s, not workers 2, bandwidth 1 Gbit/s",
+        ),
+        (_tune_doc(batch_size=8), "tuned for batch_size 8, not batch_size 4"),
+        (_tune_doc(model=None, graph="g.pb"), "tuned on a saved graph (g.pb)"),
+    ):
+        with pytest.raises(TfschedError, match="^t.json: " + why.replace("(", r"\(").replace(")", r"\)")):
+            tuned_mode(doc, "t.json", **where)
+    # files that are not tune results, each named with what is wrong
+    bad = _tune_doc()
+    bad["best"]["credit"] = 0
+    for content, why in (
+        ("{", "not JSON"),
+        (json.dumps({"schema": "tfsched.trace/1"}), "schema 'tfsched.trace/1'"),
+        (json.dumps([1, 2]), "schema 'list'"),
+        (json.dumps({"schema": "tfsched.tune/1", "best": {}}), "no config or best setting"),
+        (json.dumps(bad), "is not a partition and credit"),
+    ):
+        path = tmp_path / "x.json"
+        path.write_text(content)
+        with pytest.raises(TfschedError, match="not a tfsched tune result") as e:
+            read_tune_file(str(path))
+        assert str(e.value).startswith(f"{path}: ") and why in str(e.value)
+    with pytest.raises(TfschedError, match="cannot read"):
+        read_tune_file(str(tmp_path / "missing.json"))
+
+
+def test_the_table_says_which_mode_was_tuned():
+    base = ModeResult("baseline", step_times=[1.0], rounds=[(1, 1.0)], steps=1, wall_s=1.0)
+    tuned = ModeResult("tao+p131072+c569173", step_times=[1.0], rounds=[(1, 1.0)], steps=1, wall_s=1.0)
+    config = {**CONFIG, "tuned": {"file": "tune.json", "mode": "tao+p131072+c569173"}}
+    md = markdown(summarize({"baseline": base, tuned.mode: tuned}, config))
+    assert "`tao+p131072+c569173`: the best setting of `tfsched tune` (tune.json)." in md
+    assert "tfsched tune" not in markdown(summarize({"baseline": base}, CONFIG))

@@ -144,6 +144,9 @@ def markdown(summary: dict) -> str:
             "",
             f"`+pc` here: partition {sized[0]['partition']:,}, credit {sized[0]['credit']:,} parameters.",
         ]
+    # bench --tuned: which mode ran the tune file's best setting
+    if c.get("tuned"):
+        lines += ["", f"`{c['tuned']['mode']}`: the best setting of `tfsched tune` ({c['tuned']['file']})."]
     return "\n".join(lines) + "\n"
 
 

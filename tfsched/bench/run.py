@@ -39,7 +39,8 @@ class ModeSpec:
     sending task, workers served in turn (``tao+pc+host``); ``+aN`` acknowledges transfers of at
     least credit/N parameters (``tao+pc+a32``; default ``DEFAULT_ACK_SHARE``, 8); ``+sent``
     returns the credit when the sender has sent a tensor, with no acknowledgement
-    (``enable(credit_return="sent")``). ``tuned`` is added by the tuner.
+    (``enable(credit_return="sent")``). ``tfsched bench --tuned FILE`` turns the mode ``tuned``
+    into the best setting of a ``tfsched tune`` file in this grammar (``tuned_mode``).
     """
 
     name: str
@@ -93,16 +94,57 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
     return ModeSpec(name, alg, partition, credit, host, ack_share, credit_return)
 
 
-def parse_modes(value: str) -> tuple[str, ...]:
-    """Comma-separated modes, baseline among them, each valid; the names in order."""
+TUNED = "tuned"  # the mode that runs a tune file's best setting (tuned_mode)
+
+
+def parse_modes(value: str, *, tuned: bool = False) -> tuple[str, ...]:
+    """Comma-separated modes, baseline among them, each valid; the names in order. With
+    ``tuned``, the mode ``TUNED`` may be among them, as itself (``tuned_mode`` expands it)."""
     modes = tuple(m.strip() for m in value.split(",") if m.strip())
     if "baseline" not in modes:
         raise TfschedError(f"the modes must include baseline (got {value!r})")
     for m in modes:
-        parse_mode(m)
+        if not (tuned and m == TUNED):
+            parse_mode(m)
     if len(set(modes)) != len(modes):
         raise TfschedError(f"a mode is listed twice in {value!r}")
     return modes
+
+
+def tuned_mode(
+    doc: dict, path: str, *, model: str, workers: int, ps: int, bandwidth: str, batch_size: int | None
+) -> str:
+    """The bench mode of a tune file's best setting (``tfsched.tune.run.read_tune_file``): its
+    algorithm, ``+pN`` (unless it tuned no partitioning), ``+cN``, and ``+host``, ``+aN`` and
+    ``+sent`` as it tuned with them, so that the bench runs what the tuner measured.
+
+    The file must have been tuned for this model, cluster and link (``bandwidth`` as the
+    results label it: ``1 Gbit/s`` or ``loopback``), and for ``batch_size`` where it records
+    one (None: not known yet); a setting tuned elsewhere is one TfschedError line naming it.
+    """
+    c, b = doc["config"], doc["best"]
+    if c.get("model") is None:
+        raise TfschedError(f"{path}: tuned on a saved graph ({c.get('graph')}), not on a built-in model")
+    want = {"model": model, "workers": workers, "ps": ps, "bandwidth": bandwidth}
+    if batch_size is not None and c.get("batch_size") is not None:
+        want["batch_size"] = batch_size
+    off = [k for k, v in want.items() if c.get(k) != v]
+    if off:
+        raise TfschedError(
+            f"{path}: tuned for {', '.join(f'{k} {c.get(k)}' for k in off)}, "
+            f"not {', '.join(f'{k} {want[k]}' for k in off)}"
+        )
+    name = str(c.get("algorithm"))
+    name += f"+p{b['partition']}" if b["partition"] else ""
+    name += f"+c{b['credit']}"
+    name += "+host" if c.get("host_credit") else ""
+    name += f"+a{c['ack_share']}" if c.get("ack_share") else ""
+    name += "+sent" if c.get("credit_return") == "sent" else ""
+    try:
+        parse_mode(name)
+    except TfschedError as e:
+        raise TfschedError(f"{path}: its best setting is no bench mode ({e})") from None
+    return name
 
 
 @dataclass

@@ -17,6 +17,7 @@ from tfsched.errors import TfschedError
 from tfsched.tune.search import SEARCHES, Setting, Space
 
 PRESCREEN_GRID = 5  # per knob, simulated before the first real trial
+TUNE_SCHEMA = "tfsched.tune/1"
 
 
 @dataclass
@@ -31,7 +32,7 @@ class TuneResult:
 
     def to_json(self) -> dict:
         return {
-            "schema": "tfsched.tune/1",
+            "schema": TUNE_SCHEMA,
             "config": self.config,
             "trials": [{"trial": k + 1, **t.to_json()} for k, t in enumerate(self.history)],
             "best": {
@@ -43,6 +44,45 @@ class TuneResult:
             "prescreened": self.prescreened,
             "elapsed_s": self.elapsed_s,
         }
+
+
+def read_tune_file(path: str) -> dict:
+    """A ``tfsched tune -o`` file (``TuneResult.to_json``), checked as far as a reader uses it:
+    its schema, the best setting (``best.partition`` >= 0, ``best.credit`` > 0, in parameters)
+    and the configuration it was tuned in. Anything else is one TfschedError line naming the file.
+    """
+    import json
+
+    def bad(why: str) -> TfschedError:
+        return TfschedError(f"{path}: not a tfsched tune result ({why})")
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise TfschedError(f"{path}: cannot read ({e.strerror})") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise bad(f"not JSON: {str(e).splitlines()[0]}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != TUNE_SCHEMA:
+        got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise bad(f"schema {got!r}, expected {TUNE_SCHEMA!r}")
+    best, config = doc.get("best"), doc.get("config")
+    if not isinstance(config, dict) or not isinstance(best, dict):
+        raise bad("no config or best setting")
+
+    def count(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if not (
+        count(best.get("partition"))
+        and best["partition"] >= 0
+        and count(best.get("credit"))
+        and best["credit"] > 0
+    ):
+        raise bad(
+            f"best setting {best.get('partition')!r}/{best.get('credit')!r} is not a partition and credit"
+        )
+    return doc
 
 
 def prescreen(
@@ -370,6 +410,7 @@ def tune_cluster(
             "measure": measure,
             "seed": seed,
             "confirm": confirm,
+            "batch_size": batch_size,
             "defaults": defaults.to_json() if defaults else None,
         },
         elapsed_s=time.monotonic() - started,
