@@ -246,6 +246,10 @@ def test_a_tune_files_best_setting_is_a_bench_mode(tmp_path):
     flat = _tune_doc()
     flat["best"]["partition"] = 0
     assert parse_mode(tuned_mode(flat, "t.json", **where)).partition == 0
+    # the mode's name is allowed only where a tune file can say what it runs (bench --tuned)
+    assert parse_modes("baseline,tuned", tuned=True) == ("baseline", "tuned")
+    with pytest.raises(TfschedError, match="unknown mode 'tuned'"):
+        parse_modes("baseline,tuned")
     # an earlier file records no batch size: nothing to check it against
     assert tuned_mode(_tune_doc(), "t.json", **{**where, "batch_size": 64}) == "tao+p131072+c569173"
 
