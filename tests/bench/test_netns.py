@@ -121,20 +121,7 @@ def test_each_links_shaper_queues_what_was_asked(queue_s, shown):
 
 @pytest.mark.tf
 def test_bench_tuned_mode_needs_a_tune_file_of_this_run(tmp_path):
-    import json
-
-    tune = tmp_path / "tune.json"
-    config = {
-        "model": "seq32",
-        "graph": None,
-        "workers": 2,
-        "ps": 1,
-        "bandwidth": "1 Gbit/s",
-        "algorithm": "tao",
-    }
-    tune.write_text(
-        json.dumps({"schema": "tfsched.tune/1", "config": config, "best": {"partition": 0, "credit": 9}})
-    )
+    tune = _tune_file(tmp_path, partition=0, credit=9)
     out = tmp_path / "bench.json"
     for args, why in (
         (("--modes", "baseline,tuned"), "mode tuned needs --tuned FILE"),
@@ -145,7 +132,18 @@ def test_bench_tuned_mode_needs_a_tune_file_of_this_run(tmp_path):
         ),
         (("--modes", "baseline,tuned", "--tuned", str(tmp_path / "none.json")), "cannot read"),
         (
-            ("--modes", "baseline,tuned,tao+c9", "--tuned", str(tune), "--workers", "2", "--batch-size", "4"),
+            (
+                "--modes",
+                "baseline,tuned,tio+c9",
+                "--tuned",
+                str(tune),
+                "--workers",
+                "2",
+                "--batch-size",
+                "4",
+                "--bandwidth",
+                "200Mbit",
+            ),
             "listed too",
         ),
     ):
