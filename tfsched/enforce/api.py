@@ -83,8 +83,9 @@ def link_sizes(bandwidth_bps: float | None = None, channel_params: int | None = 
       adds to its pushes) gets 881,186. Measured in BENCHMARKS.md (transformer-train, against
       vanilla TensorFlow in the same runs): ByteScheduler's sizes 1.02x (eighteenth session),
       these 1.11x and with one window per task 1.22x (twenty-second session). On MobileNet
-      (3.2M parameters, a model the share was not chosen on; mobilenet-train, two runs of the
-      twenty-third session): these (809,778) 1.07x and 1.05x, ByteScheduler's 0.95x and 0.99x.
+      (3.2M parameters, a model the share was not chosen on; mobilenet-train, three runs of the
+      twenty-third session): these (809,778) 1.07x, 1.05x and 1.11x, ByteScheduler's 0.95x,
+      0.99x and 1.05x.
     * **The link.** A slice and an acknowledged tensor each cost about the same CPU and messages
       whatever the link, so at 10 Gbit/s a 1,000,000-parameter slice (3.2 ms on the wire) and a
       4,000,000-parameter window (13 ms) cost ten times their share at 1 Gbit/s. Above
