@@ -735,6 +735,12 @@ def bench(
     is_flag=True,
     help="Do not start from ByteScheduler's partition and credit sized for the model and link.",
 )
+@click.option(
+    "--sync",
+    is_flag=True,
+    help="Start every step on all workers together, as synchronous training and tfsched bench do "
+    "(default: the workers run free, as asynchronous training does).",
+)
 @click.option("--batch-size", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
@@ -767,6 +773,7 @@ def tune(
     credit_return,
     confirm,
     no_defaults,
+    sync,
     batch_size,
     seed,
     output,
@@ -823,6 +830,7 @@ def tune(
             credit_return=credit_return,
             confirm=confirm,
             from_defaults=not no_defaults,
+            sync=sync,
             progress=progress,
         )
     doc = result.to_json()

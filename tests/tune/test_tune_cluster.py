@@ -57,6 +57,7 @@ def test_tuning_one_window_per_task_with_a_timing_aware_order():
         host_credit=True,
         ack_share=32,
         credit_return="sent",
+        sync=True,  # tfsched tune --sync: the workers' steps start together
         prescreen_keep=2,
         trials=3,
         confirm=0,
@@ -72,7 +73,7 @@ def test_tuning_one_window_per_task_with_a_timing_aware_order():
     from tfsched.bench.run import tuned_mode
 
     where = {"model": "seq32", "workers": 2, "ps": 1, "bandwidth": "loopback", "batch_size": 4}
-    assert doc["config"]["batch_size"] == 4
+    assert doc["config"]["batch_size"] == 4 and doc["config"]["sync"] is True
     assert tuned_mode(doc, "tune.json", **where) == f"tao+p{r.best.partition}+c{r.best.credit}+host+a32+sent"
     # after the defaults, the two settings the simulator (with one window per task) liked best
     assert len(r.prescreened) == 2 and all(p["predicted_step_s"] > 0 for p in r.prescreened)
@@ -125,3 +126,80 @@ def test_credit_hook_tunes_credit_inside_monitored_training_session():
     assert hook.follower.final and hook.follower.setting == coord.search.best().setting
     assert ps_credit == coord.search.best().setting.credit
     assert len({s.credit for s in seen if s}) >= 2  # it changed while training ran
+
+
+def test_synchronous_steps_last_as_long_as_the_slowest_worker():
+    # Two tuned sessions on a real cluster; worker 1 has extra work in every step. Free, the fast
+    # worker measures its own steps; with the step barrier (tfsched tune --sync) both measure
+    # the slow worker's, as the bench's synchronized steps do.
+    import threading
+
+    import tensorflow as tf
+
+    from tfsched.bench.local import LocalCluster
+    from tfsched.models import build_graph
+    from tfsched.tune.worker import TunedSession
+
+    class Client:  # the coordinator, in process: one setting from step 0; the reports kept
+        def __init__(self):
+            self.per_step: list[float] = []
+
+        def poll(self, step):
+            return {"epoch": 0, "apply_at": 0, "partition": 0, "credit": 1 << 20, "final": False}
+
+        def report(self, epoch, steps, seconds):
+            self.per_step.append(seconds / steps)
+            return {"accepted": True}
+
+        def close(self):
+            pass
+
+    graphs = []
+    for w in range(2):
+        b = build_graph("seq32", worker_task=w, ps_tasks=1)
+        fetches = [b.train_op]
+        if w == 1:
+            with b.graph.as_default(), tf.device("/job:worker/task:1"):
+                x = tf.random.stateless_uniform([600, 600], seed=[1, 2])
+                for _ in range(20):
+                    x = tf.matmul(x, x) / 600.0
+                fetches.append(x.op)
+        graphs.append((b, fetches))
+
+    def measure(cluster, barrier) -> list[float]:
+        clients = [Client(), Client()]
+        sessions = [
+            TunedSession(
+                cluster.target("worker", w),
+                graphs[w][0].graph,
+                client=clients[w],
+                devices=[f"/job:worker/task:{w}", "/job:ps/task:0"],
+                settle=1,
+                measure=4,
+                step_barrier=barrier,
+                barrier_timeout_s=120,
+            )
+            for w in range(2)
+        ]
+
+        def loop(w):
+            for _ in range(6):
+                sessions[w].run(graphs[w][1])
+
+        threads = [threading.Thread(target=loop, args=(w,)) for w in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        for s in sessions:
+            s.close()
+        assert all(len(c.per_step) == 1 for c in clients)
+        return [c.per_step[0] for c in clients]
+
+    with LocalCluster(ps=1, workers=2) as cluster:
+        with tf.compat.v1.Session(cluster.target("worker", 0), graph=graphs[0][0].graph) as s0:
+            s0.run(graphs[0][0].init_op)
+        fast, slow = measure(cluster, None)
+        assert fast < 0.7 * slow  # the extra work shows
+        fast, slow = measure(cluster, threading.Barrier(2))
+        assert fast == pytest.approx(slow, rel=0.2)

@@ -162,6 +162,7 @@ def tune_cluster(
     credit_return: str = "ack",
     confirm: int = 2,
     from_defaults: bool = True,
+    sync: bool = False,
     timeout_s: float = 3600.0,
     progress: Callable[[str], None] | None = None,
 ) -> TuneResult:
@@ -172,7 +173,12 @@ def tune_cluster(
     (``enable(ack_share=N)``; None: the pass's default). The live credit a trial sets limits
     those the pass acknowledges from the smallest credit of the search. ``credit_return``:
     ``"sent"`` returns the credit when the sender has sent a tensor, with no acknowledgement
-    (``enable(credit_return="sent")``).
+    (``enable(credit_return="sent")``). ``sync``: every step starts on all workers together and
+    lasts until the slowest has finished it (synchronous training, and what ``tfsched bench``
+    measures); otherwise the workers run free (asynchronous between-graph training). The two
+    can favour different settings: on MobileNet the free-running tuner chose a window larger
+    than the step, which ran at 1.04x and 1.01x vanilla TensorFlow in the bench's synchronized
+    steps against the defaults' 1.11x and 1.02x (BENCHMARKS.md, twenty-third session).
 
     Two additions to ByteScheduler's tuner (§4.3), for clusters whose steps vary by several
     percent from one trial to the next:
@@ -314,6 +320,7 @@ def tune_cluster(
             )
             address = coord.start()
             ps_devices = [f"/job:ps/task:{p}" for p in range(ps)]
+            barrier = threading.Barrier(workers) if sync else None
             sessions = [
                 TunedSession(
                     cluster.target("worker", w),
@@ -322,6 +329,8 @@ def tune_cluster(
                     devices=[tasks[w], *ps_devices],
                     settle=settle,
                     measure=measure,
+                    step_barrier=barrier,
+                    barrier_timeout_s=timeout_s,
                     **enable_kwargs,
                 )
                 for w in range(workers)
@@ -346,9 +355,14 @@ def tune_cluster(
                             after_final += 1
                             if after_final >= final_steps:
                                 return
+                except threading.BrokenBarrierError:
+                    pass  # with sync: another worker's loop ended (or failed: its error is kept)
                 except BaseException as e:  # noqa: BLE001 - reported by the driver
                     errors.append(e)
                     stop.set()
+                finally:
+                    if barrier is not None:
+                        barrier.abort()  # no worker waits for one that has stopped
 
             inited = threading.Event()
             if built[0][2] is None:
@@ -411,6 +425,7 @@ def tune_cluster(
             "seed": seed,
             "confirm": confirm,
             "batch_size": batch_size,
+            "sync": sync,
             "defaults": defaults.to_json() if defaults else None,
         },
         elapsed_s=time.monotonic() - started,

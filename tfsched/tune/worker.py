@@ -95,10 +95,15 @@ class TunedSession:
         settle: int = 1,
         measure: int = 3,
         max_sessions: int = 3,
+        step_barrier=None,
+        barrier_timeout_s: float = 600.0,
         **enable_kwargs,
     ):
         from tfsched.enforce.api import CreditSetter
 
+        # synchronous steps (``tfsched tune --sync``): a ``threading.Barrier`` the workers' loops
+        # share; each step ends when every worker has finished it, and is timed so
+        self._barrier, self._barrier_timeout_s = step_barrier, barrier_timeout_s
         self.target, self.graph = target, graph
         self.follower = Follower(client, settle=settle, measure=measure)
         self._enable = enable_kwargs
@@ -140,6 +145,10 @@ class TunedSession:
             self.partition = 0
         start = time.perf_counter()
         out = self._current.run(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+        if self._barrier is not None:
+            # the step lasts until the slowest worker has finished it (threading.BrokenBarrierError
+            # when another worker's loop ended or failed, or after the timeout)
+            self._barrier.wait(timeout=self._barrier_timeout_s)
         self.follower.after_step(time.perf_counter() - start)
         return out
 
