@@ -187,12 +187,15 @@ def test_synchronous_steps_last_as_long_as_the_slowest_worker():
                 sessions[w].run(graphs[w][1])
 
         threads = [threading.Thread(target=loop, args=(w,)) for w in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(300)
-        for s in sessions:
-            s.close()
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(300)
+        finally:
+            # a session left open on a cluster that is then stopped holds the process at exit
+            for s in sessions:
+                s.close()
         assert all(len(c.per_step) == 1 for c in clients)
         return [c.per_step[0] for c in clients]
 
