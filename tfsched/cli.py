@@ -6,6 +6,7 @@ Each command parses options, calls one library function and prints its record as
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -68,23 +69,17 @@ def _bandwidth(ctx, param, value):
         raise click.BadParameter(str(e)) from None
 
 
-def _modes(ctx, param, value) -> tuple[str, ...]:
+def _modes(ctx, param, value, *, tuned: bool = False) -> tuple[str, ...]:
     from tfsched.bench.run import parse_modes
 
     try:
-        return parse_modes(value)
+        return parse_modes(value, tuned=tuned)
     except TfschedError as e:
         raise click.BadParameter(str(e)) from None
 
 
-def _bench_modes(ctx, param, value) -> tuple[str, ...]:
-    """``_modes``, with the mode ``tuned`` allowed (``--tuned FILE`` says what it runs)."""
-    from tfsched.bench.run import parse_modes
-
-    try:
-        return parse_modes(value, tuned=True)
-    except TfschedError as e:
-        raise click.BadParameter(str(e)) from None
+# bench's --modes: the mode ``tuned`` allowed too (``--tuned FILE`` says what it runs)
+_bench_modes = functools.partial(_modes, tuned=True)
 
 
 def _size_or_auto(ctx, param, value):

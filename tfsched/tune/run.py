@@ -8,6 +8,7 @@ best setting is then applied on every worker at one step and training carries on
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -51,7 +52,6 @@ def read_tune_file(path: str) -> dict:
     its schema, the best setting (``best.partition`` >= 0, ``best.credit`` > 0, in parameters)
     and the configuration it was tuned in. Anything else is one TfschedError line naming the file.
     """
-    import json
 
     def bad(why: str) -> TfschedError:
         return TfschedError(f"{path}: not a tfsched tune result ({why})")
