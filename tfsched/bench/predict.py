@@ -87,6 +87,18 @@ def machine_slots_from_cpu(
     return cores * workers * work / spent
 
 
+def _by_rank(iterations: list[list[float]]) -> list[float]:
+    """The mean step time of the first worker to finish, the second, ...: over the synchronized
+    steps that every worker finished.
+
+    >>> [round(t, 3) for t in _by_rank([[0.3, 0.1], [0.2, 0.4], [0.5]])]
+    [0.15, 0.35]
+    """
+    workers = max(map(len, iterations), default=0)
+    full = [sorted(it) for it in iterations if it and len(it) == workers]
+    return [statistics.fmean(col) for col in zip(*full, strict=True)] if full else []
+
+
 def annotate(
     results: dict[str, ModeResult],
     *,
@@ -100,7 +112,7 @@ def annotate(
     from tfsched.graph import load_comm_graph
     from tfsched.oracle.oracle import LinkModel, TimeOracle
     from tfsched.ordering import order
-    from tfsched.sim import POLICY_OF_MODE, build_sim_graph, mean_step_time, step_bounds
+    from tfsched.sim import POLICY_OF_MODE, build_sim_graph, finish_by_rank, seeded_runs, step_bounds
 
     base = results.get("baseline")
     if base is None or base.trace is None:
@@ -149,7 +161,7 @@ def annotate(
             credit=res.knobs.get("credit", spec.credit),
         )
         if spec.algorithm is None:
-            predicted = mean_step_time(plain, "random")
+            runs = seeded_runs(plain, "random")
         else:
             # the order the pass was given, as mode_configs made it: from the graph, and a timing-aware
             # one from the trace of worker 0 alone (the cost model for the ops it did not time)
@@ -164,7 +176,7 @@ def annotate(
             )
             # the pulls a gate releases together race to the wire, all but those a credit window
             # acknowledges (sim.engine ``race``): a mean over seeds, as for the baseline's ties
-            predicted = mean_step_time(
+            runs = seeded_runs(
                 sg,
                 POLICY_OF_MODE[schedule.mode],
                 race=True,
@@ -179,6 +191,7 @@ def annotate(
         # over every worker's steps was the measure until the seventh session: it put the
         # early-served workers of one window per task (whose steps end first) into the
         # measurement and made that mode's prediction look 33% slow on VGG16 inference.
+        predicted = statistics.fmean(r.step_time for r in runs)
         its = res.iteration_times or res.step_times
         measured = statistics.fmean(its) if its else 0.0
         res.measured = {
@@ -187,4 +200,9 @@ def annotate(
             "upper_bound_s": bounds.upper,
             "predicted_s": predicted,
             "prediction_error": (predicted - measured) / measured if measured else None,
+            # the workers' steps, the first to finish first: measured (the mean by rank over the
+            # synchronized steps) and simulated; where a mode staggers the workers, this shows
+            # whether the simulator does it alike
+            "finish_by_rank_s": _by_rank(res.iterations),
+            "predicted_finish_by_rank_s": finish_by_rank(runs),
         }

@@ -147,6 +147,19 @@ def tuned_mode(
     return name
 
 
+@dataclass(frozen=True)
+class StepRecord:
+    """One worker's part of one timed synchronized step (``run_side_by_side(step_log=...)``):
+    ``time.monotonic()`` when its ``sess.run`` began and returned."""
+
+    mode: str
+    round: int
+    step: int
+    worker: int
+    start: float
+    end: float
+
+
 @dataclass
 class ModeResult:
     mode: str
@@ -158,7 +171,7 @@ class ModeResult:
     cpu_s: float = 0.0  # CPU seconds the whole machine was busy during the timed rounds
     cpu_total_s: float = 0.0  # CPU seconds the machine had then (wall time x cores)
     steps: int = 0  # steps completed by all workers together
-    trace: object | None = None  # one traced step of worker 0 (tfsched.tracing.Trace), if asked for
+    trace: object | None = None  # traced steps of worker 0 (tfsched.tracing.Trace), if asked for
     # baseline: steps of worker 0 traced while the other workers wait (op times alone)
     solo_trace: object | None = None
     # a timing-aware mode: the trace of worker 0 alone its order was made from (mode_configs)
@@ -443,9 +456,11 @@ def run_side_by_side(
     warmup: int = 2,
     rounds: int = 2,
     trace: bool = False,
+    trace_steps: int = 1,
     step_timeout_s: float = 600.0,
     progress: Callable[[str], None] | None = None,
     dead_tasks: Callable[[], list[str]] | None = None,
+    step_log: list[StepRecord] | None = None,
 ) -> dict[str, ModeResult]:
     """Train every mode ``rounds`` times ``steps`` steps on every worker, interleaved.
 
@@ -454,8 +469,8 @@ def run_side_by_side(
     vanilla TensorFlow (``ModeResult.order_trace``) and the function gives the mode's config.
 
     The workers start each step together (synchronous training, as TicTac measures), so the
-    straggler effect is the wait of the fastest worker. With ``trace``, one more synchronized step
-    of each mode is traced on worker 0 (``ModeResult.trace``), and the baseline's worker 0 is
+    straggler effect is the wait of the fastest worker. With ``trace``, ``trace_steps`` more
+    synchronized steps of each mode are traced on worker 0 (``ModeResult.trace``), and the baseline's worker 0 is
     traced for ``SOLO_STEPS`` steps alone (``ModeResult.solo_trace``: op times without the
     other workers on the machine's cores), and then pulls every variable alone to measure what
     moving a byte and sending a tensor cost the machine (``ModeResult.comm_cpu_s_per_byte``,
@@ -465,6 +480,8 @@ def run_side_by_side(
     a worker's step only sees that a peer went away. Closing the sessions is bounded too (a
     session whose PS died can wait on it forever): what has not closed in
     ``SESSION_CLOSE_TIMEOUT_S`` is left to the cluster's exit, which stops every task.
+    ``step_log``: each worker's part of every timed step is appended to it (``StepRecord``), to
+    line the steps up with what else was measured meanwhile (``bench.profile``).
     """
     import tensorflow as tf
 
@@ -475,14 +492,17 @@ def run_side_by_side(
         output_partition_graphs=True,
     )
 
-    if steps <= 0 or rounds <= 0:
-        raise TfschedError("steps and rounds must be positive")
+    if steps <= 0 or rounds <= 0 or trace_steps <= 0:
+        raise TfschedError("steps, rounds and traced steps must be positive")
     results = {mode: ModeResult(mode) for mode in configs}
     # One graph and session per (mode, worker), kept for all rounds: what a user's job does.
     sessions = {}
 
-    def synchronized(mode: str, n: int, warm: int, traced: bool = False) -> tuple[list, float, object]:
-        """``n`` steps of ``mode`` on every worker, each step started together."""
+    def synchronized(
+        mode: str, n: int, warm: int, traced: bool = False, round_: int | None = None
+    ) -> tuple[list, float, object]:
+        """``n`` steps of ``mode`` on every worker, each step started together (the steps of round
+        ``round_`` go to ``step_log``)."""
         times: list[tuple[int, int, float]] = []
         errors: list[BaseException] = []
         lock = threading.Lock()
@@ -501,13 +521,16 @@ def run_side_by_side(
                         started.append(time.perf_counter())
                         cpu.append(_cpu_seconds())
                     md = tf.compat.v1.RunMetadata() if traced and w == 0 else None
-                    t = time.perf_counter()
+                    t, mono = time.perf_counter(), time.monotonic()
                     sess.run(built.train_op, options=trace_options if md else run_options, run_metadata=md)
                     dt = time.perf_counter() - t
                     with lock:
                         times.append((w, k, dt))
+                        if step_log is not None and round_ is not None:
+                            step_log.append(StepRecord(mode, round_, k, w, mono, time.monotonic()))
                     if md is not None:
-                        box["md"], box["graph"] = md, built.graph
+                        box.setdefault("mds", []).append(md)
+                        box["graph"] = built.graph
             except BaseException as e:  # noqa: BLE001 - re-raised below
                 barrier.abort()
                 errors.append(e)
@@ -557,7 +580,7 @@ def run_side_by_side(
             for mode in configs:
                 if progress:
                     progress(f"round {r + 1}/{rounds}: {mode}")
-                times, wall, box = synchronized(mode, steps, warmup if r == 0 else 0)
+                times, wall, box = synchronized(mode, steps, warmup if r == 0 else 0, round_=r)
                 res = results[mode]
                 busy, total = box.get("cpu", (0.0, 0.0))
                 res.cpu_s += busy
@@ -573,9 +596,9 @@ def run_side_by_side(
         if trace:
             for mode in configs:
                 if progress:
-                    progress(f"tracing one step: {mode}")
-                _, _, box = synchronized(mode, 1, 0, traced=True)
-                results[mode].trace = _trace_of([box["md"]], box["graph"], {"mode": mode, "worker": 0})
+                    progress(f"tracing {trace_steps} step{'s' if trace_steps > 1 else ''}: {mode}")
+                _, _, box = synchronized(mode, trace_steps, 0, traced=True)
+                results[mode].trace = _trace_of(box["mds"], box["graph"], {"mode": mode, "worker": 0})
             if "baseline" in configs:
                 if progress:
                     progress("tracing worker 0 alone: baseline")
@@ -642,12 +665,15 @@ def cluster_side_by_side(
     queue_s: float = DEFAULT_QUEUE_S,
     mode: str = "train",
     measure: bool = True,
+    trace_steps: int = 1,
     progress: Callable[[str], None] | None = None,
+    step_log: list[StepRecord] | None = None,
 ) -> dict[str, ModeResult]:
     """Side by side on an emulated multi-host cluster (``bandwidth_bps`` given) or on loopback.
 
-    With ``measure`` (and a baseline), one step of every mode is traced at the end and each mode
-    gets its measured ordering efficiency and the simulator's prediction (``bench.predict``).
+    With ``measure`` (and a baseline), ``trace_steps`` steps of every mode are traced at the end
+    and each mode gets its measured ordering efficiency and the simulator's prediction
+    (``bench.predict``); ``step_log`` as ``run_side_by_side``'s.
     ``queue_s``: the most of the link's time each emulated link queues.
     """
     from tfsched.bench.local import LocalCluster
@@ -693,8 +719,10 @@ def cluster_side_by_side(
                 steps=steps,
                 rounds=rounds,
                 trace=measure,
+                trace_steps=trace_steps,
                 progress=progress,
                 dead_tasks=cluster.dead_tasks,
+                step_log=step_log,
             )
         for name, res in results.items():
             spec = parse_mode(name, bandwidth_bps, channel_params)

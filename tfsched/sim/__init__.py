@@ -16,10 +16,22 @@ POLICY_OF_MODE = {"counter": "counter", "queue": "queue", "none": "fifo"}
 SEEDS = 3  # seeded runs averaged where an order is random
 
 
+def seeded_runs(sg: SimGraph, policy: str, seeds: int = SEEDS, **kwargs) -> list[SimResult]:
+    """``seeds`` seeded runs of ``simulate``: for the orders that are random (the ``random``
+    policy's ties, transfers that ``race`` for a channel)."""
+    return [simulate(sg, policy, seed=s, **kwargs) for s in range(seeds)]
+
+
 def mean_step_time(sg: SimGraph, policy: str, seeds: int = SEEDS, **kwargs) -> float:
-    """Mean step time of ``seeds`` seeded runs of ``simulate``: for the orders that are random
-    (the ``random`` policy's ties, transfers that ``race`` for a channel)."""
-    return statistics.fmean(simulate(sg, policy, seed=s, **kwargs).step_time for s in range(seeds))
+    """Mean step time of ``seeded_runs``."""
+    return statistics.fmean(r.step_time for r in seeded_runs(sg, policy, seeds, **kwargs))
+
+
+def finish_by_rank(runs: list[SimResult]) -> list[float]:
+    """The workers' mean step times, the first to finish first, averaged rank by rank over
+    ``runs``: how a run staggers its workers (its last is the step's time)."""
+    ranked = [sorted(statistics.fmean(v) for v in r.step_times().values()) for r in runs]
+    return [statistics.fmean(col) for col in zip(*ranked, strict=True)] if ranked else []
 
 
 def simulate_schedule(
@@ -51,8 +63,10 @@ __all__ = [
     "SimGraph",
     "SimResult",
     "build_sim_graph",
+    "finish_by_rank",
     "mean_step_time",
     "simulate",
+    "seeded_runs",
     "simulate_schedule",
     "step_bounds",
 ]
