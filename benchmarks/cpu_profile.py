@@ -38,7 +38,7 @@ def run(args) -> tuple[dict, list[str]]:
     from tfsched.bench.profile import TaskCpuSampler, profile_by_rank, start_delays
     from tfsched.bench.run import cluster_side_by_side, parse_modes
     from tfsched.oracle.fit import task_starts
-    from tfsched.units import parse_bandwidth
+    from tfsched.units import parse_bandwidth, parse_duration
 
     modes = parse_modes(args.modes)
     log: list = []
@@ -52,6 +52,7 @@ def run(args) -> tuple[dict, list[str]]:
             rounds=args.rounds,
             batch_size=args.batch_size,
             bandwidth_bps=parse_bandwidth(args.bandwidth),
+            queue_s=parse_duration(args.queue),
             mode=args.mode,
             trace_steps=args.trace_steps,
             step_log=log,
@@ -62,7 +63,7 @@ def run(args) -> tuple[dict, list[str]]:
     out = {"modes": {}}
     md = [
         f"**{args.model}** ({args.mode}, batch {args.batch_size}), {args.ps} PS x {args.workers} workers, "
-        f"{args.bandwidth}, {args.rounds} interleaved rounds of {args.steps} synchronized steps; every task's "
+        f"{args.bandwidth} (links queueing {args.queue}), {args.rounds} interleaved rounds of {args.steps} synchronized steps; every task's "
         f"CPU sampled every {args.interval_ms:g} ms (the sampler took {sampler.own_cpu_s:.1f} CPU seconds, "
         "not counted)",
         "",
@@ -125,6 +126,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--ps", type=int, default=1)
     ap.add_argument("--bandwidth", default="1Gbit")
+    ap.add_argument(
+        "--queue", default="400ms", help="the most of the link's time each shaper queues (the bench's)"
+    )
     ap.add_argument("--batch-size", type=int, required=True)
     ap.add_argument("--modes", default="baseline,tao+pc,tao+pc+host")
     ap.add_argument("--steps", type=int, default=5)
