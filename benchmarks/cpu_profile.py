@@ -51,6 +51,7 @@ def _cores(v: float) -> str:
 
 def run(args) -> tuple[dict, list[str]]:
     from tfsched.bench.profile import TaskCpuSampler, profile_by_rank, start_delays
+    from tfsched.bench.results import paired_ratio_ci
     from tfsched.bench.run import cluster_side_by_side, parse_modes
     from tfsched.oracle.fit import task_starts
     from tfsched.units import parse_bandwidth, parse_duration
@@ -82,15 +83,18 @@ def run(args) -> tuple[dict, list[str]]:
         f"CPU sampled every {args.interval_ms:g} ms (the sampler took {sampler.own_cpu_s:.1f} CPU seconds, "
         "not counted)",
         "",
-        "Step times by rank (the first worker to finish first), measured and simulated, seconds:",
+        "Throughput against the baseline's (95% interval of the paired per-round ratios), and the "
+        "step times by rank (the first worker to finish first), measured and simulated, seconds:",
         "",
-        "| mode | measured | simulated |",
-        "|---|---|---|",
+        "| mode | vs baseline | measured | simulated |",
+        "|---|---|---|---|",
     ]
     for mode, res in results.items():
         m = res.measured
+        ratio, ci = res.throughput / base.throughput, paired_ratio_ci(res, base)
+        vs = f"{ratio:.3f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
         md.append(
-            f"| {mode} | {', '.join(f'{t:.3f}' for t in m.get('finish_by_rank_s', []))} "
+            f"| {mode} | {vs} | {', '.join(f'{t:.3f}' for t in m.get('finish_by_rank_s', []))} "
             f"| {', '.join(f'{t:.3f}' for t in m.get('predicted_finish_by_rank_s', []))} |"
         )
     md += [
