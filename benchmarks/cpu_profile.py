@@ -79,9 +79,9 @@ def run(args) -> tuple[dict, list[str]]:
     out = {"modes": {}}
     md = [
         f"**{args.model}** ({args.mode}, batch {args.batch_size}), {args.ps} PS x {args.workers} workers, "
-        f"{args.bandwidth} (links queueing {args.queue}), {args.rounds} interleaved rounds of {args.steps} synchronized steps; every task's "
-        f"CPU sampled every {args.interval_ms:g} ms (the sampler took {sampler.own_cpu_s:.1f} CPU seconds, "
-        "not counted)",
+        f"{args.bandwidth} (links queueing {args.queue}), {args.rounds} interleaved rounds of "
+        f"{args.steps} synchronized steps; every task's CPU sampled every {args.interval_ms:g} ms "
+        f"(the sampler took {sampler.own_cpu_s:.1f} CPU seconds, not counted)",
         "",
         "Throughput against the baseline's (95% interval of the paired per-round ratios), and the "
         "step times by rank (the first worker to finish first), measured and simulated, seconds:",
@@ -126,8 +126,8 @@ def run(args) -> tuple[dict, list[str]]:
         n = len(p["steps_in_bin"])
         md += [
             "",
-            f"`{mode}`: cores in use, per {args.bin_ms:g} ms from the step's start (mean over {p['steps']} steps; "
-            "the last row: how many steps were still running)",
+            f"`{mode}`: cores in use, per {args.bin_ms:g} ms from the step's start (mean over "
+            f"{p['steps']} steps; the last row: how many steps were still running)",
             "",
             "| process | " + " | ".join(f"{b * args.bin_ms:g}" for b in range(n)) + " |",
             "|---|" + "---|" * n,

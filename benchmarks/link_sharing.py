@@ -178,9 +178,9 @@ def main() -> None:
     spread = [(r[-1] - r[0]) / r[-1] for r in rounds]
     name = "link_sharing" + ("" if args.queue == "400ms" else f"-queue{args.queue}")
     md = [
-        f"{args.receivers} TCP flows of {args.megabytes:g} MB from one emulated host at once, {args.bandwidth} "
-        f"links queueing {args.queue}, {args.rounds} rounds after {args.idle} idle each. Shared max-min "
-        f"fairly (the simulator's link), every flow would end at {fair:.3f} s.",
+        f"{args.receivers} TCP flows of {args.megabytes:g} MB from one emulated host at once, "
+        f"{args.bandwidth} links queueing {args.queue}, {args.rounds} rounds after {args.idle} idle "
+        f"each. Shared max-min fairly (the simulator's link), every flow would end at {fair:.3f} s.",
         "",
         "| | first to end | " + " | ".join(f"#{k + 1}" for k in range(1, args.receivers)) + " |",
         "|---|" + "---|" * args.receivers,

@@ -131,3 +131,11 @@ def test_the_sampler_and_the_step_log_on_a_real_local_cluster():
     assert len(m["predicted_finish_by_rank_s"]) == 2
     assert m["predicted_finish_by_rank_s"][0] <= m["predicted_finish_by_rank_s"][1]
     assert m["predicted_finish_by_rank_s"][1] == pytest.approx(m["predicted_s"])
+
+
+@pytest.mark.tf
+def test_traced_steps_must_be_positive():
+    from tfsched.bench.run import run_side_by_side
+
+    with pytest.raises(TfschedError, match="steps, rounds and traced steps must be positive"):
+        run_side_by_side([], None, {"baseline": None}, trace=True, trace_steps=0)

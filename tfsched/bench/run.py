@@ -470,11 +470,11 @@ def run_side_by_side(
 
     The workers start each step together (synchronous training, as TicTac measures), so the
     straggler effect is the wait of the fastest worker. With ``trace``, ``trace_steps`` more
-    synchronized steps of each mode are traced on worker 0 (``ModeResult.trace``), and the baseline's worker 0 is
-    traced for ``SOLO_STEPS`` steps alone (``ModeResult.solo_trace``: op times without the
-    other workers on the machine's cores), and then pulls every variable alone to measure what
-    moving a byte and sending a tensor cost the machine (``ModeResult.comm_cpu_s_per_byte``,
-    ``comm_cpu_s_per_message``). Every step has a deadline
+    synchronized steps of each mode are traced on worker 0 (``ModeResult.trace``), and the
+    baseline's worker 0 is traced for ``SOLO_STEPS`` steps alone (``ModeResult.solo_trace``: op
+    times without the other workers on the machine's cores), and then pulls every variable alone
+    to measure what moving a byte and sending a tensor cost the machine
+    (``ModeResult.comm_cpu_s_per_byte``, ``comm_cpu_s_per_message``). Every step has a deadline
     (``step_timeout_s``): a stuck cluster fails the run, never hangs it. ``dead_tasks`` (the
     cluster's ``TaskHandles.dead_tasks``) names the tasks that exited, for a failed step's error:
     a worker's step only sees that a peer went away. Closing the sessions is bounded too (a
