@@ -518,8 +518,15 @@ def viz(trace_path, output, schedule, graph_path, fetches, compare, step):
     "traces_dir",
     type=click.Path(file_okay=False),
     default=None,
-    help="Also write each mode's traced step (worker 0) to DIR/MODE.trace.json, for tfsched viz "
+    help="Also write each mode's traced steps (worker 0) to DIR/MODE.trace.json, for tfsched viz "
     "(and the baseline's worker 0 alone to DIR/baseline.alone.trace.json).",
+)
+@click.option(
+    "--trace-steps",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Synchronized steps of each mode traced on worker 0 after the rounds (what --traces writes).",
 )
 @click.option(
     "-o",
@@ -544,6 +551,7 @@ def bench(
     run_mode,
     loopback,
     traces_dir,
+    trace_steps,
     output,
 ):
     """Vanilla TensorFlow vs tfsched on an emulated multi-host PS cluster, interleaved in one run.
@@ -627,6 +635,7 @@ def bench(
             latency_s=latency,
             queue_s=queue,
             mode=run_mode,
+            trace_steps=trace_steps,
             progress=lambda s: status.update(s),
         )
     config = {
@@ -642,6 +651,7 @@ def bench(
         "queue": None if loopback or queue == DEFAULT_QUEUE_S else f"{queue * 1e3:g} ms",
         "batch_balance": balance.to_json() if balance else None,
         "tuned": {"file": tuned_path, "mode": tuned} if tuned else None,
+        "trace_steps": trace_steps,
     }
     summary = summarize(results, config)
     md_path = write(summary, output, results)

@@ -202,6 +202,8 @@ def test_bench_command_writes_every_field(tmp_path):
         "50ms",
         "--traces",
         str(tmp_path / "traces"),
+        "--trace-steps",
+        "2",
         "-o",
         str(out),
         timeout=600,
@@ -209,6 +211,7 @@ def test_bench_command_writes_every_field(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     data = json.loads(out.read_text())
     assert data["config"]["bandwidth"] == "0.2 Gbit/s" and data["config"]["workers"] == 2
+    assert data["config"]["trace_steps"] == 2
     assert (
         data["config"]["queue"] == "50 ms"
         and "links queueing at most 50 ms" in out.with_suffix(".md").read_text()
@@ -231,8 +234,13 @@ def test_bench_command_writes_every_field(tmp_path):
             "upper_bound_s",
             "predicted_s",
             "prediction_error",
+            "finish_by_rank_s",
+            "predicted_finish_by_rank_s",
         ):
             assert r[key] is not None, key
+        # the two workers by when they finished, measured and simulated; the last is the step
+        assert len(r["finish_by_rank_s"]) == 2 and r["finish_by_rank_s"][0] <= r["finish_by_rank_s"][1]
+        assert r["predicted_finish_by_rank_s"][-1] == pytest.approx(r["predicted_s"])
         assert r["steps"] == 6 and r["throughput_steps_per_s"] > 0 and r["p95_s"] >= r["p50_s"] > 0
         assert 0 <= r["straggler"] < 1 and r["lower_bound_s"] <= r["upper_bound_s"]
         # the prediction is compared with the slowest worker of each synchronized step
@@ -256,13 +264,14 @@ def test_bench_command_writes_every_field(tmp_path):
     assert "TAO ordered from worker 0's op times, traced alone before the rounds." in md
     png = tmp_path / "bench.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-    # --traces: every mode's traced step, self-contained, and viewable.
+    # --traces: every mode's traced steps (--trace-steps), self-contained, and viewable.
     from tfsched.tracing.trace import Trace
 
     for mode in ("baseline", "tio", "tio+p20000+c40000", "tao"):
         trace = Trace.load(str(tmp_path / "traces" / f"{mode}.trace.json"))
         assert trace.meta["mode"] == mode and trace.meta["model"] == "seq32"
-        assert trace.partition_graphs and trace.transfers and trace.steps == 1
+        assert trace.partition_graphs and trace.transfers and trace.steps == 2
+        assert len(trace.step_times_us) == 2 and {t.step for t in trace.transfers} == {0, 1}
     # The baseline's worker 0 alone, the op times the prediction uses.
     alone = Trace.load(str(tmp_path / "traces" / "baseline.alone.trace.json"))
     assert alone.meta["alone"] and alone.steps == 2 and len(alone.step_times_us) == 2
