@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _results import machine, write  # noqa: E402
 
 from tfsched.errors import TfschedError  # noqa: E402
+from tfsched.sim import mean_by_rank  # noqa: E402
 
 PORT = 6000
 
@@ -174,7 +175,7 @@ def main() -> None:
     except TfschedError as e:
         raise SystemExit(f"Error: {e}") from None
     fair = args.receivers * nbytes * 8 / bandwidth
-    by_rank = [statistics.fmean(col) for col in zip(*rounds, strict=True)]
+    by_rank = mean_by_rank(rounds)
     spread = [(r[-1] - r[0]) / r[-1] for r in rounds]
     name = "link_sharing" + ("" if args.queue == "400ms" else f"-queue{args.queue}")
     md = [

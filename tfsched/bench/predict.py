@@ -88,15 +88,15 @@ def machine_slots_from_cpu(
 
 
 def _by_rank(iterations: list[list[float]]) -> list[float]:
-    """The mean step time of the first worker to finish, the second, ...: over the synchronized
-    steps that every worker finished.
+    """``sim.mean_by_rank`` of the synchronized steps that every worker finished.
 
     >>> [round(t, 3) for t in _by_rank([[0.3, 0.1], [0.2, 0.4], [0.5]])]
     [0.15, 0.35]
     """
+    from tfsched.sim import mean_by_rank
+
     workers = max(map(len, iterations), default=0)
-    full = [sorted(it) for it in iterations if it and len(it) == workers]
-    return [statistics.fmean(col) for col in zip(*full, strict=True)] if full else []
+    return mean_by_rank([it for it in iterations if it and len(it) == workers])
 
 
 def annotate(

@@ -16,15 +16,16 @@ the mean over many steps is what to read.
 
 from __future__ import annotations
 
-import bisect
 import os
-import statistics
 import threading
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tfsched.bench.run import StepRecord
 from tfsched.errors import TfschedError
+from tfsched.sim import mean_by_rank
 
 SERVER_MODULE = b"tfsched.bench.server"  # the command every task process runs (bench.local)
 DRIVER = "driver"  # this process: the bench's sessions (the sampler's own CPU taken out)
@@ -114,20 +115,22 @@ class TaskCpuSampler:
 
 
 def _cumulative(samples: list[tuple[float, dict[str, float]]]):
-    """A function (process, time) -> its CPU seconds then, linear between samples; None outside
-    them or where the process was not sampled on both sides."""
-    times = [t for t, _ in samples]
+    """A function (process, time) -> its CPU seconds then, linear between its samples; None
+    outside them."""
+    lists: dict[str, tuple[list[float], list[float]]] = {}
+    for t, row in samples:
+        for name, cpu in row.items():
+            times, values = lists.setdefault(name, ([], []))
+            times.append(t)
+            values.append(cpu)
+    series = {name: (np.asarray(times), np.asarray(values)) for name, (times, values) in lists.items()}
 
     def at(name: str, t: float) -> float | None:
-        i = bisect.bisect_left(times, t)
-        if i < len(samples) and times[i] == t:
-            return samples[i][1].get(name)
-        if i == 0 or i >= len(samples):
+        if name not in series:
             return None
-        (ta, a), (tb, b) = samples[i - 1], samples[i]
-        if name not in a or name not in b:
-            return None
-        return a[name] + (b[name] - a[name]) * (t - ta) / (tb - ta) if tb > ta else a[name]
+        times, values = series[name]
+        v = np.interp(t, times, values, left=np.nan, right=np.nan)
+        return None if np.isnan(v) else float(v)
 
     return at
 
@@ -197,7 +200,7 @@ def profile_by_rank(
         "bin_s": bin_s,
         "rows": out_rows,
         "steps_in_bin": counts,
-        "finish_by_rank_s": [statistics.fmean(col) for col in zip(*finishes, strict=True)],
+        "finish_by_rank_s": mean_by_rank(finishes),
         "steps": len(finishes),
     }
 

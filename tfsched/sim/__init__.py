@@ -27,11 +27,21 @@ def mean_step_time(sg: SimGraph, policy: str, seeds: int = SEEDS, **kwargs) -> f
     return statistics.fmean(r.step_time for r in seeded_runs(sg, policy, seeds, **kwargs))
 
 
+def mean_by_rank(rows: list[list[float]]) -> list[float]:
+    """Each row (one step's or run's workers' times, all of one length) sorted, then the mean of
+    the first of every row, of the second, ...: how the workers stagger, the first to finish
+    first.
+
+    >>> [round(t, 3) for t in mean_by_rank([[0.3, 0.1], [0.2, 0.4]])]
+    [0.15, 0.35]
+    """
+    return [statistics.fmean(col) for col in zip(*map(sorted, rows), strict=True)] if rows else []
+
+
 def finish_by_rank(runs: list[SimResult]) -> list[float]:
-    """The workers' mean step times, the first to finish first, averaged rank by rank over
-    ``runs``: how a run staggers its workers (its last is the step's time)."""
-    ranked = [sorted(statistics.fmean(v) for v in r.step_times().values()) for r in runs]
-    return [statistics.fmean(col) for col in zip(*ranked, strict=True)] if ranked else []
+    """The workers' mean step times by rank over ``runs`` (``mean_by_rank``): how a run staggers
+    its workers (its last is the step's time)."""
+    return mean_by_rank([[statistics.fmean(v) for v in r.step_times().values()] for r in runs])
 
 
 def simulate_schedule(
@@ -64,6 +74,7 @@ __all__ = [
     "SimResult",
     "build_sim_graph",
     "finish_by_rank",
+    "mean_by_rank",
     "mean_step_time",
     "simulate",
     "seeded_runs",
