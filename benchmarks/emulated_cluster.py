@@ -16,7 +16,8 @@ import platform
 import subprocess
 import sys
 
-from tfsched.bench.results import cpu_description, glance
+from tfsched.bench.results import cpu_description, glance, markdown
+from tfsched.io import write_atomic
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
@@ -103,6 +104,9 @@ def assemble() -> None:
         "",
         "Each row's fastest mode (its p95/p50 and straggler effect beside the baseline's) and its",
         "slowest mode; the tables below have every mode, the reading at the end what they mean.",
+        "p95/p50 is of every worker's step times, sync p95/p50 of the synchronized steps (each as",
+        "long as its slowest worker): a mode that staggers the workers on purpose has a wide first",
+        "and can still have a steady training step.",
         "",
     ]
     done = {}
@@ -118,16 +122,18 @@ def assemble() -> None:
             parts.append(f.read().strip())
         parts.append("")
     for row in ROWS:
-        md = os.path.join(RESULTS, f"bench-{row}.md")
         parts.append(f"## {row}")
         parts.append("")
         parts.append("```bash")
         parts.append(" ".join(command(row)[:-2]) + f" -o bench-{row}.json")
         parts.append("```")
         parts.append("")
-        if os.path.exists(md):
-            with open(md) as f:
-                parts.append(f.read().strip())
+        if row in done:
+            # the table as today's columns show it (a column added since is computed from the
+            # raw times the file keeps), written back beside the file
+            table = markdown(done[row])
+            write_atomic(os.path.join(RESULTS, f"bench-{row}.md"), lambda f, t=table: f.write(t))
+            parts.append(table.strip())
         else:
             parts.append("Not run yet.")
         parts.append("")

@@ -228,6 +228,7 @@ def test_bench_command_writes_every_field(tmp_path):
             "mean_s",
             "iteration_mean_s",
             "p95_over_p50",
+            "iteration_p95_over_p50",
             "straggler",
             "efficiency_E",
             "lower_bound_s",

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfsched.bench.results import cpu_description, glance, markdown, paired_ratio_ci, summarize
+from tfsched.bench.results import cpu_description, glance, markdown, paired_ratio_ci, summarize, sync_spread
 from tfsched.bench.run import ModeResult, parse_mode, parse_modes, per_byte
 from tfsched.enforce.api import link_sizes
 from tfsched.errors import TfschedError
@@ -35,6 +35,24 @@ def test_a_synchronized_step_lasts_as_long_as_its_slowest_worker():
     assert j["mean_s"] == pytest.approx(8.2 / 7) and j["iteration_mean_s"] > j["mean_s"]
     assert j["iterations"] == its  # kept raw: every column can be recomputed from the file
     assert ModeResult("x").to_json()["iteration_mean_s"] == 0.0
+
+
+def test_sync_spread_is_of_the_synchronized_steps_not_of_each_workers():
+    # the workers stagger (two of three finish at half the step) but the steps take 1.0 s: steady
+    its = [[1.0, 0.5, 0.5]] * 19 + [[1.3, 0.6, 0.6]]
+    r = ModeResult("tao", step_times=[t for it in its for t in it], iterations=its)
+    j = r.to_json()
+    assert j["p95_over_p50"] == pytest.approx(2.0)  # the workers' times: 1.0 against 0.5
+    assert j["iteration_p95_over_p50"] == pytest.approx(1.0)  # p95 of 20 steps is the 19th
+    its[-2] = [1.3, 0.6, 0.6]
+    assert ModeResult("tao", iterations=its).to_json()["iteration_p95_over_p50"] == pytest.approx(1.3)
+    # a file from before the field: recomputed from the raw iterations; before those: none
+    old = {
+        k: v for k, v in ModeResult("tao", iterations=its).to_json().items() if k != "iteration_p95_over_p50"
+    }
+    assert sync_spread(old) == pytest.approx(1.3)
+    assert sync_spread({"mode": "tao", "iterations": []}) is None
+    assert ModeResult("x").to_json()["iteration_p95_over_p50"] == 0.0
 
 
 def test_mode_grammar():
@@ -159,7 +177,7 @@ def test_a_row_says_which_processor_it_ran_on(tmp_path):
 
 
 def test_at_a_glance_names_each_rows_fastest_and_slowest_mode():
-    def mode(name, rate, p50, p95, straggler):
+    def mode(name, rate, p50, p95, straggler, slow_step=1.0):
         # three rounds of one second, the last a little faster (the interval needs a spread)
         rounds = [(rate, 1.0), (rate, 1.0), (rate * 1.01, 1.0)]
         return ModeResult(
@@ -168,15 +186,16 @@ def test_at_a_glance_names_each_rows_fastest_and_slowest_mode():
             rounds=rounds,
             steps=round(sum(s for s, _ in rounds)),
             wall_s=3.0,
-            iterations=[[1.0, 1.0 - straggler]],
+            # 20 synchronized steps, the last two slow_step times as long
+            iterations=[[t, t * (1.0 - straggler)] for t in [1.0] * 18 + [slow_step] * 2],
         )
 
     config = {**CONFIG, "workers": 2, "rounds": 3}
     fast = summarize(
         {
-            "baseline": mode("baseline", 100, 1.0, 1.2, 0.3),
+            "baseline": mode("baseline", 100, 1.0, 1.2, 0.3, slow_step=1.1),
             "tio": mode("tio", 90, 1.1, 1.2, 0.2),
-            "tao+pc": mode("tao+pc", 150, 0.7, 0.72, 0.1),
+            "tao+pc": mode("tao+pc", 150, 0.7, 0.72, 0.1, slow_step=1.02),
         },
         {**config, "batch_size": 32},
     )
@@ -190,9 +209,10 @@ def test_at_a_glance_names_each_rows_fastest_and_slowest_mode():
     assert pc["vs_baseline"] == pytest.approx(1.5, abs=0.01) and tio["vs_baseline"] < 1.0
     assert cells[3] == f"{pc['vs_baseline']:.3f}x (1.50-1.50)"
     assert cells[4] == "1.029 (1.200)"
-    assert cells[5] == "0.100 (0.300)"
-    assert cells[6:8] == ["tio", f"{tio['vs_baseline']:.3f}x (0.90-0.90)"]
-    assert cells[8] == "Some CPU (family 6, model 1)"
+    assert cells[5] == "1.020 (1.100)"  # the synchronized steps' spread, not the workers'
+    assert cells[6] == "0.100 (0.300)"
+    assert cells[7:9] == ["tio", f"{tio['vs_baseline']:.3f}x (0.90-0.90)"]
+    assert cells[9] == "Some CPU (family 6, model 1)"
 
 
 def test_the_table_says_what_tao_was_ordered_from():

@@ -7,7 +7,7 @@ import os
 import platform
 import re
 
-from tfsched.bench.run import TIMED, ModeResult
+from tfsched.bench.run import TIMED, ModeResult, spread
 from tfsched.io import write_atomic
 
 
@@ -91,6 +91,20 @@ def _ratio(r: dict) -> str:
     return out
 
 
+def sync_spread(r: dict) -> float | None:
+    """A mode's p95/p50 of the synchronized steps (each as long as its slowest worker), from its
+    JSON record; recomputed from the raw iterations for files written before the twenty-fifth
+    session, None for files from before the seventh (no iterations)."""
+    if r.get("iteration_p95_over_p50"):
+        return r["iteration_p95_over_p50"]
+    its = [max(it) for it in r.get("iterations") or [] if it]
+    return spread(its) if its else None
+
+
+def _number(x: float | None, fmt: str = ".3f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
 def markdown(summary: dict) -> str:
     c = summary["config"]
     link = f"{c['bandwidth']}" + (f", {c['latency']} latency" if c.get("latency") else "")
@@ -107,9 +121,9 @@ def markdown(summary: dict) -> str:
         # files from before the sixteenth session do not say which processor ran them
         *(["", f"Processor: {summary['cpu']}."] if summary.get("cpu") else []),
         "",
-        "| mode | steps/s | vs baseline | p50 step (s) | p95 step (s) | p95/p50 | straggler | E (measured) "
-        "| slowest worker (s) | simulated (s) | sim. error | CPU s/step (busy) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| mode | steps/s | vs baseline | p50 step (s) | p95 step (s) | p95/p50 | sync p95/p50 | straggler "
+        "| E (measured) | slowest worker (s) | simulated (s) | sim. error | CPU s/step (busy) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary["modes"]:
         vs = _ratio(r) if r["vs_baseline"] else "-"
@@ -123,8 +137,15 @@ def markdown(summary: dict) -> str:
         cpu = f"{r['cpu_s_per_step']:.2f} ({r['cpu_busy']:.0%})" if r.get("cpu_s_per_step") else "-"
         lines.append(
             f"| {r['mode']} | {r['throughput_steps_per_s']:.3f} | {vs} | {r['p50_s']:.4f} | {r['p95_s']:.4f} | "
-            f"{r['p95_over_p50']:.3f} | {r['straggler']:.3f} | {e} | {slowest} | {pred} | {err} | {cpu} |"
+            f"{r['p95_over_p50']:.3f} | {_number(sync_spread(r))} | {r['straggler']:.3f} | {e} | {slowest} "
+            f"| {pred} | {err} | {cpu} |"
         )
+    lines += [
+        "",
+        "p95/p50: of every worker's step times; sync p95/p50: of the synchronized steps, each as long "
+        "as its slowest worker (how steady the training step is; the workers' stagger within a step "
+        "is the straggler effect).",
+    ]
     # TAO's op times (bench.run.mode_configs): a trace since the seventeenth session
     timed = [r for r in summary["modes"] if r["mode"].split("+")[0] in TIMED]
     if timed:
@@ -152,16 +173,17 @@ def markdown(summary: dict) -> str:
 
 def glance(summaries: dict[str, dict]) -> str:
     """One line per benchmark row (name -> the JSON ``summarize`` wrote): its fastest mode, that
-    mode's p95/p50 and straggler effect beside the baseline's, and its slowest mode.
+    mode's p95/p50 (of the workers' steps and of the synchronized steps) and straggler effect
+    beside the baseline's, and its slowest mode.
 
     What a reader of BENCHMARKS.md wants before the full tables: where tfsched gains, what the
     gain costs in step-time spread and straggling, and whether any mode lost. Rows without a
     baseline or another mode are left out.
     """
     lines = [
-        "| row | batch | fastest mode | vs baseline (95%) | p95/p50 (baseline) | straggler (baseline) "
-        "| slowest mode | vs baseline (95%) | processor |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| row | batch | fastest mode | vs baseline (95%) | p95/p50 (baseline) | sync p95/p50 (baseline) "
+        "| straggler (baseline) | slowest mode | vs baseline (95%) | processor |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, summary in summaries.items():
         modes = summary["modes"]
@@ -176,6 +198,7 @@ def glance(summaries: dict[str, dict]) -> str:
         lines.append(
             f"| {name} | {summary['config'].get('batch_size') or '-'} | {fast['mode']} | {_ratio(fast)} "
             f"| {fast['p95_over_p50']:.3f} ({base['p95_over_p50']:.3f}) "
+            f"| {_number(sync_spread(fast))} ({_number(sync_spread(base))}) "
             f"| {fast['straggler']:.3f} ({base['straggler']:.3f}) | {slow['mode']} | {_ratio(slow)} | {cpu} |"
         )
     return "\n".join(lines) + "\n"

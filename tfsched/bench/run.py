@@ -147,6 +147,19 @@ def tuned_mode(
     return name
 
 
+def percentile(xs: list[float], q: float) -> float:
+    """The ``q``-th percentile of ``xs`` by the nearest rank (one of the measured values), 0.0
+    for none."""
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))] if xs else 0.0
+
+
+def spread(xs: list[float]) -> float:
+    """p95/p50 of ``xs``: 1.0 when the slow steps are as fast as the typical one (0.0 for none)."""
+    p50 = percentile(xs, 50)
+    return percentile(xs, 95) / p50 if p50 else 0.0
+
+
 @dataclass(frozen=True)
 class StepRecord:
     """One worker's part of one timed synchronized step (``run_side_by_side(step_log=...)``):
@@ -191,8 +204,8 @@ class ModeResult:
         return self.steps / self.wall_s if self.wall_s > 0 else 0.0
 
     def percentile(self, q: float) -> float:
-        xs = sorted(self.step_times)
-        return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))] if xs else 0.0
+        """The ``q``-th percentile of every worker's step times (0.0 without any)."""
+        return percentile(self.step_times, q)
 
     @property
     def straggler(self) -> float:
@@ -216,11 +229,14 @@ class ModeResult:
         return [max(it) for it in self.iterations if it]
 
     def to_json(self) -> dict:
-        p50 = self.percentile(50)
         its = self.iteration_times
         return {
             "mode": self.mode,
-            "p95_over_p50": self.percentile(95) / p50 if p50 else 0.0,
+            "p95_over_p50": spread(self.step_times),
+            # the same of the synchronized steps (each as long as its slowest worker): how steady
+            # the training step is, the stagger of the workers within a step aside (that is the
+            # straggler effect)
+            "iteration_p95_over_p50": spread(its),
             "straggler": self.straggler,
             "steps": self.steps,
             "throughput_steps_per_s": self.throughput,
