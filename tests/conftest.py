@@ -36,3 +36,24 @@ def seq_graph_file(tmp_path_factory):
         "dir": d,
         "fetches": bg.fetches,
     }
+
+
+@pytest.fixture(scope="session")
+def seq_saved_model(tmp_path_factory):
+    """The graph of ``seq_graph_file`` exported as a TF1 SavedModel from a real session on a local
+    PS cluster: meta graph ``train`` with its placement, ``serve`` without (Builder's default)."""
+    import tensorflow as tf
+
+    from tfsched.bench.local import LocalCluster
+    from tfsched.models import build_graph
+
+    export = tmp_path_factory.mktemp("savedmodel") / "export"
+    bg = build_graph("seq32", batch_size=2)
+    with LocalCluster(ps=1, workers=1, vanilla=True) as c, bg.graph.as_default():
+        with tf.compat.v1.Session(c.target("worker", 0)) as sess:
+            sess.run(bg.init_op)
+            builder = tf.compat.v1.saved_model.Builder(str(export))
+            builder.add_meta_graph_and_variables(sess, ["train"], clear_devices=False)
+            builder.add_meta_graph(["serve"], clear_devices=True)
+            builder.save()
+    return export

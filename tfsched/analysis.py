@@ -185,6 +185,7 @@ def analyze(
     fmt: str | None = None,
     default_device: str | None = None,
     ps_jobs: tuple[str, ...] = ("ps",),
+    tag_set: str | None = None,
     trace: str | None = None,
     statistic: str = "min",
     partition: int | str = 0,
@@ -202,7 +203,9 @@ def analyze(
     >>> a.prediction.scheduled_s <= a.prediction.baseline_s
     True
     """
-    graph = load_comm_graph(path, fetches=fetches, fmt=fmt, default_device=default_device, ps_jobs=ps_jobs)
+    graph = load_comm_graph(
+        path, fetches=fetches, fmt=fmt, default_device=default_device, ps_jobs=ps_jobs, tag_set=tag_set
+    )
     link = LinkModel(bandwidth_bps=bandwidth_bps, overhead_s=overhead_s)
     oracle = TimeOracle.from_cost_model(graph, link=link)
     match = None

@@ -125,8 +125,17 @@ _credit_return_option = click.option(
 )
 
 
+# which meta graph of a SavedModel (analyze, trace --graph, viz --graph)
+_tag_set_option = click.option(
+    "--tag-set",
+    default=None,
+    help="A SavedModel's meta graph by its tags, comma-separated (as saved_model_cli's --tag_set; "
+    "default: the only one, else the one tagged train).",
+)
+
+
 @main.command()
-@click.argument("graph", type=click.Path(dir_okay=False))
+@click.argument("graph", type=click.Path())
 @click.option(
     "--fetch",
     "fetches",
@@ -151,7 +160,7 @@ _credit_return_option = click.option(
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["graphdef", "metagraph", "runmeta"]),
+    type=click.Choice(["graphdef", "metagraph", "runmeta", "savedmodel"]),
     default=None,
     help="Force the file format (default: from the name and content).",
 )
@@ -163,6 +172,7 @@ _credit_return_option = click.option(
     show_default=True,
     help="Job name(s) of the parameter servers.",
 )
+@_tag_set_option
 @click.option(
     "-o",
     "--output",
@@ -220,6 +230,7 @@ def analyze(
     workers,
     fmt,
     ps_jobs,
+    tag_set,
     output,
     as_json,
     show_all,
@@ -238,6 +249,7 @@ def analyze(
       tfsched analyze train.pb --fetch train
       tfsched analyze model.meta --algorithm tao --bandwidth 100Mbit --workers 4 -o schedule.json
       tfsched analyze run.runmeta --json
+      tfsched analyze export_dir --tag-set train --workers 4
       tfsched analyze train.pb --fetch train --trace trace.json --algorithm tao
       tfsched analyze train.pb --fetch train --algorithm tao --workers 4 --credit 4000000 --host-credit
       tfsched analyze train.pb --fetch train --workers 4 --partition auto --credit auto
@@ -259,6 +271,7 @@ def analyze(
         workers=workers,
         fmt=fmt,
         ps_jobs=tuple(ps_jobs),
+        tag_set=tag_set,
         trace=trace_path,
         statistic=statistic,
         partition=partition,
@@ -345,12 +358,13 @@ def demo(model, bandwidth, workers, steps, rounds, modes, no_train):
 @click.option(
     "--graph",
     "graph_path",
-    type=click.Path(dir_okay=False),
+    type=click.Path(),
     default=None,
-    help="Or a user's GraphDef / MetaGraphDef.",
+    help="Or a user's GraphDef / MetaGraphDef / SavedModel.",
 )
 @click.option("--fetch", "fetches", multiple=True, help="With --graph: what a step runs (repeatable).")
 @click.option("--init", default=None, help="With --graph: the initializer op to run once.")
+@_tag_set_option
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--ps", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--steps", type=int, default=5, show_default=True, help="Traced steps.")
@@ -358,7 +372,7 @@ def demo(model, bandwidth, workers, steps, rounds, modes, no_train):
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False), required=True, help="Trace file to write (JSON)."
 )
-def trace(model, graph_path, fetches, init, workers, ps, steps, warmup, output):
+def trace(model, graph_path, fetches, init, tag_set, workers, ps, steps, warmup, output):
     """Run a local cluster (PS and workers as processes) and trace real steps.
 
     \b
@@ -377,6 +391,7 @@ def trace(model, graph_path, fetches, init, workers, ps, steps, warmup, output):
             graph_path=graph_path,
             fetches=list(fetches) or None,
             init=init,
+            tag_set=tag_set,
             workers=workers,
             ps=ps,
             steps=steps,
@@ -409,11 +424,12 @@ def trace(model, graph_path, fetches, init, workers, ps, steps, warmup, output):
 @click.option(
     "--graph",
     "graph_path",
-    type=click.Path(dir_okay=False),
+    type=click.Path(),
     default=None,
     help="Draw the simulator's prediction for this graph beside the measurement.",
 )
 @click.option("--fetch", "fetches", multiple=True, help="With --graph: what a step runs.")
+@_tag_set_option
 @click.option(
     "--compare",
     "compare",
@@ -422,7 +438,7 @@ def trace(model, graph_path, fetches, init, workers, ps, steps, warmup, output):
     help="More traces for the step-time CDF (e.g. the baseline).",
 )
 @click.option("--step", type=int, default=0, show_default=True, help="The traced step to draw.")
-def viz(trace_path, output, schedule, graph_path, fetches, compare, step):
+def viz(trace_path, output, schedule, graph_path, fetches, tag_set, compare, step):
     """Show a trace: Chrome trace JSON (Perfetto, chrome://tracing), a picture, or an HTML page.
 
     \b
@@ -444,6 +460,7 @@ def viz(trace_path, output, schedule, graph_path, fetches, compare, step):
         fetches=list(fetches) or None,
         compare=others,
         step=step,
+        tag_set=tag_set,
     )
     click.echo(f"{output} written")
 
@@ -678,11 +695,10 @@ def bench(
 @click.option(
     "--model", type=click.Choice(BUILTIN_MODELS), default=None, help="A built-in model (default: seq32)."
 )
-@click.option(
-    "--graph", "graph_path", type=click.Path(dir_okay=False), default=None, help="A saved graph instead."
-)
+@click.option("--graph", "graph_path", type=click.Path(), default=None, help="A saved graph instead.")
 @click.option("--fetch", "fetches", multiple=True, help="With --graph: what a step runs (repeatable).")
 @click.option("--init", default=None, help="With --graph: the initializer op to run once.")
+@_tag_set_option
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--ps", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option(
@@ -761,6 +777,7 @@ def tune(
     graph_path,
     fetches,
     init,
+    tag_set,
     workers,
     ps,
     bandwidth,
@@ -818,6 +835,7 @@ def tune(
             graph_path=graph_path,
             fetches=list(fetches) or None,
             init=init,
+            tag_set=tag_set,
             workers=workers,
             ps=ps,
             bandwidth_bps=None if loopback else bandwidth,

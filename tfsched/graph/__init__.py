@@ -13,14 +13,16 @@ def load_comm_graph(
     fmt: str | None = None,
     default_device: str | None = None,
     ps_jobs: tuple[str, ...] = ("ps",),
+    tag_set: str | None = None,
 ) -> CommGraph:
-    """Read a graph file (GraphDef, MetaGraphDef or RunMetadata) and build its ``CommGraph``.
+    """Read a graph file (GraphDef, MetaGraphDef, RunMetadata or SavedModel, whose meta graph
+    ``tag_set`` chooses) and build its ``CommGraph``.
 
     >>> g = load_comm_graph("train.pbtxt", fetches=["train_op"])  # doctest: +SKIP
     """
     from tfsched.graph import load
 
-    loaded = load.read_graph_file(path, fmt)
+    loaded = load.read_graph_file(path, fmt, tag_set)
     if not fetches and loaded.fetch_hints:
         fetches = loaded.fetch_hints
 

@@ -377,9 +377,15 @@ def build_comm_graph(
             ps_tasks = sorted(holders)
     if not ps_tasks:
         jobs = ", ".join(sorted({t.split("/")[1] for t in tasks}))
+        # e.g. a SavedModel exported with clear_devices=True, the serving default
+        bare = (
+            "; the graph has no devices: save it with its placement (clear_devices=False)"
+            if not any(nodes[n].device for n in g)
+            else ""
+        )
         raise TfschedError(
             f"{source}: no parameter server: no op of the step is placed on a job named "
-            f"{' or '.join(ps_jobs)} (jobs found: {jobs})"
+            f"{' or '.join(ps_jobs)} (jobs found: {jobs}){bare}"
         )
     worker_tasks = sorted(tasks - set(ps_tasks))
 

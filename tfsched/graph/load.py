@@ -6,7 +6,13 @@ Accepted inputs:
 * a MetaGraphDef (``.meta``, binary or text), whose ``train_op`` collection supplies default fetches;
 * a RunMetadata (``.runmeta``) holding the partition graphs of a real run
   (``RunOptions(output_partition_graphs=True)``); its ``_Send``/``_Recv`` pairs are turned back
-  into the cross-task edges they implement, so the result is the ground truth of what crossed.
+  into the cross-task edges they implement, so the result is the ground truth of what crossed;
+* a SavedModel: its export directory or its ``saved_model.pb`` / ``.pbtxt``. One of its meta
+  graphs is read, as a MetaGraphDef: the one whose tags are ``tag_set`` (comma-separated, as
+  ``saved_model_cli --tag_set``), else the only one, else the one tagged ``train``. Without a
+  ``train_op`` collection, its serving signature's outputs are the default fetches. A TF1 export
+  keeps the devices the analysis needs with ``Builder.add_meta_graph_and_variables(...,
+  clear_devices=False)``.
 
 Only this module (and ``_tf``) touches protobuf; everything downstream sees plain records.
 """
@@ -20,8 +26,12 @@ from tfsched.errors import TfschedError
 from tfsched.graph._tf import op_def, tf_submodule
 from tfsched.graph.model import RawNode
 
-GRAPH_FORMATS = ("graphdef", "metagraph", "runmeta")
+GRAPH_FORMATS = ("graphdef", "metagraph", "runmeta", "savedmodel")
 _TEXT_SUFFIXES = (".pbtxt", ".pbtext", ".txt", ".prototxt")
+_SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
+# the collections a TF1 graph names its training op in: tf.compat.v1 convention, SavedModel's
+_TRAIN_OP_COLLECTIONS = ("train_op", "saved_model_train_op")
+_SERVING_SIGNATURE = "serving_default"
 
 
 @dataclass
@@ -40,6 +50,7 @@ def _protos():
         tf_submodule("core.framework.graph_pb2"),
         tf_submodule("core.protobuf.meta_graph_pb2"),
         tf_submodule("core.protobuf.config_pb2"),
+        tf_submodule("core.protobuf.saved_model_pb2"),
     )
 
 
@@ -57,8 +68,52 @@ def _plausible_graph(graph_def) -> bool:
     return len(graph_def.node) > 0 and all(n.name and n.op for n in graph_def.node)
 
 
-def read_graph_file(path: str, fmt: str | None = None) -> LoadedGraph:
-    """Read a graph file; ``fmt`` forces one of ``graphdef``, ``metagraph``, ``runmeta``.
+def _fetch_hints(meta_graph) -> list[str]:
+    """What a MetaGraphDef says a step runs: its training op's collection, else the outputs of its
+    serving signature (or, without one, of every signature, by name)."""
+    for key in _TRAIN_OP_COLLECTIONS:
+        if key in meta_graph.collection_def:
+            return list(meta_graph.collection_def[key].node_list.value)
+    sigs = meta_graph.signature_def
+    names = [_SERVING_SIGNATURE] if _SERVING_SIGNATURE in sigs else sorted(sigs)
+    return [out.name for n in names for _, out in sorted(sigs[n].outputs.items()) if out.name]
+
+
+def _tags(meta_graph) -> str:
+    return ",".join(meta_graph.meta_info_def.tags) or "(no tags)"
+
+
+def _choose_meta_graph(saved_model, tag_set: str | None, path: str):
+    """The SavedModel's meta graph to read (see the module's docstring)."""
+    graphs = list(saved_model.meta_graphs)
+    have = "; ".join(_tags(m) for m in graphs)
+    if tag_set is not None:
+        want = {t.strip() for t in tag_set.split(",") if t.strip()}
+        for m in graphs:
+            if set(m.meta_info_def.tags) == want:
+                return m
+        raise TfschedError(f"{path}: no meta graph tagged {','.join(sorted(want))} (its tag sets: {have})")
+    if len(graphs) == 1:
+        return graphs[0]
+    train = [m for m in graphs if "train" in m.meta_info_def.tags]
+    if len(train) == 1:
+        return train[0]
+    raise TfschedError(f"{path}: {len(graphs)} meta graphs (tag sets: {have}); choose one with --tag-set")
+
+
+def _saved_model_file(path: str) -> str:
+    """The SavedModel file of an export directory."""
+    for name in _SAVED_MODEL_FILES:
+        if os.path.isfile(os.path.join(path, name)):
+            return os.path.join(path, name)
+    raise TfschedError(
+        f"{path}: is a directory without saved_model.pb or saved_model.pbtxt, not a SavedModel"
+    )
+
+
+def read_graph_file(path: str, fmt: str | None = None, tag_set: str | None = None) -> LoadedGraph:
+    """Read a graph file; ``fmt`` forces one of ``graphdef``, ``metagraph``, ``runmeta``,
+    ``savedmodel``; ``tag_set`` chooses a SavedModel's meta graph.
 
     Raises :class:`TfschedError` naming the file for a missing, unreadable, truncated or
     foreign file.
@@ -68,7 +123,9 @@ def read_graph_file(path: str, fmt: str | None = None) -> LoadedGraph:
     if not os.path.exists(path):
         raise TfschedError(f"{path}: no such file")
     if os.path.isdir(path):
-        raise TfschedError(f"{path}: is a directory, not a graph file")
+        if fmt not in (None, "savedmodel"):
+            raise TfschedError(f"{path}: is a directory, not a graph file")
+        path, fmt = _saved_model_file(path), "savedmodel"
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -77,15 +134,17 @@ def read_graph_file(path: str, fmt: str | None = None) -> LoadedGraph:
     if not data:
         raise TfschedError(f"{path}: empty file")
 
-    graph_pb2, meta_graph_pb2, config_pb2 = _protos()
+    graph_pb2, meta_graph_pb2, config_pb2, saved_model_pb2 = _protos()
     low = path.lower()
     if fmt is None:
         if low.endswith(".meta") or low.endswith(".meta.pbtxt"):
-            order = ["metagraph", "graphdef", "runmeta"]
+            order = ["metagraph", "graphdef", "runmeta", "savedmodel"]
         elif ".runmeta" in low or ".partitions" in low:
-            order = ["runmeta", "graphdef", "metagraph"]
+            order = ["runmeta", "graphdef", "metagraph", "savedmodel"]
+        elif os.path.basename(low) in _SAVED_MODEL_FILES:
+            order = ["savedmodel", "graphdef", "metagraph", "runmeta"]
         else:
-            order = ["graphdef", "metagraph", "runmeta"]
+            order = ["graphdef", "metagraph", "runmeta", "savedmodel"]
     else:
         order = [fmt]
     text = low.endswith(_TEXT_SUFFIXES) or _looks_like_text(data)
@@ -97,14 +156,17 @@ def read_graph_file(path: str, fmt: str | None = None) -> LoadedGraph:
                 g = _parse(graph_pb2.GraphDef(), data, text)
                 if _plausible_graph(g):
                     return LoadedGraph(path, kind, nodes_from_graph_def(g, path), graph_def=g)
-            elif kind == "metagraph":
-                m = _parse(meta_graph_pb2.MetaGraphDef(), data, text)
+            elif kind in ("metagraph", "savedmodel"):
+                if kind == "metagraph":
+                    m = _parse(meta_graph_pb2.MetaGraphDef(), data, text)
+                else:
+                    sm = _parse(saved_model_pb2.SavedModel(), data, text)
+                    if not any(_plausible_graph(g.graph_def) for g in sm.meta_graphs):
+                        continue
+                    m = _choose_meta_graph(sm, tag_set, path)
                 if _plausible_graph(m.graph_def):
-                    hints = []
-                    if "train_op" in m.collection_def:
-                        hints = list(m.collection_def["train_op"].node_list.value)
                     return LoadedGraph(
-                        path, kind, nodes_from_graph_def(m.graph_def, path), hints, m.graph_def
+                        path, kind, nodes_from_graph_def(m.graph_def, path), _fetch_hints(m), m.graph_def
                     )
             else:
                 r = _parse(config_pb2.RunMetadata(), data, text)
@@ -116,7 +178,12 @@ def read_graph_file(path: str, fmt: str | None = None) -> LoadedGraph:
             raise
         except Exception as e:  # protobuf raises DecodeError, ParseError, UnicodeDecodeError...
             first_error = first_error or e
-    names = {"graphdef": "GraphDef", "metagraph": "MetaGraphDef", "runmeta": "RunMetadata"}
+    names = {
+        "graphdef": "GraphDef",
+        "metagraph": "MetaGraphDef",
+        "runmeta": "RunMetadata",
+        "savedmodel": "SavedModel",
+    }
     what = " or ".join(names[k] for k in order)
     detail = f" ({_one_line(first_error)})" if first_error else ""
     raise TfschedError(

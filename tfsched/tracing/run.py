@@ -8,15 +8,18 @@ from tfsched.errors import TfschedError
 from tfsched.tracing.trace import Trace
 
 
-def load_user_graph(graph_path: str, fetches: list[str] | None, init: str | None):
-    """A user's saved GraphDef or MetaGraphDef as a tf.Graph: (graph, fetch elements, init op or None)."""
+def load_user_graph(graph_path: str, fetches: list[str] | None, init: str | None, tag_set: str | None = None):
+    """A user's saved GraphDef, MetaGraphDef or SavedModel (its meta graph ``tag_set``) as a
+    tf.Graph: (graph, fetch elements, init op or None)."""
     from tfsched.graph._tf import import_tensorflow
     from tfsched.graph.load import read_graph_file
 
     tf = import_tensorflow()
-    loaded = read_graph_file(graph_path)
+    loaded = read_graph_file(graph_path, tag_set=tag_set)
     if loaded.graph_def is None:
-        raise TfschedError(f"{graph_path}: a run needs a GraphDef or MetaGraphDef, not partition graphs")
+        raise TfschedError(
+            f"{graph_path}: a run needs a GraphDef, MetaGraphDef or SavedModel, not partition graphs"
+        )
     fetches = list(fetches or []) or loaded.fetch_hints
     if not fetches:
         raise TfschedError(f"{graph_path}: name what a step runs with --fetch")
@@ -37,6 +40,7 @@ def trace_local(
     graph_path: str | None = None,
     fetches: list[str] | None = None,
     init: str | None = None,
+    tag_set: str | None = None,
     workers: int = 1,
     ps: int = 1,
     steps: int = 5,
@@ -47,8 +51,8 @@ def trace_local(
     """Start PS and worker processes, run ``steps`` traced steps, return the trace.
 
     With a built-in model and several workers the graph uses in-graph replication, so that one
-    traced step covers every worker. A user's graph (GraphDef or MetaGraphDef) runs as saved, with
-    ``fetches`` and, once before, ``init``.
+    traced step covers every worker. A user's graph (GraphDef, MetaGraphDef or SavedModel, whose
+    meta graph ``tag_set`` chooses) runs as saved, with ``fetches`` and, once before, ``init``.
     """
     from tfsched.bench.local import LocalCluster
     from tfsched.graph._tf import import_tensorflow
@@ -68,8 +72,10 @@ def trace_local(
         graph, run_fetches, init_op = built.graph, built.train_op, built.init_op
         meta = {"model": model, "fetches": built.fetches}
     else:
-        graph, run_fetches, init_op = load_user_graph(graph_path, fetches, init)
+        graph, run_fetches, init_op = load_user_graph(graph_path, fetches, init, tag_set)
         meta = {"graph": graph_path, "fetches": [f.name for f in run_fetches]}
+        if tag_set:
+            meta["tag_set"] = tag_set
     meta.update({"workers": workers, "ps": ps})
     if progress:
         progress(f"starting {ps} PS and {workers} worker processes")

@@ -142,6 +142,7 @@ def tune_cluster(
     graph_path: str | None = None,
     fetches: list[str] | None = None,
     init: str | None = None,
+    tag_set: str | None = None,
     workers: int = 2,
     ps: int = 1,
     bandwidth_bps: float | None = None,
@@ -232,7 +233,7 @@ def tune_cluster(
             raise TfschedError("a user's graph runs as saved: tune it with --workers 1")
 
         def builder(w: int):
-            g, f, i = load_user_graph(graph_path, fetches, init)
+            g, f, i = load_user_graph(graph_path, fetches, init, tag_set)
             return g, f, i, None
 
     built = [builder(w) for w in range(workers)]
@@ -411,6 +412,7 @@ def tune_cluster(
         config={
             "model": model,
             "graph": graph_path,
+            **({"tag_set": tag_set} if tag_set else {}),
             "workers": workers,
             "ps": ps,
             "bandwidth": f"{bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback",

@@ -27,7 +27,7 @@ def _priorities(schedule_path: str) -> dict[str, int]:
     }
 
 
-def _prediction(trace: Trace, graph_path: str, fetches: list[str] | None, step: int):
+def _prediction(trace: Trace, graph_path: str, fetches: list[str] | None, step: int, tag_set: str | None):
     """The simulator's record of one step of ``graph_path`` with the trace's oracle."""
     from tfsched.graph import load_comm_graph
     from tfsched.oracle import TimeOracle
@@ -35,7 +35,7 @@ def _prediction(trace: Trace, graph_path: str, fetches: list[str] | None, step: 
     from tfsched.tracing.match import match_trace
     from tfsched.viz.plots import sim_rows
 
-    graph = load_comm_graph(graph_path, fetches=fetches)
+    graph = load_comm_graph(graph_path, fetches=fetches, tag_set=tag_set)
     match_trace(graph, trace, graph_path)
     oracle = TimeOracle.from_trace(trace, fallback=TimeOracle.from_cost_model(graph))
     sg = build_sim_graph(graph, oracle)
@@ -51,8 +51,12 @@ def write_visualization(
     fetches: list[str] | None = None,
     compare: dict[str, Trace] | None = None,
     step: int = 0,
+    tag_set: str | None = None,
 ) -> None:
-    """Write ``output`` by its extension: .json (Chrome trace), .png/.svg (Gantt + CDF), .html (both)."""
+    """Write ``output`` by its extension: .json (Chrome trace), .png/.svg (Gantt + CDF), .html (both).
+
+    ``graph`` (with ``fetches``; ``tag_set`` chooses a SavedModel's meta graph) adds the
+    simulator's prediction of the step to the picture."""
     ext = os.path.splitext(output)[1].lower()
     if ext not in FORMATS:
         raise TfschedError(
@@ -67,7 +71,7 @@ def write_visualization(
         return
     from tfsched.viz.plots import figure
 
-    predicted = _prediction(trace, graph, fetches, step) if graph else None
+    predicted = _prediction(trace, graph, fetches, step, tag_set) if graph else None
     fig = figure(trace, step=step, predicted=predicted, compare=compare)
     buf = io.BytesIO()
     if ext in (".png", ".svg"):
