@@ -250,7 +250,7 @@ class TestBadInput:
         path.write_bytes(gd.SerializeToString())
         assert_one_line_error(run("analyze", str(path)), "cycle.pb", "cycle outside control flow")
 
-    def test_saved_model_without_the_meta_graph_asked_for(self, seq_saved_model, tmp_path):
+    def test_saved_model_without_the_meta_graph_asked_for(self, seq_graph_file, seq_saved_model, tmp_path):
         from tensorflow.core.protobuf import saved_model_pb2
 
         where = str(seq_saved_model / "saved_model.pb")
@@ -279,6 +279,11 @@ class TestBadInput:
         assert_one_line_error(run("analyze", str(tmp_path)), str(tmp_path), "without saved_model.pb")
         assert_one_line_error(
             run("analyze", str(seq_saved_model), "--format", "graphdef"), "is a directory, not a graph file"
+        )
+        assert_one_line_error(
+            run("analyze", seq_graph_file["pb"], "--tag-set", "train"),
+            "seq32.pb",
+            "a tag set chooses a SavedModel's meta graph; this is a GraphDef",
         )
         (two / "saved_model.pb").write_bytes(sm.SerializeToString()[:100])
         assert_one_line_error(run("analyze", str(two)), "saved_model.pb", "truncated, corrupt")

@@ -27,6 +27,12 @@ from tfsched.graph._tf import op_def, tf_submodule
 from tfsched.graph.model import RawNode
 
 GRAPH_FORMATS = ("graphdef", "metagraph", "runmeta", "savedmodel")
+_NAMES = {
+    "graphdef": "GraphDef",
+    "metagraph": "MetaGraphDef",
+    "runmeta": "RunMetadata",
+    "savedmodel": "SavedModel",
+}
 _TEXT_SUFFIXES = (".pbtxt", ".pbtext", ".txt", ".prototxt")
 _SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 # the collections a TF1 graph names its training op in: tf.compat.v1 convention, SavedModel's
@@ -98,7 +104,9 @@ def _choose_meta_graph(saved_model, tag_set: str | None, path: str):
     train = [m for m in graphs if "train" in m.meta_info_def.tags]
     if len(train) == 1:
         return train[0]
-    raise TfschedError(f"{path}: {len(graphs)} meta graphs (tag sets: {have}); choose one with --tag-set")
+    raise TfschedError(
+        f"{path}: {len(graphs)} meta graphs (tag sets: {have}); choose one by its tag set (--tag-set)"
+    )
 
 
 def _saved_model_file(path: str) -> str:
@@ -149,13 +157,20 @@ def read_graph_file(path: str, fmt: str | None = None, tag_set: str | None = Non
         order = [fmt]
     text = low.endswith(_TEXT_SUFFIXES) or _looks_like_text(data)
 
+    def found(loaded: LoadedGraph) -> LoadedGraph:
+        if tag_set is not None and loaded.format != "savedmodel":
+            raise TfschedError(
+                f"{path}: a tag set chooses a SavedModel's meta graph; this is a {_NAMES[loaded.format]}"
+            )
+        return loaded
+
     first_error = None
     for kind in order:
         try:
             if kind == "graphdef":
                 g = _parse(graph_pb2.GraphDef(), data, text)
                 if _plausible_graph(g):
-                    return LoadedGraph(path, kind, nodes_from_graph_def(g, path), graph_def=g)
+                    return found(LoadedGraph(path, kind, nodes_from_graph_def(g, path), graph_def=g))
             elif kind in ("metagraph", "savedmodel"):
                 if kind == "metagraph":
                     m = _parse(meta_graph_pb2.MetaGraphDef(), data, text)
@@ -165,26 +180,22 @@ def read_graph_file(path: str, fmt: str | None = None, tag_set: str | None = Non
                         continue
                     m = _choose_meta_graph(sm, tag_set, path)
                 if _plausible_graph(m.graph_def):
-                    return LoadedGraph(
-                        path, kind, nodes_from_graph_def(m.graph_def, path), _fetch_hints(m), m.graph_def
+                    return found(
+                        LoadedGraph(
+                            path, kind, nodes_from_graph_def(m.graph_def, path), _fetch_hints(m), m.graph_def
+                        )
                     )
             else:
                 r = _parse(config_pb2.RunMetadata(), data, text)
                 if r.partition_graphs and all(_plausible_graph(p) for p in r.partition_graphs):
-                    return LoadedGraph(
-                        path, kind, nodes_from_partition_graphs(list(r.partition_graphs), path)
+                    return found(
+                        LoadedGraph(path, kind, nodes_from_partition_graphs(list(r.partition_graphs), path))
                     )
         except TfschedError:
             raise
         except Exception as e:  # protobuf raises DecodeError, ParseError, UnicodeDecodeError...
             first_error = first_error or e
-    names = {
-        "graphdef": "GraphDef",
-        "metagraph": "MetaGraphDef",
-        "runmeta": "RunMetadata",
-        "savedmodel": "SavedModel",
-    }
-    what = " or ".join(names[k] for k in order)
+    what = " or ".join(_NAMES[k] for k in order)
     detail = f" ({_one_line(first_error)})" if first_error else ""
     raise TfschedError(
         f"{path}: not a TensorFlow {what}: the file is truncated, corrupt or of another kind{detail}"
