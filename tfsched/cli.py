@@ -302,13 +302,13 @@ def analyze(
     default="1Gbit",
     show_default=True,
     callback=_bandwidth,
-    help="Link bandwidth for the prediction.",
+    help="Each host's link, each way: predicted for, and shaped for the training.",
 )
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option(
     "--steps",
     type=click.IntRange(min=1),
-    default=5,
+    default=3,
     show_default=True,
     help="Measured steps per worker per round.",
 )
@@ -321,19 +321,30 @@ def analyze(
 )
 @click.option(
     "--modes",
-    default="baseline,tio,tao",
+    default="baseline,tio,tao+pc+host",
     show_default=True,
     callback=_modes,
-    help="Comma-separated: baseline, tio, tao, layer.",
+    help="Comma-separated, as tfsched bench's: baseline, tio, tao, layer, and +pc, +host, ...",
+)
+@click.option("--batch-size", type=click.IntRange(min=1), default=4, show_default=True, help="Per worker.")
+@click.option(
+    "--loopback",
+    is_flag=True,
+    help="Train on loopback as it is (by default each task's link is shaped to --bandwidth: in "
+    "network namespaces as root, else by relays in user space).",
 )
 @click.option("--no-train", is_flag=True, help="Only the offline analysis, no cluster.")
-def demo(model, bandwidth, workers, steps, rounds, modes, no_train):
+def demo(model, bandwidth, workers, steps, rounds, modes, batch_size, loopback, no_train):
     """Analyze a built-in model, then train it on a local PS cluster with and without tfsched.
+
+    Each task's link is shaped to --bandwidth both ways, as the analysis assumes: in network
+    namespaces with tc where this runs as root with iproute2, else by relays in user space.
 
     \b
     Example:
       tfsched demo --model vgg16 --workers 2 --steps 5
       tfsched demo --model resnet50 --no-train
+      tfsched demo --loopback --modes baseline,tio,tao   # unshaped loopback, the orders alone
     """
     from tfsched.demo import run_demo
 
@@ -345,6 +356,8 @@ def demo(model, bandwidth, workers, steps, rounds, modes, no_train):
         rounds=rounds,
         modes=modes,
         train=not no_train,
+        batch_size=batch_size,
+        shaped=not loopback,
     )
 
 
@@ -531,6 +544,12 @@ def viz(trace_path, output, schedule, graph_path, fetches, tag_set, compare, ste
 )
 @click.option("--loopback", is_flag=True, help="No namespaces: every task on loopback, unshaped.")
 @click.option(
+    "--shaped-loopback",
+    is_flag=True,
+    help="No namespaces or root: every task on loopback, each with its own link of --bandwidth "
+    "each way, shaped by relays in this process (no --latency or --queue).",
+)
+@click.option(
     "--traces",
     "traces_dir",
     type=click.Path(file_okay=False),
@@ -567,6 +586,7 @@ def bench(
     batch_size,
     run_mode,
     loopback,
+    shaped_loopback,
     traces_dir,
     trace_steps,
     output,
@@ -574,7 +594,7 @@ def bench(
     """Vanilla TensorFlow vs tfsched on an emulated multi-host PS cluster, interleaved in one run.
 
     Every task runs in its own network namespace, its link shaped to --bandwidth in each
-    direction (root and iproute2 needed; --loopback otherwise).
+    direction (root and iproute2 needed; --shaped-loopback or --loopback otherwise).
 
     \b
     Example:
@@ -589,8 +609,11 @@ def bench(
 
     if queue <= 0:
         raise click.BadParameter("must be a positive time", param_hint="--queue")
-    if loopback and (latency or queue != DEFAULT_QUEUE_S):
-        raise click.UsageError("--latency and --queue shape the emulated links; --loopback has none")
+    if loopback and shaped_loopback:
+        raise click.UsageError("--loopback is unshaped, --shaped-loopback shaped: choose one")
+    for flag, given in (("--loopback", loopback), ("--shaped-loopback", shaped_loopback)):
+        if given and (latency or queue != DEFAULT_QUEUE_S):
+            raise click.UsageError(f"--latency and --queue shape the emulated links; {flag} has neither")
     if (TUNED in modes) != (tuned_path is not None):
         raise click.UsageError(
             f"mode {TUNED} needs --tuned FILE (a tfsched tune -o file)"
@@ -654,6 +677,7 @@ def bench(
             mode=run_mode,
             trace_steps=trace_steps,
             progress=lambda s: status.update(s),
+            relays=shaped_loopback,
         )
     config = {
         "model": model,
@@ -666,6 +690,7 @@ def bench(
         "bandwidth": link,
         "latency": f"{latency * 1e3:g} ms" if latency else None,
         "queue": None if loopback or queue == DEFAULT_QUEUE_S else f"{queue * 1e3:g} ms",
+        **({"links": "relays"} if shaped_loopback else {}),
         "batch_balance": balance.to_json() if balance else None,
         "tuned": {"file": tuned_path, "mode": tuned} if tuned else None,
         "trace_steps": trace_steps,

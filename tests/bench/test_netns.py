@@ -112,8 +112,10 @@ def test_each_links_shaper_queues_what_was_asked(queue_s, shown):
             pass
     for bad, why in (
         (("--queue", "0ms"), "must be a positive time"),
-        (("--queue", "5ms", "--loopback"), "--loopback has none"),
-        (("--latency", "1ms", "--loopback"), "--loopback has none"),
+        (("--queue", "5ms", "--loopback"), "--loopback has neither"),
+        (("--latency", "1ms", "--loopback"), "--loopback has neither"),
+        (("--latency", "1ms", "--shaped-loopback"), "--shaped-loopback has neither"),
+        (("--loopback", "--shaped-loopback"), "choose one"),
     ):
         p = _cli("bench", "--model", "seq32", *bad, timeout=60)
         assert p.returncode != 0 and why in p.stderr and "Traceback" not in p.stderr

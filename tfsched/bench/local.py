@@ -1,6 +1,7 @@
 """A PS cluster on this machine: every task a separate process on loopback.
 
-Used by ``tfsched demo``, the tests and as the fallback of the emulated multi-host cluster.
+Used by ``tfsched demo``, the tests and as the fallback of the emulated multi-host cluster: with
+``bandwidth_bps`` every task has a host link of its own, shaped in user space (``bench.relay``).
 Every process is killed on exit, on Ctrl-C and on failure.
 """
 
@@ -20,6 +21,9 @@ from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
 
+# how much lower than this process the tasks of a relayed LocalCluster run (nice)
+RELAYED_TASKS_NICE = 5
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -33,11 +37,14 @@ def task_env() -> dict:
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
 
 
-def start_tasks(spec: dict, *, vanilla: bool, log_dir: str, prefix=lambda job, index: []) -> dict:
+def start_tasks(
+    spec: dict, *, vanilla: bool, log_dir: str, prefix=lambda job, index: [], spec_of=None
+) -> dict:
     """Start every task of ``spec`` as ``python -m tfsched.bench.server``; (job, index) -> Popen.
 
-    ``prefix`` gives the command a task runs under (e.g. ``ip netns exec <ns>``). Each task's
-    stderr goes to ``log_dir/<job><index>.log`` (``task_log``): what a task that dies said last.
+    ``prefix`` gives the command a task runs under (e.g. ``ip netns exec <ns>``), ``spec_of`` the
+    cluster spec it runs with (``spec`` itself by default). Each task's stderr goes to
+    ``log_dir/<job><index>.log`` (``task_log``): what a task that dies said last.
     """
     env = task_env()
     procs = {}
@@ -48,7 +55,7 @@ def start_tasks(spec: dict, *, vanilla: bool, log_dir: str, prefix=lambda job, i
                 sys.executable,
                 "-m",
                 "tfsched.bench.server",
-                json.dumps(spec),
+                json.dumps(spec_of(job, i) if spec_of else spec),
                 job,
                 str(i),
             ]
@@ -135,11 +142,13 @@ class TaskHandles:
     # This process's address on the cluster's network (where a driver-side service listens).
     driver_host = "127.0.0.1"
 
-    def start_all(self, prefix=lambda job, index: []) -> None:
-        """Start every task of ``spec`` (its stderr in a fresh ``log_dir``) and wait until each
-        serves."""
+    def start_all(self, prefix=lambda job, index: [], spec_of=None) -> None:
+        """Start every task of ``spec`` (its stderr in a fresh ``log_dir``; ``start_tasks``'
+        ``prefix`` and ``spec_of``) and wait until each serves."""
         self.log_dir = tempfile.mkdtemp(prefix="tfsched-tasks-")
-        self.procs = start_tasks(self.spec, vanilla=self.vanilla, log_dir=self.log_dir, prefix=prefix)
+        self.procs = start_tasks(
+            self.spec, vanilla=self.vanilla, log_dir=self.log_dir, prefix=prefix, spec_of=spec_of
+        )
         wait_ready(self.procs, self.start_timeout_s, self.log_dir)
 
     def stop_all(self) -> None:
@@ -173,23 +182,42 @@ class TaskHandles:
 
 @dataclass
 class LocalCluster(TaskHandles):
-    """``with LocalCluster(ps=1, workers=2) as c: c.target("worker", 0)``."""
+    """``with LocalCluster(ps=1, workers=2) as c: c.target("worker", 0)``.
+
+    With ``bandwidth_bps`` each task is a host with a link of that bandwidth each way, shaped by
+    relays in this process (``bench.relay``: no root needed); the client reaches the tasks
+    directly."""
 
     ps: int = 1
     workers: int = 1
     vanilla: bool = False  # plain tf.distribute.Server tasks, without tfsched loaded
+    bandwidth_bps: float | None = None  # None: loopback as it is
     start_timeout_s: float = 180.0
     spec: dict = field(default_factory=dict)
     procs: dict = field(default_factory=dict)  # (job, index) -> Popen
     log_dir: str = ""  # the tasks' stderr (``task_log``), removed on exit
+    relays: object | None = None  # bench.relay.RelayedSpec, with bandwidth_bps
 
     def __enter__(self) -> LocalCluster:
+        if self.bandwidth_bps is not None and not self.bandwidth_bps > 0:
+            raise TfschedError(f"bandwidth must be positive, got {self.bandwidth_bps!r}")
         self.spec = {
             "ps": [f"127.0.0.1:{free_port()}" for _ in range(self.ps)],
             "worker": [f"127.0.0.1:{free_port()}" for _ in range(self.workers)],
         }
         try:
-            self.start_all()
+            if self.bandwidth_bps is not None:
+                from tfsched.bench.relay import RelayedSpec
+
+                self.relays = RelayedSpec(self.spec, self.bandwidth_bps)
+            if self.relays is None:
+                self.start_all()
+            else:
+                # the tasks below this process, whose relays must wake on time when the tasks keep
+                # every core busy, as a kernel's shaper (bench.netns) runs before any of them
+                self.start_all(
+                    prefix=lambda job, i: ["nice", "-n", str(RELAYED_TASKS_NICE)], spec_of=self.relays.spec_of
+                )
         except BaseException:
             self.close()
             raise
@@ -197,6 +225,9 @@ class LocalCluster(TaskHandles):
 
     def close(self) -> None:
         self.stop_all()
+        if self.relays is not None:
+            self.relays.close()
+            self.relays = None
 
     def __exit__(self, *exc) -> None:
         self.close()

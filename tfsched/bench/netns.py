@@ -101,7 +101,10 @@ class EmulatedCluster(TaskHandles):
     def __enter__(self) -> EmulatedCluster:
         why = available()
         if why:
-            raise TfschedError(f"cannot emulate hosts: {why}; use the loopback cluster instead (--loopback)")
+            raise TfschedError(
+                f"cannot emulate hosts: {why}; use loopback instead, its links shaped by relays in "
+                "user space (--shaped-loopback) or unshaped (--loopback)"
+            )
         if self.bandwidth_bps <= 0 or self.latency_s < 0:
             raise TfschedError("bandwidth must be positive and latency not negative")
         if not self.queue_s > 0:

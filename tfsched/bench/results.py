@@ -109,6 +109,7 @@ def markdown(summary: dict) -> str:
     c = summary["config"]
     link = f"{c['bandwidth']}" + (f", {c['latency']} latency" if c.get("latency") else "")
     link += f", links queueing at most {c['queue']}" if c.get("queue") else ""
+    link += ", shaped by relays on loopback" if c.get("links") == "relays" else ""
     batch = f", batch {c['batch_size']}" if c.get("batch_size") else ""
     lines = [
         f"**{c['model']}** ({c['mode']}{batch}), {c['ps']} PS x {c['workers']} workers, {link}, "

@@ -684,8 +684,13 @@ def cluster_side_by_side(
     trace_steps: int = 1,
     progress: Callable[[str], None] | None = None,
     step_log: list[StepRecord] | None = None,
+    relays: bool = False,
 ) -> dict[str, ModeResult]:
     """Side by side on an emulated multi-host cluster (``bandwidth_bps`` given) or on loopback.
+
+    The hosts' links are shaped with namespaces and ``tc`` (``bench.netns``, root needed), or
+    with ``relays`` by user-space relays on loopback (``bench.relay``: no latency, no queue
+    setting).
 
     With ``measure`` (and a baseline), ``trace_steps`` steps of every mode are traced at the end
     and each mode gets its measured ordering efficiency and the simulator's prediction
@@ -716,16 +721,18 @@ def cluster_side_by_side(
         configs = mode_configs(
             modes, graph_path, first.fetches, bandwidth_bps=bandwidth_bps, channel_params=channel_params
         )
+        if relays and (latency_s or queue_s != DEFAULT_QUEUE_S):
+            raise TfschedError("latency and queue shape the emulated links; the loopback relays have neither")
         if progress:
             where = f"hosts shaped to {bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback"
+            where += " by relays on loopback" if bandwidth_bps and relays else ""
             progress(f"starting {ps} PS and {workers} worker processes ({where})")
-        cluster = (
-            EmulatedCluster(
+        if bandwidth_bps and not relays:
+            cluster = EmulatedCluster(
                 ps=ps, workers=workers, bandwidth_bps=bandwidth_bps, latency_s=latency_s, queue_s=queue_s
             )
-            if bandwidth_bps
-            else LocalCluster(ps=ps, workers=workers)
-        )
+        else:
+            cluster = LocalCluster(ps=ps, workers=workers, bandwidth_bps=bandwidth_bps or None)
         with cluster:
             targets = [cluster.target("worker", w) for w in range(workers)]
             results = run_side_by_side(
