@@ -1,0 +1,181 @@
+"""The bench's two ways of shaping the hosts' links, side by side on the same work.
+
+``netns``: a network namespace per task, links shaped with ``tc`` (root needed; the bench's
+rows). ``relays``: every task on loopback, its links shaped by relays in the driver process
+(``tfsched.bench.relay``; what ``tfsched bench --shaped-loopback`` and ``tfsched demo`` use
+without root). The same side-by-side run (vanilla TensorFlow and tfsched's modes interleaved in
+rounds) goes once on each, alternating, so that drift hits both. The question: does a run on
+the relays measure what the namespaces measure (the modes' ratios to the baseline, the step
+times, the simulator's error), and what do the relays cost the driver in CPU?
+
+    python benchmarks/relay_vs_netns.py                       # VGG16 as the demo runs it
+    python benchmarks/relay_vs_netns.py --model mobilenet --workers 4 --batch-size 99
+
+Writes ``benchmarks/results/relay_vs_netns[-NAME].{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _results import machine, write  # noqa: E402
+
+from tfsched.bench.netns import available  # noqa: E402
+from tfsched.bench.results import cpu_description, summarize  # noqa: E402
+from tfsched.bench.run import cluster_side_by_side, parse_modes  # noqa: E402
+from tfsched.errors import TfschedError  # noqa: E402
+from tfsched.models.build import MODELS  # noqa: E402
+from tfsched.units import parse_bandwidth  # noqa: E402
+
+LINKS = ("netns", "relays")
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
+
+
+def one_run(args, links: str) -> dict:
+    """One side-by-side run on ``links``: its summary (tfsched bench's JSON) and the driver's
+    CPU seconds per synchronized step (the relays run in the driver)."""
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    results = cluster_side_by_side(
+        args.model,
+        workers=args.workers,
+        ps=1,
+        modes=args.modes,
+        steps=args.steps,
+        rounds=args.rounds,
+        batch_size=args.batch_size,
+        bandwidth_bps=args.bandwidth,
+        relays=links == "relays",
+        progress=lambda s: print(f"  [{links}] {s}", flush=True),
+    )
+    cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+    steps = sum(len(r.iterations) for r in results.values())
+    summary = summarize(results, {"model": args.model, "links": links})
+    return {
+        "links": links,
+        "wall_s": wall,
+        "driver_cpu_s": cpu,
+        "driver_cpu_s_per_step": cpu / steps if steps else 0.0,
+        "modes": summary["modes"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="vgg16", choices=sorted(MODELS))
+    ap.add_argument("--workers", type=_positive(int), default=2)
+    ap.add_argument("--bandwidth", default="1Gbit")
+    ap.add_argument("--batch-size", type=_positive(int), default=4)
+    ap.add_argument("--modes", default="baseline,tio,tao+pc+host")
+    ap.add_argument("--steps", type=_positive(int), default=3)
+    ap.add_argument("--rounds", type=_positive(int), default=3)
+    ap.add_argument(
+        "--alternations", type=_positive(int), default=2, help="netns then relays, this many times"
+    )
+    ap.add_argument("--name", default="", help="results/relay_vs_netns-NAME")
+    args = ap.parse_args()
+    try:
+        args.bandwidth = parse_bandwidth(args.bandwidth)
+        args.modes = parse_modes(args.modes)  # with the baseline, which the ratios are to
+        why = available()
+        if why:
+            raise TfschedError(f"the namespaces side cannot run here: {why}")
+        runs = []
+        for k in range(args.alternations):
+            for links in LINKS:
+                print(f"alternation {k + 1}/{args.alternations}: {links}", flush=True)
+                runs.append({"alternation": k, **one_run(args, links)})
+    except TfschedError as e:
+        sys.exit(f"Error: {e}")
+
+    def per_mode(links: str, mode: str, key: str) -> list[float]:
+        return [
+            next(r[key] for r in run["modes"] if r["mode"] == mode)
+            for run in runs
+            if run["links"] == links
+            and next(r.get(key) for r in run["modes"] if r["mode"] == mode) is not None
+        ]
+
+    lines = [
+        f"**{args.model}** (train, batch {args.batch_size}), 1 PS x {args.workers} workers, "
+        f"{args.bandwidth / 1e9:g} Gbit/s per host each way, {args.rounds} interleaved rounds of "
+        f"{args.steps} synchronized steps per run, {args.alternations} alternations of the two "
+        f"emulations. Processor: {cpu_description()}.",
+        "",
+        "| alternation | links | mode | slowest worker (s) | vs baseline (95%) | simulated (s) | sim. error |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        for r in run["modes"]:
+            ci = r.get("vs_baseline_ci95")
+            vs = f"{r['vs_baseline']:.3f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+            lines.append(
+                f"| {run['alternation'] + 1} | {run['links']} | {r['mode']} | {r['iteration_mean_s']:.4f} | {vs} "
+                f"| {r.get('predicted_s', 0):.4f} | {r.get('prediction_error', 0):+.0%} |"
+            )
+    lines += [
+        "",
+        "Means over the alternations:",
+        "",
+        "| mode | vs baseline, netns | vs baseline, relays | slowest worker (s), netns | relays |",
+        "|---|---|---|---|---|",
+    ]
+    means = {}
+    for mode in args.modes:
+        row = {
+            links: (
+                statistics.fmean(per_mode(links, mode, "vs_baseline")),
+                statistics.fmean(per_mode(links, mode, "iteration_mean_s")),
+            )
+            for links in LINKS
+        }
+        means[mode] = {links: {"vs_baseline": v, "iteration_mean_s": s} for links, (v, s) in row.items()}
+        lines.append(
+            f"| {mode} | {row['netns'][0]:.3f}x | {row['relays'][0]:.3f}x | {row['netns'][1]:.4f} "
+            f"| {row['relays'][1]:.4f} |"
+        )
+    cpu = {
+        links: statistics.fmean(run["driver_cpu_s_per_step"] for run in runs if run["links"] == links)
+        for links in LINKS
+    }
+    lines += [
+        "",
+        f"The driver's CPU per synchronized step (its sessions, and on the relays side the relays): "
+        f"{cpu['netns']:.3f} s with namespaces, {cpu['relays']:.3f} s with relays.",
+    ]
+    result = {
+        "benchmark": "relay_vs_netns",
+        "machine": machine(),
+        "cpu": cpu_description(),
+        "config": {
+            "model": args.model,
+            "workers": args.workers,
+            "bandwidth_bps": args.bandwidth,
+            "batch_size": args.batch_size,
+            "modes": list(args.modes),
+            "steps": args.steps,
+            "rounds": args.rounds,
+            "alternations": args.alternations,
+        },
+        "runs": runs,
+        "means": means,
+        "driver_cpu_s_per_step": cpu,
+    }
+    write("relay_vs_netns" + (f"-{args.name}" if args.name else ""), result, lines)
+
+
+if __name__ == "__main__":
+    main()
