@@ -65,10 +65,12 @@ class Relay:
         self._listener.bind(("127.0.0.1", 0))
         self._listener.listen(64)
         self.port = self._listener.getsockname()[1]
-        self._conns: list[socket.socket] = []
+        # per connection: (the accepted socket, the one to the task, its two pumps)
+        self._conns: list[tuple[socket.socket, socket.socket, list[threading.Thread]]] = []
         self._lock = threading.Lock()
         self._closed = False
-        threading.Thread(target=self._accept, name=f"tfsched-relay-{self.port}", daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, name=f"tfsched-relay-{self.port}", daemon=True)
+        self._acceptor.start()
 
     def _accept(self) -> None:
         while True:
@@ -84,15 +86,24 @@ class Relay:
                 continue
             for s in (conn, out):
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # requests go from src to dst, answers from dst to src
+            pumps = [
+                threading.Thread(
+                    target=self._pump,
+                    args=(a, b, frm, to),
+                    name=f"tfsched-relay-{self.port}-pump",
+                    daemon=True,
+                )
+                for a, b, frm, to in ((conn, out, self.src, self.dst), (out, conn, self.dst, self.src))
+            ]
             with self._lock:
                 if self._closed:
                     conn.close()
                     out.close()
                     return
-                self._conns += [conn, out]
-            # requests go from src to dst, answers from dst to src
-            for a, b, frm, to in ((conn, out, self.src, self.dst), (out, conn, self.dst, self.src)):
-                threading.Thread(target=self._pump, args=(a, b, frm, to), daemon=True).start()
+                self._conns = [c for c in self._conns if not _ended(c)] + [(conn, out, pumps)]
+            for t in pumps:
+                t.start()
 
     def _pump(self, a: socket.socket, b: socket.socket, frm, to) -> None:
         # the bytes go socket -> pipe -> socket in the kernel (splice), never through Python
@@ -116,27 +127,41 @@ class Relay:
         finally:  # either side gone: end the connection both ways (the other pump sees it)
             os.close(r)
             os.close(w)
-            for s in (a, b):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            _shutdown(a, b)
 
     def close(self) -> None:
+        """Stop listening and end every connection; returns once their pumps have ended."""
         with self._lock:
             self._closed = True
             conns, self._conns = self._conns, []
+        _shutdown(self._listener)
+        self._listener.close()
+        self._acceptor.join(timeout=5)
+        for conn, out, _ in conns:
+            _shutdown(conn, out)
+        for conn, out, pumps in conns:
+            for t in pumps:
+                t.join(timeout=5)
+            conn.close()
+            out.close()
+
+
+def _shutdown(*socks: socket.socket) -> None:
+    for s in socks:
         try:
-            self._listener.shutdown(socket.SHUT_RDWR)
+            s.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        self._listener.close()
-        for s in conns:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
+
+
+def _ended(conn) -> bool:
+    """A connection whose pumps have both ended: its sockets are closed here."""
+    a, b, pumps = conn
+    if any(t.is_alive() for t in pumps):
+        return False
+    a.close()
+    b.close()
+    return True
 
 
 class RelayedSpec:
