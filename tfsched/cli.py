@@ -125,6 +125,29 @@ _credit_return_option = click.option(
 )
 
 
+# where bench and tune run the tasks without namespaces
+_loopback_option = click.option(
+    "--loopback", is_flag=True, help="No namespaces: every task on loopback, unshaped."
+)
+_shaped_loopback_option = click.option(
+    "--shaped-loopback",
+    is_flag=True,
+    help="No namespaces or root: every task on loopback, each with its own link of --bandwidth "
+    "each way, shaped by relays in this process (no --latency or --queue).",
+)
+
+
+def _check_loopback(loopback: bool, shaped_loopback: bool, latency: float = 0.0, queue: float | None = None):
+    """--loopback and --shaped-loopback: at most one, and neither with a link's latency or queue."""
+    from tfsched.bench.netns import DEFAULT_QUEUE_S
+
+    if loopback and shaped_loopback:
+        raise click.UsageError("--loopback is unshaped, --shaped-loopback shaped: choose one")
+    for flag, given in (("--loopback", loopback), ("--shaped-loopback", shaped_loopback)):
+        if given and (latency or (queue is not None and queue != DEFAULT_QUEUE_S)):
+            raise click.UsageError(f"--latency and --queue shape the emulated links; {flag} has neither")
+
+
 # which meta graph of a SavedModel (analyze, trace --graph, viz --graph)
 _tag_set_option = click.option(
     "--tag-set",
@@ -542,13 +565,8 @@ def viz(trace_path, output, schedule, graph_path, fetches, tag_set, compare, ste
 @click.option(
     "--mode", "run_mode", type=click.Choice(["train", "inference"]), default="train", show_default=True
 )
-@click.option("--loopback", is_flag=True, help="No namespaces: every task on loopback, unshaped.")
-@click.option(
-    "--shaped-loopback",
-    is_flag=True,
-    help="No namespaces or root: every task on loopback, each with its own link of --bandwidth "
-    "each way, shaped by relays in this process (no --latency or --queue).",
-)
+@_loopback_option
+@_shaped_loopback_option
 @click.option(
     "--traces",
     "traces_dir",
@@ -609,11 +627,7 @@ def bench(
 
     if queue <= 0:
         raise click.BadParameter("must be a positive time", param_hint="--queue")
-    if loopback and shaped_loopback:
-        raise click.UsageError("--loopback is unshaped, --shaped-loopback shaped: choose one")
-    for flag, given in (("--loopback", loopback), ("--shaped-loopback", shaped_loopback)):
-        if given and (latency or queue != DEFAULT_QUEUE_S):
-            raise click.UsageError(f"--latency and --queue shape the emulated links; {flag} has neither")
+    _check_loopback(loopback, shaped_loopback, latency, queue)
     if (TUNED in modes) != (tuned_path is not None):
         raise click.UsageError(
             f"mode {TUNED} needs --tuned FILE (a tfsched tune -o file)"
@@ -733,7 +747,8 @@ def bench(
     callback=_bandwidth,
     help="Per-host link, each direction.",
 )
-@click.option("--loopback", is_flag=True, help="No namespaces: every task on loopback, unshaped.")
+@_loopback_option
+@_shaped_loopback_option
 @click.option("--algorithm", type=click.Choice(["tio", "tao", "layer"]), default="tio", show_default=True)
 @click.option("--trials", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option(
@@ -807,6 +822,7 @@ def tune(
     ps,
     bandwidth,
     loopback,
+    shaped_loopback,
     algorithm,
     trials,
     measure,
@@ -844,6 +860,8 @@ def tune(
     from tfsched.tune.run import tune_cluster
     from tfsched.tune.search import Space
 
+    _check_loopback(loopback, shaped_loopback)
+
     if model is None and graph_path is None:
         model = "seq32"
     space = Space(partition=partition) if credit_only else Space()
@@ -864,6 +882,7 @@ def tune(
             workers=workers,
             ps=ps,
             bandwidth_bps=None if loopback else bandwidth,
+            relays=shaped_loopback,
             algorithm=algorithm,
             batch_size=batch_size,
             trials=trials,

@@ -46,6 +46,42 @@ def test_tuning_run_applies_the_best_setting_on_every_worker():
     assert len({(t.setting.partition, t.setting.credit) for t in r.history}) >= 2
 
 
+def test_tuning_on_links_shaped_by_relays():
+    """Without root: the tuner's cluster on loopback, each host's link shaped by relays."""
+    from tfsched.bench.relay import Links
+    from tfsched.tune.run import tune_cluster
+
+    seen = []
+    reserve = Links.reserve
+
+    def counted(self, src, dst, nbytes):
+        seen.append((src, dst))
+        return reserve(self, src, dst, nbytes)
+
+    Links.reserve = counted
+    try:
+        r = tune_cluster(
+            "seq32",
+            workers=2,
+            ps=1,
+            bandwidth_bps=200e6,
+            relays=True,
+            trials=2,
+            confirm=1,
+            settle=1,
+            measure=2,
+            final_steps=2,
+            timeout_s=600,
+        )
+    finally:
+        Links.reserve = reserve
+    config = r.to_json()["config"]
+    assert config["bandwidth"] == "0.2 Gbit/s" and config["links"] == "relays"
+    assert set(r.applied) == {"/job:worker/task:0", "/job:worker/task:1"} and r.best_value > 0
+    # the pulls went through the PS's uplink to both workers
+    assert {(("ps", 0), ("worker", 0)), (("ps", 0), ("worker", 1))} <= set(seen)
+
+
 def test_tuning_one_window_per_task_with_a_timing_aware_order():
     from tfsched.tune.run import tune_cluster
 

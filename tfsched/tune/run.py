@@ -146,6 +146,7 @@ def tune_cluster(
     workers: int = 2,
     ps: int = 1,
     bandwidth_bps: float | None = None,
+    relays: bool = False,
     latency_s: float = 0.0,
     algorithm: str = "tio",
     batch_size: int = 4,
@@ -168,6 +169,9 @@ def tune_cluster(
     progress: Callable[[str], None] | None = None,
 ) -> TuneResult:
     """Tune (partition, credit) on a cluster that trains ``model`` (or a user's graph).
+
+    The hosts' links are ``bandwidth_bps`` each way, emulated with namespaces (root), or with
+    ``relays`` shaped on loopback in this process (``bench.relay``); None: loopback unshaped.
 
     ``host_credit`` tunes the credit as one window per sending task (``enable(host_credit=True)``);
     ``ack_share``: the credit acknowledges transfers of at least credit/ack_share parameters
@@ -291,13 +295,15 @@ def tune_cluster(
                 for s, _ in pre:
                     found.probe(s)
 
-        cluster = (
-            EmulatedCluster(ps=ps, workers=workers, bandwidth_bps=bandwidth_bps, latency_s=latency_s)
-            if bandwidth_bps
-            else LocalCluster(ps=ps, workers=workers)
-        )
+        if bandwidth_bps and not relays:
+            cluster = EmulatedCluster(
+                ps=ps, workers=workers, bandwidth_bps=bandwidth_bps, latency_s=latency_s
+            )
+        else:  # with relays, the hosts' links shaped on loopback in this process (bench.relay)
+            cluster = LocalCluster(ps=ps, workers=workers, bandwidth_bps=bandwidth_bps or None)
         if progress:
             where = f"hosts shaped to {bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback"
+            where += " by relays on loopback" if bandwidth_bps and relays else ""
             progress(f"starting {ps} PS and {workers} worker processes ({where})")
         with cluster:
             tasks = [f"/job:worker/task:{w}" for w in range(workers)]
@@ -416,6 +422,7 @@ def tune_cluster(
             "workers": workers,
             "ps": ps,
             "bandwidth": f"{bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback",
+            **({"links": "relays"} if relays and bandwidth_bps else {}),
             "algorithm": algorithm,
             "host_credit": host_credit,
             "ack_share": ack_share,
