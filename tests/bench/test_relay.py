@@ -210,3 +210,25 @@ def test_demo_trains_on_relayed_links_where_namespaces_cannot_be_made(monkeypatc
     # the same links as the prediction's: the measured step is the predicted one's order of size
     for mode, r in out["measured"].items():
         assert 0.5 < r["iteration_mean_s"] / r["predicted_s"] < 2.0, mode
+
+
+def test_namespaces_are_tried_before_they_are_said_to_be_available(monkeypatch):
+    """Root and iproute2 are not enough (a container may deny namespaces): the check makes one."""
+    from tfsched.bench import netns
+
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(netns.shutil, "which", lambda name: f"/sbin/{name}")
+    calls = []
+
+    def denied(*args, ns=None, check=True):
+        calls.append(args)
+        if args[:3] == ("ip", "netns", "add"):
+            raise netns.TfschedError("network emulation: `ip netns add x` failed: Operation not permitted")
+
+    monkeypatch.setattr(netns, "_ip", denied)
+    netns.available.cache_clear()
+    try:
+        assert netns.available() == "`ip netns add x` failed: Operation not permitted"
+        assert len(calls) == 1  # nothing made, nothing to remove
+    finally:
+        netns.available.cache_clear()

@@ -11,6 +11,7 @@ Addresses are in 10.213.<n>.0/24, on this machine only (TF-NOTES: keep traffic t
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -33,12 +34,23 @@ def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.Com
     return p
 
 
+@functools.cache
 def available() -> str | None:
-    """None if namespaces can be used here, else why not."""
+    """None if namespaces can be used here, else why not: it makes one, shapes a link in it and
+    removes it (a container can give root and iproute2 without the right to either)."""
     if shutil.which("ip") is None or shutil.which("tc") is None:
         return "iproute2 (ip, tc) is not installed"
     if os.geteuid() != 0:
         return "network namespaces need root"
+    probe = f"{PREFIX}{os.getpid() % 100000:05d}probe"
+    try:
+        _ip("ip", "netns", "add", probe)
+        try:
+            shape("lo", 1e9, 0.0, ns=probe)
+        finally:
+            _ip("ip", "netns", "del", probe, check=False)
+    except TfschedError as e:
+        return str(e).removeprefix("network emulation: ")
     return None
 
 
