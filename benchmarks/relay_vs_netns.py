@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _results import machine, write  # noqa: E402
 
 from tfsched.bench.netns import available  # noqa: E402
-from tfsched.bench.results import cpu_description, summarize  # noqa: E402
+from tfsched.bench.results import cpu_description, ratio_text, summarize  # noqa: E402
 from tfsched.bench.run import cluster_side_by_side, parse_modes  # noqa: E402
 from tfsched.errors import TfschedError  # noqa: E402
 from tfsched.models.build import MODELS  # noqa: E402
@@ -120,10 +120,9 @@ def main() -> None:
     ]
     for run in runs:
         for r in run["modes"]:
-            ci = r.get("vs_baseline_ci95")
-            vs = f"{r['vs_baseline']:.3f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
             lines.append(
-                f"| {run['alternation'] + 1} | {run['links']} | {r['mode']} | {r['iteration_mean_s']:.4f} | {vs} "
+                f"| {run['alternation'] + 1} | {run['links']} | {r['mode']} | {r['iteration_mean_s']:.4f} "
+                f"| {ratio_text(r)} "
                 f"| {r.get('predicted_s', 0):.4f} | {r.get('prediction_error', 0):+.0%} |"
             )
     lines += [

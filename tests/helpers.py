@@ -1,6 +1,10 @@
-"""Small hand-built PS graphs (as RawNode lists) shared by the pure-Python tests."""
+"""Small hand-built PS graphs (as RawNode lists) shared by the pure-Python tests, and the CLI as
+a user runs it."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 from tfsched.graph import CommGraph, RawNode, build_comm_graph
 from tfsched.oracle import LinkModel, TimeOracle
@@ -37,3 +41,18 @@ def oracle_with(
     op_times: dict[str, float], bandwidth_bps: float = 8e6, overhead_s: float = 0.0
 ) -> TimeOracle:
     return TimeOracle(op_times=op_times, link=LinkModel(bandwidth_bps=bandwidth_bps, overhead_s=overhead_s))
+
+
+def cli(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    """``tfsched ARGS`` in a process of its own, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "tfsched.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+# a short bench of Seq-32 on two workers at 200 Mbit/s: 3 steps, one round, batch 4
+BENCH_SEQ32 = (
+    "bench",
+    *("--model", "seq32", "--workers", "2", "--bandwidth", "200Mbit"),
+    *("--steps", "3", "--rounds", "1", "--batch-size", "4"),
+)

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from tests.helpers import BENCH_SEQ32, cli
 from tfsched.bench import netns
 
 pytestmark = [
@@ -117,7 +118,7 @@ def test_each_links_shaper_queues_what_was_asked(queue_s, shown):
         (("--latency", "1ms", "--shaped-loopback"), "--shaped-loopback has neither"),
         (("--loopback", "--shaped-loopback"), "choose one"),
     ):
-        p = _cli("bench", "--model", "seq32", *bad, timeout=60)
+        p = cli("bench", "--model", "seq32", *bad, timeout=60)
         assert p.returncode != 0 and why in p.stderr and "Traceback" not in p.stderr
 
 
@@ -149,7 +150,7 @@ def test_bench_tuned_mode_needs_a_tune_file_of_this_run(tmp_path):
             "listed too",
         ),
     ):
-        p = _cli("bench", "--model", "seq32", *args, "-o", str(out), timeout=60)
+        p = cli("bench", "--model", "seq32", *args, "-o", str(out), timeout=60)
         lines = [line for line in p.stderr.splitlines() if line.strip()]
         assert p.returncode != 0 and len(lines) == 1 and why in lines[0], p.stderr[-2000:]
         assert not out.exists()
@@ -170,36 +171,18 @@ def _tune_file(where, *, partition: int, credit: int):
     return path
 
 
-def _cli(*args: str, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tfsched.cli", *args], capture_output=True, text=True, timeout=timeout
-    )
-
-
 @pytest.mark.tf
 def test_bench_command_writes_every_field(tmp_path):
     import json
 
     out = tmp_path / "bench.json"
-    p = _cli(
-        "bench",
-        "--model",
-        "seq32",
-        "--workers",
-        "2",
-        "--bandwidth",
-        "200Mbit",
-        "--steps",
-        "3",
-        "--rounds",
-        "1",
+    p = cli(
+        *BENCH_SEQ32,
         "--modes",
         "baseline,tio,tuned,tao",
         # a tuner's best setting on this run: tio with partition 20,000 and credit 40,000
         "--tuned",
         str(_tune_file(tmp_path, partition=20_000, credit=40_000)),
-        "--batch-size",
-        "4",
         "--queue",
         "50ms",
         "--traces",
@@ -285,7 +268,7 @@ def test_bench_command_writes_every_field(tmp_path):
     # The scheduled run's graph carries the gates: its trace shows them.
     assert any(o.op == "TfschedGate" for o in trace.ops)
     view = tmp_path / "tio.chrome.json"
-    v = _cli("viz", str(tmp_path / "traces" / "tio.trace.json"), "-o", str(view), timeout=300)
+    v = cli("viz", str(tmp_path / "traces" / "tio.trace.json"), "-o", str(view), timeout=300)
     assert v.returncode == 0, v.stderr[-2000:]
     assert json.loads(view.read_text())["traceEvents"]
     assert not [

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tests.helpers import BENCH_SEQ32, cli
 from tfsched.bench.relay import Links, RelayedSpec
 
 
@@ -148,15 +149,6 @@ def test_a_local_cluster_through_relays():
     assert c.relays is None
 
 
-def _cli(*args: str, timeout: float):
-    import subprocess
-    import sys
-
-    return subprocess.run(
-        [sys.executable, "-m", "tfsched.cli", *args], capture_output=True, text=True, timeout=timeout
-    )
-
-
 @pytest.mark.tf
 @pytest.mark.cluster
 def test_bench_on_shaped_loopback(tmp_path):
@@ -164,22 +156,10 @@ def test_bench_on_shaped_loopback(tmp_path):
     import json
 
     out = tmp_path / "bench.json"
-    p = _cli(
-        "bench",
-        "--model",
-        "seq32",
-        "--workers",
-        "2",
-        "--bandwidth",
-        "200Mbit",
-        "--steps",
-        "3",
-        "--rounds",
-        "1",
+    p = cli(
+        *BENCH_SEQ32,
         "--modes",
         "baseline,tao+pc+host",
-        "--batch-size",
-        "4",
         "--shaped-loopback",
         "-o",
         str(out),

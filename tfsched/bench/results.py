@@ -82,7 +82,7 @@ def summarize(results: dict[str, ModeResult], config: dict) -> dict:
     }
 
 
-def _ratio(r: dict) -> str:
+def ratio_text(r: dict) -> str:
     """A mode's throughput over the baseline's, and its 95% interval where there is one."""
     out = f"{r['vs_baseline']:.3f}x"
     if r.get("vs_baseline_ci95"):
@@ -127,7 +127,7 @@ def markdown(summary: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary["modes"]:
-        vs = _ratio(r) if r["vs_baseline"] else "-"
+        vs = ratio_text(r) if r["vs_baseline"] else "-"
         e = f"{r['efficiency_E']:.2f}" if r.get("efficiency_E") is not None else "-"
         pred = f"{r['predicted_s']:.4f}" if r.get("predicted_s") is not None else "-"
         err = f"{r['prediction_error']:+.0%}" if r.get("prediction_error") is not None else "-"
@@ -197,10 +197,10 @@ def glance(summaries: dict[str, dict]) -> str:
         # model name and family/model (files from before the sixteenth session: -)
         cpu = re.sub(r", \d+ MHz|, \d+ cores", "", summary.get("cpu", "-"))
         lines.append(
-            f"| {name} | {summary['config'].get('batch_size') or '-'} | {fast['mode']} | {_ratio(fast)} "
+            f"| {name} | {summary['config'].get('batch_size') or '-'} | {fast['mode']} | {ratio_text(fast)} "
             f"| {fast['p95_over_p50']:.3f} ({base['p95_over_p50']:.3f}) "
             f"| {_number(sync_spread(fast))} ({_number(sync_spread(base))}) "
-            f"| {fast['straggler']:.3f} ({base['straggler']:.3f}) | {slow['mode']} | {_ratio(slow)} | {cpu} |"
+            f"| {fast['straggler']:.3f} ({base['straggler']:.3f}) | {slow['mode']} | {ratio_text(slow)} | {cpu} |"
         )
     return "\n".join(lines) + "\n"
 
