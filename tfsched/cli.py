@@ -676,7 +676,9 @@ def bench(
         if tuned in modes:
             raise click.BadParameter(f"{TUNED} is {tuned} here, which is listed too", param_hint="--modes")
         modes = tuple(tuned if m == TUNED else m for m in modes)
-    with console.status("benchmark") as status:
+    from tfsched.progress import progress_bar
+
+    with progress_bar(console, "benchmark") as (say, done):
         results = cluster_side_by_side(
             model,
             workers=workers,
@@ -690,7 +692,8 @@ def bench(
             queue_s=queue,
             mode=run_mode,
             trace_steps=trace_steps,
-            progress=lambda s: status.update(s),
+            progress=say,
+            done=done,
             relays=shaped_loopback,
         )
     config = {

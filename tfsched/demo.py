@@ -120,7 +120,9 @@ def run_demo(
         where = f"on loopback, each with a {bandwidth_bps / 1e9:g} Gbit/s link shaped by relays in user space"
     else:
         where = f"each in its own network namespace, its link shaped to {bandwidth_bps / 1e9:g} Gbit/s"
-    with console.status("training on a local cluster") as status:
+    from tfsched.progress import progress_bar
+
+    with progress_bar(console, "training on a local cluster") as (say, done):
         measured = cluster_side_by_side(
             model,
             workers=workers,
@@ -131,7 +133,8 @@ def run_demo(
             batch_size=batch_size,
             bandwidth_bps=bandwidth_bps if shaped else None,
             relays=relays,
-            progress=lambda s: status.update(f"training on a local cluster: {s}"),
+            progress=lambda s: say(f"training on a local cluster: {s}"),
+            done=done,
         )
     table = Table(
         title=f"2. Measured on a local cluster: 1 PS + {workers} worker processes {where}, "

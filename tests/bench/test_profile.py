@@ -91,6 +91,7 @@ def test_the_sampler_and_the_step_log_on_a_real_local_cluster():
     from tfsched.bench.run import local_side_by_side
 
     log: list[StepRecord] = []
+    parts = []
     with TaskCpuSampler(interval_s=0.005) as sampler:
         results = local_side_by_side(
             "seq32",
@@ -101,7 +102,10 @@ def test_the_sampler_and_the_step_log_on_a_real_local_cluster():
             batch_size=4,
             trace_steps=2,
             step_log=log,
+            done=lambda k, n: parts.append((k, n)),
         )
+    # the progress bar: two rounds, then the traced steps
+    assert parts == [(0, 3), (1, 3), (2, 3), (3, 3)]
     res = results["baseline"]
     # every worker's part of every timed step, as long as the step the bench timed
     assert sorted((r.round, r.step, r.worker) for r in log) == [

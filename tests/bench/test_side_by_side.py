@@ -15,9 +15,18 @@ def test_tao_orders_from_a_trace_of_worker_0_alone(tmp_path):
 
     # TAO alone, without a baseline: the trace comes from a vanilla session of its own, which
     # also initializes the variables (no other session did).
+    parts = []
     results = local_side_by_side(
-        "seq32", workers=2, modes=("tao",), steps=2, rounds=1, batch_size=4, measure=False
+        "seq32",
+        workers=2,
+        modes=("tao",),
+        steps=2,
+        rounds=1,
+        batch_size=4,
+        measure=False,
+        done=lambda k, n: parts.append((k, n)),
     )
+    assert parts == [(0, 1), (1, 1)]  # the progress bar: one mode, one round, nothing traced
     res = results["tao"]
     assert res.steps == 4 and res.throughput > 0
     trace = res.order_trace

@@ -477,8 +477,13 @@ def run_side_by_side(
     progress: Callable[[str], None] | None = None,
     dead_tasks: Callable[[], list[str]] | None = None,
     step_log: list[StepRecord] | None = None,
+    done: Callable[[int, int], None] | None = None,
 ) -> dict[str, ModeResult]:
     """Train every mode ``rounds`` times ``steps`` steps on every worker, interleaved.
+
+    ``progress`` is told what starts (a line of text), ``done`` how much of the run is done, as
+    (parts done, parts in all): a part is a mode's round, or with ``trace`` a mode's traced
+    steps (for a progress bar).
 
     ``configs``: mode -> session config (None: vanilla TensorFlow), or a function of a trace for
     a timing-aware order (``mode_configs``): before the rounds, worker 0 is traced alone under
@@ -576,7 +581,14 @@ def run_side_by_side(
             sessions[(mode, w)] = (tf.compat.v1.Session(target, graph=built.graph, config=config), built)
 
     timed = [mode for mode, config in configs.items() if callable(config)]
+    parts = len(configs) * (rounds + (1 if trace else 0))
+
+    def part_done(k: int) -> None:
+        if done:
+            done(k, parts)
+
     try:
+        part_done(0)
         for mode, config in configs.items():
             if mode not in timed:
                 open_sessions(mode, config)
@@ -609,12 +621,14 @@ def run_side_by_side(
                 res.wall_s += wall
                 res.steps += len(times)
                 res.rounds.append((len(times), wall))
+                part_done(r * len(configs) + list(configs).index(mode) + 1)
         if trace:
             for mode in configs:
                 if progress:
                     progress(f"tracing {trace_steps} step{'s' if trace_steps > 1 else ''}: {mode}")
                 _, _, box = synchronized(mode, trace_steps, 0, traced=True)
                 results[mode].trace = _trace_of(box["mds"], box["graph"], {"mode": mode, "worker": 0})
+                part_done(rounds * len(configs) + list(configs).index(mode) + 1)
             if "baseline" in configs:
                 if progress:
                     progress("tracing worker 0 alone: baseline")
@@ -685,6 +699,7 @@ def cluster_side_by_side(
     progress: Callable[[str], None] | None = None,
     step_log: list[StepRecord] | None = None,
     relays: bool = False,
+    done: Callable[[int, int], None] | None = None,
 ) -> dict[str, ModeResult]:
     """Side by side on an emulated multi-host cluster (``bandwidth_bps`` given) or on loopback.
 
@@ -694,7 +709,7 @@ def cluster_side_by_side(
 
     With ``measure`` (and a baseline), ``trace_steps`` steps of every mode are traced at the end
     and each mode gets its measured ordering efficiency and the simulator's prediction
-    (``bench.predict``); ``step_log`` as ``run_side_by_side``'s.
+    (``bench.predict``); ``step_log`` and ``done`` as ``run_side_by_side``'s.
     ``queue_s``: the most of the link's time each emulated link queues.
     """
     from tfsched.bench.local import LocalCluster
@@ -746,6 +761,7 @@ def cluster_side_by_side(
                 progress=progress,
                 dead_tasks=cluster.dead_tasks,
                 step_log=step_log,
+                done=done,
             )
         for name, res in results.items():
             spec = parse_mode(name, bandwidth_bps, channel_params)
