@@ -10,6 +10,7 @@ times, the simulator's error), and what do the relays cost the driver in CPU?
 
     python benchmarks/relay_vs_netns.py                       # VGG16 as the demo runs it
     python benchmarks/relay_vs_netns.py --model mobilenet --workers 4 --batch-size 99
+    python benchmarks/relay_vs_netns.py --latency 2ms --name latency2ms   # netem against the relays' delay
 
 Writes ``benchmarks/results/relay_vs_netns[-NAME].{json,md}``.
 """
@@ -30,7 +31,7 @@ from tfsched.bench.results import cpu_description, ratio_text, summarize  # noqa
 from tfsched.bench.run import cluster_side_by_side, parse_modes  # noqa: E402
 from tfsched.errors import TfschedError  # noqa: E402
 from tfsched.models.build import MODELS  # noqa: E402
-from tfsched.units import parse_bandwidth  # noqa: E402
+from tfsched.units import parse_bandwidth, parse_duration  # noqa: E402
 
 LINKS = ("netns", "relays")
 
@@ -58,6 +59,7 @@ def one_run(args, links: str) -> dict:
         rounds=args.rounds,
         batch_size=args.batch_size,
         bandwidth_bps=args.bandwidth,
+        latency_s=args.latency,
         relays=links == "relays",
         progress=lambda s: print(f"  [{links}] {s}", flush=True),
     )
@@ -78,6 +80,7 @@ def main() -> None:
     ap.add_argument("--model", default="vgg16", choices=sorted(MODELS))
     ap.add_argument("--workers", type=_positive(int), default=2)
     ap.add_argument("--bandwidth", default="1Gbit")
+    ap.add_argument("--latency", default="0s", help="added per link, as tfsched bench's --latency")
     ap.add_argument("--batch-size", type=_positive(int), default=4)
     ap.add_argument("--modes", default="baseline,tio,tao+pc+host")
     ap.add_argument("--steps", type=_positive(int), default=3)
@@ -89,6 +92,7 @@ def main() -> None:
     args = ap.parse_args()
     try:
         args.bandwidth = parse_bandwidth(args.bandwidth)
+        args.latency = parse_duration(args.latency)
         args.modes = parse_modes(args.modes)  # with the baseline, which the ratios are to
         why = available()
         if why:
@@ -111,7 +115,9 @@ def main() -> None:
 
     lines = [
         f"**{args.model}** (train, batch {args.batch_size}), 1 PS x {args.workers} workers, "
-        f"{args.bandwidth / 1e9:g} Gbit/s per host each way, {args.rounds} interleaved rounds of "
+        f"{args.bandwidth / 1e9:g} Gbit/s per host each way"
+        + (f" with {args.latency * 1e3:g} ms per link" if args.latency else "")
+        + f", {args.rounds} interleaved rounds of "
         f"{args.steps} synchronized steps per run, {args.alternations} alternations of the two "
         f"emulations. Processor: {cpu_description()}.",
         "",
@@ -163,6 +169,7 @@ def main() -> None:
             "model": args.model,
             "workers": args.workers,
             "bandwidth_bps": args.bandwidth,
+            "latency_s": args.latency,
             "batch_size": args.batch_size,
             "modes": list(args.modes),
             "steps": args.steps,

@@ -133,19 +133,24 @@ _shaped_loopback_option = click.option(
     "--shaped-loopback",
     is_flag=True,
     help="No namespaces or root: every task on loopback, each with its own link of --bandwidth "
-    "each way, shaped by relays in this process (no --latency or --queue).",
+    "each way, shaped by relays in this process (with --latency, but no --queue).",
 )
 
 
 def _check_loopback(loopback: bool, shaped_loopback: bool, latency: float = 0.0, queue: float | None = None):
-    """--loopback and --shaped-loopback: at most one, and neither with a link's latency or queue."""
+    """--loopback and --shaped-loopback: at most one; --loopback has no latency and neither has a
+    shaper's queue."""
     from tfsched.bench.netns import DEFAULT_QUEUE_S
 
     if loopback and shaped_loopback:
         raise click.UsageError("--loopback is unshaped, --shaped-loopback shaped: choose one")
-    for flag, given in (("--loopback", loopback), ("--shaped-loopback", shaped_loopback)):
-        if given and (latency or (queue is not None and queue != DEFAULT_QUEUE_S)):
-            raise click.UsageError(f"--latency and --queue shape the emulated links; {flag} has neither")
+    queued = queue is not None and queue != DEFAULT_QUEUE_S
+    if loopback and (latency or queued):
+        raise click.UsageError("--latency and --queue shape the emulated links; --loopback has neither")
+    if shaped_loopback and queued:
+        raise click.UsageError(
+            "--queue is the emulated links' shaper's; --shaped-loopback's relays have none"
+        )
 
 
 # which meta graph of a SavedModel (analyze, trace --graph, viz --graph)

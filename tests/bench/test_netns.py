@@ -115,7 +115,7 @@ def test_each_links_shaper_queues_what_was_asked(queue_s, shown):
         (("--queue", "0ms"), "must be a positive time"),
         (("--queue", "5ms", "--loopback"), "--loopback has neither"),
         (("--latency", "1ms", "--loopback"), "--loopback has neither"),
-        (("--latency", "1ms", "--shaped-loopback"), "--shaped-loopback has neither"),
+        (("--queue", "5ms", "--shaped-loopback"), "--shaped-loopback's relays have none"),
         (("--loopback", "--shaped-loopback"), "choose one"),
     ):
         p = cli("bench", "--model", "seq32", *bad, timeout=60)

@@ -114,6 +114,60 @@ def test_relays_pace_to_the_links_bandwidth_and_leave_nothing_behind():
     assert not [t.name for t in threading.enumerate() if t.name.startswith("tfsched-relay")]
 
 
+class _Echo(_Sink):
+    """A TCP server that sends back what it reads."""
+
+    def _read(self, conn):
+        with conn:
+            while data := conn.recv(1 << 16):
+                conn.sendall(data)
+
+
+def test_relays_add_each_links_latency_and_keep_the_bandwidth():
+    echo, sink = _Echo(), _Sink()
+    spec = {"ps": [echo.addr], "worker": [sink.addr, "127.0.0.1:9"]}
+    relays = RelayedSpec(spec, 100e6, latency_s=0.01)  # 12.5 MB/s and 10 ms a link, each way
+    try:
+        w1 = relays.spec_of("worker", 1)
+        to_ps, to_w0 = (int(w1[job][0].split(":")[1]) for job in ("ps", "worker"))
+        # a round trip crosses four links (w1's uplink, the PS's downlink, and back): 40 ms
+        with socket.create_connection(("127.0.0.1", to_ps)) as s:
+            for _ in range(3):
+                start = time.monotonic()
+                s.sendall(b"ping")
+                assert s.recv(16) == b"ping"
+                assert 0.04 <= time.monotonic() - start < 0.04 + 0.03
+        # what is on the way is not waited for chunk by chunk: 5 MB take 0.4 s and 20 ms
+        start = time.monotonic()
+        _send(to_w0, 5_000_000)
+        took = sink.wait_for(5_000_000) - start
+        assert took == pytest.approx(0.42, rel=0.1)
+    finally:
+        relays.close()
+        echo.close()
+        sink.close()
+    with pytest.raises(OSError):
+        _send(to_ps, 1)
+
+
+def test_a_delayed_relay_holds_at_most_a_links_worth():
+    from tfsched.bench.relay import _InFlight
+
+    held = _InFlight(limit=10)
+    held.put(1.0, b"x" * 10)
+    blocked = threading.Thread(target=held.put, args=(2.0, b"y"))
+    blocked.start()
+    blocked.join(0.1)
+    assert blocked.is_alive()  # full: the reader waits, and its sender feels the back pressure
+    assert held.get() == (1.0, b"x" * 10)
+    blocked.join(1)
+    assert not blocked.is_alive() and held.get() == (2.0, b"y")
+    held.put(3.0, b"z" * 10)
+    held.close()  # the writer has gone: the reader must not wait for room
+    held.put(0.0, None)
+    assert held.get() == (3.0, b"z" * 10) and held.get() == (0.0, None)
+
+
 @pytest.mark.tf
 @pytest.mark.cluster
 def test_a_local_cluster_through_relays():
@@ -147,6 +201,27 @@ def test_a_local_cluster_through_relays():
         assert 1.6 * 0.9 < two < 1.6 * 1.5
         assert alone == both[0] == both[1] == np.float32(2 * 2_499_999)
     assert c.relays is None
+    # with latency: a worker's pull of a scalar from the PS is a request and an answer, each
+    # across two links of 20 ms
+    with LocalCluster(ps=1, workers=1, bandwidth_bps=1e9, latency_s=0.02, vanilla=True) as c:
+        g = tf.Graph()
+        with g.as_default():
+            with tf.device("/job:ps/task:0"):
+                v = tf.compat.v1.get_variable("v", initializer=3.0)
+            with tf.device("/job:worker/task:0"):
+                out = v * 2.0
+            init = tf.compat.v1.global_variables_initializer()
+        with tf.compat.v1.Session(c.target("worker", 0), graph=g) as sess:
+            sess.run(init)
+            sess.run(out)
+            took = []
+            for _ in range(3):
+                start = time.perf_counter()
+                assert sess.run(out) == 6.0
+                took.append(time.perf_counter() - start)
+        assert 0.08 <= min(took) < 0.08 + 0.05
+    with pytest.raises(Exception, match="latency is a positive time on shaped links"):
+        LocalCluster(ps=1, workers=1, latency_s=0.02).__enter__()
 
 
 @pytest.mark.tf
@@ -161,6 +236,8 @@ def test_bench_on_shaped_loopback(tmp_path):
         "--modes",
         "baseline,tao+pc+host",
         "--shaped-loopback",
+        "--latency",
+        "1ms",
         "-o",
         str(out),
         timeout=600,
@@ -168,7 +245,8 @@ def test_bench_on_shaped_loopback(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     data = json.loads(out.read_text())
     assert data["config"]["links"] == "relays" and data["config"]["bandwidth"] == "0.2 Gbit/s"
-    assert "0.2 Gbit/s, shaped by relays on loopback" in out.with_suffix(".md").read_text()
+    assert data["config"]["latency"] == "1 ms"
+    assert "0.2 Gbit/s, 1 ms latency, shaped by relays on loopback" in out.with_suffix(".md").read_text()
     for r in data["modes"]:
         assert r["steps"] == 6 and r["throughput_steps_per_s"] > 0 and r["predicted_s"] > 0
         # seq32 pulls 8.4 MB to each worker a step: 16.8 MB over the PS's uplink of 25 MB/s

@@ -185,13 +185,14 @@ class LocalCluster(TaskHandles):
     """``with LocalCluster(ps=1, workers=2) as c: c.target("worker", 0)``.
 
     With ``bandwidth_bps`` each task is a host with a link of that bandwidth each way, shaped by
-    relays in this process (``bench.relay``: no root needed); the client reaches the tasks
-    directly."""
+    relays in this process (``bench.relay``: no root needed), which adds ``latency_s`` to what
+    crosses it; the client reaches the tasks directly."""
 
     ps: int = 1
     workers: int = 1
     vanilla: bool = False  # plain tf.distribute.Server tasks, without tfsched loaded
     bandwidth_bps: float | None = None  # None: loopback as it is
+    latency_s: float = 0.0  # per link, with bandwidth_bps
     start_timeout_s: float = 180.0
     spec: dict = field(default_factory=dict)
     procs: dict = field(default_factory=dict)  # (job, index) -> Popen
@@ -201,6 +202,8 @@ class LocalCluster(TaskHandles):
     def __enter__(self) -> LocalCluster:
         if self.bandwidth_bps is not None and not self.bandwidth_bps > 0:
             raise TfschedError(f"bandwidth must be positive, got {self.bandwidth_bps!r}")
+        if self.latency_s and (self.bandwidth_bps is None or not self.latency_s > 0):
+            raise TfschedError(f"latency is a positive time on shaped links, got {self.latency_s!r} s")
         self.spec = {
             "ps": [f"127.0.0.1:{free_port()}" for _ in range(self.ps)],
             "worker": [f"127.0.0.1:{free_port()}" for _ in range(self.workers)],
@@ -209,7 +212,7 @@ class LocalCluster(TaskHandles):
             if self.bandwidth_bps is not None:
                 from tfsched.bench.relay import RelayedSpec
 
-                self.relays = RelayedSpec(self.spec, self.bandwidth_bps)
+                self.relays = RelayedSpec(self.spec, self.bandwidth_bps, self.latency_s)
             if self.relays is None:
                 self.start_all()
             else:

@@ -11,8 +11,11 @@ and receiving do not share bandwidth.
 
 The issue behind the bench asked for "loopback with a single shaped link" as the fallback; a link
 per host is the same topology as the emulated cluster, so the fallback's results read like its.
-What it does not do: latency, and the kernel's queueing (``--queue``): the relay's queue is the
-sockets' buffers. Its pacing runs in this process, on the cores the tasks use (about 1 ms of a
+With ``latency_s`` each link also delays what crosses it, as ``netem`` does on each of the
+emulated cluster's links: a chunk is handed on ``2 * latency_s`` after it has passed the sender's
+uplink and the receiver's downlink, by a writer of its own, so that a link's bandwidth-delay
+product is in flight as on a wire. What the relays do not do is the kernel's queueing
+(``--queue``): the relay's queue is the sockets' buffers. Its pacing runs in this process, on the cores the tasks use (about 1 ms of a
 core per MB relayed here), so ``LocalCluster`` runs the tasks at a lower priority, as a kernel's
 shaper runs before any process. A link idle for a while lets ``BURST_S`` of its time go at once
 (tbf's burst in ``bench.netns``), which also makes up for a relay that woke late. Measured
@@ -30,7 +33,7 @@ import os
 import socket
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 
 CHUNK = 64 * 1024  # bytes a relay reads and paces at a time
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux
@@ -40,10 +43,16 @@ BURST_S = 0.004
 
 
 class Links:
-    """Every host's uplink and downlink, as the time each is next free (one lock for all)."""
+    """Every host's uplink and downlink, as the time each is next free (one lock for all), and
+    ``delay_s``, what the two links a chunk crosses add to its way (``latency_s`` each)."""
 
-    def __init__(self, bandwidth_bps: float):
+    def __init__(self, bandwidth_bps: float, latency_s: float = 0.0):
+        if not bandwidth_bps > 0:
+            raise ValueError(f"bandwidth must be positive, got {bandwidth_bps!r}")
+        if not latency_s >= 0:
+            raise ValueError(f"latency must not be negative, got {latency_s!r}")
         self.bytes_per_s = bandwidth_bps / 8
+        self.delay_s = 2 * latency_s
         self._lock = threading.Lock()
         self._up: dict = defaultdict(float)
         self._down: dict = defaultdict(float)
@@ -94,13 +103,9 @@ class Relay:
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             # requests go from src to dst, answers from dst to src
             pumps = [
-                threading.Thread(
-                    target=self._pump,
-                    args=(a, b, frm, to),
-                    name=f"tfsched-relay-{self.port}-pump",
-                    daemon=True,
-                )
+                threading.Thread(target=f, args=args, name=f"tfsched-relay-{self.port}-pump", daemon=True)
                 for a, b, frm, to in ((conn, out, self.src, self.dst), (out, conn, self.dst, self.src))
+                for f, args in self._pumps(a, b, frm, to)
             ]
             with self._lock:
                 if self._closed:
@@ -110,6 +115,14 @@ class Relay:
                 self._conns = [c for c in self._conns if not _ended(c)] + [(conn, out, pumps)]
             for t in pumps:
                 t.start()
+
+    def _pumps(self, a: socket.socket, b: socket.socket, frm, to) -> list:
+        """The threads' (target, args) that move ``a``'s bytes to ``b``."""
+        if not self.links.delay_s:
+            return [(self._pump, (a, b, frm, to))]
+        # what a link holds on the way: its bandwidth-delay product, a burst and a few chunks
+        chunks = _InFlight(self.links.bytes_per_s * (self.links.delay_s + BURST_S) + 4 * CHUNK)
+        return [(self._read_delayed, (a, b, frm, to, chunks)), (self._write_delayed, (a, b, chunks))]
 
     def _pump(self, a: socket.socket, b: socket.socket, frm, to) -> None:
         # the bytes go socket -> pipe -> socket in the kernel (splice), never through Python
@@ -135,6 +148,41 @@ class Relay:
             os.close(w)
             _shutdown(a, b)
 
+    def _read_delayed(self, a: socket.socket, b: socket.socket, frm, to, chunks: _InFlight) -> None:
+        """Paces ``a``'s chunks through the links as ``_pump`` does and queues each for
+        ``_write_delayed`` with the time it is due at the far end; None when ``a`` has ended."""
+        try:
+            while True:
+                data = a.recv(CHUNK)
+                if not data:
+                    break
+                now = time.monotonic()
+                passed = self.links.reserve(frm, to, len(data))  # may be past: a burst goes at once
+                chunks.put(max(passed, now) + self.links.delay_s, data)
+                delay = passed - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+        except OSError:
+            pass
+        finally:
+            chunks.put(0.0, None)
+
+    def _write_delayed(self, a: socket.socket, b: socket.socket, chunks: _InFlight) -> None:
+        """Hands each queued chunk to ``b`` when it is due; once ``a`` has ended and all it sent
+        has been handed on, or ``b`` is gone, ends the connection both ways."""
+        try:
+            while (item := chunks.get())[1] is not None:
+                due, data = item
+                delay = due - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            chunks.close()  # the reader must not wait for room any more
+            _shutdown(a, b)
+
     def close(self) -> None:
         """Stop listening and end every connection; returns once their pumps have ended."""
         with self._lock:
@@ -150,6 +198,41 @@ class Relay:
                 t.join(timeout=5)
             conn.close()
             out.close()
+
+
+class _InFlight:
+    """The chunks between a delayed relay's reader and writer, in order: ``put`` waits while
+    ``limit`` bytes are queued (so the sender feels the link's back pressure, as through a
+    shaper), unless ``close`` has been called."""
+
+    def __init__(self, limit: float):
+        self.limit = limit
+        self._items: deque = deque()
+        self._bytes = 0
+        self._closed = False
+        self._cond = threading.Condition()
+
+    def put(self, due: float, data: bytes | None) -> None:
+        with self._cond:
+            while self._bytes >= self.limit and not self._closed:
+                self._cond.wait()
+            self._items.append((due, data))
+            self._bytes += len(data or b"")
+            self._cond.notify_all()
+
+    def get(self) -> tuple[float, bytes | None]:
+        with self._cond:
+            while not self._items:
+                self._cond.wait()
+            due, data = self._items.popleft()
+            self._bytes -= len(data or b"")
+            self._cond.notify_all()
+            return due, data
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
 
 
 def _shutdown(*socks: socket.socket) -> None:
@@ -172,14 +255,12 @@ def _ended(conn) -> bool:
 
 class RelayedSpec:
     """A relay for every ordered pair of tasks of ``spec`` ({job: ["host:port", ...]}), each task
-    its own host with links of ``bandwidth_bps``; ``spec_of(job, index)`` is the cluster spec that
-    task runs with. ``close()`` ends every relay and connection."""
+    its own host with links of ``bandwidth_bps`` that add ``latency_s`` each; ``spec_of(job,
+    index)`` is the cluster spec that task runs with. ``close()`` ends every relay and connection."""
 
-    def __init__(self, spec: dict, bandwidth_bps: float):
-        if not bandwidth_bps > 0:
-            raise ValueError(f"bandwidth must be positive, got {bandwidth_bps!r}")
+    def __init__(self, spec: dict, bandwidth_bps: float, latency_s: float = 0.0):
         self.spec = spec
-        self.links = Links(bandwidth_bps)
+        self.links = Links(bandwidth_bps, latency_s)
         tasks = [(job, i) for job, addrs in spec.items() for i in range(len(addrs))]
         self.relays: dict = {}
         try:

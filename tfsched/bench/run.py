@@ -704,7 +704,7 @@ def cluster_side_by_side(
     """Side by side on an emulated multi-host cluster (``bandwidth_bps`` given) or on loopback.
 
     The hosts' links are shaped with namespaces and ``tc`` (``bench.netns``, root needed), or
-    with ``relays`` by user-space relays on loopback (``bench.relay``: no latency, no queue
+    with ``relays`` by user-space relays on loopback (``bench.relay``: latency, but no queue
     setting).
 
     With ``measure`` (and a baseline), ``trace_steps`` steps of every mode are traced at the end
@@ -736,8 +736,8 @@ def cluster_side_by_side(
         configs = mode_configs(
             modes, graph_path, first.fetches, bandwidth_bps=bandwidth_bps, channel_params=channel_params
         )
-        if relays and (latency_s or queue_s != DEFAULT_QUEUE_S):
-            raise TfschedError("latency and queue shape the emulated links; the loopback relays have neither")
+        if relays and queue_s != DEFAULT_QUEUE_S:
+            raise TfschedError("the queue is the emulated links' shaper's; the loopback relays have none")
         if progress:
             where = f"hosts shaped to {bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback"
             where += " by relays on loopback" if bandwidth_bps and relays else ""
@@ -747,7 +747,9 @@ def cluster_side_by_side(
                 ps=ps, workers=workers, bandwidth_bps=bandwidth_bps, latency_s=latency_s, queue_s=queue_s
             )
         else:
-            cluster = LocalCluster(ps=ps, workers=workers, bandwidth_bps=bandwidth_bps or None)
+            cluster = LocalCluster(
+                ps=ps, workers=workers, bandwidth_bps=bandwidth_bps or None, latency_s=latency_s
+            )
         with cluster:
             targets = [cluster.target("worker", w) for w in range(workers)]
             results = run_side_by_side(

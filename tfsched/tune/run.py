@@ -300,7 +300,9 @@ def tune_cluster(
                 ps=ps, workers=workers, bandwidth_bps=bandwidth_bps, latency_s=latency_s
             )
         else:  # with relays, the hosts' links shaped on loopback in this process (bench.relay)
-            cluster = LocalCluster(ps=ps, workers=workers, bandwidth_bps=bandwidth_bps or None)
+            cluster = LocalCluster(
+                ps=ps, workers=workers, bandwidth_bps=bandwidth_bps or None, latency_s=latency_s
+            )
         if progress:
             where = f"hosts shaped to {bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback"
             where += " by relays on loopback" if bandwidth_bps and relays else ""
