@@ -10,7 +10,7 @@ times, the simulator's error), and what do the relays cost the driver in CPU?
 
     python benchmarks/relay_vs_netns.py                       # VGG16 as the demo runs it
     python benchmarks/relay_vs_netns.py --model mobilenet --workers 4 --batch-size 99
-    python benchmarks/relay_vs_netns.py --latency 2ms --name latency2ms   # netem against the relays' delay
+    python benchmarks/relay_vs_netns.py --latency 2ms --name latency2ms   # netem (where the kernel has it) against the relays' delay
 
 Writes ``benchmarks/results/relay_vs_netns[-NAME].{json,md}``.
 """
@@ -26,7 +26,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _results import machine, write  # noqa: E402
 
-from tfsched.bench.netns import available  # noqa: E402
+from tfsched.bench.netns import available, latency_unavailable  # noqa: E402
 from tfsched.bench.results import cpu_description, ratio_text, summarize  # noqa: E402
 from tfsched.bench.run import cluster_side_by_side, parse_modes  # noqa: E402
 from tfsched.errors import TfschedError  # noqa: E402
@@ -94,7 +94,7 @@ def main() -> None:
         args.bandwidth = parse_bandwidth(args.bandwidth)
         args.latency = parse_duration(args.latency)
         args.modes = parse_modes(args.modes)  # with the baseline, which the ratios are to
-        why = available()
+        why = latency_unavailable() if args.latency else available()
         if why:
             raise TfschedError(f"the namespaces side cannot run here: {why}")
         runs = []

@@ -137,6 +137,11 @@ _shaped_loopback_option = click.option(
 )
 
 
+_latency_option = click.option(
+    "--latency", default="0s", show_default=True, callback=_duration, help="One-way added latency per link."
+)
+
+
 def _check_loopback(loopback: bool, shaped_loopback: bool, latency: float = 0.0, queue: float | None = None):
     """--loopback and --shaped-loopback: at most one; --loopback has no latency and neither has a
     shaper's queue."""
@@ -522,9 +527,7 @@ def viz(trace_path, output, schedule, graph_path, fetches, tag_set, compare, ste
     callback=_bandwidth,
     help="Per-host link, each direction.",
 )
-@click.option(
-    "--latency", default="0s", show_default=True, callback=_duration, help="One-way added latency per link."
-)
+@_latency_option
 @click.option(
     "--queue",
     default="400ms",
@@ -633,6 +636,10 @@ def bench(
     if queue <= 0:
         raise click.BadParameter("must be a positive time", param_hint="--queue")
     _check_loopback(loopback, shaped_loopback, latency, queue)
+    if not (loopback or shaped_loopback):
+        from tfsched.bench.netns import check_latency
+
+        check_latency(latency)  # before the batch size is measured or a graph built
     if (TUNED in modes) != (tuned_path is not None):
         raise click.UsageError(
             f"mode {TUNED} needs --tuned FILE (a tfsched tune -o file)"
@@ -755,6 +762,7 @@ def bench(
     callback=_bandwidth,
     help="Per-host link, each direction.",
 )
+@_latency_option
 @_loopback_option
 @_shaped_loopback_option
 @click.option("--algorithm", type=click.Choice(["tio", "tao", "layer"]), default="tio", show_default=True)
@@ -829,6 +837,7 @@ def tune(
     workers,
     ps,
     bandwidth,
+    latency,
     loopback,
     shaped_loopback,
     algorithm,
@@ -868,7 +877,11 @@ def tune(
     from tfsched.tune.run import tune_cluster
     from tfsched.tune.search import Space
 
-    _check_loopback(loopback, shaped_loopback)
+    _check_loopback(loopback, shaped_loopback, latency)
+    if not (loopback or shaped_loopback):
+        from tfsched.bench.netns import check_latency
+
+        check_latency(latency)
 
     if model is None and graph_path is None:
         model = "seq32"
@@ -890,6 +903,7 @@ def tune(
             workers=workers,
             ps=ps,
             bandwidth_bps=None if loopback else bandwidth,
+            latency_s=latency,
             relays=shaped_loopback,
             algorithm=algorithm,
             batch_size=batch_size,

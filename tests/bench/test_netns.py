@@ -96,6 +96,54 @@ def test_shaped_link_measures_its_bandwidth(rate):
     assert abs(measured - rate) / rate < 0.10, f"measured {measured / 1e6:.1f} Mbit/s for {rate / 1e6:.0f}"
 
 
+def test_a_host_that_fails_half_built_is_removed_too(monkeypatch):
+    shaped = []
+    real = netns.shape
+
+    def shape(dev, *args, **kw):
+        if len(shaped) == 3:  # the second host's uplink: its namespace and veth exist already
+            raise netns.TfschedError("network emulation: tc refused")
+        shaped.append(dev)
+        real(dev, *args, **kw)
+
+    monkeypatch.setattr(netns, "shape", shape)
+    c = netns.EmulatedCluster(ps=1, workers=1, bandwidth_bps=1e9, start_tasks=False)
+    with pytest.raises(netns.TfschedError, match="tc refused"):
+        c.__enter__()
+    assert len(shaped) == 3 and c._tag and _leftovers(c._tag) == []
+
+
+def test_latency_on_the_namespaces_links_or_one_clear_refusal():
+    """netem adds the latency where the kernel has it; where it does not (this project's machine),
+    the cluster says so and names the relays, which add it in user space, before making anything."""
+    why = netns.latency_unavailable()
+    if why is None:
+        with netns.EmulatedCluster(
+            ps=1, workers=1, bandwidth_bps=1e9, latency_s=0.005, start_tasks=False
+        ) as c:
+            ns, _ = c.hosts[("worker", 0)]
+            uplink = subprocess.run(
+                ["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", "eth0"],
+                capture_output=True,
+                text=True,
+            ).stdout
+            qdiscs = subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True).stdout
+            downlinks = [line for line in qdiscs.splitlines() if f"{netns.PREFIX}{c._tag}h" in line]
+        assert "netem" in uplink and "delay 5ms" in uplink and "qdisc tbf" in uplink
+        assert sum("netem" in line and "delay 5ms" in line for line in downlinks) == 2
+        return
+    assert "netem" in why
+    before = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    c = netns.EmulatedCluster(ps=1, workers=1, bandwidth_bps=1e9, latency_s=0.005, start_tasks=False)
+    with pytest.raises(netns.TfschedError, match=r"cannot add latency .*netem.*--shaped-loopback"):
+        c.__enter__()
+    assert subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout == before
+    for command in ("bench", "tune"):  # at once: before a batch size is measured or a graph built
+        p = cli(command, "--model", "seq32", "--latency", "1ms", timeout=60)
+        assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+        assert "netem is missing" in p.stderr and "--shaped-loopback" in p.stderr
+
+
 @pytest.mark.parametrize("queue_s, shown", [(None, "lat 400ms"), (0.01, "lat 10ms")])
 def test_each_links_shaper_queues_what_was_asked(queue_s, shown):
     kw = {} if queue_s is None else {"queue_s": queue_s}

@@ -4,6 +4,7 @@ import statistics
 
 import pytest
 
+from tests.helpers import cli
 from tfsched.tune.search import Space
 
 pytestmark = [pytest.mark.tf, pytest.mark.cluster]
@@ -65,6 +66,7 @@ def test_tuning_on_links_shaped_by_relays():
             workers=2,
             ps=1,
             bandwidth_bps=200e6,
+            latency_s=0.001,
             relays=True,
             trials=2,
             confirm=1,
@@ -76,10 +78,13 @@ def test_tuning_on_links_shaped_by_relays():
     finally:
         Links.reserve = reserve
     config = r.to_json()["config"]
-    assert config["bandwidth"] == "0.2 Gbit/s" and config["links"] == "relays"
+    assert config["bandwidth"] == "0.2 Gbit/s" and config["links"] == "relays" and config["latency"] == "1 ms"
     assert set(r.applied) == {"/job:worker/task:0", "/job:worker/task:1"} and r.best_value > 0
     # the pulls went through the PS's uplink to both workers
     assert {(("ps", 0), ("worker", 0)), (("ps", 0), ("worker", 1))} <= set(seen)
+    # unshaped loopback has no latency to add: one error line, before any cluster starts
+    p = cli("tune", "--loopback", "--latency", "1ms", timeout=60)
+    assert p.returncode == 2 and "--loopback has neither" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_tuning_one_window_per_task_with_a_timing_aware_order():

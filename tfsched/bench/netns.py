@@ -54,6 +54,35 @@ def available() -> str | None:
     return None
 
 
+@functools.cache
+def latency_unavailable() -> str | None:
+    """None if a link in a namespace can be given latency here (``netem``), else why not. Some
+    kernels have ``tbf`` without ``netem`` (this project's machine: CONFIG_NET_SCH_NETEM unset);
+    the relays on loopback (``bench.relay``) add latency in user space there."""
+    why = available()
+    if why:
+        return why
+    probe = f"{PREFIX}{os.getpid() % 100000:05d}probe"
+    try:
+        _ip("ip", "netns", "add", probe)
+        try:
+            shape("lo", 1e9, 0.001, ns=probe)
+        finally:
+            _ip("ip", "netns", "del", probe, check=False)
+    except TfschedError as e:
+        return f"the kernel's netem is missing ({str(e).rsplit('failed: ', 1)[-1]})"
+    return None
+
+
+def check_latency(latency_s: float) -> None:
+    """Raises the error a user sees when the emulated links cannot have ``latency_s`` here."""
+    if latency_s and (why := latency_unavailable()):
+        raise TfschedError(
+            f"cannot add latency to the emulated hosts' links: {why}; the relays on loopback "
+            "add it in user space (--shaped-loopback)"
+        )
+
+
 def cleanup_stale() -> int:
     """Remove every namespace and bridge a tfsched run left behind; returns how many."""
     removed = 0
@@ -119,6 +148,7 @@ class EmulatedCluster(TaskHandles):
             )
         if self.bandwidth_bps <= 0 or self.latency_s < 0:
             raise TfschedError("bandwidth must be positive and latency not negative")
+        check_latency(self.latency_s)
         if not self.queue_s > 0:
             raise TfschedError(f"the links' queue must be a positive time, got {self.queue_s!r} s")
         self._tag = f"{os.getpid() % 100000:05d}"
@@ -173,6 +203,11 @@ class EmulatedCluster(TaskHandles):
         for ns, _ in self.hosts.values():
             _ip("ip", "netns", "del", ns, check=False)  # takes its veth (and the peer) with it
         if self._tag:
+            # and a host whose building failed half-way, before it was in self.hosts
+            for line in _ip("ip", "netns", "list", check=False).stdout.splitlines():
+                name = line.split()[0] if line.strip() else ""
+                if name.startswith(f"{PREFIX}{self._tag}t"):
+                    _ip("ip", "netns", "del", name, check=False)
             _ip("ip", "link", "del", f"{PREFIX}{self._tag}br", check=False)
             for line in _ip("ip", "-o", "link", "show", check=False).stdout.splitlines():
                 name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""

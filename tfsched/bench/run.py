@@ -713,8 +713,11 @@ def cluster_side_by_side(
     ``queue_s``: the most of the link's time each emulated link queues.
     """
     from tfsched.bench.local import LocalCluster
-    from tfsched.bench.netns import EmulatedCluster
+    from tfsched.bench.netns import EmulatedCluster, check_latency
     from tfsched.models import build_graph
+
+    if bandwidth_bps and not relays:
+        check_latency(latency_s)  # before the graphs are built
 
     def builder(w: int):
         built = build_graph(

@@ -424,6 +424,7 @@ def tune_cluster(
             "workers": workers,
             "ps": ps,
             "bandwidth": f"{bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback",
+            **({"latency": f"{latency_s * 1e3:g} ms"} if latency_s else {}),
             **({"links": "relays"} if relays and bandwidth_bps else {}),
             "algorithm": algorithm,
             "host_credit": host_credit,
