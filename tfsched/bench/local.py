@@ -186,7 +186,7 @@ class LocalCluster(TaskHandles):
 
     With ``bandwidth_bps`` each task is a host with a link of that bandwidth each way, shaped by
     relays in this process (``bench.relay``: no root needed), which adds ``latency_s`` to what
-    crosses it; the client reaches the tasks directly."""
+    crosses it; the client's own side is unshaped, as the emulated cluster's bridge is."""
 
     ps: int = 1
     workers: int = 1
@@ -225,6 +225,11 @@ class LocalCluster(TaskHandles):
             self.close()
             raise
         return self
+
+    def target(self, job: str = "worker", index: int = 0) -> str:
+        if self.relays is None:
+            return super().target(job, index)
+        return f"grpc://{self.relays.client_address(job, index)}"  # across the task's link
 
     def close(self) -> None:
         self.stop_all()

@@ -7,7 +7,8 @@ every other task's address is a relay on loopback. The relay forwards the connec
 and paces its bytes through the two hosts' links: what task A sends to task B takes its time on
 A's uplink and on B's downlink, one chunk at a time, once both are free, and is handed on when it
 has passed. Concurrent connections therefore share a link chunk by chunk, and a host's sending
-and receiving do not share bandwidth.
+and receiving do not share bandwidth. The driver reaches each task through a relay too, across
+the task's link only (``CLIENT``), as it reaches the emulated cluster's hosts from the bridge.
 
 The issue behind the bench asked for "loopback with a single shaped link" as the fallback; a link
 per host is the same topology as the emulated cluster, so the fallback's results read like its.
@@ -42,29 +43,42 @@ F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux
 BURST_S = 0.004
 
 
-class Links:
-    """Every host's uplink and downlink, as the time each is next free (one lock for all), and
-    ``delay_s``, what the two links a chunk crosses add to its way (``latency_s`` each)."""
+# the driver (this process, the client of the tasks' sessions): its own side of the network is
+# not shaped, as the namespaces' bridge is not, so what it sends and receives crosses only the
+# task's link
+CLIENT = ("client", 0)
 
-    def __init__(self, bandwidth_bps: float, latency_s: float = 0.0):
+
+class Links:
+    """Every host's uplink and downlink, as the time each is next free (one lock for all); the
+    hosts in ``unshaped`` have links without limit or latency. ``delay(src, dst)``: what the
+    links a chunk crosses add to its way (``latency_s`` each)."""
+
+    def __init__(self, bandwidth_bps: float, latency_s: float = 0.0, unshaped=()):
         if not bandwidth_bps > 0:
             raise ValueError(f"bandwidth must be positive, got {bandwidth_bps!r}")
         if not latency_s >= 0:
             raise ValueError(f"latency must not be negative, got {latency_s!r}")
         self.bytes_per_s = bandwidth_bps / 8
-        self.delay_s = 2 * latency_s
+        self.latency_s = latency_s
+        self.unshaped = frozenset(unshaped)
         self._lock = threading.Lock()
         self._up: dict = defaultdict(float)
         self._down: dict = defaultdict(float)
+
+    def delay(self, src, dst) -> float:
+        return self.latency_s * ((src not in self.unshaped) + (dst not in self.unshaped))
 
     def reserve(self, src, dst, nbytes: int) -> float:
         """``time.monotonic()`` at which ``nbytes`` from host ``src`` to ``dst`` have passed both
         links: from when both are free (at most ``BURST_S`` ago), for the chunk's time at the
         links' rate."""
         with self._lock:
-            start = max(time.monotonic() - BURST_S, self._up[src], self._down[dst])
+            links = [(free, h) for free, h in ((self._up, src), (self._down, dst)) if h not in self.unshaped]
+            start = max([time.monotonic() - BURST_S] + [free[h] for free, h in links])
             end = start + nbytes / self.bytes_per_s
-            self._up[src] = self._down[dst] = end
+            for free, h in links:
+                free[h] = end
             return end
 
 
@@ -74,6 +88,7 @@ class Relay:
 
     def __init__(self, links: Links, src, dst, target: str):
         self.links, self.src, self.dst = links, src, dst
+        self.delay_s = links.delay(src, dst)  # the same both ways
         host, port = target.rsplit(":", 1)
         self.target = (host, int(port))
         self._listener = socket.socket()
@@ -118,10 +133,10 @@ class Relay:
 
     def _pumps(self, a: socket.socket, b: socket.socket, frm, to) -> list:
         """The threads' (target, args) that move ``a``'s bytes to ``b``."""
-        if not self.links.delay_s:
+        if not self.delay_s:
             return [(self._pump, (a, b, frm, to))]
         # what a link holds on the way: its bandwidth-delay product, a burst and a few chunks
-        chunks = _InFlight(self.links.bytes_per_s * (self.links.delay_s + BURST_S) + 4 * CHUNK)
+        chunks = _InFlight(self.links.bytes_per_s * (self.delay_s + BURST_S) + 4 * CHUNK)
         return [(self._read_delayed, (a, b, frm, to, chunks)), (self._write_delayed, (a, b, chunks))]
 
     def _pump(self, a: socket.socket, b: socket.socket, frm, to) -> None:
@@ -158,7 +173,7 @@ class Relay:
                     break
                 now = time.monotonic()
                 passed = self.links.reserve(frm, to, len(data))  # may be past: a burst goes at once
-                chunks.put(max(passed, now) + self.links.delay_s, data)
+                chunks.put(max(passed, now) + self.delay_s, data)
                 delay = passed - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
@@ -256,15 +271,17 @@ def _ended(conn) -> bool:
 class RelayedSpec:
     """A relay for every ordered pair of tasks of ``spec`` ({job: ["host:port", ...]}), each task
     its own host with links of ``bandwidth_bps`` that add ``latency_s`` each; ``spec_of(job,
-    index)`` is the cluster spec that task runs with. ``close()`` ends every relay and connection."""
+    index)`` is the cluster spec that task runs with, ``client_address(job, index)`` where the
+    driver reaches that task (across the task's link only). ``close()`` ends every relay and
+    connection."""
 
     def __init__(self, spec: dict, bandwidth_bps: float, latency_s: float = 0.0):
         self.spec = spec
-        self.links = Links(bandwidth_bps, latency_s)
+        self.links = Links(bandwidth_bps, latency_s, unshaped=(CLIENT,))
         tasks = [(job, i) for job, addrs in spec.items() for i in range(len(addrs))]
         self.relays: dict = {}
         try:
-            for src in tasks:
+            for src in [CLIENT, *tasks]:
                 for dst in tasks:
                     if src != dst:
                         self.relays[(src, dst)] = Relay(self.links, src, dst, spec[dst[0]][dst[1]])
@@ -281,6 +298,9 @@ class RelayedSpec:
             ]
             for j, addrs in self.spec.items()
         }
+
+    def client_address(self, job: str, index: int) -> str:
+        return f"127.0.0.1:{self.relays[(CLIENT, (job, index))].port}"
 
     def close(self) -> None:
         for r in self.relays.values():
