@@ -34,6 +34,16 @@ def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.Com
     return p
 
 
+def _shape_in_a_probe(latency_s: float) -> None:
+    """Makes a namespace, shapes its loopback (with ``latency_s``) and removes it."""
+    probe = f"{PREFIX}{os.getpid() % 100000:05d}probe"
+    _ip("ip", "netns", "add", probe)
+    try:
+        shape("lo", 1e9, latency_s, ns=probe)
+    finally:
+        _ip("ip", "netns", "del", probe, check=False)
+
+
 @functools.cache
 def available() -> str | None:
     """None if namespaces can be used here, else why not: it makes one, shapes a link in it and
@@ -42,13 +52,8 @@ def available() -> str | None:
         return "iproute2 (ip, tc) is not installed"
     if os.geteuid() != 0:
         return "network namespaces need root"
-    probe = f"{PREFIX}{os.getpid() % 100000:05d}probe"
     try:
-        _ip("ip", "netns", "add", probe)
-        try:
-            shape("lo", 1e9, 0.0, ns=probe)
-        finally:
-            _ip("ip", "netns", "del", probe, check=False)
+        _shape_in_a_probe(0.0)
     except TfschedError as e:
         return str(e).removeprefix("network emulation: ")
     return None
@@ -62,13 +67,8 @@ def latency_unavailable() -> str | None:
     why = available()
     if why:
         return why
-    probe = f"{PREFIX}{os.getpid() % 100000:05d}probe"
     try:
-        _ip("ip", "netns", "add", probe)
-        try:
-            shape("lo", 1e9, 0.001, ns=probe)
-        finally:
-            _ip("ip", "netns", "del", probe, check=False)
+        _shape_in_a_probe(0.001)
     except TfschedError as e:
         return f"the kernel's netem is missing ({str(e).rsplit('failed: ', 1)[-1]})"
     return None
