@@ -24,6 +24,15 @@ def test_a_chunk_waits_for_both_of_its_links():
     assert d - b == pytest.approx(0.1, abs=1e-6)
 
 
+def test_a_relay_reads_about_two_ms_of_its_link_at_a_time():
+    from tfsched.bench.relay import chunk_bytes
+
+    assert chunk_bytes(100e6) == chunk_bytes(200e6) == 64 * 1024  # never less
+    assert chunk_bytes(1e9) == 256 * 1024  # 250 kB of link time, to the nearest power of two
+    assert chunk_bytes(10e9) == chunk_bytes(100e9) == 1024 * 1024  # never more
+    assert Links(1e9).chunk == 256 * 1024
+
+
 def test_the_drivers_side_is_unshaped():
     from tfsched.bench.relay import CLIENT
 

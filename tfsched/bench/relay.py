@@ -16,27 +16,40 @@ With ``latency_s`` each link also delays what crosses it, as ``netem`` does on e
 emulated cluster's links: a chunk is handed on ``2 * latency_s`` after it has passed the sender's
 uplink and the receiver's downlink, by a writer of its own, so that a link's bandwidth-delay
 product is in flight as on a wire. What the relays do not do is the kernel's queueing
-(``--queue``): the relay's queue is the sockets' buffers. Its pacing runs in this process, on the cores the tasks use (about 1 ms of a
-core per MB relayed here), so ``LocalCluster`` runs the tasks at a lower priority, as a kernel's
-shaper runs before any process. A link idle for a while lets ``BURST_S`` of its time go at once
-(tbf's burst in ``bench.netns``), which also makes up for a relay that woke late. Measured
-(``benchmarks/relay_vs_netns.py``, VGG16 training on 1 PS x 2 workers at 1 Gbit/s): the
-baseline's step 4.34 s on the relays and 4.48 s on namespaces, TAO with partitioning and a
-window per task 1.27x and 1.24x, the simulator within 4% on both. One flow through a relay
-moved at most about 5.6 Gbit/s here (400 MB in 0.57 s, unpaced): links faster than a few
-Gbit/s are beyond the relays on this machine (the 10 Gbit/s rows need the namespaces).
+(``--queue``): the relay's queue is the sockets' buffers.
+
+The pacing runs in this process, on the cores the tasks use, so ``LocalCluster`` runs the tasks
+at a lower priority, as a kernel's shaper runs before any process. A relay reads a chunk sized
+to its link (``chunk_bytes``: about 2 ms of the link's time), which costs 0.31 ms of a core per
+MB relayed at 1 Gbit/s against 0.86 ms with the 64 KiB of the twenty-fifth session
+(``benchmarks/relay_throughput.py``). A link idle for a while lets ``BURST_S`` of its time go at
+once (tbf's burst in ``bench.netns``), which also makes up for a relay that woke late. Measured
+(``benchmarks/relay_vs_netns.py``, VGG16 training on 1 PS x 2 workers at 1 Gbit/s, with
+64 KiB chunks): the baseline's step 4.34 s on the relays and 4.48 s on namespaces, TAO with
+partitioning and a window per task 1.27x and 1.24x, the simulator within 4% on both. One flow
+through a relay reaches a 10 Gbit/s link here, but the relays have not been compared with the
+namespaces at that rate: the 10 Gbit/s rows are the namespaces'.
 """
 
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import socket
 import threading
 import time
 from collections import defaultdict, deque
 
-CHUNK = 64 * 1024  # bytes a relay reads and paces at a time
+# A relay reads and paces about CHUNK_S of its link's time at a time, from MIN_CHUNK to
+# MAX_CHUNK bytes: 64 KiB below about 370 Mbit/s, 256 KiB at 1 Gbit/s, 1 MiB from about
+# 3 Gbit/s. Each chunk costs the relay a few system calls and a wake-up whatever its size, so
+# the relays' CPU and the fastest link they can pace follow the chunk's size
+# (``benchmarks/relay_throughput.py``). CHUNK_S is half of tbf's burst (BURST_S), so the chunks
+# interleave concurrent flows no coarser than the namespaces' shaper lets them go.
+CHUNK_S = 0.002
+MIN_CHUNK = 64 * 1024
+MAX_CHUNK = 1024 * 1024
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux
 # a link idle since longer ago lets this much of its time go at once (tbf's burst in bench.netns),
 # which also makes up for a relay that woke late
@@ -47,6 +60,13 @@ BURST_S = 0.004
 # not shaped, as the namespaces' bridge is not, so what it sends and receives crosses only the
 # task's link
 CLIENT = ("client", 0)
+
+
+def chunk_bytes(bandwidth_bps: float) -> int:
+    """What a relay on links of ``bandwidth_bps`` reads at a time: the power of two nearest
+    ``CHUNK_S`` of the link's time, within ``MIN_CHUNK`` and ``MAX_CHUNK``."""
+    nearest = 2 ** round(math.log2(max(bandwidth_bps / 8 * CHUNK_S, 1)))
+    return int(min(MAX_CHUNK, max(MIN_CHUNK, nearest)))
 
 
 class Links:
@@ -62,6 +82,7 @@ class Links:
         self.bytes_per_s = bandwidth_bps / 8
         self.latency_s = latency_s
         self.unshaped = frozenset(unshaped)
+        self.chunk = chunk_bytes(bandwidth_bps)
         self._lock = threading.Lock()
         self._up: dict = defaultdict(float)
         self._down: dict = defaultdict(float)
@@ -136,19 +157,19 @@ class Relay:
         if not self.delay_s:
             return [(self._pump, (a, b, frm, to))]
         # what a link holds on the way: its bandwidth-delay product, a burst and a few chunks
-        chunks = _InFlight(self.links.bytes_per_s * (self.delay_s + BURST_S) + 4 * CHUNK)
+        chunks = _InFlight(self.links.bytes_per_s * (self.delay_s + BURST_S) + 4 * self.links.chunk)
         return [(self._read_delayed, (a, b, frm, to, chunks)), (self._write_delayed, (a, b, chunks))]
 
     def _pump(self, a: socket.socket, b: socket.socket, frm, to) -> None:
         # the bytes go socket -> pipe -> socket in the kernel (splice), never through Python
         r, w = os.pipe()
         try:
-            fcntl.fcntl(w, F_SETPIPE_SZ, CHUNK)
+            fcntl.fcntl(w, F_SETPIPE_SZ, self.links.chunk)
         except OSError:
-            pass  # the default pipe (64 KiB on Linux) holds a chunk
+            pass  # the default pipe (64 KiB on Linux): each splice moves what fits
         try:
             while True:
-                n = os.splice(a.fileno(), w, CHUNK)
+                n = os.splice(a.fileno(), w, self.links.chunk)
                 if n == 0:
                     break
                 delay = self.links.reserve(frm, to, n) - time.monotonic()
@@ -168,7 +189,7 @@ class Relay:
         ``_write_delayed`` with the time it is due at the far end; None when ``a`` has ended."""
         try:
             while True:
-                data = a.recv(CHUNK)
+                data = a.recv(self.links.chunk)
                 if not data:
                     break
                 now = time.monotonic()
