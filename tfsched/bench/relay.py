@@ -27,8 +27,10 @@ once (tbf's burst in ``bench.netns``), which also makes up for a relay that woke
 (``benchmarks/relay_vs_netns.py``, VGG16 training on 1 PS x 2 workers at 1 Gbit/s, with
 64 KiB chunks): the baseline's step 4.34 s on the relays and 4.48 s on namespaces, TAO with
 partitioning and a window per task 1.27x and 1.24x, the simulator within 4% on both. One flow
-through a relay reaches a 10 Gbit/s link here, but the relays have not been compared with the
-namespaces at that rate: the 10 Gbit/s rows are the namespaces'.
+through a relay reaches a 10 Gbit/s link here, but a cluster on such links is compute-bound
+and the relays' CPU counts: on ResNet-50 at 10 Gbit/s the relays read TAO with partitioning
+5% lower against the baseline than the namespaces did (0.941x against 0.987x, one run;
+``results/relay_vs_netns-resnet50-10g.md``), so the 10 Gbit/s rows are the namespaces'.
 """
 
 from __future__ import annotations
