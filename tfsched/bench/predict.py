@@ -106,8 +106,16 @@ def annotate(
     fetches: list[str],
     workers: int,
     bandwidth_bps: float | None,
+    latency_s: float = 0.0,
 ) -> None:
-    """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace)."""
+    """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace).
+
+    ``latency_s``: what each host's link adds (``--latency``). A tensor between two tasks
+    crosses two links, so the simulator delays each arrival (and each acknowledgement) by twice
+    it; the driver's call to a worker and its answer cross the worker's link both ways, which
+    the measured step includes and the simulated one does not, so that is added too. Until the
+    twenty-sixth session the simulator was given no latency (only the per-message overhead it
+    fits to the traced step): -3% to -5% on VGG16 at 20 ms per link."""
     from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
     from tfsched.graph import load_comm_graph
     from tfsched.oracle.oracle import LinkModel, TimeOracle
@@ -161,7 +169,7 @@ def annotate(
             credit=res.knobs.get("credit", spec.credit),
         )
         if spec.algorithm is None:
-            runs = seeded_runs(plain, "random")
+            runs = seeded_runs(plain, "random", latency_s=2 * latency_s)
         else:
             # the order the pass was given, as mode_configs made it: from the graph, and a timing-aware
             # one from the trace of worker 0 alone (the cost model for the ops it did not time)
@@ -186,12 +194,14 @@ def annotate(
                 ack_share=spec.effective_ack_share,
                 credit_return=spec.credit_return,
                 ack_slot_s=ack_slot_s,
+                latency_s=2 * latency_s,
             )
         # The simulator's step is the slowest worker's; so is a synchronous iteration. The mean
         # over every worker's steps was the measure until the seventh session: it put the
         # early-served workers of one window per task (whose steps end first) into the
         # measurement and made that mode's prediction look 33% slow on VGG16 inference.
-        predicted = statistics.fmean(r.step_time for r in runs)
+        driver_s = 2 * latency_s  # the driver's call there and back, across the worker's link
+        predicted = statistics.fmean(r.step_time for r in runs) + driver_s
         its = res.iteration_times or res.step_times
         measured = statistics.fmean(its) if its else 0.0
         res.measured = {
@@ -204,5 +214,5 @@ def annotate(
             # synchronized steps) and simulated; where a mode staggers the workers, this shows
             # whether the simulator does it alike
             "finish_by_rank_s": _by_rank(res.iterations),
-            "predicted_finish_by_rank_s": finish_by_rank(runs),
+            "predicted_finish_by_rank_s": [t + driver_s for t in finish_by_rank(runs)],
         }

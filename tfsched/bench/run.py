@@ -789,6 +789,7 @@ def cluster_side_by_side(
                 fetches=first.fetches,
                 workers=workers,
                 bandwidth_bps=bandwidth_bps,
+                latency_s=latency_s,
             )
         return results
 
