@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -21,3 +22,18 @@ def write(name: str, result: dict, markdown: list[str]) -> None:
     with open(os.path.join(RESULTS, f"{name}.md"), "w") as f:
         f.write("\n".join(markdown) + "\n")
     print("\n".join(markdown))
+
+
+def positive(kind):
+    """An argparse type: ``kind`` of the text, which must be above 0."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value > 0:
+            raise argparse.ArgumentTypeError(f"must be a positive {kind.__name__}, got {text!r}")
+        return value
+
+    return parse

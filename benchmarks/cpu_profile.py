@@ -25,24 +25,9 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, write  # noqa: E402
+from _results import machine, positive, write  # noqa: E402
 
 from tfsched.errors import TfschedError  # noqa: E402
-
-
-def _positive(kind):
-    """An argparse type: ``kind`` of the text, which must be above 0."""
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or not value > 0:
-            raise argparse.ArgumentTypeError(f"must be a positive {kind.__name__}, got {text!r}")
-        return value
-
-    return parse
 
 
 def _cores(v: float) -> str:
@@ -142,19 +127,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="mobilenet")
     ap.add_argument("--mode", choices=("train", "inference"), default="train")
-    ap.add_argument("--workers", type=_positive(int), default=4)
-    ap.add_argument("--ps", type=_positive(int), default=1)
+    ap.add_argument("--workers", type=positive(int), default=4)
+    ap.add_argument("--ps", type=positive(int), default=1)
     ap.add_argument("--bandwidth", default="1Gbit")
     ap.add_argument(
         "--queue", default="400ms", help="the most of the link's time each shaper queues (the bench's)"
     )
-    ap.add_argument("--batch-size", type=_positive(int), required=True)
+    ap.add_argument("--batch-size", type=positive(int), required=True)
     ap.add_argument("--modes", default="baseline,tao+pc,tao+pc+host")
-    ap.add_argument("--steps", type=_positive(int), default=5)
-    ap.add_argument("--rounds", type=_positive(int), default=6)
-    ap.add_argument("--trace-steps", type=_positive(int), default=8)
-    ap.add_argument("--interval-ms", type=_positive(float), default=5.0)
-    ap.add_argument("--bin-ms", type=_positive(float), default=25.0)
+    ap.add_argument("--steps", type=positive(int), default=5)
+    ap.add_argument("--rounds", type=positive(int), default=6)
+    ap.add_argument("--trace-steps", type=positive(int), default=8)
+    ap.add_argument("--interval-ms", type=positive(float), default=5.0)
+    ap.add_argument("--bin-ms", type=positive(float), default=25.0)
     ap.add_argument("--name", required=True, help="results/cpu-profile-<name>.{json,md}")
     args = ap.parse_args()
     try:

@@ -17,12 +17,13 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import statistics
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, write  # noqa: E402
+from _results import machine, positive, write  # noqa: E402
 
 from tfsched.bench import relay  # noqa: E402
 from tfsched.bench.results import cpu_description  # noqa: E402
@@ -100,20 +101,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bandwidths", default="1Gbit,10Gbit")
     ap.add_argument("--chunks", default="65536", help="fixed chunk sizes (bytes) beside the relays' own")
-    ap.add_argument("--mb", type=int, default=400, help="MiB a flow carries")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--mb", type=positive(int), default=400, help="MiB a flow carries")
+    ap.add_argument("--repeats", type=positive(int), default=3)
     args = ap.parse_args()
     try:
         bandwidths = [parse_bandwidth(b) for b in args.bandwidths.split(",")]
         chunks = [int(c) for c in args.chunks.split(",") if c]
-        if args.mb <= 0 or args.repeats <= 0 or any(c <= 0 for c in chunks):
-            raise TfschedError("--mb, --repeats and every chunk must be positive")
-        runs = [
-            one_flow(bw, chunk, args.mb)
+        if any(c <= 0 for c in chunks):
+            raise TfschedError("every chunk must be positive")
+        # (bandwidth, chunk: None for the relays' own) -> its repeated runs
+        cases = {
+            (bw, chunk): [one_flow(bw, chunk, args.mb) for _ in range(args.repeats)]
             for bw in bandwidths
             for chunk in [None, *chunks]
-            for _ in range(args.repeats)
-        ]
+        }
     except (TfschedError, ValueError) as e:
         sys.exit(f"Error: {e}")
     lines = [
@@ -124,28 +125,23 @@ def main() -> None:
         "|---|---|---|---|---|",
     ]
     summary = []
-    for bw in bandwidths:
-        for chunk in [None, *chunks]:
-            mine = [
-                r for r in runs if r["bandwidth_bps"] == bw and (r["chunk"] == "fixed") == (chunk is not None)
-            ]
-            mine = [r for r in mine if chunk is None or r["chunk_bytes"] == chunk]
-            rate = sorted(r["rate_bps"] for r in mine)[len(mine) // 2]
-            cpu = sorted(r["relay_cpu_ms_per_mb"] for r in mine)[len(mine) // 2]
-            size = mine[0]["chunk_bytes"]
-            name = f"{size // 1024} KiB" + (" (the relays' own)" if chunk is None else "")
-            summary.append(
-                {
-                    "bandwidth_bps": bw,
-                    "chunk_bytes": size,
-                    "own": chunk is None,
-                    "rate_bps": rate,
-                    "relay_cpu_ms_per_mb": cpu,
-                }
-            )
-            lines.append(
-                f"| {bw / 1e9:g} Gbit/s | {name} | {rate / 1e9:.2f} Gbit/s | {rate / bw:.0%} | {cpu:.2f} ms |"
-            )
+    for (bw, chunk), mine in cases.items():
+        rate = statistics.median(r["rate_bps"] for r in mine)
+        cpu = statistics.median(r["relay_cpu_ms_per_mb"] for r in mine)
+        size = mine[0]["chunk_bytes"]
+        name = f"{size // 1024} KiB" + (" (the relays' own)" if chunk is None else "")
+        summary.append(
+            {
+                "bandwidth_bps": bw,
+                "chunk_bytes": size,
+                "own": chunk is None,
+                "rate_bps": rate,
+                "relay_cpu_ms_per_mb": cpu,
+            }
+        )
+        lines.append(
+            f"| {bw / 1e9:g} Gbit/s | {name} | {rate / 1e9:.2f} Gbit/s | {rate / bw:.0%} | {cpu:.2f} ms |"
+        )
     lines += [
         "",
         "The client, the relay and the sink share this machine's cores; the relay's CPU is that "
@@ -158,7 +154,7 @@ def main() -> None:
             "machine": machine(),
             "cpu": cpu_description(),
             "config": vars(args),
-            "runs": runs,
+            "runs": [r for mine in cases.values() for r in mine],
             "summary": summary,
         },
         lines,

@@ -24,7 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, write  # noqa: E402
+from _results import machine, positive, write  # noqa: E402
 
 from tfsched.bench.netns import available, latency_unavailable  # noqa: E402
 from tfsched.bench.results import cpu_description, ratio_text, summarize  # noqa: E402
@@ -34,16 +34,6 @@ from tfsched.models.build import MODELS  # noqa: E402
 from tfsched.units import parse_bandwidth, parse_duration  # noqa: E402
 
 LINKS = ("netns", "relays")
-
-
-def _positive(kind):
-    def parse(text: str):
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-
-    return parse
 
 
 def one_run(args, links: str) -> dict:
@@ -78,15 +68,15 @@ def one_run(args, links: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="vgg16", choices=sorted(MODELS))
-    ap.add_argument("--workers", type=_positive(int), default=2)
+    ap.add_argument("--workers", type=positive(int), default=2)
     ap.add_argument("--bandwidth", default="1Gbit")
     ap.add_argument("--latency", default="0s", help="added per link, as tfsched bench's --latency")
-    ap.add_argument("--batch-size", type=_positive(int), default=4)
+    ap.add_argument("--batch-size", type=positive(int), default=4)
     ap.add_argument("--modes", default="baseline,tio,tao+pc+host")
-    ap.add_argument("--steps", type=_positive(int), default=3)
-    ap.add_argument("--rounds", type=_positive(int), default=3)
+    ap.add_argument("--steps", type=positive(int), default=3)
+    ap.add_argument("--rounds", type=positive(int), default=3)
     ap.add_argument(
-        "--alternations", type=_positive(int), default=2, help="netns then relays, this many times"
+        "--alternations", type=positive(int), default=2, help="netns then relays, this many times"
     )
     ap.add_argument("--name", default="", help="results/relay_vs_netns-NAME")
     args = ap.parse_args()

@@ -144,8 +144,8 @@ _latency_option = click.option(
 
 def _check_loopback(loopback: bool, shaped_loopback: bool, latency: float = 0.0, queue: float | None = None):
     """--loopback and --shaped-loopback: at most one; --loopback has no latency and neither has a
-    shaper's queue."""
-    from tfsched.bench.netns import DEFAULT_QUEUE_S
+    shaper's queue; on namespaces, latency needs the kernel's netem (checked before any work)."""
+    from tfsched.bench.netns import DEFAULT_QUEUE_S, check_latency
 
     if loopback and shaped_loopback:
         raise click.UsageError("--loopback is unshaped, --shaped-loopback shaped: choose one")
@@ -156,6 +156,8 @@ def _check_loopback(loopback: bool, shaped_loopback: bool, latency: float = 0.0,
         raise click.UsageError(
             "--queue is the emulated links' shaper's; --shaped-loopback's relays have none"
         )
+    if not (loopback or shaped_loopback):
+        check_latency(latency)
 
 
 # which meta graph of a SavedModel (analyze, trace --graph, viz --graph)
@@ -635,11 +637,7 @@ def bench(
 
     if queue <= 0:
         raise click.BadParameter("must be a positive time", param_hint="--queue")
-    _check_loopback(loopback, shaped_loopback, latency, queue)
-    if not (loopback or shaped_loopback):
-        from tfsched.bench.netns import check_latency
-
-        check_latency(latency)  # before the batch size is measured or a graph built
+    _check_loopback(loopback, shaped_loopback, latency, queue)  # before a batch size is measured
     if (TUNED in modes) != (tuned_path is not None):
         raise click.UsageError(
             f"mode {TUNED} needs --tuned FILE (a tfsched tune -o file)"
@@ -878,10 +876,6 @@ def tune(
     from tfsched.tune.search import Space
 
     _check_loopback(loopback, shaped_loopback, latency)
-    if not (loopback or shaped_loopback):
-        from tfsched.bench.netns import check_latency
-
-        check_latency(latency)
 
     if model is None and graph_path is None:
         model = "seq32"

@@ -680,6 +680,34 @@ def close_sessions(sessions: list) -> None:
         atexit.register(closer.join, SESSION_CLOSE_TIMEOUT_S)
 
 
+def host_cluster(
+    *,
+    ps: int,
+    workers: int,
+    bandwidth_bps: float | None,
+    latency_s: float = 0.0,
+    queue_s: float = DEFAULT_QUEUE_S,
+    relays: bool = False,
+    progress: Callable[[str], None] | None = None,
+):
+    """The cluster a bench or a tuning run trains on (not started yet): each task a host with
+    links of ``bandwidth_bps`` each way, emulated with namespaces (``bench.netns``, root), or
+    with ``relays`` shaped on loopback in this process (``bench.relay``); None: loopback unshaped.
+    ``progress`` is told what it starts."""
+    from tfsched.bench.local import LocalCluster
+    from tfsched.bench.netns import EmulatedCluster
+
+    if progress:
+        where = f"hosts shaped to {bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback"
+        where += " by relays on loopback" if bandwidth_bps and relays else ""
+        progress(f"starting {ps} PS and {workers} worker processes ({where})")
+    if bandwidth_bps and not relays:
+        return EmulatedCluster(
+            ps=ps, workers=workers, bandwidth_bps=bandwidth_bps, latency_s=latency_s, queue_s=queue_s
+        )
+    return LocalCluster(ps=ps, workers=workers, bandwidth_bps=bandwidth_bps or None, latency_s=latency_s)
+
+
 def cluster_side_by_side(
     model: str = "seq32",
     *,
@@ -712,8 +740,7 @@ def cluster_side_by_side(
     (``bench.predict``); ``step_log`` and ``done`` as ``run_side_by_side``'s.
     ``queue_s``: the most of the link's time each emulated link queues.
     """
-    from tfsched.bench.local import LocalCluster
-    from tfsched.bench.netns import EmulatedCluster, check_latency
+    from tfsched.bench.netns import check_latency
     from tfsched.models import build_graph
 
     if bandwidth_bps and not relays:
@@ -741,18 +768,15 @@ def cluster_side_by_side(
         )
         if relays and queue_s != DEFAULT_QUEUE_S:
             raise TfschedError("the queue is the emulated links' shaper's; the loopback relays have none")
-        if progress:
-            where = f"hosts shaped to {bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback"
-            where += " by relays on loopback" if bandwidth_bps and relays else ""
-            progress(f"starting {ps} PS and {workers} worker processes ({where})")
-        if bandwidth_bps and not relays:
-            cluster = EmulatedCluster(
-                ps=ps, workers=workers, bandwidth_bps=bandwidth_bps, latency_s=latency_s, queue_s=queue_s
-            )
-        else:
-            cluster = LocalCluster(
-                ps=ps, workers=workers, bandwidth_bps=bandwidth_bps or None, latency_s=latency_s
-            )
+        cluster = host_cluster(
+            ps=ps,
+            workers=workers,
+            bandwidth_bps=bandwidth_bps,
+            latency_s=latency_s,
+            queue_s=queue_s,
+            relays=relays,
+            progress=progress,
+        )
         with cluster:
             targets = [cluster.target("worker", w) for w in range(workers)]
             results = run_side_by_side(

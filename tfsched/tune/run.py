@@ -206,9 +206,7 @@ def tune_cluster(
     """
     import tempfile
 
-    from tfsched.bench.local import LocalCluster
-    from tfsched.bench.netns import EmulatedCluster
-    from tfsched.bench.run import close_sessions, dead_tasks_named
+    from tfsched.bench.run import close_sessions, dead_tasks_named, host_cluster
     from tfsched.graph._tf import import_tensorflow
     from tfsched.tune.coordinator import Coordinator, CoordinatorClient
     from tfsched.tune.worker import TunedSession
@@ -295,18 +293,14 @@ def tune_cluster(
                 for s, _ in pre:
                     found.probe(s)
 
-        if bandwidth_bps and not relays:
-            cluster = EmulatedCluster(
-                ps=ps, workers=workers, bandwidth_bps=bandwidth_bps, latency_s=latency_s
-            )
-        else:  # with relays, the hosts' links shaped on loopback in this process (bench.relay)
-            cluster = LocalCluster(
-                ps=ps, workers=workers, bandwidth_bps=bandwidth_bps or None, latency_s=latency_s
-            )
-        if progress:
-            where = f"hosts shaped to {bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback"
-            where += " by relays on loopback" if bandwidth_bps and relays else ""
-            progress(f"starting {ps} PS and {workers} worker processes ({where})")
+        cluster = host_cluster(
+            ps=ps,
+            workers=workers,
+            bandwidth_bps=bandwidth_bps,
+            latency_s=latency_s,
+            relays=relays,
+            progress=progress,
+        )
         with cluster:
             tasks = [f"/job:worker/task:{w}" for w in range(workers)]
             hosts = [a.rsplit(":", 1)[0] for job in cluster.spec.values() for a in job]
