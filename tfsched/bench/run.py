@@ -13,12 +13,13 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from tfsched.bench.netns import DEFAULT_QUEUE_S
 from tfsched.errors import TfschedError
 from tfsched.sim.engine import DEFAULT_ACK_SHARE
+from tfsched.tracing.rpclog import RpcLogging
 
 MODES = ("baseline", "tio", "tao", "layer")
 ALGORITHMS = ("tio", "tao", "layer")
@@ -478,6 +479,7 @@ def run_side_by_side(
     dead_tasks: Callable[[], list[str]] | None = None,
     step_log: list[StepRecord] | None = None,
     done: Callable[[int, int], None] | None = None,
+    log_tasks: Iterable[str] = (),
 ) -> dict[str, ModeResult]:
     """Train every mode ``rounds`` times ``steps`` steps on every worker, interleaved.
 
@@ -502,10 +504,13 @@ def run_side_by_side(
     session whose PS died can wait on it forever): what has not closed in
     ``SESSION_CLOSE_TIMEOUT_S`` is left to the cluster's exit, which stops every task.
     ``step_log``: each worker's part of every timed step is appended to it (``StepRecord``), to
-    line the steps up with what else was measured meanwhile (``bench.profile``).
+    line the steps up with what else was measured meanwhile (``bench.profile``). ``log_tasks``:
+    every task's address, whose RPC logging is held on while steps are traced, so that the traces
+    miss no transfer (``tracing.rpclog``); the timed steps run without it.
     """
     import tensorflow as tf
 
+    log_tasks = list(log_tasks)
     run_options = tf.compat.v1.RunOptions(timeout_in_ms=int(step_timeout_s * 1000))
     trace_options = tf.compat.v1.RunOptions(
         timeout_in_ms=int(step_timeout_s * 1000),
@@ -598,7 +603,10 @@ def run_side_by_side(
         if timed:
             if progress:
                 progress("tracing worker 0 alone: the op times of a timing-aware order")
-            order_trace = _trace_alone(tf, sessions, targets[0], builder, warmup, run_options, trace_options)
+            with RpcLogging(log_tasks):
+                order_trace = _trace_alone(
+                    tf, sessions, targets[0], builder, warmup, run_options, trace_options
+                )
             configs = dict(configs)  # the caller's stays as given
             for mode in timed:
                 configs[mode] = configs[mode](order_trace)
@@ -626,14 +634,16 @@ def run_side_by_side(
             for mode in configs:
                 if progress:
                     progress(f"tracing {trace_steps} step{'s' if trace_steps > 1 else ''}: {mode}")
-                _, _, box = synchronized(mode, trace_steps, 0, traced=True)
+                with RpcLogging(log_tasks):
+                    _, _, box = synchronized(mode, trace_steps, 0, traced=True)
                 results[mode].trace = _trace_of(box["mds"], box["graph"], {"mode": mode, "worker": 0})
                 part_done(rounds * len(configs) + list(configs).index(mode) + 1)
             if "baseline" in configs:
                 if progress:
                     progress("tracing worker 0 alone: baseline")
                 sess, built = sessions[("baseline", 0)]
-                results["baseline"].solo_trace = _solo_trace(tf, sess, built, trace_options, {})
+                with RpcLogging(log_tasks):
+                    results["baseline"].solo_trace = _solo_trace(tf, sess, built, trace_options, {})
                 if progress:
                     progress("measuring what moving a byte costs the machine")
                 base = results["baseline"]
@@ -791,6 +801,7 @@ def cluster_side_by_side(
                 dead_tasks=cluster.dead_tasks,
                 step_log=step_log,
                 done=done,
+                log_tasks=[a for addrs in cluster.spec.values() for a in addrs],
             )
         for name, res in results.items():
             spec = parse_mode(name, bandwidth_bps, channel_params)

@@ -6,14 +6,16 @@ here they are read from the step stats directly: each receiving device gets entr
 device> to <dst device>``. Exact bytes come from the session graph's static shapes (the label
 rounds large sizes, e.g. ``[0.2MB]``), the source tensor from the partition graphs' ``_Send``.
 TensorFlow turns that RPC logging on in the other tasks with an asynchronous Logging request, so
-a tiny transfer at the very start of a step can end before it arrives and have no record
-(``match_trace`` allows for a few).
+a transfer at the very start of a step can end before it arrives and have no record: given the
+tasks' addresses, ``collect`` holds logging on across its steps (``rpclog``); without them
+``match_trace`` allows for a few missing.
 """
 
 from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Iterable
 
 from tfsched.errors import TfschedError
 from tfsched.graph.model import DTYPE_SIZES
@@ -118,9 +120,24 @@ def parse_run_metadata(
     return ops, transfers, float(t1 - t0)
 
 
-def collect(sess, fetches, *, steps: int, warmup: int = 1, feed_dict=None, meta: dict | None = None) -> Trace:
-    """Run ``warmup`` untraced and ``steps`` traced steps of ``fetches``; returns the Trace."""
+def collect(
+    sess,
+    fetches,
+    *,
+    steps: int,
+    warmup: int = 1,
+    feed_dict=None,
+    meta: dict | None = None,
+    tasks: Iterable[str] = (),
+) -> Trace:
+    """Run ``warmup`` untraced and ``steps`` traced steps of ``fetches``; returns the Trace.
+
+    ``tasks``: every task's address ("host:port", as in the cluster spec), whose RPC logging is
+    held on across the traced steps so that every transfer is recorded (``rpclog``).
+    """
     import tensorflow as tf
+
+    from tfsched.tracing.rpclog import RpcLogging
 
     if steps <= 0:
         raise TfschedError(f"steps must be positive, got {steps}")
@@ -132,9 +149,12 @@ def collect(sess, fetches, *, steps: int, warmup: int = 1, feed_dict=None, meta:
         trace_level=tf.compat.v1.RunOptions.FULL_TRACE, output_partition_graphs=True
     )
     trace = Trace(steps=steps, meta=dict(meta or {}))
-    for step in range(steps):
-        md = tf.compat.v1.RunMetadata()
-        sess.run(fetches, feed_dict=feed_dict, options=options, run_metadata=md)
+    mds = []
+    with RpcLogging(tasks):
+        for _ in range(steps):
+            mds.append(tf.compat.v1.RunMetadata())
+            sess.run(fetches, feed_dict=feed_dict, options=options, run_metadata=mds[-1])
+    for step, md in enumerate(mds):
         ops, transfers, wall = parse_run_metadata(md, step, sess.graph)
         trace.ops.extend(ops)
         trace.transfers.extend(transfers)

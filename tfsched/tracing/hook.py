@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import tensorflow as tf
 
 from tfsched.errors import TfschedError
 from tfsched.tracing.collector import parse_run_metadata
+from tfsched.tracing.rpclog import RpcLogging
 from tfsched.tracing.trace import Trace
 
 
@@ -13,7 +16,10 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
     """Traces every ``every_n_steps``-th run, or the runs ``first <= i < last``, and writes the trace.
 
     Runs are counted from 0 as the hook sees them. Untraced runs get no options at all, so they
-    run exactly as without the hook. The file is written when the session ends.
+    run exactly as without the hook. The file is written when the session ends. ``tasks``: every
+    task's address ("host:port", as in the cluster spec), whose RPC logging is held on across each
+    traced run so that every transfer is recorded (``rpclog``; without them a few at the start of
+    a run can be missing).
 
     >>> hook = TraceHook("trace.json", every_n_steps=100)  # doctest: +SKIP
     >>> with tf.compat.v1.train.MonitoredTrainingSession(master, hooks=[hook]) as sess: ...  # doctest: +SKIP
@@ -26,6 +32,7 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
         every_n_steps: int | None = None,
         steps: tuple[int, int] | None = None,
         meta: dict | None = None,
+        tasks: Iterable[str] = (),
     ) -> None:
         if (every_n_steps is None) == (steps is None):
             raise TfschedError("TraceHook: give either every_n_steps or steps=(first, last)")
@@ -37,6 +44,8 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
         self._every = every_n_steps
         self._range = steps
         self._meta = dict(meta or {})
+        self._tasks = list(tasks)
+        self._logging: RpcLogging | None = None
         self._run = 0
         self._trace = Trace(steps=0, meta=self._meta)
         self.traced_runs: list[int] = []
@@ -52,9 +61,16 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
         options = tf.compat.v1.RunOptions(
             trace_level=tf.compat.v1.RunOptions.FULL_TRACE, output_partition_graphs=True
         )
+        self._logging = RpcLogging(self._tasks).__enter__()
         return tf.compat.v1.train.SessionRunArgs(fetches=None, options=options)
 
+    def _logging_off(self) -> None:
+        if self._logging is not None:
+            self._logging.__exit__()
+            self._logging = None
+
     def after_run(self, run_context, run_values):
+        self._logging_off()
         if self._wanted(self._run) and run_values.run_metadata is not None:
             index = self._trace.steps
             ops, transfers, wall = parse_run_metadata(
@@ -68,6 +84,7 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
         self._run += 1
 
     def end(self, session):
+        self._logging_off()
         if self._trace.steps:
             self._trace.meta["traced_runs"] = self.traced_runs
             self._trace.save(self.output)

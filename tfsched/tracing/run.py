@@ -87,4 +87,5 @@ def trace_local(
                 sess.run(init_op)
             if progress:
                 progress(f"tracing {steps} steps after {warmup} warm-up steps")
-            return collect(sess, run_fetches, steps=steps, warmup=warmup, meta=meta)
+            tasks = [a for addrs in cluster.spec.values() for a in addrs]
+            return collect(sess, run_fetches, steps=steps, warmup=warmup, meta=meta, tasks=tasks)

@@ -1,0 +1,98 @@
+"""Holding TensorFlow's RPC logging on in every task while steps are traced.
+
+A traced step (``FULL_TRACE``) gets its transfers from the tasks' RPC logs, and the master turns
+each task's logging on for the step with an asynchronous ``Logging`` request that races the step
+itself (``MasterSession``'s ``SetRPCLogging``): a task that starts receiving before the request
+arrives records none of those transfers. It happens: one CI run lost 33 of a Seq-32 step's
+variable reads, all sent at the step's start. Each task counts the requests that want logging
+(``WorkerCacheLogger::SetLogging``), so one more request, sent and answered before the steps, keeps
+logging on from their first byte to their last; the master's own requests change nothing then.
+
+``WorkerService.Logging`` and its ``LoggingRequest`` are in TensorFlow's ``worker.proto``, which
+the pip package does not ship as Python: the message is declared here with protobuf's descriptor
+API, with ``worker.proto``'s field numbers.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+
+from tfsched.errors import TfschedError
+
+METHOD = "/tensorflow.WorkerService/Logging"
+CALL_TIMEOUT_S = 30.0
+
+
+@functools.cache
+def logging_request_class():
+    """``tensorflow.LoggingRequest`` (worker.proto), in a pool of its own."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    fd = descriptor_pb2.FieldDescriptorProto
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="tfsched/tensorflow_worker_logging.proto", package="tensorflow", syntax="proto3"
+    )
+    msg = proto.message_type.add(name="LoggingRequest")
+    for name, number, label, kind in (
+        ("enable_rpc_logging", 1, fd.LABEL_OPTIONAL, fd.TYPE_BOOL),
+        ("clear", 2, fd.LABEL_OPTIONAL, fd.TYPE_BOOL),
+        ("fetch_step_id", 3, fd.LABEL_REPEATED, fd.TYPE_INT64),
+        ("disable_rpc_logging", 4, fd.LABEL_OPTIONAL, fd.TYPE_BOOL),
+    ):
+        msg.field.add(name=name, number=number, label=label, type=kind)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.LoggingRequest"))
+
+
+def _address(task: str) -> str:
+    return task.removeprefix("grpc://")
+
+
+class RpcLogging:
+    """``with RpcLogging(["127.0.0.1:2222", ...]):`` every task keeps RPC logging on inside.
+
+    Entering waits until each task has answered (or fails with a line naming the task); leaving
+    takes the request back and drops what the tasks logged for steps nobody traced (other
+    sessions' steps run meanwhile); a task that has gone away by then is skipped. Empty
+    ``tasks``: nothing is sent.
+    """
+
+    def __init__(self, tasks: Iterable[str], timeout_s: float = CALL_TIMEOUT_S) -> None:
+        self.tasks = [_address(t) for t in tasks]
+        self.timeout_s = timeout_s
+        self._on: list[str] = []
+
+    def _call(self, task: str, request, *, wait: bool) -> None:
+        import grpc
+
+        with grpc.insecure_channel(task) as channel:
+            call = channel.unary_unary(METHOD, request_serializer=lambda m: m.SerializeToString())
+            call(request, timeout=self.timeout_s if wait else min(self.timeout_s, 5.0), wait_for_ready=wait)
+
+    def __enter__(self) -> RpcLogging:
+        import grpc
+
+        request = logging_request_class()(enable_rpc_logging=True)
+        for task in self.tasks:
+            try:
+                self._call(task, request, wait=True)
+            except grpc.RpcError as e:
+                self.__exit__()
+                raise TfschedError(
+                    f"could not turn RPC logging on in task {task}: {e.code().name} {e.details()}"
+                ) from None
+            self._on.append(task)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import grpc
+
+        request = logging_request_class()(disable_rpc_logging=True, clear=True)
+        for task in self._on:
+            try:
+                self._call(task, request, wait=False)
+            except grpc.RpcError:
+                pass  # the task has gone: nothing of it is left to turn off
+        self._on = []
