@@ -61,6 +61,7 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
         options = tf.compat.v1.RunOptions(
             trace_level=tf.compat.v1.RunOptions.FULL_TRACE, output_partition_graphs=True
         )
+        self._logging_off()  # a traced run that raised never reached after_run
         self._logging = RpcLogging(self._tasks).__enter__()
         return tf.compat.v1.train.SessionRunArgs(fetches=None, options=options)
 
