@@ -200,7 +200,7 @@ def analyze(
     for ``enable(partition="auto", credit="auto")`` on this link.
 
     >>> a = analyze("train.pb", fetches=["train"], algorithm="tao")  # doctest: +SKIP
-    >>> a.prediction.scheduled_s <= a.prediction.baseline_s
+    >>> a.prediction.scheduled_s <= a.prediction.baseline_s  # doctest: +SKIP
     True
     """
     graph = load_comm_graph(

@@ -29,8 +29,7 @@ def traced(tmp_path_factory):
             sess.run(
                 built.train_op, options=tf.compat.v1.RunOptions(output_partition_graphs=True), run_metadata=md
             )
-            tasks = [a for addrs in c.spec.values() for a in addrs]
-            trace = collect(sess, built.train_op, steps=3, warmup=1, tasks=tasks)
+            trace = collect(sess, built.train_op, steps=3, warmup=1, tasks=c.cluster_spec())
     trace.save(str(d / "trace.json"))
     return {"trace": trace, "dir": d, "built": built, "partitions": md.partition_graphs}
 
@@ -196,7 +195,7 @@ def test_trace_hook_traces_exactly_the_steps_asked_for(tmp_path, kwargs, expecte
     built = build_graph("seq32")
     out = tmp_path / "hook.json"
     with LocalCluster(ps=1, workers=1, vanilla=True) as c:
-        hook = TraceHook(str(out), tasks=[a for addrs in c.spec.values() for a in addrs], **kwargs)
+        hook = TraceHook(str(out), tasks=c.spec, **kwargs)
         with built.graph.as_default():
             with tf.compat.v1.train.MonitoredTrainingSession(
                 master=c.target(),
@@ -225,6 +224,17 @@ def test_rpc_logging_names_a_task_it_cannot_reach():
     ):
         with RpcLogging([f"grpc://{task}"], timeout_s=0.5):
             pass
+
+
+def test_rpc_logging_takes_a_cluster_spec_or_addresses():
+    tf = pytest.importorskip("tensorflow")
+    from tfsched.tracing.rpclog import task_addresses
+
+    spec = tf.train.ClusterSpec({"ps": ["h:1"], "worker": {0: "h:2", 3: "h:5"}})
+    assert task_addresses(spec) == ["h:1", "h:2", "h:5"]
+    assert task_addresses(["grpc://h:1", "h:2"]) == ["h:1", "h:2"]
+    with pytest.raises(TfschedError, match="not the string 'h:1'"):
+        task_addresses("h:1")
 
 
 def test_logging_request_has_worker_protos_field_numbers():

@@ -13,13 +13,13 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tfsched.bench.netns import DEFAULT_QUEUE_S
 from tfsched.errors import TfschedError
 from tfsched.sim.engine import DEFAULT_ACK_SHARE
-from tfsched.tracing.rpclog import RpcLogging
+from tfsched.tracing.rpclog import RpcLogging, task_addresses
 
 MODES = ("baseline", "tio", "tao", "layer")
 ALGORITHMS = ("tio", "tao", "layer")
@@ -479,7 +479,7 @@ def run_side_by_side(
     dead_tasks: Callable[[], list[str]] | None = None,
     step_log: list[StepRecord] | None = None,
     done: Callable[[int, int], None] | None = None,
-    log_tasks: Iterable[str] = (),
+    log_tasks=(),
 ) -> dict[str, ModeResult]:
     """Train every mode ``rounds`` times ``steps`` steps on every worker, interleaved.
 
@@ -505,12 +505,12 @@ def run_side_by_side(
     ``SESSION_CLOSE_TIMEOUT_S`` is left to the cluster's exit, which stops every task.
     ``step_log``: each worker's part of every timed step is appended to it (``StepRecord``), to
     line the steps up with what else was measured meanwhile (``bench.profile``). ``log_tasks``:
-    every task's address, whose RPC logging is held on while steps are traced, so that the traces
+    the cluster spec or every task's address (``rpclog.task_addresses``), whose RPC logging is held on while steps are traced, so that the traces
     miss no transfer (``tracing.rpclog``); the timed steps run without it.
     """
     import tensorflow as tf
 
-    log_tasks = list(log_tasks)
+    log_tasks = task_addresses(log_tasks)
     run_options = tf.compat.v1.RunOptions(timeout_in_ms=int(step_timeout_s * 1000))
     trace_options = tf.compat.v1.RunOptions(
         timeout_in_ms=int(step_timeout_s * 1000),
@@ -801,7 +801,7 @@ def cluster_side_by_side(
                 dead_tasks=cluster.dead_tasks,
                 step_log=step_log,
                 done=done,
-                log_tasks=[a for addrs in cluster.spec.values() for a in addrs],
+                log_tasks=cluster.spec,
             )
         for name, res in results.items():
             spec = parse_mode(name, bandwidth_bps, channel_params)

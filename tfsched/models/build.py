@@ -173,7 +173,7 @@ def build_graph(
 ) -> BuiltGraph:
     """Build the PS graph of a built-in model.
 
-    >>> bg = build_graph("seq32", batch_size=2)  # doctest: +SKIP
+    >>> bg = build_graph("seq32", batch_size=2)
     >>> bg.fetches
     ['train']
     """

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Iterable
 
 from tfsched.errors import TfschedError
 from tfsched.graph.model import DTYPE_SIZES
@@ -128,12 +127,13 @@ def collect(
     warmup: int = 1,
     feed_dict=None,
     meta: dict | None = None,
-    tasks: Iterable[str] = (),
+    tasks=(),
 ) -> Trace:
     """Run ``warmup`` untraced and ``steps`` traced steps of ``fetches``; returns the Trace.
 
-    ``tasks``: every task's address ("host:port", as in the cluster spec), whose RPC logging is
-    held on across the traced steps so that every transfer is recorded (``rpclog``).
+    ``tasks``: the cluster (a ``tf.train.ClusterSpec``, its dict, or every task's "host:port"),
+    whose RPC logging is held on across the traced steps so that every transfer is recorded
+    (``rpclog``).
     """
     import tensorflow as tf
 

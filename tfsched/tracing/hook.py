@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import tensorflow as tf
 
 from tfsched.errors import TfschedError
 from tfsched.tracing.collector import parse_run_metadata
-from tfsched.tracing.rpclog import RpcLogging
+from tfsched.tracing.rpclog import RpcLogging, task_addresses
 from tfsched.tracing.trace import Trace
 
 
@@ -16,12 +14,12 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
     """Traces every ``every_n_steps``-th run, or the runs ``first <= i < last``, and writes the trace.
 
     Runs are counted from 0 as the hook sees them. Untraced runs get no options at all, so they
-    run exactly as without the hook. The file is written when the session ends. ``tasks``: every
-    task's address ("host:port", as in the cluster spec), whose RPC logging is held on across each
-    traced run so that every transfer is recorded (``rpclog``; without them a few at the start of
-    a run can be missing).
+    run exactly as without the hook. The file is written when the session ends. ``tasks``: the
+    cluster (a ``tf.train.ClusterSpec``, its dict, or every task's "host:port"), whose RPC
+    logging is held on across each traced run so that every transfer is recorded (``rpclog``;
+    without it a few at the start of a run can be missing).
 
-    >>> hook = TraceHook("trace.json", every_n_steps=100)  # doctest: +SKIP
+    >>> hook = TraceHook("trace.json", every_n_steps=100, tasks=cluster_spec)  # doctest: +SKIP
     >>> with tf.compat.v1.train.MonitoredTrainingSession(master, hooks=[hook]) as sess: ...  # doctest: +SKIP
     """
 
@@ -32,7 +30,7 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
         every_n_steps: int | None = None,
         steps: tuple[int, int] | None = None,
         meta: dict | None = None,
-        tasks: Iterable[str] = (),
+        tasks=(),
     ) -> None:
         if (every_n_steps is None) == (steps is None):
             raise TfschedError("TraceHook: give either every_n_steps or steps=(first, last)")
@@ -44,7 +42,7 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
         self._every = every_n_steps
         self._range = steps
         self._meta = dict(meta or {})
-        self._tasks = list(tasks)
+        self._tasks = task_addresses(tasks)
         self._logging: RpcLogging | None = None
         self._run = 0
         self._trace = Trace(steps=0, meta=self._meta)

@@ -18,7 +18,6 @@ API, with ``worker.proto``'s field numbers.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
 
 from tfsched.errors import TfschedError
 
@@ -48,12 +47,27 @@ def logging_request_class():
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.LoggingRequest"))
 
 
-def _address(task: str) -> str:
-    return task.removeprefix("grpc://")
+def task_addresses(tasks) -> list[str]:
+    """Every task's "host:port" from a ``tf.train.ClusterSpec``, a cluster spec dict (job -> list
+    of addresses, or index -> address) or addresses ("grpc://" allowed).
+
+    >>> task_addresses({"ps": ["a:1"], "worker": {0: "b:2", 2: "c:3"}})
+    ['a:1', 'b:2', 'c:3']
+    >>> task_addresses(["grpc://a:1"])
+    ['a:1']
+    """
+    if hasattr(tasks, "as_dict"):
+        tasks = tasks.as_dict()
+    if isinstance(tasks, dict):
+        tasks = [a for job in tasks.values() for a in (job.values() if isinstance(job, dict) else job)]
+    if isinstance(tasks, str):
+        raise TfschedError(f"tasks: give a list of addresses or a cluster spec, not the string {tasks!r}")
+    return [t.removeprefix("grpc://") for t in tasks]
 
 
 class RpcLogging:
-    """``with RpcLogging(["127.0.0.1:2222", ...]):`` every task keeps RPC logging on inside.
+    """``with RpcLogging(cluster_spec):`` every task keeps RPC logging on inside (``tasks``: as
+    ``task_addresses`` takes them).
 
     Entering waits until each task has answered (or fails with a line naming the task); leaving
     takes the request back and drops what the tasks logged for steps nobody traced (other
@@ -61,8 +75,8 @@ class RpcLogging:
     ``tasks``: nothing is sent.
     """
 
-    def __init__(self, tasks: Iterable[str], timeout_s: float = CALL_TIMEOUT_S) -> None:
-        self.tasks = [_address(t) for t in tasks]
+    def __init__(self, tasks, timeout_s: float = CALL_TIMEOUT_S) -> None:
+        self.tasks = task_addresses(tasks)
         self.timeout_s = timeout_s
         self._on: list[str] = []
 

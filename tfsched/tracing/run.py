@@ -87,5 +87,4 @@ def trace_local(
                 sess.run(init_op)
             if progress:
                 progress(f"tracing {steps} steps after {warmup} warm-up steps")
-            tasks = [a for addrs in cluster.spec.values() for a in addrs]
-            return collect(sess, run_fetches, steps=steps, warmup=warmup, meta=meta, tasks=tasks)
+            return collect(sess, run_fetches, steps=steps, warmup=warmup, meta=meta, tasks=cluster.spec)
