@@ -39,20 +39,16 @@ def traced(tmp_path_factory):
 class TestCollect:
     def test_every_crossing_tensor_is_traced_with_its_size(self, traced):
         trace, built = traced["trace"], traced["built"]
-        crossing = set()
-        for pg in traced["partitions"]:
-            by = {n.name: n for n in pg.node}
-            for n in pg.node:
-                if n.op == "_Send":
-                    src = by.get(n.input[0].split(":")[0])
-                    if (
-                        src is not None
-                        and src.op == "Const"
-                        and src.input
-                        and all(i.startswith("^") for i in src.input)
-                    ):
-                        continue  # a control edge's dummy
-                    crossing.add(n.attr["tensor_name"].s.decode())
+        from tfsched.tracing.collector import crossing_edges
+
+        crossing = crossing_edges(traced["partitions"])
+        sends = {
+            n.attr["tensor_name"].s.decode()
+            for pg in traced["partitions"]
+            for n in pg.node
+            if n.op == "_Send"
+        }
+        assert crossing and crossing <= sends
         # With the tasks' RPC logging held on (rpclog) every step records every transfer: before,
         # TensorFlow's own asynchronous Logging request lost up to 33 of a step's.
         for step in range(3):

@@ -39,6 +39,27 @@ def _sends(partition_graphs) -> dict[str, str]:
     return out
 
 
+def crossing_edges(partition_graphs) -> set[str]:
+    """The rendezvous edges a step sends between tasks (each a transfer a complete trace of the
+    step records), without the dummies that carry control edges."""
+    out = set()
+    for g in partition_graphs:
+        by = {n.name: n for n in g.node}
+        for n in g.node:
+            if n.op not in ("_Send", "_HostSend") or not n.input:
+                continue
+            src = by.get(n.input[0].split(":")[0])
+            if (
+                src is not None
+                and src.op == "Const"
+                and src.input
+                and all(i.startswith("^") for i in src.input)
+            ):
+                continue
+            out.add(n.attr["tensor_name"].s.decode())
+    return out
+
+
 def _recv_consumers(partition_graphs) -> dict[str, tuple[str, ...]]:
     """Rendezvous edge name -> ops that consume the matching _Recv."""
     out: dict[str, tuple[str, ...]] = {}

@@ -4,11 +4,12 @@ A traced step (``FULL_TRACE``) gets its transfers from the tasks' RPC logs, and 
 each task's logging on for the step with an asynchronous ``Logging`` request that races the step
 itself (``MasterSession``'s ``SetRPCLogging``): a task that starts receiving before the request
 arrives records none of those transfers. It happens: one CI run lost 33 of a Seq-32 step's
-variable reads, all sent at the step's start; with both cores kept busy, 23 of 80 traced Seq-32
-steps (1 PS, 2 workers) lost 364 transfers between them. Each task counts the requests that
-want logging (``WorkerCacheLogger::SetLogging``), so one more request, sent and answered before
-the steps, keeps logging on from their first byte to their last; the master's own requests change
-nothing then: 0 of 80 steps lost any. Steps of seconds (VGG16's) lost none either way.
+variable reads, all sent at the step's start; with both cores kept busy, 24 of 80 traced Seq-32
+steps (1 PS, 2 workers) lost 535 transfers between them, and 6 of 80 on an idle machine
+(``benchmarks/trace_completeness.py``). Each task counts the requests that want logging
+(``WorkerCacheLogger::SetLogging``), so one more request, sent and answered before the steps,
+keeps logging on from their first byte to their last; the master's own requests change nothing
+then: 0 of those 160 steps lost any. Steps of seconds (VGG16's) lost none either way.
 
 ``WorkerService.Logging`` and its ``LoggingRequest`` are in TensorFlow's ``worker.proto``, which
 the pip package does not ship as Python: the message is declared here with protobuf's descriptor
