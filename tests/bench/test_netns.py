@@ -298,9 +298,9 @@ def test_bench_command_writes_every_field(tmp_path):
     assert "TAO ordered from worker 0's op times, traced alone before the rounds." in md
     png = tmp_path / "bench.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-    # every traced step of a trace recorded the same transfers: none lost at a step's start
     from tfsched.tracing.trace import Trace
 
+    # every traced step of a trace recorded the same transfers: none lost at a step's start
     written = sorted((tmp_path / "traces").glob("*.trace.json"))
     assert {f.name for f in written} >= {"baseline.trace.json", "tao.trace.json", "baseline.alone.trace.json"}
     for f in written:
@@ -308,8 +308,6 @@ def test_bench_command_writes_every_field(tmp_path):
         edges = [sorted(x.edge for x in t.transfers if x.step == k) for k in range(t.steps)]
         assert edges[0] and all(e == edges[0] for e in edges), f.name
     # --traces: every mode's traced steps (--trace-steps), self-contained, and viewable.
-    from tfsched.tracing.trace import Trace
-
     for mode in ("baseline", "tio", "tio+p20000+c40000", "tao"):
         trace = Trace.load(str(tmp_path / "traces" / f"{mode}.trace.json"))
         assert trace.meta["mode"] == mode and trace.meta["model"] == "seq32"
