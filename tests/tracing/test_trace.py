@@ -1,5 +1,6 @@
 """Tracing a real cluster, trace files, and matching traces to graphs."""
 
+import base64
 import json
 import subprocess
 import sys
@@ -176,6 +177,62 @@ class TestBadTraces:
         g.write_bytes(other.graph_def().SerializeToString())
         p = self._run("analyze", str(g), "--fetch", "train", "--trace", str(traced["dir"] / "trace.json"))
         self._one_line(p, "trace.json", "another graph")
+
+
+@pytest.mark.tf
+@pytest.mark.cluster
+def test_workers_tracing_the_same_steps_each_record_every_transfer():
+    """Between-graph replication, each worker tracing the same steps with its own hold (as each
+    worker's TraceHook does): one worker's hold ending must not drop what the PS logged for the
+    other's step still running."""
+    import threading
+
+    import tensorflow as tf
+
+    from tfsched.bench.local import LocalCluster
+    from tfsched.models import build_graph
+    from tfsched.tracing import collect
+    from tfsched.tracing.collector import crossing_edges
+
+    steps = 8
+    builts = [build_graph("seq32", worker_task=w, ps_tasks=1, batch_size=4) for w in (0, 1)]
+    traces, errors = [[], []], []
+    with LocalCluster(ps=1, workers=2, vanilla=True) as c:
+        barrier = threading.Barrier(2, timeout=120)
+
+        def work(w):
+            try:
+                with tf.compat.v1.Session(c.target("worker", w), graph=builts[w].graph) as sess:
+                    if w == 0:
+                        sess.run(builts[w].init_op)
+                    barrier.wait()
+                    for _ in range(steps):
+                        barrier.wait()  # both workers trace each step together
+                        traces[w].append(collect(sess, builts[w].train_op, steps=1, warmup=0, tasks=c.spec))
+            except BaseException as e:  # noqa: BLE001 - asserted below
+                barrier.abort()
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(w,)) for w in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+    assert not errors, errors
+    from tensorflow.core.framework import graph_pb2
+
+    for w in (0, 1):
+        assert len(traces[w]) == steps
+        graphs = []
+        for g in traces[w][0].partition_graphs:
+            gd = graph_pb2.GraphDef()
+            gd.ParseFromString(base64.b64decode(g))
+            graphs.append(gd)
+        crossing = crossing_edges(graphs)
+        assert crossing
+        for k, trace in enumerate(traces[w]):
+            missing = crossing - {t.edge for t in trace.transfers}
+            assert not missing, (w, k, sorted(missing))
 
 
 @pytest.mark.tf

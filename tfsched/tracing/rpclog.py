@@ -71,9 +71,11 @@ class RpcLogging:
     ``task_addresses`` takes them).
 
     Entering waits until each task has answered (or fails with a line naming the task); leaving
-    takes the request back and drops what the tasks logged for steps nobody traced (other
-    sessions' steps run meanwhile); a task that has gone away by then is skipped. Empty
-    ``tasks``: nothing is sent.
+    takes the request back, skipping a task that has gone away by then. Empty ``tasks``: nothing
+    is sent. What the tasks logged meanwhile for steps nobody traced (other sessions' untraced
+    steps) stays in their logs, which TensorFlow empties past 1,024 steps: clearing it here
+    (``LoggingRequest.clear``) would also drop the logs of another session's traced step not yet
+    fetched, as when every worker of a between-graph job traces the same step with its own hook.
     """
 
     def __init__(self, tasks, timeout_s: float = CALL_TIMEOUT_S) -> None:
@@ -106,7 +108,7 @@ class RpcLogging:
     def __exit__(self, *exc) -> None:
         import grpc
 
-        request = logging_request_class()(disable_rpc_logging=True, clear=True)
+        request = logging_request_class()(disable_rpc_logging=True)
         for task in self._on:
             try:
                 self._call(task, request, wait=False)
