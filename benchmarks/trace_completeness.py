@@ -71,11 +71,9 @@ def main() -> None:
                             warmup=1,
                             tasks=cluster.spec if held else (),
                         )
-                        graphs = []
-                        for g in trace.partition_graphs:
-                            gd = graph_pb2.GraphDef()
-                            gd.ParseFromString(base64.b64decode(g))
-                            graphs.append(gd)
+                        graphs = [
+                            graph_pb2.GraphDef.FromString(base64.b64decode(g)) for g in trace.partition_graphs
+                        ]
                         crossing = crossing_edges(graphs)
                         missing = [
                             len(crossing - {t.edge for t in trace.transfers if t.step == k})

@@ -223,11 +223,7 @@ def test_workers_tracing_the_same_steps_each_record_every_transfer():
 
     for w in (0, 1):
         assert len(traces[w]) == steps
-        graphs = []
-        for g in traces[w][0].partition_graphs:
-            gd = graph_pb2.GraphDef()
-            gd.ParseFromString(base64.b64decode(g))
-            graphs.append(gd)
+        graphs = [graph_pb2.GraphDef.FromString(base64.b64decode(g)) for g in traces[w][0].partition_graphs]
         crossing = crossing_edges(graphs)
         assert crossing
         for k, trace in enumerate(traces[w]):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from tfsched.bench.netns import DEFAULT_QUEUE_S
 from tfsched.errors import TfschedError
 from tfsched.sim.engine import DEFAULT_ACK_SHARE
+from tfsched.tracing.collector import trace_of
 from tfsched.tracing.rpclog import RpcLogging, task_addresses
 
 MODES = ("baseline", "tio", "tao", "layer")
@@ -408,39 +409,13 @@ def per_byte(busy_whole_s: float, busy_cut_s: float, extra_bytes: int, steps: in
     return extra / (extra_bytes * steps) if extra > 0 and extra_bytes > 0 and steps > 0 else 0.0
 
 
-def _trace_of(metadata: list, graph, meta: dict):
-    """A self-contained Trace (with the partition graphs) of traced steps of one session."""
-    import base64
-
-    from tfsched.tracing.collector import parse_run_metadata
-    from tfsched.tracing.trace import Trace
-
-    ops, transfers, walls = [], [], []
-    for step, md in enumerate(metadata):
-        o, t, wall_us = parse_run_metadata(md, step, graph)
-        ops += o
-        transfers += t
-        walls.append(wall_us)
-    return Trace(
-        steps=len(metadata),
-        ops=ops,
-        transfers=transfers,
-        step_times_us=walls,
-        # `tfsched viz` and `analyze --trace` read it.
-        partition_graphs=[
-            base64.b64encode(g.SerializeToString()).decode() for g in metadata[0].partition_graphs
-        ],
-        meta=meta,
-    )
-
-
 def _solo_trace(tf, sess, built, trace_options, meta: dict):
     """``SOLO_STEPS`` traced steps of worker 0's session ``sess``, the other workers idle."""
     mds = []
     for _ in range(SOLO_STEPS):
         mds.append(tf.compat.v1.RunMetadata())
         sess.run(built.train_op, options=trace_options, run_metadata=mds[-1])
-    return _trace_of(mds, built.graph, {"mode": "baseline", "worker": 0, "alone": True, **meta})
+    return trace_of(mds, built.graph, {"mode": "baseline", "worker": 0, "alone": True, **meta})
 
 
 def _trace_alone(tf, sessions: dict, target: str, builder, warmup: int, run_options, trace_options):
@@ -505,8 +480,9 @@ def run_side_by_side(
     ``SESSION_CLOSE_TIMEOUT_S`` is left to the cluster's exit, which stops every task.
     ``step_log``: each worker's part of every timed step is appended to it (``StepRecord``), to
     line the steps up with what else was measured meanwhile (``bench.profile``). ``log_tasks``:
-    the cluster spec or every task's address (``rpclog.task_addresses``), whose RPC logging is held on while steps are traced, so that the traces
-    miss no transfer (``tracing.rpclog``); the timed steps run without it.
+    the cluster spec or every task's address (``rpclog.task_addresses``), whose RPC logging is
+    held on while steps are traced, so that the traces miss no transfer; the timed steps run
+    without it.
     """
     import tensorflow as tf
 
@@ -636,7 +612,7 @@ def run_side_by_side(
                     progress(f"tracing {trace_steps} step{'s' if trace_steps > 1 else ''}: {mode}")
                 with RpcLogging(log_tasks):
                     _, _, box = synchronized(mode, trace_steps, 0, traced=True)
-                results[mode].trace = _trace_of(box["mds"], box["graph"], {"mode": mode, "worker": 0})
+                results[mode].trace = trace_of(box["mds"], box["graph"], {"mode": mode, "worker": 0})
                 part_done(rounds * len(configs) + list(configs).index(mode) + 1)
             if "baseline" in configs:
                 if progress:

@@ -169,19 +169,30 @@ def collect(
     options = tf.compat.v1.RunOptions(
         trace_level=tf.compat.v1.RunOptions.FULL_TRACE, output_partition_graphs=True
     )
-    trace = Trace(steps=steps, meta=dict(meta or {}))
     mds = []
     with RpcLogging(tasks):
         for _ in range(steps):
             mds.append(tf.compat.v1.RunMetadata())
             sess.run(fetches, feed_dict=feed_dict, options=options, run_metadata=mds[-1])
-    for step, md in enumerate(mds):
-        ops, transfers, wall = parse_run_metadata(md, step, sess.graph)
-        trace.ops.extend(ops)
-        trace.transfers.extend(transfers)
-        trace.step_times_us.append(wall)
-        if step == 0:
-            trace.partition_graphs = [
-                base64.b64encode(g.SerializeToString()).decode() for g in md.partition_graphs
-            ]
-    return trace
+    return trace_of(mds, sess.graph, dict(meta or {}))
+
+
+def trace_of(metadata: list, graph, meta: dict) -> Trace:
+    """A self-contained Trace of traced steps of one session (their ``RunMetadata``, in order),
+    with the first step's partition graphs, which ``tfsched viz`` and ``analyze --trace`` read."""
+    ops, transfers, walls = [], [], []
+    for step, md in enumerate(metadata):
+        o, t, wall_us = parse_run_metadata(md, step, graph)
+        ops += o
+        transfers += t
+        walls.append(wall_us)
+    return Trace(
+        steps=len(metadata),
+        ops=ops,
+        transfers=transfers,
+        step_times_us=walls,
+        partition_graphs=[
+            base64.b64encode(g.SerializeToString()).decode() for g in metadata[0].partition_graphs
+        ],
+        meta=meta,
+    )

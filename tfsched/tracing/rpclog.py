@@ -9,7 +9,7 @@ steps (1 PS, 2 workers) lost 535 transfers between them, and 6 of 80 on an idle 
 (``benchmarks/trace_completeness.py``). Each task counts the requests that want logging
 (``WorkerCacheLogger::SetLogging``), so one more request, sent and answered before the steps,
 keeps logging on from their first byte to their last; the master's own requests change nothing
-then: 0 of those 160 steps lost any. Steps of seconds (VGG16's) lost none either way.
+then: 0 of those 160 steps lost any.
 
 ``WorkerService.Logging`` and its ``LoggingRequest`` are in TensorFlow's ``worker.proto``, which
 the pip package does not ship as Python: the message is declared here with protobuf's descriptor
