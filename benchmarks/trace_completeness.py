@@ -43,15 +43,12 @@ def main() -> None:
     if args.load < 0:
         sys.exit(f"Error: --load must not be negative, got {args.load}")
 
-    import base64
-
     import tensorflow as tf
-    from tensorflow.core.framework import graph_pb2
 
     from tfsched.bench.local import LocalCluster
     from tfsched.models import build_graph
     from tfsched.tracing import collect
-    from tfsched.tracing.collector import crossing_edges
+    from tfsched.tracing.collector import missing_transfers
 
     spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.load)]
     blocks = []
@@ -71,21 +68,16 @@ def main() -> None:
                             warmup=1,
                             tasks=cluster.spec if held else (),
                         )
-                        graphs = [
-                            graph_pb2.GraphDef.FromString(base64.b64decode(g)) for g in trace.partition_graphs
-                        ]
-                        crossing = crossing_edges(graphs)
-                        missing = [
-                            len(crossing - {t.edge for t in trace.transfers if t.step == k})
-                            for k in range(args.steps)
-                        ]
+                        missing = missing_transfers(trace)  # each step against its partition graphs
+                        recorded = {t.edge for t in trace.transfers if t.step == 0}
+                        crossing = len(recorded) + len(missing.get(0, []))
                         blocks.append(
                             {
                                 "held": held,
                                 "steps": args.steps,
-                                "transfers_per_step": len(crossing),
-                                "steps_missing_some": sum(m > 0 for m in missing),
-                                "transfers_missing": sum(missing),
+                                "transfers_per_step": crossing,
+                                "steps_missing_some": len(missing),
+                                "transfers_missing": sum(map(len, missing.values())),
                             }
                         )
     except TfschedError as e:

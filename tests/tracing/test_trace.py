@@ -128,6 +128,95 @@ class TestCollect:
         assert sum(e["ph"] == "s" for e in events) > len(slices) // 2  # flow arrows to consumers
 
 
+@pytest.mark.tf
+@pytest.mark.cluster
+class TestIncompleteSteps:
+    """A step TensorFlow's own logging request reached late lacks transfers at its start; here
+    one is made from the real trace by dropping some of step 1's records."""
+
+    def _doctored(self, traced, *, keep_meta: bool):
+        from tfsched.tracing.trace import MISSING
+
+        trace = traced["trace"]
+        dropped = sorted({t.edge for t in trace.transfers if t.step == 1})[:10]
+        meta = dict(trace.meta)
+        if keep_meta:
+            meta[MISSING] = {"1": dropped}
+        else:
+            meta.pop(MISSING)  # a trace from before the check: found from its partition graphs
+        doctored = Trace(
+            steps=trace.steps,
+            ops=trace.ops,
+            transfers=[t for t in trace.transfers if not (t.step == 1 and t.edge in dropped)],
+            step_times_us=trace.step_times_us,
+            partition_graphs=trace.partition_graphs,
+            meta=meta,
+        )
+        return doctored, dropped
+
+    def test_the_real_trace_is_complete(self, traced):
+        from tfsched.tracing.collector import complete_steps, missing_transfers
+        from tfsched.tracing.trace import MISSING
+
+        assert traced["trace"].meta[MISSING] == {} and missing_transfers(traced["trace"]) == {}
+        assert complete_steps(traced["trace"]) is traced["trace"]
+
+    @pytest.mark.parametrize("keep_meta", [True, False])
+    def test_missing_transfers_are_named_and_the_oracle_fits_the_complete_steps(
+        self, traced, keep_meta, caplog
+    ):
+        from tfsched.oracle import TimeOracle
+        from tfsched.tracing.collector import complete_steps, missing_transfers, warn_incomplete
+
+        doctored, dropped = self._doctored(traced, keep_meta=keep_meta)
+        assert missing_transfers(doctored) == {1: dropped}
+        kept = complete_steps(doctored)
+        assert kept.steps == 2 and kept.step_times_us == [doctored.step_times_us[k] for k in (0, 2)]
+        assert sorted({t.step for t in kept.transfers}) == [0, 1] and missing_transfers(kept) == {}
+        again = traced["trace"].only_steps([0, 2])
+        fitted, expected = TimeOracle.from_trace(doctored), TimeOracle.from_trace(again)
+        assert fitted.op_times == expected.op_times and fitted.links == expected.links
+        assert fitted.host_bps == expected.host_bps
+        with caplog.at_level("WARNING", logger="tfsched.trace"):
+            warn_incomplete(doctored, "t.json")
+        assert [r.getMessage() for r in caplog.records] == [
+            "t.json: 1 of 3 traced steps did not record 10 transfers their partition graphs send "
+            "(TensorFlow turned RPC logging on after they had started); the oracle fits the complete "
+            "steps. Give the tracer the cluster (tasks=) to hold logging on in every task."
+        ]
+
+    def test_analyze_says_which_steps_it_left_out(self, traced, tmp_path):
+        from tfsched.analysis import analyze
+
+        doctored, _ = self._doctored(traced, keep_meta=True)
+        doctored.save(str(tmp_path / "t.json"))
+        a = analyze(str(traced["dir"] / "g.pb"), fetches=["train"], trace=str(tmp_path / "t.json"))
+        assert a.trace_match.incomplete_steps == 1 and a.trace_match.steps == 3
+        assert a.trace_match.line().endswith(
+            "; 1 of 3 traced steps did not record every transfer (times from the others)"
+        )
+
+
+def test_crossing_edges_leave_out_what_no_rpc_carries():
+    tf = pytest.importorskip("tensorflow")
+    from tfsched.tracing.collector import crossing_edges
+
+    g = tf.compat.v1.GraphDef()
+    ps, w0 = "/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0"
+    g.node.add(name="v", op="VarHandleOp")
+    for name, send, recv, client in (
+        ("across", f"{ps}/device:CPU:0", f"{w0}/device:CPU:0", False),
+        ("to_gpu", f"{w0}/device:CPU:0", f"{w0}/device:GPU:0", False),  # one task: no RPC
+        ("fetched", f"{ps}/device:CPU:0", f"{w0}/device:CPU:0", True),  # the client takes it
+    ):
+        n = g.node.add(name=f"send_{name}", op="_Send", input=["v"])
+        n.attr["tensor_name"].s = f"edge_{name}".encode()
+        n.attr["send_device"].s = send.encode()
+        n.attr["recv_device"].s = recv.encode()
+        n.attr["client_terminated"].b = client
+    assert crossing_edges([g]) == {"edge_across"}
+
+
 class TestBadTraces:
     def _run(self, *args):
         return subprocess.run([sys.executable, "-m", "tfsched.cli", *args], capture_output=True, text=True)
@@ -260,6 +349,16 @@ def test_trace_hook_traces_exactly_the_steps_asked_for(tmp_path, kwargs, expecte
     assert trace.steps == len(expected) and trace.meta["traced_runs"] == expected
     edges = [sorted(t.edge for t in trace.transfers if t.step == k) for k in range(len(expected))]
     assert edges[0] and all(e == edges[0] for e in edges)  # every traced run recorded in full
+    from tfsched.tracing.collector import missing_transfers
+    from tfsched.tracing.replay import comm_graph_of_trace
+    from tfsched.tracing.trace import MISSING
+
+    assert trace.meta[MISSING] == {} and missing_transfers(trace) == {}
+    # the file keeps the partition graphs (it had none before): the graph that ran replays from it
+    ran = comm_graph_of_trace(trace, fetches=built.fetches)
+    assert sorted({t.tensor for t in ran.transfers if t.kind != "control"}) == sorted(
+        {t.tensor for t in trace.transfers}
+    )
 
 
 def test_rpc_logging_names_a_task_it_cannot_reach():

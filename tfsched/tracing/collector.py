@@ -7,24 +7,28 @@ device> to <dst device>``. Exact bytes come from the session graph's static shap
 rounds large sizes, e.g. ``[0.2MB]``), the source tensor from the partition graphs' ``_Send``.
 TensorFlow turns that RPC logging on in the other tasks with an asynchronous Logging request, so
 a transfer at the very start of a step can end before it arrives and have no record: given the
-tasks' addresses, ``collect`` holds logging on across its steps (``rpclog``); without them
-``match_trace`` allows for a few missing.
+tasks' addresses, ``collect`` holds logging on across its steps (``rpclog``). Without them a
+step can come out short: each step is checked against its own partition graphs
+(``missing_transfers``), and the oracle fits the complete ones (``complete_steps``).
 """
 
 from __future__ import annotations
 
 import base64
+import logging
 import re
 
 from tfsched.errors import TfschedError
+from tfsched.graph.devices import task_of
 from tfsched.graph.model import DTYPE_SIZES
-from tfsched.tracing.trace import OpRecord, Trace, TransferRecord
+from tfsched.tracing.trace import MISSING, OpRecord, Trace, TransferRecord
 
 _RECV = re.compile(
     r"^\[(?P<size>[0-9.]+)(?P<unit>B|KB|MB|GB)\] \[[^\]]*\] (?P<edge>\S+) from (?P<src>\S+) to (?P<dst>\S+)$"
 )
 _UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}
 _OP = re.compile(r"^\S+ = (?P<op>[A-Za-z0-9_]+)\(")
+log = logging.getLogger("tfsched.trace")
 
 
 def _sends(partition_graphs) -> dict[str, str]:
@@ -41,12 +45,15 @@ def _sends(partition_graphs) -> dict[str, str]:
 
 def crossing_edges(partition_graphs) -> set[str]:
     """The rendezvous edges a step sends between tasks (each a transfer a complete trace of the
-    step records), without the dummies that carry control edges."""
+    step records), without the dummies that carry control edges, the fetches the client takes
+    and the sends between devices of one task (a GPU's, say), which no RPC carries."""
     out = set()
     for g in partition_graphs:
         by = {n.name: n for n in g.node}
         for n in g.node:
-            if n.op not in ("_Send", "_HostSend") or not n.input:
+            if n.op not in ("_Send", "_HostSend") or not n.input or n.attr["client_terminated"].b:
+                continue
+            if task_of(n.attr["send_device"].s.decode()) == task_of(n.attr["recv_device"].s.decode()):
                 continue
             src = by.get(n.input[0].split(":")[0])
             if (
@@ -58,6 +65,60 @@ def crossing_edges(partition_graphs) -> set[str]:
                 continue
             out.add(n.attr["tensor_name"].s.decode())
     return out
+
+
+def missing_in(run_metadata, transfers) -> list[str]:
+    """The transfers one traced step's partition graphs send (``crossing_edges``) that its
+    records (``transfers``, of that step) do not have."""
+    return sorted(crossing_edges(run_metadata.partition_graphs) - {t.edge for t in transfers})
+
+
+def missing_transfers(trace: Trace) -> dict[int, list[str]]:
+    """Per traced step that lacks some: the transfers its partition graphs send that the trace
+    did not record. A trace written since the twenty-eighth session keeps them (``meta``, each
+    step checked against its own partition graphs); an older one is checked against the
+    partition graphs it keeps, and a ``TraceHook`` file from before then, which keeps none,
+    cannot tell (empty)."""
+    if MISSING in trace.meta:
+        return {int(k): list(v) for k, v in trace.meta[MISSING].items()}
+    if not trace.partition_graphs:
+        return {}
+    from tfsched.graph.load import _protos
+
+    graph_pb2 = _protos()[0]
+    sent = crossing_edges(graph_pb2.GraphDef.FromString(base64.b64decode(g)) for g in trace.partition_graphs)
+    recorded: dict[int, set[str]] = {k: set() for k in range(trace.steps)}
+    for t in trace.transfers:
+        recorded.setdefault(t.step, set()).add(t.edge)
+    return {k: sorted(sent - edges) for k, edges in recorded.items() if sent - edges}
+
+
+def complete_steps(trace: Trace) -> Trace:
+    """The trace of its steps that recorded every transfer, where some did and some did not.
+
+    A step TensorFlow's asynchronous logging request reached late misses the transfers at its
+    start (``rpclog``): fitted with the others, it makes a link look idle where it was not and
+    the bytes a step moves too few. A trace whose steps all miss some, or none, is kept whole.
+    """
+    missing = missing_transfers(trace)
+    if not missing or len(missing) == trace.steps:
+        return trace
+    return trace.only_steps(k for k in range(trace.steps) if k not in missing)
+
+
+def warn_incomplete(trace: Trace, source: str) -> None:
+    """Log one warning if traced steps miss transfers (``missing_transfers``)."""
+    missing = missing_transfers(trace)
+    if missing:
+        log.warning(
+            "%s: %d of %d traced steps did not record %d transfers their partition graphs send "
+            "(TensorFlow turned RPC logging on after they had started); the oracle fits the complete "
+            "steps. Give the tracer the cluster (tasks=) to hold logging on in every task.",
+            source,
+            len(missing),
+            trace.steps,
+            sum(map(len, missing.values())),
+        )
 
 
 def _recv_consumers(partition_graphs) -> dict[str, tuple[str, ...]]:
@@ -174,25 +235,35 @@ def collect(
         for _ in range(steps):
             mds.append(tf.compat.v1.RunMetadata())
             sess.run(fetches, feed_dict=feed_dict, options=options, run_metadata=mds[-1])
-    return trace_of(mds, sess.graph, dict(meta or {}))
+    trace = trace_of(mds, sess.graph, dict(meta or {}))
+    warn_incomplete(trace, "collect")
+    return trace
 
 
 def trace_of(metadata: list, graph, meta: dict) -> Trace:
     """A self-contained Trace of traced steps of one session (their ``RunMetadata``, in order),
-    with the first step's partition graphs, which ``tfsched viz`` and ``analyze --trace`` read."""
-    ops, transfers, walls = [], [], []
-    for step, md in enumerate(metadata):
-        o, t, wall_us = parse_run_metadata(md, step, graph)
-        ops += o
-        transfers += t
-        walls.append(wall_us)
-    return Trace(
-        steps=len(metadata),
-        ops=ops,
-        transfers=transfers,
-        step_times_us=walls,
-        partition_graphs=[
-            base64.b64encode(g.SerializeToString()).decode() for g in metadata[0].partition_graphs
-        ],
-        meta=meta,
-    )
+    with the first step's partition graphs, which ``tfsched viz`` and ``analyze --trace`` read,
+    and each step's unrecorded transfers (``missing_transfers``)."""
+    trace = Trace(steps=0, meta={**meta, MISSING: {}})
+    for md in metadata:
+        add_step(trace, md, graph)
+    return trace
+
+
+def add_step(trace: Trace, run_metadata, graph) -> None:
+    """Append one traced step (its ``RunMetadata``) to ``trace``: its records, its wall time,
+    what it did not record (against its own partition graphs), and the partition graphs if the
+    trace has none yet."""
+    step = trace.steps
+    ops, transfers, wall_us = parse_run_metadata(run_metadata, step, graph)
+    trace.ops.extend(ops)
+    trace.transfers.extend(transfers)
+    trace.step_times_us.append(wall_us)
+    trace.steps += 1
+    if not trace.partition_graphs:
+        trace.partition_graphs = [
+            base64.b64encode(g.SerializeToString()).decode() for g in run_metadata.partition_graphs
+        ]
+    missing = missing_in(run_metadata, transfers)
+    if missing:
+        trace.meta.setdefault(MISSING, {})[str(step)] = missing

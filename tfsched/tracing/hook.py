@@ -5,9 +5,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfsched.errors import TfschedError
-from tfsched.tracing.collector import parse_run_metadata
+from tfsched.tracing.collector import add_step, warn_incomplete
 from tfsched.tracing.rpclog import RpcLogging, task_addresses
-from tfsched.tracing.trace import Trace
+from tfsched.tracing.trace import MISSING, Trace
 
 
 class TraceHook(tf.compat.v1.train.SessionRunHook):
@@ -16,8 +16,10 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
     Runs are counted from 0 as the hook sees them. Untraced runs get no options at all, so they
     run exactly as without the hook. The file is written when the session ends. ``tasks``: the
     cluster (a ``tf.train.ClusterSpec``, its dict, or every task's "host:port"), whose RPC
-    logging is held on across each traced run so that every transfer is recorded (``rpclog``;
-    without it a few at the start of a run can be missing).
+    logging is held on across each traced run so that every transfer is recorded (``rpclog``).
+    Without it, transfers at the start of a run can go unrecorded: each run notes those it lacks
+    (``collector.missing_transfers``), the oracle fits the complete runs, and the hook logs a
+    warning when it writes the file.
 
     >>> hook = TraceHook("trace.json", every_n_steps=100, tasks=cluster_spec)  # doctest: +SKIP
     >>> with tf.compat.v1.train.MonitoredTrainingSession(master, hooks=[hook]) as sess: ...  # doctest: +SKIP
@@ -45,7 +47,7 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
         self._tasks = task_addresses(tasks)
         self._logging: RpcLogging | None = None
         self._run = 0
-        self._trace = Trace(steps=0, meta=self._meta)
+        self._trace = Trace(steps=0, meta={**self._meta, MISSING: {}})
         self.traced_runs: list[int] = []
 
     def _wanted(self, i: int) -> bool:
@@ -71,14 +73,7 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         self._logging_off()
         if self._wanted(self._run) and run_values.run_metadata is not None:
-            index = self._trace.steps
-            ops, transfers, wall = parse_run_metadata(
-                run_values.run_metadata, index, run_context.session.graph
-            )
-            self._trace.ops.extend(ops)
-            self._trace.transfers.extend(transfers)
-            self._trace.step_times_us.append(wall)
-            self._trace.steps += 1
+            add_step(self._trace, run_values.run_metadata, run_context.session.graph)
             self.traced_runs.append(self._run)
         self._run += 1
 
@@ -87,3 +82,4 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
         if self._trace.steps:
             self._trace.meta["traced_runs"] = self.traced_runs
             self._trace.save(self.output)
+            warn_incomplete(self._trace, self.output)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from tfsched.errors import TfschedError
 from tfsched.graph.devices import task_of
 from tfsched.graph.model import CommGraph
+from tfsched.tracing.collector import missing_transfers
 from tfsched.tracing.trace import Trace
 
 
@@ -17,12 +18,25 @@ class MatchReport:
     transfers_matched: int
     transfers_total: int
     unmatched_transfers: list[str] = field(default_factory=list)
+    steps: int = 0  # traced steps
+    incomplete_steps: int = 0  # of them, those that did not record every transfer
 
     def line(self) -> str:
-        return (
+        out = (
             f"trace matches {self.ops_matched}/{self.ops_total} ops and "
             f"{self.transfers_matched}/{self.transfers_total} transfers of the graph"
         )
+        if self.incomplete_steps:
+            kept = (
+                "times from the others"
+                if self.incomplete_steps < self.steps
+                else "no step is complete: times from all of them"
+            )
+            out += (
+                f"; {self.incomplete_steps} of {self.steps} traced steps did not record every "
+                f"transfer ({kept})"
+            )
+        return out
 
 
 def match_trace(graph: CommGraph, trace: Trace, source: str = "<trace>") -> MatchReport:
@@ -48,6 +62,8 @@ def match_trace(graph: CommGraph, trace: Trace, source: str = "<trace>") -> Matc
         transfers_matched=len(data) - len(unmatched),
         transfers_total=len(data),
         unmatched_transfers=unmatched,
+        steps=trace.steps,
+        incomplete_steps=len(missing_transfers(trace)),
     )
     if data and report.transfers_matched * 2 < len(data):
         raise TfschedError(

@@ -8,12 +8,15 @@ self-contained: ``analyze --trace`` can check it belongs to the graph it is used
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from tfsched.errors import TfschedError
 from tfsched.io import read_json, write_atomic
 
 SCHEMA = "tfsched.trace/1"
+# meta key: traced step (a string, as JSON keys are) -> the transfers its partition graphs send
+# that it did not record (tfsched.tracing.collector.missing_transfers)
+MISSING = "missing_transfers"
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,28 @@ class Trace:
     step_times_us: list[float] = field(default_factory=list)  # wall time of each traced step
     partition_graphs: list[str] = field(default_factory=list)  # base64 of serialized GraphDefs
     meta: dict = field(default_factory=dict)  # model, fetches, cluster...
+
+    def only_steps(self, steps) -> Trace:
+        """The trace of the given steps alone, numbered from 0 in the order given.
+
+        >>> t = Trace(steps=3, ops=[OpRecord(s, "/job:ps", "a", "Add", 0.0, 1.0) for s in range(3)],
+        ...           step_times_us=[10.0, 20.0, 30.0])
+        >>> kept = t.only_steps([2, 0])
+        >>> kept.steps, kept.step_times_us, [o.step for o in kept.ops]
+        (2, [30.0, 10.0], [1, 0])
+        """
+        new = {old: k for k, old in enumerate(steps)}
+        meta = dict(self.meta)
+        if MISSING in meta:
+            meta[MISSING] = {str(new[int(k)]): v for k, v in meta[MISSING].items() if int(k) in new}
+        return Trace(
+            steps=len(new),
+            ops=[replace(o, step=new[o.step]) for o in self.ops if o.step in new],
+            transfers=[replace(t, step=new[t.step]) for t in self.transfers if t.step in new],
+            step_times_us=[self.step_times_us[old] for old in new] if self.step_times_us else [],
+            partition_graphs=self.partition_graphs,
+            meta=meta,
+        )
 
     def to_json(self) -> dict:
         return {
