@@ -430,8 +430,10 @@ def trace(model, graph_path, fetches, init, tag_set, workers, ps, steps, warmup,
     """
     from rich.console import Console
 
+    from tfsched.io import check_writable
     from tfsched.tracing.run import trace_local
 
+    check_writable(output)  # not after the steps
     console = Console(stderr=True)
     with console.status("tracing") as status:
         result = trace_local(
@@ -634,10 +636,14 @@ def bench(
     from tfsched.bench.netns import DEFAULT_QUEUE_S
     from tfsched.bench.results import markdown, summarize, write
     from tfsched.bench.run import TUNED, cluster_side_by_side, tuned_mode
+    from tfsched.io import check_directory, check_writable
 
     if queue <= 0:
         raise click.BadParameter("must be a positive time", param_hint="--queue")
     _check_loopback(loopback, shaped_loopback, latency, queue)  # before a batch size is measured
+    check_writable(output)  # and its .md and .png beside it: not after the run
+    if traces_dir:
+        check_directory(traces_dir)
     if (TUNED in modes) != (tuned_path is not None):
         raise click.UsageError(
             f"mode {TUNED} needs --tuned FILE (a tfsched tune -o file)"
@@ -871,11 +877,12 @@ def tune(
     """
     from rich.console import Console
 
-    from tfsched.io import write_atomic
+    from tfsched.io import check_writable, write_atomic
     from tfsched.tune.run import tune_cluster
     from tfsched.tune.search import Space
 
     _check_loopback(loopback, shaped_loopback, latency)
+    check_writable(output)  # not after the trials
 
     if model is None and graph_path is None:
         model = "seq32"

@@ -34,6 +34,29 @@ def write_atomic(path: str, write: Callable[[IO], None], *, binary: bool = False
         raise
 
 
+def check_writable(path: str) -> None:
+    """Fail now, with the line ``write_atomic`` would give at the end, if ``path`` cannot be
+    written (its directory missing or read-only): a run of minutes must not end in it."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tfsched-", dir=directory)
+    except OSError as e:
+        raise TfschedError(f"{path}: cannot write ({e.strerror})") from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def check_directory(path: str) -> None:
+    """Fail now if files cannot be written into directory ``path`` once it is made (it is a
+    file, or its nearest existing parent is not a writable directory); nothing is made here."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise TfschedError(f"{path}: cannot make a directory there ({existing} is a file)")
+    check_writable(os.path.join(existing, "probe"))
+
+
 def read_json(path: str, what: str, schema: str):
     """Load a ``schema`` JSON document; a missing, truncated or foreign file is a TfschedError."""
     try:

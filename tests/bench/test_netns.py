@@ -333,3 +333,29 @@ def test_bench_command_writes_every_field(tmp_path):
         ).stdout.splitlines()
         if line.startswith(netns.PREFIX)
     ]
+
+
+def test_a_killed_runs_namespaces_and_bridge_go_with_the_next_run():
+    """What a run killed by SIGKILL left is removed when the next run starts; what belongs to a
+    live process (pid 1's tag here) is kept."""
+    import os
+
+    live = {int(p) % 100000 for p in os.listdir("/proc") if p.isdigit()}
+    dead = f"{next(t for t in range(99999, 0, -1) if t not in live):05d}"
+    kept = "00001"  # init's tag: a run of a live process
+    made = [f"{netns.PREFIX}{dead}t0", f"{netns.PREFIX}{kept}t0"]
+    try:
+        for ns in made:
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+        bridge = f"{netns.PREFIX}{dead}br"
+        subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], check=True)
+        subprocess.run(["ip", "addr", "add", "10.213.251.254/24", "dev", bridge], check=True)
+        assert len(_leftovers(dead)) == 2 and len(_leftovers(kept)) == 1
+        with netns.EmulatedCluster(ps=1, workers=1, bandwidth_bps=1e9, start_tasks=False) as c:
+            assert c._tag not in (dead, kept)
+            assert _leftovers(dead) == []  # the dead run's, gone
+            assert len(_leftovers(kept)) == 1  # the live one's, kept
+    finally:
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", f"{netns.PREFIX}{dead}br"], capture_output=True)

@@ -108,3 +108,52 @@ def test_a_task_that_cannot_start_says_why_in_one_line(tmp_path):
     assert "\n" not in msg
     assert msg.startswith("cluster task /job:ps/task:0 did not start (exit code 1): ")
     assert 'Could not parse port for local server from "127.0.0.1:notaport"' in msg
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("vanilla", [True, False])
+def test_the_tasks_end_with_a_launcher_killed_by_sigkill(tmp_path, vanilla):
+    """SIGKILL runs no cleanup in the launcher: its tasks must go by themselves (each serves
+    until its stdin, held by the launcher, ends)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import time\n"
+        "from tfsched.bench.local import LocalCluster\n"
+        f"c = LocalCluster(ps=1, workers=2, vanilla={vanilla}).__enter__()\n"
+        "print(' '.join(str(p.pid) for p in c.procs.values()), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+
+    def alive(pid):
+        try:  # a zombie is gone but for its parent's wait; init reaps it soon
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    launcher = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pids = []
+    try:
+        pids = [int(x) for x in launcher.stdout.readline().split()]
+        assert len(pids) == 3
+
+        assert all(map(alive, pids))  # they serve while the launcher lives
+        time.sleep(1)
+        assert all(map(alive, pids))
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [p for p in pids if alive(p)], "tasks outlived their launcher"
+    finally:
+        launcher.kill()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -298,6 +298,32 @@ class TestBadInput:
         assert p.returncode != 0 and not out.exists()
 
 
+@pytest.mark.parametrize(
+    "args,needles",
+    [
+        # each of these runs for a minute or more before it writes (the batch-size probe of
+        # VGG16, 3,000 traced steps, tuning trials): a bad output path must stop it first
+        (("bench", "--model", "vgg16", "--loopback", "-o", "{missing}/b.json"), ("cannot write",)),
+        (
+            ("bench", "--model", "vgg16", "--loopback", "--traces", "{file}/t", "-o", "{tmp}/b.json"),
+            ("cannot make a directory there", "is a file"),
+        ),
+        (("trace", "--model", "seq32", "--steps", "3000", "-o", "{missing}/t.json"), ("cannot write",)),
+        (("tune", "--model", "seq32", "--loopback", "-o", "{missing}/t.json"), ("cannot write",)),
+    ],
+)
+def test_a_long_run_refuses_an_output_it_cannot_write_before_it_starts(tmp_path, args, needles):
+    import time
+
+    (tmp_path / "f").write_text("a file")
+    paths = {"missing": str(tmp_path / "no" / "such"), "file": str(tmp_path / "f"), "tmp": str(tmp_path)}
+    start = time.monotonic()
+    p = run(*(a.format(**paths) for a in args))
+    assert_one_line_error(p, *needles)
+    assert time.monotonic() - start < 20, "it ran before it checked"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["f"]  # nothing written or made
+
+
 @pytest.mark.cluster
 def test_demo_trains_on_a_local_cluster():
     p = run("demo", "--model", "seq32", "--steps", "2", "--rounds", "1", "--modes", "baseline,tio")

@@ -179,10 +179,14 @@ class TestIncompleteSteps:
         assert fitted.host_bps == expected.host_bps
         with caplog.at_level("WARNING", logger="tfsched.trace"):
             warn_incomplete(doctored, "t.json")
+            warn_incomplete(doctored, "t.json", held=True)  # the hold was there: no advice
+            warn_incomplete(again, "t.json")  # complete: nothing to say
         assert [r.getMessage() for r in caplog.records] == [
             "t.json: 1 of 3 traced steps did not record 10 transfers their partition graphs send "
             "(TensorFlow turned RPC logging on after they had started); the oracle fits the complete "
-            "steps. Give the tracer the cluster (tasks=) to hold logging on in every task."
+            "steps. Give the tracer the cluster (tasks=) to hold logging on in every task.",
+            "t.json: 1 of 3 traced steps did not record 10 transfers their partition graphs send; "
+            "the oracle fits the complete steps.",
         ]
 
     def test_analyze_says_which_steps_it_left_out(self, traced, tmp_path):

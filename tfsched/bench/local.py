@@ -2,7 +2,8 @@
 
 Used by ``tfsched demo``, the tests and as the fallback of the emulated multi-host cluster: with
 ``bandwidth_bps`` every task has a host link of its own, shaped in user space (``bench.relay``).
-Every process is killed on exit, on Ctrl-C and on failure.
+Every process is killed on exit, on Ctrl-C and on failure, and ends by itself with a launcher killed
+outright (SIGKILL): it serves until its stdin, held here, ends (``bench.server``).
 """
 
 from __future__ import annotations
@@ -61,9 +62,10 @@ def start_tasks(
             ]
             if vanilla:
                 cmd.append("--vanilla")
+            cmd.append("--with-stdin")  # the task ends when this process does, however it ends
             with open(os.path.join(log_dir, f"{job}{i}.log"), "wb") as log:
                 procs[(job, i)] = subprocess.Popen(
-                    cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env
+                    cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env
                 )
     return procs
 
@@ -133,6 +135,8 @@ def stop_processes(procs) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait(timeout=10)
+        if p.stdin is not None:
+            p.stdin.close()
 
 
 class TaskHandles:

@@ -5,7 +5,8 @@ peer sits on a bridge in the root namespace. Each host's link is shaped in both 
 ``tbf`` (egress of ``eth0`` is the host's uplink, egress of the bridge-side peer its downlink),
 so sending and receiving do not share bandwidth; ``netem`` adds latency when asked. The client
 (this process) reaches the tasks through the bridge's own address. Everything created is removed
-on exit, on Ctrl-C, on SIGTERM and on failure; ``cleanup_stale()`` removes what a killed run left.
+on exit, on Ctrl-C, on SIGTERM and on failure; what a run killed by SIGKILL left (its tasks end
+with it, ``bench.server``) is removed by the next run (``reap_orphans``), or by ``cleanup_stale()``.
 Addresses are in 10.213.<n>.0/24, on this machine only (TF-NOTES: keep traffic to our own hosts).
 """
 
@@ -83,19 +84,52 @@ def check_latency(latency_s: float) -> None:
         )
 
 
-def cleanup_stale() -> int:
-    """Remove every namespace and bridge a tfsched run left behind; returns how many."""
+def _names(kind: str) -> list[str]:
+    """The namespaces (``kind`` "netns") or links ("link") whose names start with ``PREFIX``."""
+    if kind == "netns":
+        lines = _ip("ip", "netns", "list", check=False).stdout.splitlines()
+        names = [line.split()[0] for line in lines if line.strip()]
+    else:
+        lines = _ip("ip", "-o", "link", "show", check=False).stdout.splitlines()
+        names = [line.split(":")[1].strip().split("@")[0] for line in lines if ":" in line]
+    return [n for n in names if n.startswith(PREFIX)]
+
+
+def reap_orphans() -> int:
+    """Remove the namespaces, bridges and veths of runs whose process is gone; returns how many.
+
+    A run names what it makes with its tag (its pid modulo 100,000): a tag no live process has
+    belongs to a run killed before it could clean up (SIGKILL, the OOM killer). Those are not
+    only clutter: a run's subnet is 10.213.<pid % 250>, and a dead run's bridge keeps its
+    address and route, so a later run whose pid fell on the same subnet would send its
+    cluster's traffic to the dead bridge. A live run's are kept, a concurrent one's too.
+    """
+    live = {f"{int(pid) % 100000:05d}" for pid in os.listdir("/proc") if pid.isdigit()}
+
+    def orphan(name: str) -> bool:
+        tag = name[len(PREFIX) : len(PREFIX) + 5]
+        return tag.isdigit() and tag not in live
+
     removed = 0
-    for line in _ip("ip", "netns", "list", check=False).stdout.splitlines():
-        name = line.split()[0] if line.strip() else ""
-        if name.startswith(PREFIX):
-            _ip("ip", "netns", "del", name, check=False)
-            removed += 1
-    for line in _ip("ip", "-o", "link", "show", "type", "bridge", check=False).stdout.splitlines():
-        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
-        if name.startswith(PREFIX):
-            _ip("ip", "link", "del", name, check=False)
-            removed += 1
+    for name in filter(orphan, _names("netns")):
+        _ip("ip", "netns", "del", name, check=False)  # takes its veth (and the peer) with it
+        removed += 1
+    for name in filter(orphan, _names("link")):  # the bridges, and a veth left half-made
+        _ip("ip", "link", "del", name, check=False)
+        removed += 1
+    return removed
+
+
+def cleanup_stale() -> int:
+    """Remove every namespace, bridge and veth of every tfsched run, live ones' too; returns how
+    many (``reap_orphans`` keeps the live runs')."""
+    removed = 0
+    for name in _names("netns"):
+        _ip("ip", "netns", "del", name, check=False)
+        removed += 1
+    for name in _names("link"):
+        _ip("ip", "link", "del", name, check=False)
+        removed += 1
     return removed
 
 
@@ -151,6 +185,7 @@ class EmulatedCluster(TaskHandles):
         check_latency(self.latency_s)
         if not self.queue_s > 0:
             raise TfschedError(f"the links' queue must be a positive time, got {self.queue_s!r} s")
+        reap_orphans()  # a dead run's bridge could hold this run's subnet
         self._tag = f"{os.getpid() % 100000:05d}"
         subnet = f"10.213.{os.getpid() % 250}"
         self.driver_host = f"{subnet}.254"  # the bridge's own address
@@ -204,13 +239,11 @@ class EmulatedCluster(TaskHandles):
             _ip("ip", "netns", "del", ns, check=False)  # takes its veth (and the peer) with it
         if self._tag:
             # and a host whose building failed half-way, before it was in self.hosts
-            for line in _ip("ip", "netns", "list", check=False).stdout.splitlines():
-                name = line.split()[0] if line.strip() else ""
+            for name in _names("netns"):
                 if name.startswith(f"{PREFIX}{self._tag}t"):
                     _ip("ip", "netns", "del", name, check=False)
             _ip("ip", "link", "del", f"{PREFIX}{self._tag}br", check=False)
-            for line in _ip("ip", "-o", "link", "show", check=False).stdout.splitlines():
-                name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+            for name in _names("link"):
                 if name.startswith(f"{PREFIX}{self._tag}"):
                     _ip("ip", "link", "del", name, check=False)
         if self._old_sigterm is not None:

@@ -1,13 +1,18 @@
-"""One cluster task in its own process: ``python -m tfsched.bench.server CLUSTER_JSON JOB INDEX``.
+"""One cluster task in its own process:
+``python -m tfsched.bench.server CLUSTER_JSON JOB INDEX [--vanilla] [--with-stdin]``.
 
 Loads tfsched (so the task can run gates), starts a ``tf.distribute.Server`` and serves until
 killed. Prints ``ready`` on stdout once the server is up, and ``SERVING`` on stderr (the task's
-log), so that a task which dies later is reported by what it said after it.
+log), so that a task which dies later is reported by what it said after it. With
+``--with-stdin`` it serves until its stdin ends instead: the launcher holds the other end of
+that pipe, so a task never outlives the process that started it, even one killed by SIGKILL,
+which runs no cleanup (before, its tasks served on forever, ports and memory held).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 
@@ -16,7 +21,8 @@ SERVING = "tfsched task: serving"
 
 def main(argv: list[str]) -> int:
     spec, job, index = json.loads(argv[0]), argv[1], int(argv[2])
-    scheduled = len(argv) < 4 or argv[3] != "--vanilla"
+    flags = set(argv[3:])
+    scheduled = "--vanilla" not in flags
     from tfsched.graph._tf import import_tensorflow
 
     tf = import_tensorflow()
@@ -33,6 +39,9 @@ def main(argv: list[str]) -> int:
     print("ready", flush=True)
     # What the task logs from here on is what it said while serving (local.task_log).
     print(SERVING, file=sys.stderr, flush=True)
+    if "--with-stdin" in flags:
+        sys.stdin.buffer.read()  # the server's threads serve meanwhile; EOF: the launcher is gone
+        os._exit(0)  # TensorFlow's teardown of a live server can hang; nothing here needs it
     server.join()
     return 0
 

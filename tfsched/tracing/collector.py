@@ -106,18 +106,20 @@ def complete_steps(trace: Trace) -> Trace:
     return trace.only_steps(k for k in range(trace.steps) if k not in missing)
 
 
-def warn_incomplete(trace: Trace, source: str) -> None:
-    """Log one warning if traced steps miss transfers (``missing_transfers``)."""
+def warn_incomplete(trace: Trace, source: str, *, held: bool = False) -> None:
+    """Log one warning if traced steps miss transfers (``missing_transfers``); ``held``: RPC
+    logging was held on in every task (``rpclog``), so the usual cause is ruled out."""
     missing = missing_transfers(trace)
     if missing:
         log.warning(
-            "%s: %d of %d traced steps did not record %d transfers their partition graphs send "
-            "(TensorFlow turned RPC logging on after they had started); the oracle fits the complete "
-            "steps. Give the tracer the cluster (tasks=) to hold logging on in every task.",
+            "%s: %d of %d traced steps did not record %d transfers their partition graphs send%s; "
+            "the oracle fits the complete steps.%s",
             source,
             len(missing),
             trace.steps,
             sum(map(len, missing.values())),
+            "" if held else " (TensorFlow turned RPC logging on after they had started)",
+            "" if held else " Give the tracer the cluster (tasks=) to hold logging on in every task.",
         )
 
 
@@ -231,12 +233,12 @@ def collect(
         trace_level=tf.compat.v1.RunOptions.FULL_TRACE, output_partition_graphs=True
     )
     mds = []
-    with RpcLogging(tasks):
+    with RpcLogging(tasks) as logging_held:
         for _ in range(steps):
             mds.append(tf.compat.v1.RunMetadata())
             sess.run(fetches, feed_dict=feed_dict, options=options, run_metadata=mds[-1])
     trace = trace_of(mds, sess.graph, dict(meta or {}))
-    warn_incomplete(trace, "collect")
+    warn_incomplete(trace, "collect", held=bool(logging_held.tasks))
     return trace
 
 

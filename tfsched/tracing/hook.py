@@ -82,4 +82,4 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
         if self._trace.steps:
             self._trace.meta["traced_runs"] = self.traced_runs
             self._trace.save(self.output)
-            warn_incomplete(self._trace, self.output)
+            warn_incomplete(self._trace, self.output, held=bool(self._tasks))
