@@ -211,12 +211,14 @@ def analyze(
     match = None
     if trace is not None:
         # Measured times (TicTac §5); ops the trace did not time keep the cost model's estimate.
+        from tfsched.tracing.collector import complete_steps
         from tfsched.tracing.match import match_trace
         from tfsched.tracing.trace import Trace
 
         measured = Trace.load(trace)
         match = match_trace(graph, measured, trace)
-        oracle = TimeOracle.from_trace(measured, statistic, fallback=oracle)
+        # a trace written before the tracer noted its short steps is checked here
+        oracle = TimeOracle.from_trace(complete_steps(measured), statistic, fallback=oracle)
     if "auto" in (partition, credit):
         sized = _sizes(graph, oracle)  # as Analysis.sizes
         partition = sized[0] if partition == "auto" else partition

@@ -108,13 +108,11 @@ class TimeOracle:
         """Op times and link models measured in ``trace`` (TicTac §5: the minimum over steps).
 
         Ops the trace does not time (pruned, renamed) keep ``fallback``'s estimates. Steps that
-        did not record every transfer are left out where others did
-        (``tracing.collector.complete_steps``).
+        did not record every transfer are left out where others did (``Trace.complete_steps``).
         """
         from tfsched.oracle.fit import compute_parallelism, host_rates, link_fits, op_times, task_starts
-        from tfsched.tracing.collector import complete_steps
 
-        trace = complete_steps(trace)
+        trace = trace.complete_steps()
         fits, overall = link_fits(trace, statistic)
         times = dict(fallback.op_times) if fallback is not None else {}
         times.update(op_times(trace, statistic))

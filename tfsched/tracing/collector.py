@@ -9,7 +9,7 @@ TensorFlow turns that RPC logging on in the other tasks with an asynchronous Log
 a transfer at the very start of a step can end before it arrives and have no record: given the
 tasks' addresses, ``collect`` holds logging on across its steps (``rpclog``). Without them a
 step can come out short: each step is checked against its own partition graphs
-(``missing_transfers``), and the oracle fits the complete ones (``complete_steps``).
+(``missing_transfers``), and the oracle fits the complete ones (``Trace.complete_steps``).
 """
 
 from __future__ import annotations
@@ -76,13 +76,11 @@ def missing_in(run_metadata, transfers) -> list[str]:
 def missing_transfers(trace: Trace) -> dict[int, list[str]]:
     """Per traced step that lacks some: the transfers its partition graphs send that the trace
     did not record. A trace written since the twenty-eighth session keeps them (``meta``, each
-    step checked against its own partition graphs); an older one is checked against the
-    partition graphs it keeps, and a ``TraceHook`` file from before then, which keeps none,
-    cannot tell (empty)."""
-    if MISSING in trace.meta:
-        return {int(k): list(v) for k, v in trace.meta[MISSING].items()}
-    if not trace.partition_graphs:
-        return {}
+    step checked against its own partition graphs: ``Trace.missing``); an older one is checked
+    against the partition graphs it keeps, and a ``TraceHook`` file from before then, which
+    keeps none, cannot tell (empty)."""
+    if MISSING in trace.meta or not trace.partition_graphs:
+        return trace.missing()
     from tfsched.graph.load import _protos
 
     graph_pb2 = _protos()[0]
@@ -94,16 +92,8 @@ def missing_transfers(trace: Trace) -> dict[int, list[str]]:
 
 
 def complete_steps(trace: Trace) -> Trace:
-    """The trace of its steps that recorded every transfer, where some did and some did not.
-
-    A step TensorFlow's asynchronous logging request reached late misses the transfers at its
-    start (``rpclog``): fitted with the others, it makes a link look idle where it was not and
-    the bytes a step moves too few. A trace whose steps all miss some, or none, is kept whole.
-    """
-    missing = missing_transfers(trace)
-    if not missing or len(missing) == trace.steps:
-        return trace
-    return trace.only_steps(k for k in range(trace.steps) if k not in missing)
+    """``Trace.complete_steps`` with ``missing_transfers``: an older trace is checked too."""
+    return trace.complete_steps(missing_transfers(trace))
 
 
 def warn_incomplete(trace: Trace, source: str, *, held: bool = False) -> None:

@@ -51,6 +51,26 @@ class Trace:
     partition_graphs: list[str] = field(default_factory=list)  # base64 of serialized GraphDefs
     meta: dict = field(default_factory=dict)  # model, fetches, cluster...
 
+    def missing(self) -> dict[int, list[str]]:
+        """Per traced step that did not record every transfer: those it lacks, as the tracer
+        found them (``meta``; ``tracing.collector.missing_transfers`` also checks a trace
+        written before the tracer did)."""
+        return {int(k): list(v) for k, v in self.meta.get(MISSING, {}).items()}
+
+    def complete_steps(self, missing: dict[int, list[str]] | None = None) -> Trace:
+        """The trace of its steps that recorded every transfer, where some did and some did not
+        (``missing``: as ``missing()`` gives it, the default).
+
+        A step TensorFlow's asynchronous logging request reached late misses the transfers at
+        its start (``tracing.rpclog``): fitted with the others, it makes a link look idle where
+        it was not and the bytes a step moves too few. A trace whose steps all miss some, or
+        none, is kept whole.
+        """
+        missing = self.missing() if missing is None else missing
+        if not missing or len(missing) >= self.steps:
+            return self
+        return self.only_steps(k for k in range(self.steps) if k not in missing)
+
     def only_steps(self, steps) -> Trace:
         """The trace of the given steps alone, numbered from 0 in the order given.
 
