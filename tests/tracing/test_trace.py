@@ -256,6 +256,21 @@ class TestBadTraces:
         )
         self._one_line(self._run("viz", str(bad), "-o", str(tmp_path / "o.json")), "empty")
 
+    @pytest.mark.parametrize("missing", [{"7": ["edge_1_a"]}, {"x": []}, ["edge_1_a"], {"0": "edge_1_a"}])
+    def test_a_bad_note_of_missing_transfers(self, tmp_path, missing):
+        bad = tmp_path / "t.json"
+        op = {"step": 0, "device": "/job:ps", "node": "a", "op": "Add", "start_us": 0.0, "duration_us": 1.0}
+        doc = {"schema": "tfsched.trace/1", "steps": 1, "ops": [op], "transfers": [], "step_times_us": [1.0]}
+        bad.write_text(json.dumps({**doc, "meta": {"missing_transfers": missing}}))
+        self._one_line(
+            self._run("viz", str(bad), "-o", str(tmp_path / "o.json")),
+            "t.json",
+            "meta.missing_transfers must map traced steps, 0 to 0, to lists of edge names",
+        )
+        assert not (tmp_path / "o.json").exists()
+        bad.write_text(json.dumps({**doc, "meta": {"missing_transfers": {"0": ["edge_1_a"]}}}))
+        assert Trace.load(str(bad)).missing() == {0: ["edge_1_a"]}
+
     def test_other_schema(self, tmp_path):
         bad = tmp_path / "t.json"
         bad.write_text(json.dumps({"schema": "tfsched.trace/0"}))

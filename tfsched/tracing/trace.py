@@ -126,4 +126,17 @@ class Trace:
             raise TfschedError(f"{path}: malformed {SCHEMA} file ({type(e).__name__}: {e})") from None
         if trace.steps <= 0 or not trace.ops:
             raise TfschedError(f"{path}: the trace is empty (no traced step)")
+        missing = trace.meta.get(MISSING, {})
+        if not isinstance(missing, dict) or not all(
+            isinstance(k, str)
+            and k.isdigit()
+            and int(k) < trace.steps
+            and isinstance(v, list)
+            and all(isinstance(e, str) for e in v)
+            for k, v in missing.items()
+        ):
+            raise TfschedError(
+                f"{path}: malformed {SCHEMA} file (meta.{MISSING} must map traced steps, 0 to "
+                f"{trace.steps - 1}, to lists of edge names)"
+            )
         return trace
