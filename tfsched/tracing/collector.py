@@ -236,7 +236,7 @@ def trace_of(metadata: list, graph, meta: dict) -> Trace:
     """A self-contained Trace of traced steps of one session (their ``RunMetadata``, in order),
     with the first step's partition graphs, which ``tfsched viz`` and ``analyze --trace`` read,
     and each step's unrecorded transfers (``missing_transfers``)."""
-    trace = Trace(steps=0, meta={**meta, MISSING: {}})
+    trace = Trace(steps=0, meta=dict(meta))
     for md in metadata:
         add_step(trace, md, graph)
     return trace
@@ -256,6 +256,7 @@ def add_step(trace: Trace, run_metadata, graph) -> None:
         trace.partition_graphs = [
             base64.b64encode(g.SerializeToString()).decode() for g in run_metadata.partition_graphs
         ]
+    noted = trace.meta.setdefault(MISSING, {})  # present, even empty: the steps were checked
     missing = missing_in(run_metadata, transfers)
     if missing:
-        trace.meta.setdefault(MISSING, {})[str(step)] = missing
+        noted[str(step)] = missing

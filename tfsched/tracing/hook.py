@@ -7,7 +7,7 @@ import tensorflow as tf
 from tfsched.errors import TfschedError
 from tfsched.tracing.collector import add_step, warn_incomplete
 from tfsched.tracing.rpclog import RpcLogging, task_addresses
-from tfsched.tracing.trace import MISSING, Trace
+from tfsched.tracing.trace import Trace
 
 
 class TraceHook(tf.compat.v1.train.SessionRunHook):
@@ -47,7 +47,7 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
         self._tasks = task_addresses(tasks)
         self._logging: RpcLogging | None = None
         self._run = 0
-        self._trace = Trace(steps=0, meta={**self._meta, MISSING: {}})
+        self._trace = Trace(steps=0, meta=self._meta)
         self.traced_runs: list[int] = []
 
     def _wanted(self, i: int) -> bool:
