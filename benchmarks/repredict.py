@@ -46,7 +46,7 @@ def repredict(run_dir: str) -> tuple[dict, list[dict]]:
         r.knobs = {k: m[k] for k in ("partition", "credit") if k in m}  # the sizes the run used
         if m["mode"] == "baseline":
             r.cpu_s, r.cpu_total_s = m["cpu_s_per_step"] * len(m["iterations"]), 1.0  # cpu_per_step as run
-            r.comm_cpu_s_per_byte = m["comm_cpu_s_per_byte"]
+            r.comm_cpu_s_per_byte = m.get("comm_cpu_s_per_byte", 0.0)  # absent: measured as none
             r.comm_cpu_s_per_message = m.get("comm_cpu_s_per_message", 0.0)
             r.trace = Trace.load(os.path.join(run_dir, "baseline.trace.json"))
             r.solo_trace = Trace.load(os.path.join(run_dir, "baseline.alone.trace.json"))
@@ -73,6 +73,8 @@ def repredict(run_dir: str) -> tuple[dict, list[dict]]:
             "error_then": m["prediction_error"],
             "predicted_now_s": results[m["mode"]].measured["predicted_s"],
             "error_now": results[m["mode"]].measured["prediction_error"],
+            "efficiency_then": m["efficiency_E"],
+            "efficiency_now": results[m["mode"]].measured["efficiency_E"],
         }
         for m in doc["modes"]
     ]
@@ -94,11 +96,13 @@ def main() -> None:
         f"**{config['model']}** ({config['mode']}, batch {config['batch_size']}), {config['ps']} PS x "
         f"{config['workers']} workers, {config['bandwidth']}: the run's predictions and the simulator's now",
         "",
-        "| mode | slowest worker (s) | predicted then (s) | error then | predicted now (s) | error now |",
-        "|---|---|---|---|---|---|",
+        "| mode | slowest worker (s) | predicted then (s) | error then | predicted now (s) | error now "
+        "| E then | E now |",
+        "|---|---|---|---|---|---|---|---|",
         *(
-            f"| {r['mode']} | {r['measured_s']:.3f} | {r['predicted_then_s']:.3f} | {r['error_then']:+.0%} "
-            f"| {r['predicted_now_s']:.3f} | {r['error_now']:+.0%} |"
+            f"| {r['mode']} | {r['measured_s']:.4f} | {r['predicted_then_s']:.4f} | {r['error_then']:+.0%} "
+            f"| {r['predicted_now_s']:.4f} | {r['error_now']:+.0%} "
+            f"| {r['efficiency_then']:.2f} | {r['efficiency_now']:.2f} |"
             for r in rows
         ),
     ]

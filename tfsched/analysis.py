@@ -210,15 +210,14 @@ def analyze(
     oracle = TimeOracle.from_cost_model(graph, link=link)
     match = None
     if trace is not None:
-        # Measured times (TicTac §5); ops the trace did not time keep the cost model's estimate.
-        from tfsched.tracing.collector import complete_steps
-        from tfsched.tracing.match import match_trace
+        # Measured times (TicTac §5); ops the trace did not time keep the cost model's estimate,
+        # those that did not run none (tracing.match.oracle_for)
+        from tfsched.tracing.match import match_trace, oracle_for
         from tfsched.tracing.trace import Trace
 
         measured = Trace.load(trace)
         match = match_trace(graph, measured, trace)
-        # a trace written before the tracer noted its short steps is checked here
-        oracle = TimeOracle.from_trace(complete_steps(measured), statistic, fallback=oracle)
+        oracle = oracle_for(graph, measured, statistic, fallback=oracle, report=match)
     if "auto" in (partition, credit):
         sized = _sizes(graph, oracle)  # as Analysis.sizes
         partition = sized[0] if partition == "auto" else partition

@@ -641,9 +641,12 @@ def bench(
     if queue <= 0:
         raise click.BadParameter("must be a positive time", param_hint="--queue")
     _check_loopback(loopback, shaped_loopback, latency, queue)  # before a batch size is measured
-    check_writable(output)  # and its .md and .png beside it: not after the run
     if traces_dir:
         check_directory(traces_dir)
+    # the results and their .md and .png: checked now, not after the run (in the traces
+    # directory, which the run makes before it writes them, as repredict.py reads them)
+    if not traces_dir or os.path.dirname(os.path.abspath(output)) != os.path.abspath(traces_dir):
+        check_writable(output)
     if (TUNED in modes) != (tuned_path is not None):
         raise click.UsageError(
             f"mode {TUNED} needs --tuned FILE (a tfsched tune -o file)"
@@ -729,11 +732,12 @@ def bench(
         "trace_steps": trace_steps,
     }
     summary = summarize(results, config)
+    if traces_dir:
+        os.makedirs(traces_dir, exist_ok=True)
     md_path = write(summary, output, results)
     click.echo(markdown(summary))
     click.echo(f"results: {output}, {md_path}, {md_path[: -len('.md')]}.png")
     if traces_dir:
-        os.makedirs(traces_dir, exist_ok=True)
         for name, res in results.items():
             if res.trace is not None:
                 res.trace.meta.update(model=model, bench=config)

@@ -223,7 +223,8 @@ def _tune_file(where, *, partition: int, credit: int):
 def test_bench_command_writes_every_field(tmp_path):
     import json
 
-    out = tmp_path / "bench.json"
+    # the results inside the traces directory the run makes, as benchmarks/repredict.py reads them
+    out = tmp_path / "traces" / "bench.json"
     p = cli(
         *BENCH_SEQ32,
         "--modes",
@@ -290,13 +291,21 @@ def test_bench_command_writes_every_field(tmp_path):
     # the sizes in force are in the file
     assert "partition" not in data["modes"][0]
     assert (data["modes"][2]["partition"], data["modes"][2]["credit"]) == (20_000, 40_000)
-    md = (tmp_path / "bench.md").read_text()
+    md = out.with_suffix(".md").read_text()
     assert f"`tio+p20000+c40000`: the best setting of `tfsched tune` ({tmp_path / 'tune.json'})." in md
     assert "| baseline |" in md and "| tio |" in md
     # TAO ordered from op times traced on this cluster, and says so
     assert data["modes"][3]["ordered_from"] and not any("ordered_from" in r for r in data["modes"][:3])
     assert "TAO ordered from worker 0's op times, traced alone before the rounds." in md
-    png = tmp_path / "bench.png"
+    # the simulator laid out the partition graphs the traced baseline ran
+    laid = data["modes"][0]["simulated_graph"]
+    assert (
+        laid["from"] == "ran"
+        and laid["transfers"] > 0
+        and all(r["simulated_graph"] == laid for r in data["modes"])
+    )
+    assert f"Simulated on the partition graphs the traced baseline ran ({laid['transfers']} transfers" in md
+    png = out.with_suffix(".png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     from tfsched.tracing.trace import Trace
 

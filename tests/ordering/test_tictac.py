@@ -1,6 +1,6 @@
 """TIO and TAO on graphs from the TicTac paper, answers worked out by hand."""
 
-from tests.helpers import PS, W0, op, oracle_with, var
+from tests.helpers import PS, W0, chain_graph, op, oracle_with, var
 from tfsched.graph import RawNode, build_comm_graph
 from tfsched.ordering import order, tao_order, tio_order_values, transfer_stages
 from tfsched.sim import simulate_schedule
@@ -219,3 +219,38 @@ class TestFastTAOMatchesReference:
             )
             view = g.worker_view(g.worker_tasks[0])
             assert tao_order(view, o) == tao_order_reference(view, o), seed
+
+
+class TestCarryOver:
+    """A schedule made from the saved graph, applied to the graph that ran, as the pass applies it."""
+
+    def test_a_rewritten_graph_keeps_the_order_by_variable_and_puts_the_unnamed_last(self):
+        from tfsched.graph import RawNode
+        from tfsched.ordering import carry_over, normalize
+        from tfsched.ordering.schedule import schedule_for
+
+        saved = chain_graph(4)
+        # the reverse of the chain's order, on purpose: carried over, not recomputed
+        by_var = {t.variable: t for t in saved.transfers}
+        sched = schedule_for(saved, "tao", {by_var[f"v{i}"]: 3 - i for i in range(4)}, "counter")
+        # the graph that ran: other tensor names (Grappler's), the ops fused, and a pull the saved
+        # graph does not have
+        nodes: list[RawNode] = []
+        for i in range(4):
+            nodes += [
+                RawNode(f"v{i}", "VarHandleOp", PS, attrs={"dtype": "FLOAT", "shape": (4,)}),
+                RawNode(
+                    f"v{i}/Read/ReadVariableOp", "ReadVariableOp", PS, [f"v{i}"], attrs={"dtype": "FLOAT"}
+                ),
+            ]
+        nodes += var("extra")
+        for i in range(4):
+            inputs = [f"v{i}/Read/ReadVariableOp"] + ([f"fused{i - 1}"] if i else ["extra/read"])
+            nodes.append(op(f"fused{i}", inputs))
+        ran = build_comm_graph(nodes, fetches=["fused3"])
+        carried = carry_over(sched, ran)
+        got = {t.variable: p for t, p in carried.priorities.items()}
+        assert got == {"v3": 0, "v2": 1, "v1": 2, "v0": 3, "extra": 4}
+        assert carried.priorities == normalize(carried.priorities) and carried.algorithm == "tao"
+        # recomputed on the graph that ran, the order would be the chain's: not what the pass got
+        assert {t.variable: p for t, p in order(ran, "tio").priorities.items()}["v0"] < got["v0"]

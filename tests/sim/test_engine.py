@@ -227,6 +227,21 @@ class TestSimulate:
             assert b.lower - 1e-12 <= t <= b.upper + 1e-12
             assert 0.0 <= b.efficiency(t) <= 1.0
 
+    def test_bounds_hold_on_a_machine_slower_than_one_op(self):
+        # four workers of a chain on a machine that does a quarter of an op's worth at once
+        g = chain_graph(4, [1000, 50_000, 200, 9000])
+        o = oracle_with({f"f{i}": 0.01 for i in range(4)}, bandwidth_bps=8e6, overhead_s=0.001)
+        o.machine_slots = 0.25
+        sg = build_sim_graph(g, o, order(g, "tio"), workers=4)
+        b = step_bounds(sg)
+        # the ops' 16 x 10 ms at a quarter speed, one after another, and every message (its
+        # overhead and its bytes at 1 MB/s)
+        assert b.upper == pytest.approx(16 * 0.01 / 0.25 + 4 * (4 * 0.001 + 4 * 60_200 / 1e6))  # float32
+        for policy in ("fifo", "counter"):
+            t = simulate(sg, policy).step_time
+            assert b.lower - 1e-12 <= t <= b.upper + 1e-12
+            assert 0.0 <= b.efficiency(t) <= 1.0
+
     def test_tasks_on_one_machine_share_it(self):
         # Two workers, each computing 1 s after a pull of negligible size.
         nodes = var("w", (1,)) + [op("a", ["w/read"], device=W0), op("b", ["w/read"], device=W1)]

@@ -103,6 +103,16 @@ class TestCollect:
         assert m.transfers_matched >= m.transfers_total - 2 and m.ops_matched > m.ops_total // 2
         assert a.oracle.name == "trace (min)"
         assert a.prediction.lower_bound_s <= a.prediction.scheduled_s <= a.prediction.upper_bound_s
+        # the saved graph's ops that Grappler rewrote away take no time (not the cost model's,
+        # which counted a fused op's work twice), and the report says how many
+        from tfsched.oracle import TimeOracle
+        from tfsched.tracing.replay import ran_node_names
+
+        ran = ran_node_names(traced["trace"])
+        not_run = [n for n in a.graph.graph if n not in ran]
+        assert m.ops_not_run == len(not_run) > 0 and f"; {len(not_run)} ops did not run" in m.line()
+        assert all(a.oracle.compute(n) == 0.0 for n in not_run)
+        assert sum(TimeOracle.from_cost_model(a.graph).compute(n) for n in not_run) > 0
 
     def test_viz_json(self, traced, tmp_path):
         out = tmp_path / "t.chrome.json"

@@ -87,6 +87,24 @@ def machine_slots_from_cpu(
     return cores * workers * work / spent
 
 
+def graph_that_ran(trace, fetches: list[str]):
+    """The CommGraph of the partition graphs ``trace``'s steps ran (``tracing.replay``), None
+    for a trace that keeps none (written before traces kept them).
+
+    The simulator lays out these, not the saved graph: Grappler rewrites the graph before it
+    runs, and what crosses the network is what the rewritten graph sends. On Par-32 training it
+    merges the 32 identical weight gradients (one input, one upstream gradient) into one
+    MatMul, so the graph that ran pushes 2 tensors a step where the saved graph has 32; laid
+    out on the saved graph, every mode was predicted 46% to 73% slow, on the graph that ran 0%
+    to 18% (``benchmarks/results/par32-train-s29-repredicted.md``). Its ops also carry the names the
+    trace timed them by, fused ops included, so none goes untimed."""
+    from tfsched.tracing.replay import comm_graph_of_trace
+
+    if not trace.partition_graphs:
+        return None
+    return comm_graph_of_trace(trace, fetches=fetches, source="the baseline's traced steps")
+
+
 def _by_rank(iterations: list[list[float]]) -> list[float]:
     """``sim.mean_by_rank`` of the synchronized steps that every worker finished.
 
@@ -119,14 +137,16 @@ def annotate(
     from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
     from tfsched.graph import load_comm_graph
     from tfsched.oracle.oracle import LinkModel, TimeOracle
-    from tfsched.ordering import order
+    from tfsched.ordering import carry_over, order
     from tfsched.sim import POLICY_OF_MODE, build_sim_graph, finish_by_rank, seeded_runs, step_bounds
+    from tfsched.tracing.match import oracle_for
 
     base = results.get("baseline")
     if base is None or base.trace is None:
         return
     traced = base.solo_trace or base.trace
-    graph = load_comm_graph(graph_path, fetches=fetches)
+    saved = load_comm_graph(graph_path, fetches=fetches)  # what the pass's schedules were made from
+    graph = graph_that_ran(traced, fetches) or saved
     # No cost-model fallback: an op of the saved graph the trace does not time was fused or
     # folded by Grappler, and its work is in the op that replaced it (VGG16: each Conv2D's
     # time is in the fused op named after its Relu; a cost-model time for it counted it twice).
@@ -157,12 +177,12 @@ def annotate(
             for k, m in oracle.links.items()
         }
         oracle.host_bps = {}  # every NIC is shaped to that rate
-    cost_model = TimeOracle.from_cost_model(graph, link=LinkModel())  # what `analyze` starts from
+    cost_model = TimeOracle.from_cost_model(saved, link=LinkModel())  # what `analyze` starts from
     plain = build_sim_graph(graph, oracle, None, workers=workers)
     bounds = step_bounds(plain)
     for mode, res in results.items():
         # the sizes the run used (ModeResult.knobs), else as the bench sizes them for this graph
-        spec = parse_mode(mode, bandwidth_bps, graph.busiest_channel_params)
+        spec = parse_mode(mode, bandwidth_bps, saved.busiest_channel_params)
         spec = replace(
             spec,
             partition=res.knobs.get("partition", spec.partition),
@@ -174,11 +194,11 @@ def annotate(
             # the order the pass was given, as mode_configs made it: from the graph, and a timing-aware
             # one from the trace of worker 0 alone (the cost model for the ops it did not time)
             ordering_oracle = (
-                TimeOracle.from_trace(res.order_trace, "min", fallback=cost_model)
-                if res.order_trace
-                else cost_model
+                oracle_for(saved, res.order_trace, fallback=cost_model) if res.order_trace else cost_model
             )
-            schedule = order(graph, spec.algorithm, ordering_oracle)
+            schedule = order(saved, spec.algorithm, ordering_oracle)
+            if graph is not saved:
+                schedule = carry_over(schedule, graph)  # as the pass applied it to the graph that ran
             sg = build_sim_graph(
                 graph, oracle, schedule, workers=workers, partition_bytes=spec.partition * PARAM_BYTES or None
             )
@@ -215,4 +235,10 @@ def annotate(
             # whether the simulator does it alike
             "finish_by_rank_s": _by_rank(res.iterations),
             "predicted_finish_by_rank_s": [t + driver_s for t in finish_by_rank(runs)],
+            # what the simulator laid out: the graph the baseline ran, else (an old trace) the saved one
+            "simulated_graph": {
+                "from": "saved" if graph is saved else "ran",
+                "transfers": len(graph.transfers),
+                "saved_transfers": len(saved.transfers),
+            },
         }

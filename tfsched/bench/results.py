@@ -147,6 +147,19 @@ def markdown(summary: dict) -> str:
         "as its slowest worker (how steady the training step is; the workers' stagger within a step "
         "is the straggler effect).",
     ]
+    # the graph the simulator laid out (bench.predict.graph_that_ran): since the twenty-ninth session
+    laid = next((r["simulated_graph"] for r in summary["modes"] if r.get("simulated_graph")), None)
+    if laid and laid["from"] == "ran":
+        differs = laid["transfers"] != laid["saved_transfers"]
+        lines += [
+            "",
+            f"Simulated on the partition graphs the traced baseline ran ({laid['transfers']} transfers a worker"
+            + (
+                f"; the saved graph has {laid['saved_transfers']}, before Grappler's rewrites)."
+                if differs
+                else ")."
+            ),
+        ]
     # TAO's op times (bench.run.mode_configs): a trace since the seventeenth session
     timed = [r for r in summary["modes"] if r["mode"].split("+")[0] in TIMED]
     if timed:

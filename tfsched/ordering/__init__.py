@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tfsched.errors import TfschedError
-from tfsched.graph.model import CommGraph
+from tfsched.graph.model import CommGraph, Transfer
 from tfsched.oracle.oracle import TimeOracle
 from tfsched.ordering.layer import fifo_values, layer_values
 from tfsched.ordering.schedule import ALGORITHMS, Schedule, load_schedule, normalize, schedule_for
@@ -42,8 +42,42 @@ def order(graph: CommGraph, algorithm: str = "tio", oracle: TimeOracle | None = 
     return schedule_for(graph, algorithm, values, DEFAULT_MODE[algorithm])
 
 
+def carry_over(schedule: Schedule, graph: CommGraph) -> Schedule:
+    """``schedule``, made for another graph of the model, as the pass applies it to ``graph``
+    (``cc/scheduler.cc``), which Grappler may have rewritten: a transfer takes the priority of
+    the schedule's transfer with its channel and key (``Transfer.key``: the variable it reads or
+    updates, which survives the rewrites), else of one with its PS side and key; those the
+    schedule names none of follow the named ones of their channel, in TIO order. Then made safe
+    for the counters, as the pass does.
+
+    The bench simulates each mode on the partition graphs the baseline ran
+    (``bench.predict.graph_that_ran``) with the order its pass was given, which was made from
+    the saved graph."""
+    exact: dict[tuple[str, str, str], int] = {}
+    by_ps: dict[tuple[str, str], int] = {}
+    for t, p in schedule.priorities.items():
+        exact[(t.src_task, t.dst_task, t.key)] = p
+        by_ps.setdefault((_ps_side(t, graph), t.key), p)
+    tio = tio_values(graph)
+    top = max(exact.values(), default=0) + 1.0
+    values: dict[Transfer, tuple[float, float]] = {}  # (named priority, 0) or (after them, TIO's)
+    for t in graph.transfers:
+        p = exact.get((t.src_task, t.dst_task, t.key), by_ps.get((_ps_side(t, graph), t.key)))
+        values[t] = (p, 0.0) if p is not None else (top, tio.get(t, 0.0))
+    if schedule.mode == "counter":
+        values = counter_safe(graph, values)
+    carried = schedule_for(graph, schedule.algorithm, values, schedule.mode)
+    carried.partition, carried.credit = schedule.partition, schedule.credit
+    return carried
+
+
+def _ps_side(t: Transfer, graph: CommGraph) -> str:
+    return t.src_task if t.src_task in graph.ps_tasks else t.dst_task
+
+
 __all__ = [
     "ALGORITHMS",
+    "carry_over",
     "counter_safe",
     "DEFAULT_MODE",
     "Schedule",

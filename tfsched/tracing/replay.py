@@ -51,3 +51,20 @@ def comm_graph_of_trace(
     return build_comm_graph(
         nodes, fetches=fetches, source=source, output_specs=output_specs, infer_shapes=shapes_from_trace
     )
+
+
+def ran_node_names(trace: Trace) -> set[str] | None:
+    """The names of the nodes the traced steps ran (of every partition graph), None for a trace
+    that keeps no partition graphs. A node of the saved graph that is not among them did not
+    run: Grappler fused it into another (a Conv2D and its BiasAdd into the op named after their
+    Relu), folded it into a constant, or pruned it."""
+    from tfsched.graph.load import _protos
+
+    if not trace.partition_graphs:
+        return None
+    graph_pb2 = _protos()[0]
+    return {
+        n.name
+        for g in trace.partition_graphs
+        for n in graph_pb2.GraphDef.FromString(base64.b64decode(g)).node
+    }

@@ -32,12 +32,12 @@ def _prediction(trace: Trace, graph_path: str, fetches: list[str] | None, step: 
     from tfsched.graph import load_comm_graph
     from tfsched.oracle import TimeOracle
     from tfsched.sim import build_sim_graph, simulate
-    from tfsched.tracing.match import match_trace
+    from tfsched.tracing.match import match_trace, oracle_for
     from tfsched.viz.plots import sim_rows
 
     graph = load_comm_graph(graph_path, fetches=fetches, tag_set=tag_set)
     match_trace(graph, trace, graph_path)
-    oracle = TimeOracle.from_trace(trace, fallback=TimeOracle.from_cost_model(graph))
+    oracle = oracle_for(graph, trace, fallback=TimeOracle.from_cost_model(graph))
     sg = build_sim_graph(graph, oracle)
     return sim_rows(sg, simulate(sg, "fifo", record=True))
 
