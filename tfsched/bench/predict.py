@@ -94,7 +94,7 @@ def graph_that_ran(trace, fetches: list[str]):
     The simulator lays out these, not the saved graph: Grappler rewrites the graph before it
     runs, and what crosses the network is what the rewritten graph sends. On Par-32 training it
     merges the 32 identical weight gradients (one input, one upstream gradient) into one
-    MatMul, so the graph that ran pushes 2 tensors a step where the saved graph has 32; laid
+    MatMul, so the graph that ran pushes 2 tensors a step where the saved graph has 33; laid
     out on the saved graph, every mode was predicted 46% to 73% slow, on the graph that ran 0%
     to 18% (``benchmarks/results/par32-train-s29-repredicted.md``). Its ops also carry the names the
     trace timed them by, fused ops included, so none goes untimed."""
