@@ -147,9 +147,10 @@ def annotate(
     traced = base.solo_trace or base.trace
     saved = load_comm_graph(graph_path, fetches=fetches)  # what the pass's schedules were made from
     graph = graph_that_ran(traced, fetches) or saved
-    # No cost-model fallback: an op of the saved graph the trace does not time was fused or
-    # folded by Grappler, and its work is in the op that replaced it (VGG16: each Conv2D's
-    # time is in the fused op named after its Relu; a cost-model time for it counted it twice).
+    # No cost-model fallback: the graph that ran has the trace's op names; in the saved graph
+    # (a trace without partition graphs) an op the trace does not time was fused or folded by
+    # Grappler, and its work is in the op that replaced it (VGG16: each Conv2D's time is in the
+    # fused op named after its Relu; a cost-model time for it counted it twice).
     oracle = TimeOracle.from_trace(traced, "min")
     ack_slot_s = 0.0
     if base.solo_trace is not None:

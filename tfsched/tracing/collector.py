@@ -81,10 +81,9 @@ def missing_transfers(trace: Trace) -> dict[int, list[str]]:
     keeps none, cannot tell (empty)."""
     if MISSING in trace.meta or not trace.partition_graphs:
         return trace.missing()
-    from tfsched.graph.load import _protos
+    from tfsched.tracing.replay import partition_graph_defs
 
-    graph_pb2 = _protos()[0]
-    sent = crossing_edges(graph_pb2.GraphDef.FromString(base64.b64decode(g)) for g in trace.partition_graphs)
+    sent = crossing_edges(partition_graph_defs(trace))
     recorded: dict[int, set[str]] = {k: set() for k in range(trace.steps)}
     for t in trace.transfers:
         recorded.setdefault(t.step, set()).add(t.edge)

@@ -16,17 +16,23 @@ from tfsched.graph.model import DTYPE_SIZES, CommGraph
 from tfsched.tracing.trace import Trace
 
 
+def partition_graph_defs(trace: Trace) -> list:
+    """The GraphDefs of the partition graphs ``trace`` keeps (base64 in the file)."""
+    from tfsched.graph.load import _protos
+
+    graph_pb2 = _protos()[0]
+    return [graph_pb2.GraphDef.FromString(base64.b64decode(g)) for g in trace.partition_graphs]
+
+
 def comm_graph_of_trace(
     trace: Trace, *, fetches: list[str] | None = None, source: str = "<trace>"
 ) -> CommGraph:
     from tfsched.graph.build import _output_dtype, build_comm_graph
-    from tfsched.graph.load import _protos, nodes_from_partition_graphs, output_specs
+    from tfsched.graph.load import nodes_from_partition_graphs, output_specs
 
     if not trace.partition_graphs:
         raise TfschedError(f"{source}: the trace holds no partition graphs to replay")
-    graph_pb2 = _protos()[0]
-    graphs = [graph_pb2.GraphDef.FromString(base64.b64decode(g)) for g in trace.partition_graphs]
-    nodes = nodes_from_partition_graphs(graphs, source)
+    nodes = nodes_from_partition_graphs(partition_graph_defs(trace), source)
     by_name = {n.name: n for n in nodes}
     seen: dict[str, int] = {}
     for t in trace.transfers:
@@ -58,13 +64,6 @@ def ran_node_names(trace: Trace) -> set[str] | None:
     that keeps no partition graphs. A node of the saved graph that is not among them did not
     run: Grappler fused it into another (a Conv2D and its BiasAdd into the op named after their
     Relu), folded it into a constant, or pruned it."""
-    from tfsched.graph.load import _protos
-
     if not trace.partition_graphs:
         return None
-    graph_pb2 = _protos()[0]
-    return {
-        n.name
-        for g in trace.partition_graphs
-        for n in graph_pb2.GraphDef.FromString(base64.b64decode(g)).node
-    }
+    return {n.name for g in partition_graph_defs(trace) for n in g.node}
