@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import tempfile
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -37,3 +39,19 @@ def positive(kind):
         return value
 
     return parse
+
+
+@contextlib.contextmanager
+def run_graph(config: dict):
+    """A bench run's saved graph, built as the run built it (its ``config``), in a temporary
+    file: yields (path, the ``BuiltGraph``)."""
+    from tfsched.models import build_graph
+
+    built = build_graph(
+        config["model"], mode=config["mode"], batch_size=config["batch_size"], ps_tasks=config["ps"]
+    )
+    with tempfile.TemporaryDirectory(prefix="tfsched-run-graph-") as d:
+        path = os.path.join(d, "graph.pb")
+        with open(path, "wb") as f:
+            f.write(built.graph_def().SerializeToString())
+        yield path, built

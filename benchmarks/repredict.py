@@ -16,10 +16,9 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, write  # noqa: E402
+from _results import machine, run_graph, write  # noqa: E402
 
 from tfsched.errors import TfschedError  # noqa: E402
 
@@ -27,7 +26,6 @@ from tfsched.errors import TfschedError  # noqa: E402
 def repredict(run_dir: str) -> tuple[dict, list[dict]]:
     from tfsched.bench.predict import annotate
     from tfsched.bench.run import ModeResult
-    from tfsched.models import build_graph
     from tfsched.tracing.trace import Trace
     from tfsched.units import parse_bandwidth
 
@@ -51,13 +49,7 @@ def repredict(run_dir: str) -> tuple[dict, list[dict]]:
             r.trace = Trace.load(os.path.join(run_dir, "baseline.trace.json"))
             r.solo_trace = Trace.load(os.path.join(run_dir, "baseline.alone.trace.json"))
         results[m["mode"]] = r
-    built = build_graph(
-        config["model"], mode=config["mode"], batch_size=config["batch_size"], ps_tasks=config["ps"]
-    )
-    with tempfile.TemporaryDirectory(prefix="tfsched-repredict-") as d:
-        graph_path = os.path.join(d, "graph.pb")
-        with open(graph_path, "wb") as f:
-            f.write(built.graph_def().SerializeToString())
+    with run_graph(config) as (graph_path, built):
         annotate(
             results,
             graph_path=graph_path,

@@ -37,6 +37,17 @@ def print_analysis(
     )
     if a.trace_match is not None:
         console.print(f"times from the trace ({a.oracle.name}): {a.trace_match.line()}")
+        laid = a.simulated_graph
+        if laid["from"] == "ran":
+            console.print(
+                f"predicted on the partition graphs the trace ran: {laid['transfers']} transfers"
+                + (
+                    f" (the saved graph's {laid['saved_transfers']}, before Grappler's rewrites)"
+                    if laid["transfers"] != laid["saved_transfers"]
+                    else ""
+                )
+                + ", with the schedule applied as the pass applies it"
+            )
     for (sender, receiver), ts in s.channels().items():
         table = Table(
             title=f"{_short(sender)} → {_short(receiver)}  ({len(ts)} transfers, {s.algorithm}, {s.mode})",

@@ -60,10 +60,10 @@ def test_the_graph_that_ran_is_what_grappler_made_of_the_saved_one(tmp_path):
     """Par-32 training: Grappler merges the 32 identical weight gradients (one input, one
     upstream gradient) into one MatMul, so the graph that ran pushes 2 tensors a step; laid out
     on the saved graph's 32 pushes, the bench's predictions were 46% to 73% slow."""
-    from tfsched.bench.predict import graph_that_ran
     from tfsched.graph import load_comm_graph
     from tfsched.models import build_graph
     from tfsched.ordering import carry_over, order
+    from tfsched.tracing.replay import graph_that_ran
     from tfsched.tracing.run import trace_local
 
     built = build_graph("par32", mode="train", batch_size=4)
@@ -88,6 +88,27 @@ def test_the_graph_that_ran_is_what_grappler_made_of_the_saved_one(tmp_path):
     by_key = {t.key: p for t, p in sched.priorities.items() if t.kind == "pull"}
     pulls = sorted((t for t in ran.transfers if t.kind == "pull"), key=lambda t: carried.priorities[t])
     assert [by_key[t.key] for t in pulls] == sorted(by_key[t.key] for t in pulls)
+    # `analyze --trace` predicts on it too: fewer messages than the saved graph's
+    from tfsched.analysis import analyze, analyze_graph
+
+    trace.save(str(tmp_path / "t.json"))
+    a = analyze(str(path), fetches=built.fetches, algorithm="tao", workers=4, trace=str(tmp_path / "t.json"))
+    assert a.simulated_graph == {"from": "ran", "transfers": len(ran.transfers), "saved_transfers": 65}
+    on_saved = analyze_graph(a.graph, a.oracle, algorithm="tao", workers=4).prediction
+    assert a.prediction.baseline_s < on_saved.baseline_s
+    # a trace that ran with tfsched's pass has its gates in the partition graphs: not the graph
+    # a schedule is applied to, so none (the prediction lays out the saved graph)
+    import base64
+
+    from tfsched.tracing.replay import partition_graph_defs
+
+    gated = partition_graph_defs(trace)
+    gated[0].node.add(name="tfsched/gate", op="TfschedGate", input=[gated[0].node[0].name])
+    trace.partition_graphs = [base64.b64encode(g.SerializeToString()).decode() for g in gated]
+    assert graph_that_ran(trace, built.fetches) is None
+    trace.save(str(tmp_path / "gated.json"))
+    a = analyze(str(path), fetches=built.fetches, workers=4, trace=str(tmp_path / "gated.json"))
+    assert a.simulated is None and a.simulated_graph["from"] == "saved"
     # a trace without partition graphs (written before traces kept them) gives none
     trace.partition_graphs = []
     assert graph_that_ran(trace, built.fetches) is None

@@ -39,7 +39,10 @@ class TestAnalyze:
             "upper_bound_s",
             "efficiency",
             "speedup_bound",
+            "simulated_graph",
         }
+        n = len(out["transfers"])  # without a trace, the prediction lays out the saved graph
+        assert out["prediction"]["simulated_graph"] == {"from": "saved", "transfers": n, "saved_transfers": n}
         kinds = {t["kind"] for t in out["transfers"]}
         assert {"pull", "push"} <= kinds
         pulls = [t for t in out["transfers"] if t["kind"] == "pull"]
@@ -191,6 +194,12 @@ class TestAnalyze:
 
         m = analyze(str(seq_saved_model), algorithm="tao", trace=str(out)).trace_match
         assert m.transfers_total == 67 and m.transfers_matched >= m.transfers_total - 2
+        # the prediction lays out what the trace ran, and says so
+        p = run("analyze", str(seq_saved_model), "--algorithm", "tao", "--trace", str(out))
+        assert p.returncode == 0, p.stderr
+        assert "predicted on the partition graphs the trace ran:" in " ".join(p.stdout.split())
+        p = run("analyze", str(seq_saved_model), "--algorithm", "tao", "--trace", str(out), "--json")
+        assert json.loads(p.stdout)["prediction"]["simulated_graph"]["from"] == "ran"
 
     def test_help_has_examples(self):
         for cmd in ("analyze", "demo"):

@@ -113,6 +113,19 @@ class TestCollect:
         assert m.ops_not_run == len(not_run) > 0 and f"; {len(not_run)} ops did not run" in m.line()
         assert all(a.oracle.compute(n) == 0.0 for n in not_run)
         assert sum(TimeOracle.from_cost_model(a.graph).compute(n) for n in not_run) > 0
+        # the prediction lays out the partition graphs the trace ran, the schedule carried over
+        from tfsched.analysis import predict
+        from tfsched.ordering import carry_over
+        from tfsched.tracing.replay import comm_graph_of_trace
+
+        ran_graph = comm_graph_of_trace(traced["trace"], fetches=["train"])
+        assert a.simulated_graph == {
+            "from": "ran",
+            "transfers": len(ran_graph.transfers),
+            "saved_transfers": len(a.graph.transfers),
+        }
+        assert a.to_json()["prediction"]["simulated_graph"] == a.simulated_graph
+        assert a.prediction == predict(ran_graph, carry_over(a.schedule, ran_graph), a.oracle)
 
     def test_viz_json(self, traced, tmp_path):
         out = tmp_path / "t.chrome.json"

@@ -87,24 +87,6 @@ def machine_slots_from_cpu(
     return cores * workers * work / spent
 
 
-def graph_that_ran(trace, fetches: list[str]):
-    """The CommGraph of the partition graphs ``trace``'s steps ran (``tracing.replay``), None
-    for a trace that keeps none (written before traces kept them).
-
-    The simulator lays out these, not the saved graph: Grappler rewrites the graph before it
-    runs, and what crosses the network is what the rewritten graph sends. On Par-32 training it
-    merges the 32 identical weight gradients (one input, one upstream gradient) into one
-    MatMul, so the graph that ran pushes 2 tensors a step where the saved graph has 33; laid
-    out on the saved graph, every mode was predicted 46% to 73% slow, on the graph that ran 0%
-    to 18% (``benchmarks/results/par32-train-s29-repredicted.md``). Its ops also carry the names the
-    trace timed them by, fused ops included, so none goes untimed."""
-    from tfsched.tracing.replay import comm_graph_of_trace
-
-    if not trace.partition_graphs:
-        return None
-    return comm_graph_of_trace(trace, fetches=fetches, source="the baseline's traced steps")
-
-
 def _by_rank(iterations: list[list[float]]) -> list[float]:
     """``sim.mean_by_rank`` of the synchronized steps that every worker finished.
 
@@ -140,13 +122,14 @@ def annotate(
     from tfsched.ordering import carry_over, order
     from tfsched.sim import POLICY_OF_MODE, build_sim_graph, finish_by_rank, seeded_runs, step_bounds
     from tfsched.tracing.match import oracle_for
+    from tfsched.tracing.replay import graph_that_ran
 
     base = results.get("baseline")
     if base is None or base.trace is None:
         return
     traced = base.solo_trace or base.trace
     saved = load_comm_graph(graph_path, fetches=fetches)  # what the pass's schedules were made from
-    graph = graph_that_ran(traced, fetches) or saved
+    graph = graph_that_ran(traced, fetches, source="the baseline's traced steps") or saved
     # No cost-model fallback: the graph that ran has the trace's op names; in the saved graph
     # (a trace without partition graphs) an op the trace does not time was fused or folded by
     # Grappler, and its work is in the op that replaced it (VGG16: each Conv2D's time is in the

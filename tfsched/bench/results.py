@@ -147,7 +147,7 @@ def markdown(summary: dict) -> str:
         "as its slowest worker (how steady the training step is; the workers' stagger within a step "
         "is the straggler effect).",
     ]
-    # the graph the simulator laid out (bench.predict.graph_that_ran): since the twenty-ninth session
+    # the graph the simulator laid out (tracing.replay.graph_that_ran): since the twenty-ninth session
     laid = next((r["simulated_graph"] for r in summary["modes"] if r.get("simulated_graph")), None)
     if laid and laid["from"] == "ran":
         differs = laid["transfers"] != laid["saved_transfers"]

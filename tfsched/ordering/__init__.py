@@ -51,7 +51,7 @@ def carry_over(schedule: Schedule, graph: CommGraph) -> Schedule:
     for the counters, as the pass does.
 
     The bench simulates each mode on the partition graphs the baseline ran
-    (``bench.predict.graph_that_ran``) with the order its pass was given, which was made from
+    (``tracing.replay.graph_that_ran``) with the order its pass was given, which was made from
     the saved graph."""
     exact: dict[tuple[str, str, str], int] = {}
     by_ps: dict[tuple[str, str], int] = {}

@@ -67,3 +67,28 @@ def ran_node_names(trace: Trace) -> set[str] | None:
     if not trace.partition_graphs:
         return None
     return {n.name for g in partition_graph_defs(trace) for n in g.node}
+
+
+def ran_with_tfsched(trace: Trace) -> bool:
+    """Whether the traced steps ran tfsched's pass: its ops (gates, splits, acknowledgements) are
+    in the partition graphs."""
+    return any(n.op.startswith("Tfsched") for g in partition_graph_defs(trace) for n in g.node)
+
+
+def graph_that_ran(trace: Trace, fetches: list[str] | None, *, source: str = "<trace>") -> CommGraph | None:
+    """The CommGraph of the partition graphs ``trace``'s steps ran, to simulate instead of the
+    saved graph; None for a trace that keeps none (written before traces kept them) or that ran
+    with tfsched's pass (``ran_with_tfsched``: its partition graphs are the scheduled graph,
+    split and gated, not the one a schedule is applied to).
+
+    Grappler rewrites the graph before it runs, and what crosses the network is what the
+    rewritten graph sends. On Par-32 training it merges the 32 identical weight gradients (one
+    input, one upstream gradient) into one MatMul, so the graph that ran pushes 2 tensors a step
+    where the saved graph has 33; laid out on the saved graph, every mode of the bench was
+    predicted 46% to 73% slow, on the graph that ran 0% to 18%
+    (``benchmarks/results/par32-train-s29-repredicted.md``). Its ops also carry the names the
+    trace timed them by, fused ops included, so none goes untimed. A schedule made from the
+    saved graph is applied to it as the pass applies it (``ordering.carry_over``)."""
+    if not trace.partition_graphs or ran_with_tfsched(trace):
+        return None
+    return comm_graph_of_trace(trace, fetches=fetches, source=source)
