@@ -70,7 +70,7 @@ def main() -> None:
     except OSError as e:
         raise SystemExit(f"Error: {e.filename}: {e.strerror}") from None
     md = [
-        "`tfsched analyze --algorithm tao --workers N --trace` (worker 0's baseline steps traced "
+        "`tfsched analyze --algorithm tao --workers N --bandwidth B --trace` (B the run's shaped rate; worker 0's baseline steps traced "
         "alone) laid out on the saved graph and on the graph that ran, beside the slowest worker "
         "measured in the run that traced it (seconds; error against the measurement). The bench's "
         "workers share two cores, analyze gives each its own machine.",

@@ -68,6 +68,8 @@ class Analysis:
     # The partition graphs the trace ran (tracing.replay.graph_that_ran), which the prediction
     # lays out with the schedule carried over; None: the prediction is of ``graph``.
     simulated: CommGraph | None = None
+    # Where the links' bandwidth and overhead came from, for the report ("fitted to the trace", ...)
+    links: str = ""
 
     @property
     def sizes(self) -> dict:
@@ -193,8 +195,8 @@ def analyze(
     *,
     fetches: list[str] | None = None,
     algorithm: str = "tio",
-    bandwidth_bps: float = DEFAULT_BANDWIDTH_BPS,
-    overhead_s: float = DEFAULT_OVERHEAD_S,
+    bandwidth_bps: float | None = None,
+    overhead_s: float | None = None,
     workers: int | None = None,
     fmt: str | None = None,
     default_device: str | None = None,
@@ -213,14 +215,21 @@ def analyze(
     ``partition`` and ``credit`` may be ``"auto"``: ``Analysis.sizes``, as the pass sizes them
     for ``enable(partition="auto", credit="auto")`` on this link.
 
+    The link: ``bandwidth_bps`` per host and ``overhead_s`` per message, 1 Gbit/s and 300 us when
+    not given. With a ``trace``, each channel's link is the one fitted to it (TicTac §5), and a
+    ``bandwidth_bps`` or ``overhead_s`` given replaces that part of every fit: what the traced
+    step would take on another network. (Until the thirtieth session they were ignored beside a
+    trace, and ``analyze --trace --bandwidth 10Gbit`` predicted the traced link's step.)
+
     With a ``trace`` that keeps its partition graphs, the prediction lays out the graph that ran
     (``tracing.replay.graph_that_ran``: what Grappler made of the saved graph), with the
     schedule carried over as the pass applies it (``ordering.carry_over``); the schedule itself
     is of the saved graph, which is what the pass is given. Par-32 training, traced on the
-    emulated cluster (worker 0 alone; ``--algorithm tao --workers 4``): the saved graph's 33
-    pushes a worker are 2 after Grappler merged the identical gradients; a baseline step is
-    predicted at 17.9 ms on the saved graph and 12.1 ms on the graph that ran, where the run
-    that traced it measured 14.3 ms with the four workers sharing two cores.
+    emulated cluster (worker 0 alone; ``--algorithm tao --workers 4 --bandwidth 1Gbit``, the
+    links' shaped rate): the saved graph's 33 pushes a worker are 2 after Grappler merged the
+    identical gradients; a baseline step is predicted at 23.1 ms on the saved graph and 12.7 ms
+    on the graph that ran, where the run that traced it measured 14.3 ms with the four workers
+    sharing two cores (``benchmarks/results/analyze-graph-that-ran.md``).
 
     >>> a = analyze("train.pb", fetches=["train"], algorithm="tao")  # doctest: +SKIP
     >>> a.prediction.scheduled_s <= a.prediction.baseline_s  # doctest: +SKIP
@@ -229,7 +238,10 @@ def analyze(
     graph = load_comm_graph(
         path, fetches=fetches, fmt=fmt, default_device=default_device, ps_jobs=ps_jobs, tag_set=tag_set
     )
-    link = LinkModel(bandwidth_bps=bandwidth_bps, overhead_s=overhead_s)
+    link = LinkModel(
+        bandwidth_bps=DEFAULT_BANDWIDTH_BPS if bandwidth_bps is None else bandwidth_bps,
+        overhead_s=DEFAULT_OVERHEAD_S if overhead_s is None else overhead_s,
+    )
     oracle = TimeOracle.from_cost_model(graph, link=link)
     match = ran = None
     if trace is not None:
@@ -241,9 +253,11 @@ def analyze(
         measured = Trace.load(trace)
         match = match_trace(graph, measured, trace)
         oracle = oracle_for(graph, measured, statistic, fallback=oracle, report=match)
+        oracle.set_links(bandwidth_bps=bandwidth_bps, overhead_s=overhead_s)
         from tfsched.tracing.replay import graph_that_ran
 
         ran = graph_that_ran(measured, graph.fetches, source=trace)
+    links = _links_line(bandwidth_bps, overhead_s, traced=trace is not None)
     if "auto" in (partition, credit):
         sized = _sizes(graph, oracle)  # as Analysis.sizes
         partition = sized[0] if partition == "auto" else partition
@@ -255,12 +269,35 @@ def analyze(
         workers=workers,
         trace_match=match,
         simulate_on=ran,
+        links=links,
         partition=partition,
         credit=credit,
         host_credit=host_credit,
         ack_share=ack_share,
         credit_return=credit_return,
     )
+
+
+def _links_line(bandwidth_bps: float | None, overhead_s: float | None, *, traced: bool) -> str:
+    """Where ``analyze``'s links come from, in words.
+
+    >>> _links_line(None, None, traced=False)
+    '1 Gbit/s a host, 300 us a message'
+    >>> print(_links_line(1e10, None, traced=True))
+    10 Gbit/s a host (given), the overheads fitted to the trace's channels
+    """
+    if traced and bandwidth_bps is None and overhead_s is None:
+        return "fitted to the trace's channels (bandwidth and per-message overhead)"
+    given = " (given)" if traced else ""
+    if bandwidth_bps is None and traced:
+        bw = "the bandwidths fitted to the trace's channels"
+    else:
+        bw = f"{(bandwidth_bps or DEFAULT_BANDWIDTH_BPS) / 1e9:g} Gbit/s a host{given}"
+    if overhead_s is None and traced:
+        oh = "the overheads fitted to the trace's channels"
+    else:
+        oh = f"{(DEFAULT_OVERHEAD_S if overhead_s is None else overhead_s) * 1e6:g} us a message{given}"
+    return f"{bw}, {oh}"
 
 
 def analyze_graph(
@@ -271,6 +308,7 @@ def analyze_graph(
     workers: int | None = None,
     trace_match=None,
     simulate_on: CommGraph | None = None,
+    links: str = "",
     partition: int = 0,
     credit: int = 0,
     host_credit: bool = False,
@@ -289,6 +327,7 @@ def analyze_graph(
         schedule=schedule,
         oracle=oracle,
         simulated=simulate_on,
+        links=links,
         prediction=predict(
             simulate_on or graph,
             schedule if simulate_on is None else carry_over(schedule, simulate_on),

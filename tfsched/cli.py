@@ -63,6 +63,8 @@ def main() -> None:
 def _bandwidth(ctx, param, value):
     from tfsched.units import parse_bandwidth
 
+    if value is None:
+        return None
     try:
         return parse_bandwidth(value)
     except TfschedError as e:
@@ -98,6 +100,8 @@ def _size_or_auto(ctx, param, value):
 def _duration(ctx, param, value):
     from tfsched.units import parse_duration
 
+    if value is None:
+        return None
     try:
         return parse_duration(value)
     except TfschedError as e:
@@ -181,10 +185,16 @@ _tag_set_option = click.option(
     "--algorithm", type=click.Choice(["tio", "tao", "layer", "fifo"]), default="tio", show_default=True
 )
 @click.option(
-    "--bandwidth", default="1Gbit", show_default=True, callback=_bandwidth, help="Per-host link bandwidth."
+    "--bandwidth",
+    default=None,
+    callback=_bandwidth,
+    help="Per-host link bandwidth [default: 1Gbit; with --trace: each channel's, fitted to the trace].",
 )
 @click.option(
-    "--overhead", default="300us", show_default=True, callback=_duration, help="Per-message overhead."
+    "--overhead",
+    default=None,
+    callback=_duration,
+    help="Per-message overhead [default: 300us; with --trace: each channel's, fitted to the trace].",
 )
 @click.option(
     "--workers",

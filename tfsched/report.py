@@ -37,6 +37,7 @@ def print_analysis(
     )
     if a.trace_match is not None:
         console.print(f"times from the trace ({a.oracle.name}): {a.trace_match.line()}")
+        console.print(f"links: {a.links}")
         laid = a.simulated_graph
         if laid["from"] == "ran":
             console.print(

@@ -127,6 +127,35 @@ class TestCollect:
         assert a.to_json()["prediction"]["simulated_graph"] == a.simulated_graph
         assert a.prediction == predict(ran_graph, carry_over(a.schedule, ran_graph), a.oracle)
 
+    def test_analyze_with_the_trace_on_another_link(self, traced):
+        """--bandwidth / --overhead beside --trace replace that part of every fitted link (they
+        were ignored until the thirtieth session)."""
+        from tfsched.analysis import analyze
+
+        def run(**link):
+            return analyze(
+                str(traced["dir"] / "g.pb"),
+                fetches=["train"],
+                trace=str(traced["dir"] / "trace.json"),
+                **link,
+            )
+
+        fitted, faster, free = run(), run(bandwidth_bps=1e12), run(overhead_s=0.0)
+        assert fitted.oracle.links and fitted.links.startswith("fitted to the trace")
+        for a, field, value in ((faster, "bandwidth_bps", 1e12), (free, "overhead_s", 0.0)):
+            assert all(getattr(m, field) == value for m in (a.oracle.link, *a.oracle.links.values()))
+        # the other part stays the fit's
+        assert [m.overhead_s for m in faster.oracle.links.values()] == [
+            m.overhead_s for m in fitted.oracle.links.values()
+        ]
+        assert (
+            fitted.oracle.host_bps
+            and faster.oracle.host_bps == {}
+            and faster.links.startswith("1000 Gbit/s a host (given)")
+        )
+        assert faster.prediction.baseline_s < fitted.prediction.baseline_s
+        assert free.prediction.baseline_s < fitted.prediction.baseline_s
+
     def test_viz_json(self, traced, tmp_path):
         out = tmp_path / "t.chrome.json"
         p = subprocess.run(

@@ -155,12 +155,7 @@ def annotate(
         # The hosts' links are shaped to a known rate. A trace of one worker sees only its share
         # of the PS's link (the other workers pull at the same time); the simulator shares the
         # link itself, so it gets the link's rate, with the per-message overheads of the fit.
-        oracle.link = LinkModel(bandwidth_bps=bandwidth_bps, overhead_s=oracle.link.overhead_s)
-        oracle.links = {
-            k: LinkModel(bandwidth_bps=bandwidth_bps, overhead_s=m.overhead_s)
-            for k, m in oracle.links.items()
-        }
-        oracle.host_bps = {}  # every NIC is shaped to that rate
+        oracle.set_links(bandwidth_bps=bandwidth_bps)  # every NIC is shaped to that rate
     cost_model = TimeOracle.from_cost_model(saved, link=LinkModel())  # what `analyze` starts from
     plain = build_sim_graph(graph, oracle, None, workers=workers)
     bounds = step_bounds(plain)

@@ -128,6 +128,26 @@ class TimeOracle:
         oracle.fits = fits  # kept for reports: samples, RMSE, R^2 per link
         return oracle
 
+    def set_links(self, *, bandwidth_bps: float | None = None, overhead_s: float | None = None) -> None:
+        """Give every link (the default and each channel's) ``bandwidth_bps`` and/or ``overhead_s``,
+        keeping the rest of each model: a traced oracle asked about another link (``tfsched
+        analyze --trace --bandwidth``) or about the shaped one it was traced on (the bench: a
+        worker's trace sees only its share of the PS's link). With a bandwidth every host's NIC
+        carries that rate, not what the trace measured it carrying."""
+        if bandwidth_bps is None and overhead_s is None:
+            return
+
+        def relinked(m: LinkModel) -> LinkModel:
+            return LinkModel(
+                bandwidth_bps=m.bandwidth_bps if bandwidth_bps is None else bandwidth_bps,
+                overhead_s=m.overhead_s if overhead_s is None else overhead_s,
+            )
+
+        self.link = relinked(self.link)
+        self.links = {k: relinked(m) for k, m in self.links.items()}
+        if bandwidth_bps is not None:
+            self.host_bps = {}
+
     def compute(self, op_name: str) -> float:
         if self.fixed_transfer_s is not None:
             return 0.0
