@@ -96,6 +96,13 @@ def test_the_graph_that_ran_is_what_grappler_made_of_the_saved_one(tmp_path):
     assert a.simulated_graph == {"from": "ran", "transfers": len(ran.transfers), "saved_transfers": 65}
     on_saved = analyze_graph(a.graph, a.oracle, algorithm="tao", workers=4).prediction
     assert a.prediction.baseline_s < on_saved.baseline_s
+    # and so does the picture of `viz --graph`: the simulated step pushes what the trace pushed
+    from tfsched.viz.write import _prediction, write_visualization
+
+    rows = _prediction(trace, str(path), built.fetches, 0, None)
+    assert len(rows["ps:0 ← worker:0"]) == len(pushes(ran)) < 33
+    write_visualization(trace, str(tmp_path / "step.png"), graph=str(path), fetches=built.fetches)
+    assert (tmp_path / "step.png").read_bytes().startswith(b"\x89PNG")
     # a trace that ran with tfsched's pass has its gates in the partition graphs: not the graph
     # a schedule is applied to, so none (the prediction lays out the saved graph)
     import base64

@@ -64,3 +64,64 @@ def test_bad_output_and_step(tmp_path):
     with pytest.raises(TfschedError, match="step 7 is not in the trace"):
         write_visualization(small_trace(), str(tmp_path / "t.png"), step=7)
     assert list(tmp_path.iterdir()) == []
+
+
+def _schedule_file(path, tensors):
+    """A schedule of one PS -> worker 0 channel naming ``tensors`` (name, bytes) in that order."""
+    import json
+
+    ps, w0 = PS.split("/device:")[0], W.split("/device:")[0]
+    transfers = [
+        {"key": f"pull:{name}", "tensor": name, "variable": name, "kind": "pull", "src": PS, "dst": W}
+        | {"bytes": nbytes, "priority": k}
+        for k, (name, nbytes) in enumerate(tensors)
+    ]
+    doc = {
+        "schema": "tfsched.schedule/1",
+        "algorithm": "tio",
+        "mode": "counter",
+        "partition": None,
+        "credit": None,
+        "graph": {"source": "g.pb", "fetches": ["train"], "transfers": len(transfers)},
+        "channels": [{"sender": ps, "receiver": w0, "transfers": transfers}],
+    }
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_the_schedule_is_shown_on_the_transfers_it_names(tmp_path):
+    import json
+
+    from tfsched.viz.write import write_visualization
+
+    trace = small_trace()
+    # worker 1's pulls too: a one-worker graph's schedule names only worker 0's, by tensor
+    W1 = W.replace("task:0", "task:1")
+    trace.transfers += [TransferRecord(0, "edge_1_w/read", "w/read:0", 40000, PS, W1, 0.0, 900.0, ())]
+    sched = _schedule_file(tmp_path / "s.json", [("other:0", 4), ("w/read:0", 40000)])
+    write_visualization(trace, str(tmp_path / "t.json"), schedule=sched)
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    shown = [e["args"].get("priority") for e in events if e.get("cat") == "transfer"]
+    assert shown == [1] * len(trace.transfers)
+
+
+def test_options_this_output_does_not_draw_are_errors(tmp_path):
+    from tfsched.viz.write import write_visualization
+
+    sched = _schedule_file(tmp_path / "s.json", [("w/read:0", 40000)])
+    other = _schedule_file(tmp_path / "other.json", [("fc/read:0", 40000), ("w/read:0", 4)])
+    out = tmp_path / "out"
+    out.mkdir()
+    cases = [
+        (dict(schedule=sched), "t.png", "--schedule puts priorities on the Chrome trace"),
+        (dict(graph="g.pb"), "t.json", "--graph and --compare draw into a picture"),
+        (dict(compare={"b": small_trace()}), "t.json", "--graph and --compare draw into a picture"),
+        (dict(fetches=["train"]), "t.png", "give --graph too"),
+        (dict(tag_set="serve"), "t.html", "give --graph too"),
+        # a schedule of another graph: the names or the sizes differ
+        (dict(schedule=other), "t.json", "other.json: the schedule names 0 of the trace's 1 transfers"),
+    ]
+    for kwargs, name, message in cases:
+        with pytest.raises(TfschedError, match=message.replace(".", r"\.")):
+            write_visualization(small_trace(), str(out / name), **kwargs)
+    assert list(out.iterdir()) == []

@@ -15,30 +15,55 @@ from tfsched.viz.chrome import chrome_trace
 FORMATS = (".json", ".png", ".svg", ".html")
 
 
-def _priorities(schedule_path: str) -> dict[str, int]:
+def _priorities(schedule_path: str, trace: Trace) -> dict[str, int]:
+    """The schedule's priority of each transfer of the trace it names, keyed "tensor -> receiver
+    task": by tensor and receiver, else by the tensor alone where the schedule gives it one
+    priority (a schedule of a one-worker graph, as between-graph replication saves it, names
+    worker 0's pulls; the trace has every worker's). Sizes must agree where both are known.
+
+    An error if the schedule names fewer than half of the trace's transfers: a schedule of
+    another graph. (Not all of them: Grappler rewrites what a step sends, and Par-32 training
+    pushes one merged gradient for the 32 the saved graph's schedule names.)"""
     from tfsched.graph.devices import task_of
     from tfsched.ordering.schedule import load_schedule
 
     doc = load_schedule(schedule_path)
-    return {
-        f"{t['tensor']} -> {task_of(t['dst'])}": t["priority"]
-        for ch in doc["channels"]
-        for t in ch["transfers"]
-    }
+    records = [t for ch in doc["channels"] for t in ch["transfers"]]
+    exact = {(t["tensor"], task_of(t["dst"])): t for t in records}
+    by_tensor: dict[str, list[dict]] = {}
+    for t in records:
+        by_tensor.setdefault(t["tensor"], []).append(t)
+    priorities: dict[str, int] = {}
+    traced = {(x.tensor, task_of(x.dst)): x.bytes for x in trace.transfers}
+    for (tensor, dst), nbytes in traced.items():
+        rec = exact.get((tensor, dst))
+        if rec is None and len({t["priority"] for t in by_tensor.get(tensor, [])}) == 1:
+            rec = by_tensor[tensor][0]
+        if rec is not None and rec.get("bytes") in (None, nbytes):
+            priorities[f"{tensor} -> {dst}"] = rec["priority"]
+    if records and len(priorities) * 2 < len(traced):
+        raise TfschedError(
+            f"{schedule_path}: the schedule names {len(priorities)} of the trace's {len(traced)} "
+            "transfers; it is of another graph"
+        )
+    return priorities
 
 
 def _prediction(trace: Trace, graph_path: str, fetches: list[str] | None, step: int, tag_set: str | None):
-    """The simulator's record of one step of ``graph_path`` with the trace's oracle."""
+    """The simulator's record of one step of ``graph_path`` with the trace's oracle, laid out on
+    the partition graphs the trace ran where it keeps them (``tracing.replay.graph_that_ran``)."""
     from tfsched.graph import load_comm_graph
     from tfsched.oracle import TimeOracle
     from tfsched.sim import build_sim_graph, simulate
     from tfsched.tracing.match import match_trace, oracle_for
+    from tfsched.tracing.replay import graph_that_ran
     from tfsched.viz.plots import sim_rows
 
     graph = load_comm_graph(graph_path, fetches=fetches, tag_set=tag_set)
     match_trace(graph, trace, graph_path)
     oracle = oracle_for(graph, trace, fallback=TimeOracle.from_cost_model(graph))
-    sg = build_sim_graph(graph, oracle)
+    # what the traced steps ran, where the trace keeps it (as `analyze --trace` predicts)
+    sg = build_sim_graph(graph_that_ran(trace, graph.fetches) or graph, oracle)
     return sim_rows(sg, simulate(sg, "fifo", record=True))
 
 
@@ -64,8 +89,20 @@ def write_visualization(
         )
     if not 0 <= step < trace.steps:
         raise TfschedError(f"step {step} is not in the trace (it has steps 0..{trace.steps - 1})")
+    # an option that this output does not draw is an error, not ignored
+    if (fetches or tag_set) and not graph:
+        raise TfschedError("--fetch and --tag-set choose what --graph simulates; give --graph too")
+    if schedule and ext != ".json":
+        raise TfschedError(
+            f"{output}: --schedule puts priorities on the Chrome trace's transfers (.json); a {ext} has none"
+        )
+    if ext == ".json" and (graph or compare):
+        raise TfschedError(
+            f"{output}: --graph and --compare draw into a picture or page (.png, .svg, .html), "
+            "not into the Chrome trace"
+        )
     if ext == ".json":
-        priorities = _priorities(schedule) if schedule else None
+        priorities = _priorities(schedule, trace) if schedule else None
         doc = chrome_trace(trace, priorities=priorities)
         write_atomic(output, lambda f: json.dump(doc, f))
         return
