@@ -301,6 +301,8 @@ def analyze(
     """
     from tfsched.analysis import analyze as run_analysis
 
+    if statistic != "min" and trace_path is None:
+        raise click.UsageError("--statistic needs --trace (the traced steps it summarizes)")
     if host_credit and not credit:
         raise click.UsageError("--host-credit needs --credit N (the window it makes one per sending task)")
     if ack_share is not None and not credit:

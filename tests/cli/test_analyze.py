@@ -301,6 +301,16 @@ class TestBadInput:
         assert_one_line_error(run("analyze", seq_graph_file["pb"], "--bandwidth", "fast"), "--bandwidth")
         assert_one_line_error(run("analyze", seq_graph_file["pb"], "--algorithm", "magic"), "magic")
 
+    def test_an_option_that_would_be_ignored_is_an_error(self, seq_graph_file, tmp_path):
+        assert_one_line_error(
+            run("analyze", seq_graph_file["pb"], "--statistic", "median"), "--statistic needs --trace"
+        )
+        out = tmp_path / "t.json"
+        for extra in (("--fetch", "train"), ("--init", "init"), ("--tag-set", "train")):
+            p = run("trace", "--model", "seq32", *extra, "-o", str(out))
+            assert_one_line_error(p, "go with --graph; a built-in model has its own")
+        assert not out.exists()
+
     def test_output_not_written_on_error(self, tmp_path):
         out = tmp_path / "s.json"
         p = run("analyze", str(tmp_path / "missing.pb"), "-o", str(out))

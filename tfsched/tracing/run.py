@@ -63,6 +63,8 @@ def trace_local(
         raise TfschedError(f"--steps must be positive, got {steps}")
     if (model is None) == (graph_path is None):
         raise TfschedError("give either --model or --graph")
+    if model is not None and (fetches or init or tag_set):
+        raise TfschedError("--fetch, --init and --tag-set go with --graph; a built-in model has its own")
     if model is not None:
         from tfsched.models import build_graph
 
