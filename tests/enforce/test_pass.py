@@ -1,6 +1,7 @@
 """The Grappler pass on its own (TensorFlow's tf_optimizer), and enable()'s checks."""
 
 import json
+import re
 
 import pytest
 
@@ -207,6 +208,23 @@ class TestEnableChecks:
 
         with pytest.raises(TfschedError, match="needs a schedule file"):
             tfsched.enable(algorithm="tao")
+
+    @pytest.mark.parametrize(
+        "kwargs,message",
+        [
+            (dict(config={"graph_options": {}}), "config must be a tf.compat.v1.ConfigProto, got dict"),
+            (dict(fetches=["train"]), "give graph= too"),
+            (dict(ps_job=""), "ps_job must be a job name"),
+            (dict(ps_job="/job:ps"), "ps_job must be a job name"),
+            (dict(algorithm="magic"), "unknown algorithm 'magic'; choose one of tio, tao, layer, fifo"),
+            (dict(strict="yes"), "strict must be True or False"),
+        ],
+    )
+    def test_a_wrong_argument_is_one_error(self, kwargs, message):
+        import tfsched
+
+        with pytest.raises(TfschedError, match=re.escape(message)):
+            tfsched.enable(**kwargs)
 
     def test_not_a_schedule(self, tmp_path):
         import tfsched

@@ -230,15 +230,22 @@ def enable(
     >>> sess = tf.compat.v1.Session(server.target, config=config)  # doctest: +SKIP
     >>> config = tfsched.enable(partition="auto", credit="auto")  # doctest: +SKIP
     """
-    from tfsched.ordering.schedule import load_schedule
+    from tfsched.ordering.schedule import ALGORITHMS, load_schedule
 
     partition, credit = resolve_knobs(partition, credit)
     if bandwidth_bps is not None:
         if AUTO not in (partition, credit):
             raise TfschedError("bandwidth_bps sizes a partition or credit 'auto'; neither is 'auto'")
         link_sizes(bandwidth_bps)  # one error line for a bad bandwidth
-    if not isinstance(host_credit, bool):
-        raise TfschedError(f"host_credit must be True or False, got {host_credit!r}")
+    for name, flag in (("host_credit", host_credit), ("strict", strict)):
+        if not isinstance(flag, bool):
+            raise TfschedError(f"{name} must be True or False, got {flag!r}")
+    if not isinstance(ps_job, str) or not ps_job or "/" in ps_job or ":" in ps_job:
+        raise TfschedError(f"ps_job must be a job name such as 'ps', got {ps_job!r}")
+    if algorithm not in ALGORITHMS:
+        raise TfschedError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+    if fetches is not None and graph is None:
+        raise TfschedError("fetches choose what of graph= a step runs; give graph= too")
     if host_credit and not credit:
         raise TfschedError("host_credit needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
     if ack_share is not None:
@@ -279,6 +286,8 @@ def enable(
     load_ops()  # the master runs the pass: it must be registered in this process
     if config is None:
         config = tf.compat.v1.ConfigProto()
+    elif not isinstance(config, tf.compat.v1.ConfigProto):
+        raise TfschedError(f"config must be a tf.compat.v1.ConfigProto, got {type(config).__name__}")
     rewrite = config.graph_options.rewrite_options
     for existing in list(rewrite.custom_optimizers):
         if existing.name == OPTIMIZER_NAME:
