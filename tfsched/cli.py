@@ -898,6 +898,10 @@ def tune(
     from tfsched.tune.search import Space
 
     _check_loopback(loopback, shaped_loopback, latency)
+    if model is not None and graph_path is not None:
+        raise click.UsageError("give either --model or --graph")
+    if partition and not credit_only:
+        raise click.UsageError("--partition fixes the partition size of --credit-only; add it")
     check_writable(output)  # not after the trials
 
     if model is None and graph_path is None:
@@ -912,7 +916,7 @@ def tune(
                 console.print(msg)
 
         result = tune_cluster(
-            model if graph_path is None else None,
+            model,
             graph_path=graph_path,
             fetches=list(fetches) or None,
             init=init,

@@ -306,9 +306,13 @@ class TestBadInput:
             run("analyze", seq_graph_file["pb"], "--statistic", "median"), "--statistic needs --trace"
         )
         out = tmp_path / "t.json"
-        for extra in (("--fetch", "train"), ("--init", "init"), ("--tag-set", "train")):
-            p = run("trace", "--model", "seq32", *extra, "-o", str(out))
-            assert_one_line_error(p, "go with --graph; a built-in model has its own")
+        for cmd in ("trace", "tune"):
+            for extra in (("--fetch", "train"), ("--init", "init"), ("--tag-set", "train")):
+                p = run(cmd, "--model", "seq32", *extra, "-o", str(out))
+                assert_one_line_error(p, "go with --graph; a built-in model has its own")
+        p = run("tune", "--model", "seq32", "--graph", seq_graph_file["pb"], "-o", str(out))
+        assert_one_line_error(p, "give either --model or --graph")
+        assert_one_line_error(run("tune", "--partition", "1000", "-o", str(out)), "add it")
         assert not out.exists()
 
     def test_output_not_written_on_error(self, tmp_path):

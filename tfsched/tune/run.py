@@ -216,6 +216,8 @@ def tune_cluster(
         raise TfschedError(f"unknown search {search!r}; choose {', '.join(SEARCHES)}")
     if (model is None) == (graph_path is None):
         raise TfschedError("give either a built-in model or --graph")
+    if model is not None and (fetches or init or tag_set):
+        raise TfschedError("--fetch, --init and --tag-set go with --graph; a built-in model has its own")
     if trials < 1 or measure < 1 or settle < 0:
         raise TfschedError("trials and measured steps must be at least 1, settle steps not negative")
     space = space or Space()
