@@ -119,9 +119,41 @@ def test_options_this_output_does_not_draw_are_errors(tmp_path):
         (dict(fetches=["train"]), "t.png", "give --graph too"),
         (dict(tag_set="serve"), "t.html", "give --graph too"),
         # a schedule of another graph: the names or the sizes differ
-        (dict(schedule=other), "t.json", "other.json: the schedule names 0 of the trace's 1 transfers"),
+        (dict(schedule=other), "t.json", "other.json: the schedule names 0 of the 1 tensors the trace moved"),
     ]
     for kwargs, name, message in cases:
         with pytest.raises(TfschedError, match=message.replace(".", r"\.")):
             write_visualization(small_trace(), str(out / name), **kwargs)
     assert list(out.iterdir()) == []
+
+
+def test_a_scheduled_steps_gates_show_the_priority_of_the_tensor_they_forward(tmp_path):
+    """A step the pass scheduled moves its gates' outputs (names as cc/scheduler.cc gives them,
+    as seen in a traced VGG16 step with partition and credit), and acknowledgements."""
+    import json
+
+    from tfsched.viz.write import write_visualization
+
+    moved = [
+        ("w/read/tfsched_gate_to_worker_0:0", 40000, PS, W),  # whole
+        ("fc/read/tfsched_to_worker_0_gate_0:0", 20000, PS, W),  # two slices
+        ("fc/read/tfsched_to_worker_0_gate_1:0", 20000, PS, W),
+        ("fc/read/tfsched_to_worker_0_gate_1/ack:0", 8, W, PS),  # its acknowledgement
+        ("tfsched_credit_sink_ps_0/ctrl_S200:0", 0, W, PS),
+    ]
+    trace = small_trace(1)
+    trace.transfers = [
+        TransferRecord(0, f"edge_{k}", t, b, src, dst, 0.0, 100.0, ())
+        for k, (t, b, src, dst) in enumerate(moved)
+    ]
+    sched = _schedule_file(tmp_path / "s.json", [("fc/read:0", 40000), ("w/read:0", 40000)])
+    write_visualization(trace, str(tmp_path / "t.json"), schedule=sched)
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    shown = {e["args"]["tensor"]: e["args"].get("priority") for e in events if e.get("cat") == "transfer"}
+    assert shown == {
+        "w/read/tfsched_gate_to_worker_0:0": 1,
+        "fc/read/tfsched_to_worker_0_gate_0:0": 0,
+        "fc/read/tfsched_to_worker_0_gate_1:0": 0,
+        "fc/read/tfsched_to_worker_0_gate_1/ack:0": None,
+        "tfsched_credit_sink_ps_0/ctrl_S200:0": None,
+    }

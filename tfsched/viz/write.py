@@ -6,6 +6,7 @@ import html
 import io
 import json
 import os
+import re
 
 from tfsched.errors import TfschedError
 from tfsched.io import write_atomic
@@ -15,13 +16,43 @@ from tfsched.viz.chrome import chrome_trace
 FORMATS = (".json", ".png", ".svg", ".html")
 
 
-def _priorities(schedule_path: str, trace: Trace) -> dict[str, int]:
-    """The schedule's priority of each transfer of the trace it names, keyed "tensor -> receiver
-    task": by tensor and receiver, else by the tensor alone where the schedule gives it one
-    priority (a schedule of a one-worker graph, as between-graph replication saves it, names
-    worker 0's pulls; the trace has every worker's). Sizes must agree where both are known.
+# What the pass names its gates (cc/scheduler.cc): "SRC/tfsched_gate[_PORT]_to_TASK" for a whole
+# tensor, "SRC/tfsched[_PORT]_to_TASK_gate_I" for slice I; acknowledgements ".../ack" and the
+# credit sinks "tfsched_credit_sink_TASK" carry no tensor of the schedule.
+_ACK = re.compile(r"/tfsched[^/]*/ack(?:_\d+)?:\d+$")
+_GATE = re.compile(r"^(?P<src>.+)/tfsched(?:_gate)?(?:_(?P<port>\d+))?_to_[^/]*:0$")
 
-    An error if the schedule names fewer than half of the trace's transfers: a schedule of
+
+def scheduled_tensor(tensor: str) -> str | None:
+    """The tensor of the graph a transfer of a scheduled step carries: ``tensor`` itself, or the
+    one a gate or slice of it forwards; None for what the pass added (acknowledgements, credit).
+
+    >>> scheduled_tensor("fc/MatMul/ReadVariableOp:0")
+    'fc/MatMul/ReadVariableOp:0'
+    >>> scheduled_tensor("fc/MatMul/ReadVariableOp/tfsched_to_worker_0_gate_3:0")
+    'fc/MatMul/ReadVariableOp:0'
+    >>> scheduled_tensor("split/tfsched_gate_1_to_ps_0:0")
+    'split:1'
+    >>> scheduled_tensor("fc/w/tfsched_to_worker_0_gate_3/ack:0") is None
+    True
+    >>> scheduled_tensor("model/ack:0")  # a tensor of the user's named so
+    'model/ack:0'
+    """
+    if tensor.startswith("tfsched_credit_sink_") or _ACK.search(tensor):
+        return None
+    m = _GATE.match(tensor)
+    return f"{m['src']}:{m['port'] or 0}" if m else tensor
+
+
+def _priorities(schedule_path: str, trace: Trace) -> dict[str, int]:
+    """The schedule's priority of each transfer of the trace it names, keyed as ``chrome_trace``
+    looks them up ("tensor -> receiver task"). A transfer of a scheduled step is matched by the
+    tensor its gate forwards (``scheduled_tensor``); each is matched by tensor and receiver,
+    else by the tensor alone where the schedule gives it one priority (a schedule of a
+    one-worker graph, as between-graph replication saves it, names worker 0's pulls; the trace
+    has every worker's). Sizes must agree where both are known and the tensor went whole.
+
+    An error if the schedule names fewer than half of the tensors the trace moved: a schedule of
     another graph. (Not all of them: Grappler rewrites what a step sends, and Par-32 training
     pushes one merged gradient for the 32 the saved graph's schedule names.)"""
     from tfsched.graph.devices import task_of
@@ -34,17 +65,22 @@ def _priorities(schedule_path: str, trace: Trace) -> dict[str, int]:
     for t in records:
         by_tensor.setdefault(t["tensor"], []).append(t)
     priorities: dict[str, int] = {}
-    traced = {(x.tensor, task_of(x.dst)): x.bytes for x in trace.transfers}
-    for (tensor, dst), nbytes in traced.items():
+    moved, named = set(), set()
+    for x in trace.transfers:
+        tensor, dst = scheduled_tensor(x.tensor), task_of(x.dst)
+        if tensor is None:
+            continue
+        moved.add((tensor, dst))
         rec = exact.get((tensor, dst))
         if rec is None and len({t["priority"] for t in by_tensor.get(tensor, [])}) == 1:
             rec = by_tensor[tensor][0]
-        if rec is not None and rec.get("bytes") in (None, nbytes):
-            priorities[f"{tensor} -> {dst}"] = rec["priority"]
-    if records and len(priorities) * 2 < len(traced):
+        if rec is not None and (tensor != x.tensor or rec.get("bytes") in (None, x.bytes)):
+            priorities[f"{x.tensor} -> {dst}"] = rec["priority"]
+            named.add((tensor, dst))
+    if records and len(named) * 2 < len(moved):
         raise TfschedError(
-            f"{schedule_path}: the schedule names {len(priorities)} of the trace's {len(traced)} "
-            "transfers; it is of another graph"
+            f"{schedule_path}: the schedule names {len(named)} of the {len(moved)} tensors the trace "
+            "moved; it is of another graph"
         )
     return priorities
 
