@@ -127,6 +127,37 @@ class TestCollect:
         assert a.to_json()["prediction"]["simulated_graph"] == a.simulated_graph
         assert a.prediction == predict(ran_graph, carry_over(a.schedule, ran_graph), a.oracle)
 
+    def test_a_trace_of_scheduled_steps_is_named_so(self, traced, tmp_path):
+        """Its transfers are the pass's gates' outputs (named as cc/scheduler.cc names them):
+        not a trace of another graph, and not one analyze can time the graph by."""
+        import dataclasses
+
+        from tfsched.analysis import analyze
+        from tfsched.graph.devices import task_of
+
+        def gated(t):
+            op, _, port = t.tensor.rpartition(":")
+            job, index = (
+                task_of(t.dst).split("/job:")[1].split("/")[0],
+                t.dst.split("/task:")[1].split("/")[0],
+            )
+            return dataclasses.replace(
+                t, tensor=f"{op}/tfsched_gate{'_' + port if port != '0' else ''}_to_{job}_{index}:0"
+            )
+
+        trace = traced["trace"]
+        doctored = Trace(
+            steps=trace.steps,
+            ops=trace.ops,
+            transfers=[gated(t) for t in trace.transfers],
+            step_times_us=trace.step_times_us,
+            meta=trace.meta,
+        )
+        doctored.save(str(tmp_path / "t.json"))
+        with pytest.raises(TfschedError, match="t.json: the trace is of steps tfsched scheduled") as e:
+            analyze(str(traced["dir"] / "g.pb"), fetches=["train"], trace=str(tmp_path / "t.json"))
+        assert "trace it without tfsched.enable" in str(e.value)
+
     def test_analyze_with_the_trace_on_another_link(self, traced):
         """--bandwidth / --overhead beside --trace replace that part of every fitted link (they
         were ignored until the thirtieth session)."""
@@ -239,7 +270,7 @@ class TestIncompleteSteps:
         assert [r.getMessage() for r in caplog.records] == [
             "t.json: 1 of 3 traced steps did not record 10 transfers their partition graphs send "
             "(TensorFlow turned RPC logging on after they had started); the oracle fits the complete "
-            "steps. Give the tracer the cluster (tasks=) to hold logging on in every task.",
+            "steps. Give the tracer the cluster (tasks=, or $TF_CONFIG) to hold logging on in every task.",
             "t.json: 1 of 3 traced steps did not record 10 transfers their partition graphs send; "
             "the oracle fits the complete steps.",
         ]
@@ -402,7 +433,9 @@ def test_workers_tracing_the_same_steps_each_record_every_transfer():
 @pytest.mark.tf
 @pytest.mark.cluster
 @pytest.mark.parametrize("kwargs,expected", [({"every_n_steps": 3}, [0, 3, 6]), ({"steps": (2, 4)}, [2, 3])])
-def test_trace_hook_traces_exactly_the_steps_asked_for(tmp_path, kwargs, expected):
+def test_trace_hook_traces_exactly_the_steps_asked_for(tmp_path, monkeypatch, kwargs, expected):
+    import json
+
     import tensorflow as tf
 
     from tfsched.bench.local import LocalCluster
@@ -412,7 +445,13 @@ def test_trace_hook_traces_exactly_the_steps_asked_for(tmp_path, kwargs, expecte
     built = build_graph("seq32")
     out = tmp_path / "hook.json"
     with LocalCluster(ps=1, workers=1, vanilla=True) as c:
-        hook = TraceHook(str(out), tasks=c.spec, **kwargs)
+        if "steps" in kwargs:  # the cluster from $TF_CONFIG, as a PS job is usually told it
+            monkeypatch.setenv(
+                "TF_CONFIG", json.dumps({"cluster": c.spec, "task": {"type": "worker", "index": 0}})
+            )
+            hook = TraceHook(str(out), **kwargs)
+        else:
+            hook = TraceHook(str(out), tasks=c.spec, **kwargs)
         with built.graph.as_default():
             with tf.compat.v1.train.MonitoredTrainingSession(
                 master=c.target(),
@@ -483,6 +522,23 @@ def test_trace_hook_rejects_bad_settings():
         TraceHook("x.json")
     with pytest.raises(TfschedError, match="every_n_steps must be positive"):
         TraceHook("x.json", every_n_steps=0)
+
+
+def test_the_tracers_take_the_cluster_from_tf_config(monkeypatch):
+    pytest.importorskip("tensorflow")
+    from tfsched.tracing import TraceHook, collect
+
+    cluster = {"chief": ["c:0"], "ps": ["p:1", "p:2"], "worker": ["w:3"], "evaluator": ["e:4"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "chief", "index": 0}}))
+    assert TraceHook("x.json", every_n_steps=1)._tasks == ["c:0", "p:1", "p:2", "w:3"]  # not the evaluator
+    assert TraceHook("x.json", every_n_steps=1, tasks=())._tasks == []  # given: that
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    with pytest.raises(TfschedError, match=r"\$TF_CONFIG: not a cluster description"):
+        TraceHook("x.json", every_n_steps=1)
+    with pytest.raises(TfschedError, match=r"\$TF_CONFIG"):  # before any step runs
+        collect(None, [], steps=1)
+    monkeypatch.delenv("TF_CONFIG")
+    assert TraceHook("x.json", every_n_steps=1)._tasks == []
 
 
 def test_collect_stays_the_function_once_its_module_is_imported():

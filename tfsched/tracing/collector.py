@@ -108,7 +108,7 @@ def warn_incomplete(trace: Trace, source: str, *, held: bool = False) -> None:
             trace.steps,
             sum(map(len, missing.values())),
             "" if held else " (TensorFlow turned RPC logging on after they had started)",
-            "" if held else " Give the tracer the cluster (tasks=) to hold logging on in every task.",
+            "" if held else " Give the tracer the cluster (tasks=, or $TF_CONFIG) to hold logging on in every task.",
         )
 
 
@@ -200,22 +200,23 @@ def collect(
     warmup: int = 1,
     feed_dict=None,
     meta: dict | None = None,
-    tasks=(),
+    tasks=None,
 ) -> Trace:
     """Run ``warmup`` untraced and ``steps`` traced steps of ``fetches``; returns the Trace.
 
     ``tasks``: the cluster (a ``tf.train.ClusterSpec``, its dict, or every task's "host:port"),
     whose RPC logging is held on across the traced steps so that every transfer is recorded
-    (``rpclog``).
+    (``rpclog``); by default the cluster of ``$TF_CONFIG`` if it is set, ``()`` for none.
     """
     import tensorflow as tf
 
-    from tfsched.tracing.rpclog import RpcLogging
+    from tfsched.tracing.rpclog import RpcLogging, tf_config_tasks
 
     if steps <= 0:
         raise TfschedError(f"steps must be positive, got {steps}")
     if warmup < 0:
         raise TfschedError(f"warmup must not be negative, got {warmup}")
+    tasks = tf_config_tasks() if tasks is None else tasks
     for _ in range(warmup):
         sess.run(fetches, feed_dict=feed_dict)
     options = tf.compat.v1.RunOptions(

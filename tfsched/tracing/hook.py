@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from tfsched.errors import TfschedError
 from tfsched.tracing.collector import add_step, warn_incomplete
-from tfsched.tracing.rpclog import RpcLogging, task_addresses
+from tfsched.tracing.rpclog import RpcLogging, task_addresses, tf_config_tasks
 from tfsched.tracing.trace import Trace
 
 
@@ -16,8 +16,9 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
     Runs are counted from 0 as the hook sees them. Untraced runs get no options at all, so they
     run exactly as without the hook. The file is written when the session ends. ``tasks``: the
     cluster (a ``tf.train.ClusterSpec``, its dict, or every task's "host:port"), whose RPC
-    logging is held on across each traced run so that every transfer is recorded (``rpclog``).
-    Without it, transfers at the start of a run can go unrecorded: each run notes those it lacks
+    logging is held on across each traced run so that every transfer is recorded (``rpclog``);
+    by default the cluster of ``$TF_CONFIG`` if it is set (``rpclog.tf_config_tasks``), ``()``
+    for none. Without it, transfers at the start of a run can go unrecorded: each run notes those it lacks
     (``collector.missing_transfers``), the oracle fits the complete runs, and the hook logs a
     warning when it writes the file.
 
@@ -32,7 +33,7 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
         every_n_steps: int | None = None,
         steps: tuple[int, int] | None = None,
         meta: dict | None = None,
-        tasks=(),
+        tasks=None,
     ) -> None:
         if (every_n_steps is None) == (steps is None):
             raise TfschedError("TraceHook: give either every_n_steps or steps=(first, last)")
@@ -44,7 +45,7 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
         self._every = every_n_steps
         self._range = steps
         self._meta = dict(meta or {})
-        self._tasks = task_addresses(tasks)
+        self._tasks = tf_config_tasks() if tasks is None else task_addresses(tasks)
         self._logging: RpcLogging | None = None
         self._run = 0
         self._trace = Trace(steps=0, meta=self._meta)

@@ -49,7 +49,8 @@ def match_trace(graph: CommGraph, trace: Trace, source: str = "<trace>") -> Matc
     """Count the graph's ops and data transfers that the trace timed; never drops silently.
 
     A trace that explains fewer than half of the graph's transfers is from another graph (or
-    another fetch set): an error. A trace of the same graph matches nearly all of them; the few
+    another fetch set), or of steps tfsched's pass scheduled, whose transfers are its gates'
+    outputs: an error that says which. A trace of the same graph matches nearly all of them; the few
     it may miss (constants TensorFlow replicated instead of sending) are listed in the report.
     """
     timed_ops = {o.node for o in trace.ops}
@@ -72,6 +73,15 @@ def match_trace(graph: CommGraph, trace: Trace, source: str = "<trace>") -> Matc
         incomplete_steps=len(missing_transfers(trace)),
     )
     if data and report.transfers_matched * 2 < len(data):
+        from tfsched.tracing.replay import scheduled_tensor
+
+        forwarded = {(scheduled_tensor(t.tensor), task_of(t.dst)) for t in trace.transfers}
+        if sum((t.tensor, t.dst_task) in forwarded for t in data) * 2 >= len(data):
+            raise TfschedError(
+                f"{source}: the trace is of steps tfsched scheduled (its transfers are the pass's "
+                "gates and slices, not the graph's tensors); the oracle needs the graph as saved: "
+                "trace it without tfsched.enable (as tfsched trace does)"
+            )
         raise TfschedError(
             f"{source}: the trace matches {report.transfers_matched} of the {len(data)} transfers of this graph; "
             "it is from another graph or another fetch"

@@ -10,6 +10,7 @@ transfers the trace recorded (exact, also where no static shape is known).
 from __future__ import annotations
 
 import base64
+import re
 
 from tfsched.errors import TfschedError
 from tfsched.graph.model import DTYPE_SIZES, CommGraph
@@ -92,3 +93,31 @@ def graph_that_ran(trace: Trace, fetches: list[str] | None, *, source: str = "<t
     if not trace.partition_graphs or ran_with_tfsched(trace):
         return None
     return comm_graph_of_trace(trace, fetches=fetches, source=source)
+
+
+# What the pass names its gates (cc/scheduler.cc): "SRC/tfsched_gate[_PORT]_to_TASK" for a whole
+# tensor, "SRC/tfsched[_PORT]_to_TASK_gate_I" for slice I; acknowledgements ".../ack" and the
+# credit sinks "tfsched_credit_sink_TASK" carry no tensor of the schedule.
+_ACK = re.compile(r"/tfsched[^/]*/ack(?:_\d+)?:\d+$")
+_GATE = re.compile(r"^(?P<src>.+)/tfsched(?:_gate)?(?:_(?P<port>\d+))?_to_[^/]*:0$")
+
+
+def scheduled_tensor(tensor: str) -> str | None:
+    """The tensor of the graph a transfer of a scheduled step carries: ``tensor`` itself, or the
+    one a gate or slice of it forwards; None for what the pass added (acknowledgements, credit).
+
+    >>> scheduled_tensor("fc/MatMul/ReadVariableOp:0")
+    'fc/MatMul/ReadVariableOp:0'
+    >>> scheduled_tensor("fc/MatMul/ReadVariableOp/tfsched_to_worker_0_gate_3:0")
+    'fc/MatMul/ReadVariableOp:0'
+    >>> scheduled_tensor("split/tfsched_gate_1_to_ps_0:0")
+    'split:1'
+    >>> scheduled_tensor("fc/w/tfsched_to_worker_0_gate_3/ack:0") is None
+    True
+    >>> scheduled_tensor("model/ack:0")  # a tensor of the user's named so
+    'model/ack:0'
+    """
+    if tensor.startswith("tfsched_credit_sink_") or _ACK.search(tensor):
+        return None
+    m = _GATE.match(tensor)
+    return f"{m['src']}:{m['port'] or 0}" if m else tensor

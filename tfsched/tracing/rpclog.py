@@ -19,6 +19,7 @@ API, with ``worker.proto``'s field numbers.
 from __future__ import annotations
 
 import functools
+import os
 
 from tfsched.errors import TfschedError
 
@@ -46,6 +47,30 @@ def logging_request_class():
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.LoggingRequest"))
+
+
+def tf_config_tasks(environ=None) -> list[str]:
+    """Every task's "host:port" of the cluster ``$TF_CONFIG`` describes (the usual way a PS job
+    is told its cluster), [] without one; the evaluator, which is not in the training's cluster,
+    left out. A ``$TF_CONFIG`` that is not such JSON is an error naming it.
+
+    >>> tf_config_tasks({"TF_CONFIG": '{"cluster": {"ps": ["a:1"], "worker": ["b:2"]}}'})
+    ['a:1', 'b:2']
+    >>> tf_config_tasks({})
+    []
+    """
+    import json
+
+    raw = (os.environ if environ is None else environ).get("TF_CONFIG", "").strip()
+    if not raw:
+        return []
+    try:
+        cluster = json.loads(raw).get("cluster") or {}
+        if not isinstance(cluster, dict):
+            raise ValueError("its cluster is not a mapping of jobs")
+        return task_addresses({job: tasks for job, tasks in cluster.items() if job != "evaluator"})
+    except (ValueError, AttributeError, TypeError) as e:
+        raise TfschedError(f"$TF_CONFIG: not a cluster description ({e})") from None
 
 
 def task_addresses(tasks) -> list[str]:

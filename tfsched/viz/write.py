@@ -6,7 +6,6 @@ import html
 import io
 import json
 import os
-import re
 
 from tfsched.errors import TfschedError
 from tfsched.io import write_atomic
@@ -16,38 +15,10 @@ from tfsched.viz.chrome import chrome_trace
 FORMATS = (".json", ".png", ".svg", ".html")
 
 
-# What the pass names its gates (cc/scheduler.cc): "SRC/tfsched_gate[_PORT]_to_TASK" for a whole
-# tensor, "SRC/tfsched[_PORT]_to_TASK_gate_I" for slice I; acknowledgements ".../ack" and the
-# credit sinks "tfsched_credit_sink_TASK" carry no tensor of the schedule.
-_ACK = re.compile(r"/tfsched[^/]*/ack(?:_\d+)?:\d+$")
-_GATE = re.compile(r"^(?P<src>.+)/tfsched(?:_gate)?(?:_(?P<port>\d+))?_to_[^/]*:0$")
-
-
-def scheduled_tensor(tensor: str) -> str | None:
-    """The tensor of the graph a transfer of a scheduled step carries: ``tensor`` itself, or the
-    one a gate or slice of it forwards; None for what the pass added (acknowledgements, credit).
-
-    >>> scheduled_tensor("fc/MatMul/ReadVariableOp:0")
-    'fc/MatMul/ReadVariableOp:0'
-    >>> scheduled_tensor("fc/MatMul/ReadVariableOp/tfsched_to_worker_0_gate_3:0")
-    'fc/MatMul/ReadVariableOp:0'
-    >>> scheduled_tensor("split/tfsched_gate_1_to_ps_0:0")
-    'split:1'
-    >>> scheduled_tensor("fc/w/tfsched_to_worker_0_gate_3/ack:0") is None
-    True
-    >>> scheduled_tensor("model/ack:0")  # a tensor of the user's named so
-    'model/ack:0'
-    """
-    if tensor.startswith("tfsched_credit_sink_") or _ACK.search(tensor):
-        return None
-    m = _GATE.match(tensor)
-    return f"{m['src']}:{m['port'] or 0}" if m else tensor
-
-
 def _priorities(schedule_path: str, trace: Trace) -> dict[str, int]:
     """The schedule's priority of each transfer of the trace it names, keyed as ``chrome_trace``
     looks them up ("tensor -> receiver task"). A transfer of a scheduled step is matched by the
-    tensor its gate forwards (``scheduled_tensor``); each is matched by tensor and receiver,
+    tensor its gate forwards (``tracing.replay.scheduled_tensor``); each is matched by tensor and receiver,
     else by the tensor alone where the schedule gives it one priority (a schedule of a
     one-worker graph, as between-graph replication saves it, names worker 0's pulls; the trace
     has every worker's). Sizes must agree where both are known and the tensor went whole.
@@ -57,6 +28,7 @@ def _priorities(schedule_path: str, trace: Trace) -> dict[str, int]:
     pushes one merged gradient for the 32 the saved graph's schedule names.)"""
     from tfsched.graph.devices import task_of
     from tfsched.ordering.schedule import load_schedule
+    from tfsched.tracing.replay import scheduled_tensor
 
     doc = load_schedule(schedule_path)
     records = [t for ch in doc["channels"] for t in ch["transfers"]]
