@@ -393,7 +393,19 @@ def demo(model, bandwidth, workers, steps, rounds, modes, batch_size, loopback, 
       tfsched demo --model resnet50 --no-train
       tfsched demo --loopback --modes baseline,tio,tao   # unshaped loopback, the orders alone
     """
+    from click.core import ParameterSource
+
     from tfsched.demo import run_demo
+
+    ctx = click.get_current_context()
+    given = [
+        f"--{p}"
+        for p in ("steps", "rounds", "loopback")
+        if ctx.get_parameter_source(p) == ParameterSource.COMMANDLINE
+    ]
+    if no_train and given:
+        verb = "is" if len(given) == 1 else "are"
+        raise click.UsageError(f"{' and '.join(given)} {verb} for the training, which --no-train leaves out")
 
     run_demo(
         model=model,

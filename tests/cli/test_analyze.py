@@ -359,3 +359,8 @@ def test_demo_trains_on_a_local_cluster():
 
 def test_demo_rejects_bad_modes():
     assert_one_line_error(run("demo", "--modes", "tio,warp"), "--modes")
+    assert_one_line_error(run("demo", "--no-train", "--steps", "3"), "--steps is for the training")
+    assert_one_line_error(
+        run("demo", "--no-train", "--rounds", "1", "--loopback"),
+        "--rounds and --loopback are for the training",
+    )

@@ -108,7 +108,9 @@ def warn_incomplete(trace: Trace, source: str, *, held: bool = False) -> None:
             trace.steps,
             sum(map(len, missing.values())),
             "" if held else " (TensorFlow turned RPC logging on after they had started)",
-            "" if held else " Give the tracer the cluster (tasks=, or $TF_CONFIG) to hold logging on in every task.",
+            ""
+            if held
+            else " Give the tracer the cluster (tasks=, or $TF_CONFIG) to hold logging on in every task.",
         )
 
 
