@@ -238,6 +238,12 @@ def analyze(
     graph = load_comm_graph(
         path, fetches=fetches, fmt=fmt, default_device=default_device, ps_jobs=ps_jobs, tag_set=tag_set
     )
+    have = len(graph.worker_tasks)
+    if workers is not None and workers != have and have != 1:
+        raise TfschedError(
+            f"{path}: --workers {workers} replicates a one-worker graph (between-graph replication); "
+            f"this one has {have} workers (in-graph): leave --workers out"
+        )
     link = LinkModel(
         bandwidth_bps=DEFAULT_BANDWIDTH_BPS if bandwidth_bps is None else bandwidth_bps,
         overhead_s=DEFAULT_OVERHEAD_S if overhead_s is None else overhead_s,

@@ -297,6 +297,17 @@ class TestBadInput:
         (two / "saved_model.pb").write_bytes(sm.SerializeToString()[:100])
         assert_one_line_error(run("analyze", str(two)), "saved_model.pb", "truncated, corrupt")
 
+    def test_workers_of_an_in_graph_replicated_graph(self, tmp_path):
+        from tfsched.models import build_graph
+
+        path = tmp_path / "ig2.pb"
+        path.write_bytes(build_graph("seq32", in_graph_workers=2).graph_def().SerializeToString())
+        p = run("analyze", str(path), "--fetch", "train", "--workers", "4")
+        assert_one_line_error(
+            p, "ig2.pb: --workers 4 replicates a one-worker graph", "this one has 2 workers"
+        )
+        assert run("analyze", str(path), "--fetch", "train", "--workers", "2").returncode == 0
+
     def test_bad_option_value(self, seq_graph_file):
         assert_one_line_error(run("analyze", seq_graph_file["pb"], "--bandwidth", "fast"), "--bandwidth")
         assert_one_line_error(run("analyze", seq_graph_file["pb"], "--algorithm", "magic"), "magic")
