@@ -75,8 +75,13 @@ def match_trace(graph: CommGraph, trace: Trace, source: str = "<trace>") -> Matc
     if data and report.transfers_matched * 2 < len(data):
         from tfsched.tracing.replay import scheduled_tensor
 
-        forwarded = {(scheduled_tensor(t.tensor), task_of(t.dst)) for t in trace.transfers}
-        if sum((t.tensor, t.dst_task) in forwarded for t in data) * 2 >= len(data):
+        # the gates' and slices' outputs, by the tensor each forwards
+        forwarded = {
+            (scheduled_tensor(t.tensor), task_of(t.dst))
+            for t in trace.transfers
+            if scheduled_tensor(t.tensor) not in (None, t.tensor)
+        }
+        if forwarded and sum((t.tensor, t.dst_task) in forwarded for t in data) * 2 >= len(data):
             raise TfschedError(
                 f"{source}: the trace is of steps tfsched scheduled (its transfers are the pass's "
                 "gates and slices, not the graph's tensors); the oracle needs the graph as saved: "
