@@ -298,7 +298,8 @@ def _links_line(bandwidth_bps: float | None, overhead_s: float | None, *, traced
     if bandwidth_bps is None and traced:
         bw = "the bandwidths fitted to the trace's channels"
     else:
-        bw = f"{(DEFAULT_BANDWIDTH_BPS if bandwidth_bps is None else bandwidth_bps) / 1e9:g} Gbit/s a host{given}"
+        bps = DEFAULT_BANDWIDTH_BPS if bandwidth_bps is None else bandwidth_bps
+        bw = f"{bps / 1e9:g} Gbit/s a host{given}"
     if overhead_s is None and traced:
         oh = "the overheads fitted to the trace's channels"
     else:

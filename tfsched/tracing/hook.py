@@ -18,9 +18,9 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
     cluster (a ``tf.train.ClusterSpec``, its dict, or every task's "host:port"), whose RPC
     logging is held on across each traced run so that every transfer is recorded (``rpclog``);
     by default the cluster of ``$TF_CONFIG`` if it is set (``rpclog.tf_config_tasks``), ``()``
-    for none. Without it, transfers at the start of a run can go unrecorded: each run notes those it lacks
-    (``collector.missing_transfers``), the oracle fits the complete runs, and the hook logs a
-    warning when it writes the file.
+    for none. Without it, transfers at the start of a run can go unrecorded: each run notes
+    those it lacks (``collector.missing_transfers``), the oracle fits the complete runs, and the
+    hook logs a warning when it writes the file.
 
     >>> hook = TraceHook("trace.json", every_n_steps=100, tasks=cluster_spec)  # doctest: +SKIP
     >>> with tf.compat.v1.train.MonitoredTrainingSession(master, hooks=[hook]) as sess: ...  # doctest: +SKIP

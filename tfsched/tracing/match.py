@@ -50,8 +50,9 @@ def match_trace(graph: CommGraph, trace: Trace, source: str = "<trace>") -> Matc
 
     A trace that explains fewer than half of the graph's transfers is from another graph (or
     another fetch set), or of steps tfsched's pass scheduled, whose transfers are its gates'
-    outputs: an error that says which. A trace of the same graph matches nearly all of them; the few
-    it may miss (constants TensorFlow replicated instead of sending) are listed in the report.
+    outputs: an error that says which. A trace of the same graph matches nearly all of them;
+    the few it may miss (constants TensorFlow replicated instead of sending) are listed in the
+    report.
     """
     timed_ops = {o.node for o in trace.ops}
     # Names alone are not enough (every model has a MatMul/ReadVariableOp): the size must agree too.
