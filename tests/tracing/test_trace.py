@@ -377,6 +377,25 @@ class TestBadTraces:
         p = self._run("analyze", str(g), "--fetch", "train", "--trace", str(traced["dir"] / "trace.json"))
         self._one_line(p, "trace.json", "another graph")
 
+    @pytest.mark.tf
+    @pytest.mark.cluster
+    @pytest.mark.parametrize(
+        "graph,message",
+        [
+            ("!!!notbase64", "malformed tfsched.trace/1 file (partition graph 0 is not base64)"),
+            (base64.b64encode(b"\x08\x01garbage").decode(), "partition graph 0 of the trace is corrupt"),
+        ],
+    )
+    def test_a_corrupt_partition_graph(self, traced, tmp_path, graph, message):
+        doc = json.loads((traced["dir"] / "trace.json").read_text())
+        bad = tmp_path / "t.json"
+        bad.write_text(json.dumps({**doc, "partition_graphs": [graph]}))
+        g = str(traced["dir"] / "g.pb")
+        self._one_line(self._run("analyze", g, "--fetch", "train", "--trace", str(bad)), "t.json", message)
+        png = tmp_path / "o.png"
+        self._one_line(self._run("viz", str(bad), "-o", str(png), "--graph", g, "--fetch", "train"), message)
+        assert not png.exists()
+
 
 @pytest.mark.tf
 @pytest.mark.cluster

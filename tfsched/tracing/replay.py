@@ -18,11 +18,22 @@ from tfsched.tracing.trace import Trace
 
 
 def partition_graph_defs(trace: Trace) -> list:
-    """The GraphDefs of the partition graphs ``trace`` keeps (base64 in the file)."""
+    """The GraphDefs of the partition graphs ``trace`` keeps (base64 in the file); one that is
+    not one is an error naming the trace's file."""
+    from google.protobuf.message import DecodeError
+
     from tfsched.graph.load import _protos
 
     graph_pb2 = _protos()[0]
-    return [graph_pb2.GraphDef.FromString(base64.b64decode(g)) for g in trace.partition_graphs]
+    out = []
+    for i, g in enumerate(trace.partition_graphs):
+        try:
+            out.append(graph_pb2.GraphDef.FromString(base64.b64decode(g)))
+        except (DecodeError, ValueError, TypeError):
+            raise TfschedError(
+                f"{trace.source}: partition graph {i} of the trace is corrupt (not a GraphDef)"
+            ) from None
+    return out
 
 
 def comm_graph_of_trace(

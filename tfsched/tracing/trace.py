@@ -7,6 +7,7 @@ self-contained: ``analyze --trace`` can check it belongs to the graph it is used
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import asdict, dataclass, field, replace
 
@@ -50,6 +51,7 @@ class Trace:
     step_times_us: list[float] = field(default_factory=list)  # wall time of each traced step
     partition_graphs: list[str] = field(default_factory=list)  # base64 of serialized GraphDefs
     meta: dict = field(default_factory=dict)  # model, fetches, cluster...
+    source: str = field(default="<trace>", compare=False, repr=False)  # the file it came from, for errors
 
     def missing(self) -> dict[int, list[str]]:
         """Per traced step that did not record every transfer: those it lacks, as the tracer
@@ -91,6 +93,7 @@ class Trace:
             step_times_us=[self.step_times_us[old] for old in new] if self.step_times_us else [],
             partition_graphs=self.partition_graphs,
             meta=meta,
+            source=self.source,
         )
 
     def to_json(self) -> dict:
@@ -121,9 +124,17 @@ class Trace:
                 step_times_us=[float(x) for x in data["step_times_us"]],
                 partition_graphs=list(data.get("partition_graphs", [])),
                 meta=dict(data.get("meta", {})),
+                source=path,
             )
         except (KeyError, TypeError, ValueError) as e:
             raise TfschedError(f"{path}: malformed {SCHEMA} file ({type(e).__name__}: {e})") from None
+        for i, g in enumerate(trace.partition_graphs):
+            try:
+                base64.b64decode(g, validate=True)
+            except (TypeError, ValueError):  # binascii.Error is a ValueError
+                raise TfschedError(
+                    f"{path}: malformed {SCHEMA} file (partition graph {i} is not base64)"
+                ) from None
         if trace.steps <= 0 or not trace.ops:
             raise TfschedError(f"{path}: the trace is empty (no traced step)")
         missing = trace.meta.get(MISSING, {})
