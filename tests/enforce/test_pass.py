@@ -234,6 +234,40 @@ class TestEnableChecks:
         with pytest.raises(TfschedError, match="not a tfsched.schedule/1 file"):
             tfsched.enable(schedule=str(bad))
 
+    @pytest.mark.parametrize(
+        "edit,message",
+        [
+            (lambda d: d.update(channels="x"), "channels must be a list of channel objects"),
+            (lambda d: d["channels"][0].update(sender=3), "sender and receiver must be task names"),
+            (lambda d: d["channels"][0].update(transfers={}), "transfers must be a list of transfer objects"),
+            (lambda d: d["channels"][0]["transfers"][1].pop("tensor"), "transfer 1: bad or missing tensor"),
+            (
+                lambda d: d["channels"][0]["transfers"][0].update(dst=5, kind="both"),
+                "bad or missing dst, kind",
+            ),
+            (lambda d: d["channels"][0]["transfers"][0].update(bytes=-4), "transfer 0: bad or missing bytes"),
+            (lambda d: d["channels"][0]["transfers"][0].update(priority=True), "priorities must be 0..n-1"),
+        ],
+    )
+    def test_a_hand_edited_schedule_is_one_error(self, tmp_path, edit, message):
+        """Each field the pass and viz read is checked when the file is read (these were a
+        KeyError or AttributeError traceback, or taken to the pass as given)."""
+        import tfsched
+        from tfsched.analysis import analyze
+
+        par = build_graph("par32")
+        path = tmp_path / "par.pb"
+        path.write_bytes(par.graph_def().SerializeToString())
+        sched = tmp_path / "s.json"
+        analyze(str(path), fetches=par.fetches).schedule.save(str(sched))
+        tfsched.enable(schedule=str(sched))  # as written: fine
+        doc = json.loads(sched.read_text())
+        edit(doc)
+        sched.write_text(json.dumps(doc))
+        with pytest.raises(TfschedError, match=re.escape(message)) as e:
+            tfsched.enable(schedule=str(sched))
+        assert str(e.value).startswith(str(sched))
+
     def test_schedule_for_another_graph(self, tmp_path):
         import tfsched
         from tfsched.analysis import analyze

@@ -88,19 +88,44 @@ class Schedule:
         write_atomic(path, lambda f: json.dump(self.to_json(), f, indent=1))
 
 
+# A transfer record's fields: which must be text, and which may be absent (null) too
+_TEXT_FIELDS = ("key", "tensor", "src", "dst")
+_KINDS = ("pull", "push", "control")
+
+
 def load_schedule(path: str) -> dict:
-    """Read and validate a schedule file; returns its JSON (matching to a graph is the caller's)."""
+    """Read and validate a schedule file; returns its JSON (matching to a graph is the caller's).
+    Every field the pass and ``viz`` read is checked here, so that a hand-edited or truncated
+    file is one error naming the file, the channel and the field, not a traceback later."""
     data = read_json(path, "schedule", SCHEMA)
     if data.get("algorithm") not in ALGORITHMS or data.get("mode") not in MODES:
         raise TfschedError(
             f"{path}: unknown algorithm or mode ({data.get('algorithm')!r}, {data.get('mode')!r})"
         )
-    for ch in data.get("channels", []):
-        ps = [t.get("priority") for t in ch.get("transfers", [])]
-        if not all(isinstance(p, int) and 0 <= p < len(ps) for p in ps):
-            raise TfschedError(
-                f"{path}: channel {ch.get('sender')} -> {ch.get('receiver')}: priorities must be 0..n-1"
-            )
+    channels = data.get("channels", [])
+    if not isinstance(channels, list) or not all(isinstance(ch, dict) for ch in channels):
+        raise TfschedError(f"{path}: channels must be a list of channel objects")
+    for i, ch in enumerate(channels):
+        sender, receiver, transfers = ch.get("sender"), ch.get("receiver"), ch.get("transfers")
+        where = f"{path}: channel {i} ({sender} -> {receiver})"
+        if not (isinstance(sender, str) and sender.startswith("/job:")) or not (
+            isinstance(receiver, str) and receiver.startswith("/job:")
+        ):
+            raise TfschedError(f"{where}: sender and receiver must be task names (/job:...)")
+        if not isinstance(transfers, list) or not all(isinstance(t, dict) for t in transfers):
+            raise TfschedError(f"{where}: transfers must be a list of transfer objects")
+        for j, t in enumerate(transfers):
+            bad = [f for f in _TEXT_FIELDS if not isinstance(t.get(f), str) or not t.get(f)]
+            if t.get("kind") not in _KINDS:
+                bad.append("kind")
+            nbytes = t.get("bytes")
+            if nbytes is not None and (not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0):
+                bad.append("bytes")
+            if bad:
+                raise TfschedError(f"{where}: transfer {j}: bad or missing {', '.join(bad)}")
+        ps = [t.get("priority") for t in transfers]
+        if not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < len(ps) for p in ps):
+            raise TfschedError(f"{where}: priorities must be 0..n-1")
     return data
 
 
