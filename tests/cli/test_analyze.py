@@ -201,6 +201,15 @@ class TestAnalyze:
         p = run("analyze", str(seq_saved_model), "--algorithm", "tao", "--trace", str(out), "--json")
         assert json.loads(p.stdout)["prediction"]["simulated_graph"]["from"] == "ran"
 
+    @pytest.mark.cluster
+    def test_tracing_a_graph_without_its_initializer(self, seq_graph_file, tmp_path):
+        """A user's graph whose variables nothing initialized: one line that says so and what to
+        do (it was TensorFlow's traceback of a hundred lines)."""
+        out = tmp_path / "t.json"
+        p = run("trace", "--graph", seq_graph_file["pb"], "--fetch", "train", "--steps", "1", "-o", str(out))
+        assert_one_line_error(p, "seq32.pb: a step failed: variable", "is not initialized", "(--init OP)")
+        assert not out.exists()
+
     def test_help_has_examples(self):
         for cmd in ("analyze", "demo"):
             p = run(cmd, "--help")

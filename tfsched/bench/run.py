@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tfsched.bench.netns import DEFAULT_QUEUE_S
-from tfsched.errors import TfschedError
+from tfsched.errors import TfschedError, cause_line
 from tfsched.sim.engine import DEFAULT_ACK_SHARE
 from tfsched.tracing.collector import trace_of
 from tfsched.tracing.rpclog import RpcLogging, task_addresses
@@ -547,13 +547,10 @@ def run_side_by_side(
         if cpu and cpu[0] and end:
             box["cpu"] = (end[0] - cpu[0][0], end[1] - cpu[0][1])
         if errors:
-            # TensorFlow's errors start "Graph execution error:" and give the cause lines later.
             dead = dead_tasks_named(dead_tasks)
             if dead:
                 raise TfschedError(f"mode {mode}: cluster task {'; '.join(dead)}")
-            lines = [x.strip() for x in str(errors[0]).splitlines() if x.strip()]
-            cause = next((x for x in lines if not x.endswith(":")), lines[0] if lines else repr(errors[0]))
-            raise TfschedError(f"mode {mode}: a worker failed: {cause[:300]}")
+            raise TfschedError(f"mode {mode}: a worker failed: {cause_line(errors[0])}")
         return times, wall, box
 
     def open_sessions(mode: str, config) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tfsched.errors import TfschedError
+from tfsched.errors import TfschedError, cause_line
 from tfsched.tracing.trace import Trace
 
 
@@ -85,8 +85,11 @@ def trace_local(
 
     with LocalCluster(ps=ps, workers=workers, vanilla=True) as cluster:
         with tf.compat.v1.Session(cluster.target("worker", 0), graph=graph) as sess:
-            if init_op is not None:
-                sess.run(init_op)
-            if progress:
-                progress(f"tracing {steps} steps after {warmup} warm-up steps")
-            return collect(sess, run_fetches, steps=steps, warmup=warmup, meta=meta, tasks=cluster.spec)
+            try:
+                if init_op is not None:
+                    sess.run(init_op)
+                if progress:
+                    progress(f"tracing {steps} steps after {warmup} warm-up steps")
+                return collect(sess, run_fetches, steps=steps, warmup=warmup, meta=meta, tasks=cluster.spec)
+            except tf.errors.OpError as e:
+                raise TfschedError(f"{graph_path or model}: a step failed: {cause_line(e)}") from None

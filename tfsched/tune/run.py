@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tfsched.errors import TfschedError
+from tfsched.errors import TfschedError, cause_line
 from tfsched.tune.search import SEARCHES, Setting, Space
 
 PRESCREEN_GRID = 5  # per knob, simulated before the first real trial
@@ -387,9 +387,7 @@ def tune_cluster(
                     dead = dead_tasks_named(cluster.dead_tasks)
                     if dead:
                         raise TfschedError(f"tuning: cluster task {'; '.join(dead)}")
-                    raise TfschedError(
-                        f"a worker failed while tuning: {str(errors[0]).splitlines()[0][:200]}"
-                    )
+                    raise TfschedError(f"a worker failed while tuning: {cause_line(errors[0])}")
                 if not coord.done.is_set() or any(t.is_alive() for t in threads):
                     stop.set()
                     raise TfschedError(f"tuning did not finish its {trials} trials within {timeout_s:.0f} s")
