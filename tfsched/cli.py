@@ -303,6 +303,10 @@ def analyze(
 
     if statistic != "min" and trace_path is None:
         raise click.UsageError("--statistic needs --trace (the traced steps it summarizes)")
+    if output:
+        from tfsched.io import check_writable
+
+        check_writable(output)  # before the analysis, not after it
     if host_credit and not credit:
         raise click.UsageError("--host-credit needs --credit N (the window it makes one per sending task)")
     if ack_share is not None and not credit:
