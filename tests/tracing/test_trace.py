@@ -354,6 +354,55 @@ class TestBadTraces:
         bad.write_text(json.dumps({**doc, "meta": {"missing_transfers": {"0": ["edge_1_a"]}}}))
         assert Trace.load(str(bad)).missing() == {0: ["edge_1_a"]}
 
+    @pytest.mark.parametrize(
+        "edit,message",
+        [
+            (lambda d: d["ops"][0].update(step=3), "ops[0].step 3 is not a traced step (0 to 0)"),
+            (
+                lambda d: d["ops"][0].update(duration_us="x"),
+                "ops[0].duration_us must be a non-negative number",
+            ),
+            (lambda d: d["ops"][0].update(node=7), "ops[0].node must be text"),
+            (
+                lambda d: d["transfers"][0].update(bytes=-5),
+                "transfers[0].bytes must be a non-negative number",
+            ),
+            (
+                lambda d: d.update(step_times_us=[]),
+                "step_times_us must hold one non-negative number per traced step",
+            ),
+        ],
+    )
+    def test_a_bad_record(self, tmp_path, edit, message):
+        """Each was a TypeError or IndexError traceback in viz (or a wrong picture)."""
+        dev = "/job:ps/replica:0/task:0/device:CPU:0"
+        op = {"step": 0, "device": dev, "node": "a", "op": "Add", "start_us": 0.0, "duration_us": 1.0}
+        tr = {
+            "step": 0,
+            "edge": "e",
+            "tensor": "a:0",
+            "bytes": 4,
+            "src": dev,
+            "start_us": 0.0,
+            "duration_us": 1.0,
+        }
+        doc = {
+            "schema": "tfsched.trace/1",
+            "steps": 1,
+            "ops": [op],
+            "transfers": [{**tr, "dst": dev.replace("ps", "worker")}],
+            "step_times_us": [1.0],
+        }
+        bad = tmp_path / "t.json"
+        bad.write_text(json.dumps(doc))
+        assert Trace.load(str(bad)).steps == 1  # as made: fine
+        edit(doc)
+        bad.write_text(json.dumps(doc))
+        for out in ("o.json", "o.png"):
+            p = self._run("viz", str(bad), "-o", str(tmp_path / out))
+            self._one_line(p, "t.json: malformed tfsched.trace/1 file", message)
+            assert not (tmp_path / out).exists()
+
     def test_other_schema(self, tmp_path):
         bad = tmp_path / "t.json"
         bad.write_text(json.dumps({"schema": "tfsched.trace/0"}))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from dataclasses import asdict, dataclass, field, replace
 
 from tfsched.errors import TfschedError
@@ -41,6 +42,37 @@ class TransferRecord:
     start_us: float
     duration_us: float
     consumers: tuple[str, ...] = ()  # ops on the receiver that use it (from the partition graphs)
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
+
+def _record_problem(trace: Trace) -> str | None:
+    """What is wrong with a loaded trace's records, None if nothing: each record's step is one
+    of the trace's, its names are text, its times and bytes non-negative numbers, and there is
+    one step time per step (what ``viz`` and the oracle index by)."""
+    if len(trace.step_times_us) != trace.steps or not all(map(_number, trace.step_times_us)):
+        return f"step_times_us must hold one non-negative number per traced step ({trace.steps})"
+    for kind, records, texts, numbers in (
+        ("ops", trace.ops, ("device", "node", "op"), ("start_us", "duration_us")),
+        (
+            "transfers",
+            trace.transfers,
+            ("edge", "tensor", "src", "dst"),
+            ("start_us", "duration_us", "bytes"),
+        ),
+    ):
+        for i, r in enumerate(records):
+            if not (isinstance(r.step, int) and 0 <= r.step < trace.steps):
+                return f"{kind}[{i}].step {r.step!r} is not a traced step (0 to {trace.steps - 1})"
+            for f in texts:
+                if not isinstance(getattr(r, f), str):
+                    return f"{kind}[{i}].{f} must be text"
+            for f in numbers:
+                if not _number(getattr(r, f)):
+                    return f"{kind}[{i}].{f} must be a non-negative number, got {getattr(r, f)!r}"
+    return None
 
 
 @dataclass
@@ -137,6 +169,9 @@ class Trace:
                 ) from None
         if trace.steps <= 0 or not trace.ops:
             raise TfschedError(f"{path}: the trace is empty (no traced step)")
+        problem = _record_problem(trace)
+        if problem:
+            raise TfschedError(f"{path}: malformed {SCHEMA} file ({problem})")
         missing = trace.meta.get(MISSING, {})
         if not isinstance(missing, dict) or not all(
             isinstance(k, str)
