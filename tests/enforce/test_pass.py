@@ -247,6 +247,12 @@ class TestEnableChecks:
             ),
             (lambda d: d["channels"][0]["transfers"][0].update(bytes=-4), "transfer 0: bad or missing bytes"),
             (lambda d: d["channels"][0]["transfers"][0].update(priority=True), "priorities must be 0..n-1"),
+            (
+                lambda d: d.update(graph="g.pb"),
+                "graph must be an object whose fetches are a list of op names",
+            ),
+            (lambda d: d["graph"].update(fetches=5), "graph must be an object whose fetches are a list"),
+            (lambda d: d.update(partition="big"), "partition must be null or a number of parameters"),
         ],
     )
     def test_a_hand_edited_schedule_is_one_error(self, tmp_path, edit, message):

@@ -102,6 +102,14 @@ def load_schedule(path: str) -> dict:
         raise TfschedError(
             f"{path}: unknown algorithm or mode ({data.get('algorithm')!r}, {data.get('mode')!r})"
         )
+    graph = data.get("graph", {})
+    fetches = graph.get("fetches", []) if isinstance(graph, dict) else None
+    if not isinstance(fetches, list) or not all(isinstance(f, str) for f in fetches):
+        raise TfschedError(f"{path}: graph must be an object whose fetches are a list of op names")
+    for knob in ("partition", "credit"):
+        v = data.get(knob)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            raise TfschedError(f"{path}: {knob} must be null or a number of parameters, got {v!r}")
     channels = data.get("channels", [])
     if not isinstance(channels, list) or not all(isinstance(ch, dict) for ch in channels):
         raise TfschedError(f"{path}: channels must be a list of channel objects")
