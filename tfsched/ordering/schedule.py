@@ -88,7 +88,7 @@ class Schedule:
         write_atomic(path, lambda f: json.dump(self.to_json(), f, indent=1))
 
 
-# A transfer record's fields: which must be text, and which may be absent (null) too
+# the fields of a transfer record that must be non-empty text, and the kinds a transfer can be
 _TEXT_FIELDS = ("key", "tensor", "src", "dst")
 _KINDS = ("pull", "push", "control")
 
