@@ -235,6 +235,13 @@ def analyze(
     >>> a.prediction.scheduled_s <= a.prediction.baseline_s  # doctest: +SKIP
     True
     """
+    for name, v in (("partition", partition), ("credit", credit)):
+        if v != "auto" and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            raise TfschedError(f"{name} must be a number of parameters (>= 0) or 'auto', got {v!r}")
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+        raise TfschedError(f"workers must be a positive number, got {workers!r}")
+    if statistic != "min" and trace is None:
+        raise TfschedError("statistic needs a trace (the traced steps it summarizes)")
     graph = load_comm_graph(
         path, fetches=fetches, fmt=fmt, default_device=default_device, ps_jobs=ps_jobs, tag_set=tag_set
     )

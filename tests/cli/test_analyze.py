@@ -335,6 +335,24 @@ class TestBadInput:
         assert_one_line_error(run("tune", "--partition", "1000", "-o", str(out)), "add it")
         assert not out.exists()
 
+    @pytest.mark.parametrize(
+        "kwargs,message",
+        [
+            (dict(partition="big"), "partition must be a number of parameters (>= 0) or 'auto', got 'big'"),
+            (dict(credit=-5), "credit must be a number of parameters (>= 0) or 'auto', got -5"),
+            (dict(workers=0), "workers must be a positive number, got 0"),
+            (dict(statistic="median"), "statistic needs a trace"),
+        ],
+    )
+    def test_the_library_call_checks_its_arguments(self, seq_graph_file, kwargs, message):
+        """As the CLI's options are checked (a string partition was a TypeError, a negative
+        credit was reported in bytes, workers=0 and a statistic without a trace were taken)."""
+        from tfsched.analysis import analyze
+        from tfsched.errors import TfschedError
+
+        with pytest.raises(TfschedError, match=re.escape(message)):
+            analyze(seq_graph_file["pb"], fetches=["train"], **kwargs)
+
     def test_output_not_written_on_error(self, tmp_path):
         out = tmp_path / "s.json"
         p = run("analyze", str(tmp_path / "missing.pb"), "-o", str(out))
