@@ -15,6 +15,7 @@ from tfsched.ordering import order
 from tfsched.ordering.schedule import Schedule
 from tfsched.sim import POLICY_OF_MODE, build_sim_graph, mean_step_time, step_bounds
 from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_credit_return
+from tfsched.units import is_count
 
 
 @dataclass
@@ -236,9 +237,9 @@ def analyze(
     True
     """
     for name, v in (("partition", partition), ("credit", credit)):
-        if v != "auto" and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+        if v != "auto" and not is_count(v):
             raise TfschedError(f"{name} must be a number of parameters (>= 0) or 'auto', got {v!r}")
-    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+    if workers is not None and not is_count(workers, least=1):
         raise TfschedError(f"workers must be a positive number, got {workers!r}")
     if statistic != "min" and trace is None:
         raise TfschedError("statistic needs a trace (the traced steps it summarizes)")

@@ -19,6 +19,18 @@ _BW = {
     "gbps": 1e9,
 }
 _TIME = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def is_count(x, least: int = 0) -> bool:
+    """Whether ``x`` is a whole number (an int, not a bool) of at least ``least``: what a number of
+    parameters, bytes, workers or milliseconds given in Python or JSON must be.
+
+    >>> is_count(3), is_count(0), is_count(True), is_count(2.0), is_count(0, least=1)
+    (True, True, False, False, False)
+    """
+    return isinstance(x, int) and not isinstance(x, bool) and x >= least
+
+
 _NUM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Zµ/]*)\s*$")
 
 

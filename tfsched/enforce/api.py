@@ -9,6 +9,7 @@ from tfsched.errors import TfschedError
 # the pass's defaults (scheduler.h) and how the credit comes back (the pass's credit_return): the
 # receiver's acknowledgement, or the sender's transport done with the tensor
 from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_ack_share, check_credit_return
+from tfsched.units import is_count
 
 OPTIMIZER_NAME = "TfschedScheduler"
 DEFAULT_TIMEOUT_MS = 60_000
@@ -63,7 +64,7 @@ def _knob(name: str, value, env: str) -> int:
             raise TfschedError(f"{source}={raw!r}: expected a number of parameters or auto") from None
     if value == "auto":
         return AUTO
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    if not is_count(value):
         raise TfschedError(f"{source} must be a non-negative integer (parameters) or 'auto', got {value!r}")
     return value
 
@@ -108,9 +109,7 @@ def link_sizes(bandwidth_bps: float | None = None, channel_params: int | None = 
         or bandwidth_bps <= 0
     ):
         raise TfschedError(f"bandwidth must be a positive number of bits/s, got {bandwidth_bps!r}")
-    if channel_params is not None and (
-        not isinstance(channel_params, int) or isinstance(channel_params, bool) or channel_params < 0
-    ):
+    if channel_params is not None and not is_count(channel_params):
         raise TfschedError(
             f"channel_params must be a non-negative integer (parameters), got {channel_params!r}"
         )
@@ -254,7 +253,7 @@ def enable(
             raise TfschedError("ack_share needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
     if check_credit_return(credit_return) != "ack" and not credit:
         raise TfschedError("credit_return needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
-    if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0:
+    if not is_count(timeout_ms):
         raise TfschedError(f"timeout_ms must be a non-negative integer (milliseconds), got {timeout_ms!r}")
     lines: list[str] = []
     mode = "counter"
@@ -358,7 +357,7 @@ class CreditSetter:
         self._sess = tf.compat.v1.Session(_session_target(target), graph=self._graph)
 
     def __call__(self, credit: int) -> None:
-        if not isinstance(credit, int) or isinstance(credit, bool) or credit < 0:
+        if not is_count(credit):
             raise TfschedError(f"credit must be a non-negative integer (parameters), got {credit!r}")
         self._sess.run(self._ops, {self._value: credit or -1}, options=_side_run_options())
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from tfsched.errors import TfschedError
 from tfsched.graph.model import CommGraph, Transfer
 from tfsched.io import read_json, write_atomic
+from tfsched.units import is_count
 
 SCHEMA = "tfsched.schedule/1"
 ALGORITHMS = ("tio", "tao", "layer", "fifo")
@@ -108,7 +109,7 @@ def load_schedule(path: str) -> dict:
         raise TfschedError(f"{path}: graph must be an object whose fetches are a list of op names")
     for knob in ("partition", "credit"):
         v = data.get(knob)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+        if v is not None and not is_count(v):
             raise TfschedError(f"{path}: {knob} must be null or a number of parameters, got {v!r}")
     channels = data.get("channels", [])
     if not isinstance(channels, list) or not all(isinstance(ch, dict) for ch in channels):
@@ -127,12 +128,12 @@ def load_schedule(path: str) -> dict:
             if t.get("kind") not in _KINDS:
                 bad.append("kind")
             nbytes = t.get("bytes")
-            if nbytes is not None and (not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0):
+            if nbytes is not None and not is_count(nbytes):
                 bad.append("bytes")
             if bad:
                 raise TfschedError(f"{where}: transfer {j}: bad or missing {', '.join(bad)}")
         ps = [t.get("priority") for t in transfers]
-        if not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < len(ps) for p in ps):
+        if not all(is_count(p) and p < len(ps) for p in ps):
             raise TfschedError(f"{where}: priorities must be 0..n-1")
     return data
 

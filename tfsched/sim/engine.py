@@ -77,6 +77,7 @@ from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
 from tfsched.sim.model import BARRIER, COMPUTE, DELAY, MESSAGE, SimGraph
+from tfsched.units import is_count
 
 POLICIES = ("fifo", "random", "counter", "queue")
 # when a message's credit comes back (the pass's credit_return, enforce.api.enable)
@@ -100,7 +101,7 @@ def check_credit_return(credit_return) -> str:
 
 def check_ack_share(ack_share) -> int:
     """``ack_share`` if it is a positive integer (not a bool), else one TfschedError line."""
-    if not isinstance(ack_share, int) or isinstance(ack_share, bool) or ack_share < 1:
+    if not is_count(ack_share, least=1):
         raise TfschedError(f"ack_share must be a positive integer, got {ack_share!r}")
     return ack_share
 

@@ -78,9 +78,9 @@ def match_trace(graph: CommGraph, trace: Trace, source: str = "<trace>") -> Matc
 
         # the gates' and slices' outputs, by the tensor each forwards
         forwarded = {
-            (scheduled_tensor(t.tensor), task_of(t.dst))
+            (f, task_of(t.dst))
             for t in trace.transfers
-            if scheduled_tensor(t.tensor) not in (None, t.tensor)
+            if (f := scheduled_tensor(t.tensor)) not in (None, t.tensor)
         }
         if forwarded and sum((t.tensor, t.dst_task) in forwarded for t in data) * 2 >= len(data):
             raise TfschedError(

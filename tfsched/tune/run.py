@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError, cause_line
 from tfsched.tune.search import SEARCHES, Setting, Space
+from tfsched.units import is_count
 
 PRESCREEN_GRID = 5  # per knob, simulated before the first real trial
 TUNE_SCHEMA = "tfsched.tune/1"
@@ -70,15 +71,7 @@ def read_tune_file(path: str) -> dict:
     if not isinstance(config, dict) or not isinstance(best, dict):
         raise bad("no config or best setting")
 
-    def count(v) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool)
-
-    if not (
-        count(best.get("partition"))
-        and best["partition"] >= 0
-        and count(best.get("credit"))
-        and best["credit"] > 0
-    ):
+    if not (is_count(best.get("partition")) and is_count(best.get("credit"), least=1)):
         raise bad(
             f"best setting {best.get('partition')!r}/{best.get('credit')!r} is not a partition and credit"
         )
