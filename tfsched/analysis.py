@@ -6,7 +6,8 @@ and simulates a step with and without the order. The CLI only prints what this r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, replace
 
 from tfsched.errors import TfschedError
 from tfsched.graph import CommGraph, load_comm_graph
@@ -58,6 +59,32 @@ class Prediction:
         return out
 
 
+@dataclass(frozen=True)
+class Traced:
+    """What the steps of ``analyze``'s trace took: the median of its complete steps (seconds),
+    how many, and whether tfsched's pass scheduled them (``tracing.match.MatchReport``)."""
+
+    step_s: float
+    steps: int
+    scheduled: bool
+
+    def efficiency(self, p: Prediction) -> float:
+        """TicTac's E of the traced step against the predicted step's makespan bounds."""
+        span = p.upper_bound_s - p.lower_bound_s
+        return (p.upper_bound_s - self.step_s) / span if span > 0 else 1.0
+
+    @classmethod
+    def of(cls, trace, match) -> Traced | None:
+        from tfsched.tracing.collector import complete_steps
+
+        times = complete_steps(trace).step_times_us
+        if not times:
+            return None
+        return cls(
+            step_s=statistics.median(times) / 1e6, steps=len(times), scheduled=bool(match.gated_transfers)
+        )
+
+
 @dataclass
 class Analysis:
     graph: CommGraph
@@ -71,6 +98,8 @@ class Analysis:
     simulated: CommGraph | None = None
     # Where the links' bandwidth and overhead came from, for the report ("fitted to the trace", ...)
     links: str = ""
+    # The traced steps (``Traced``), beside the prediction; None without a trace
+    traced: Traced | None = None
 
     @property
     def sizes(self) -> dict:
@@ -102,6 +131,17 @@ class Analysis:
             "transfers": [t.record(prios[t]) for ts in self.schedule.channels().values() for t in ts],
             "prediction": {**self.prediction.to_json(), "simulated_graph": self.simulated_graph},
             "sizes": self.sizes,
+            **({} if self.traced is None else {"traced": self.traced_json}),
+        }
+
+    @property
+    def traced_json(self) -> dict:
+        t = self.traced
+        return {
+            "step_s": t.step_s,
+            "steps": t.steps,
+            "scheduled": t.scheduled,
+            "efficiency": t.efficiency(self.prediction),
         }
 
 
@@ -257,7 +297,7 @@ def analyze(
         overhead_s=DEFAULT_OVERHEAD_S if overhead_s is None else overhead_s,
     )
     oracle = TimeOracle.from_cost_model(graph, link=link)
-    match = ran = None
+    match = ran = traced = None
     if trace is not None:
         # Measured times (TicTac §5); ops the trace did not time keep the cost model's estimate,
         # those that did not run none (tracing.match.oracle_for)
@@ -271,12 +311,13 @@ def analyze(
         from tfsched.tracing.replay import graph_that_ran
 
         ran = graph_that_ran(measured, graph.fetches, source=trace)
+        traced = Traced.of(measured, match)
     links = _links_line(bandwidth_bps, overhead_s, traced=trace is not None)
     if "auto" in (partition, credit):
         sized = _sizes(graph, oracle)  # as Analysis.sizes
         partition = sized[0] if partition == "auto" else partition
         credit = sized[1] if credit == "auto" else credit
-    return analyze_graph(
+    analysis = analyze_graph(
         graph,
         oracle,
         algorithm=algorithm,
@@ -290,6 +331,7 @@ def analyze(
         ack_share=ack_share,
         credit_return=credit_return,
     )
+    return replace(analysis, traced=traced)
 
 
 def _links_line(bandwidth_bps: float | None, overhead_s: float | None, *, traced: bool) -> str:

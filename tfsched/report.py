@@ -40,8 +40,11 @@ def print_analysis(
         console.print(f"links: {a.links}")
         laid = a.simulated_graph
         if laid["from"] == "ran":
+            pass_out = (
+                " (tfsched's gates, slices and credit taken out)" if a.traced and a.traced.scheduled else ""
+            )
             console.print(
-                f"predicted on the partition graphs the trace ran: {laid['transfers']} transfers"
+                f"predicted on the partition graphs the trace ran{pass_out}: {laid['transfers']} transfers"
                 + (
                     f" (the saved graph's {laid['saved_transfers']}, before Grappler's rewrites)"
                     if laid["transfers"] != laid["saved_transfers"]
@@ -69,7 +72,8 @@ def print_analysis(
             f"credit {sizes['credit']:,} parameters; the busiest channel carries "
             f"{sizes['busiest_channel_params']:,} a step"
         )
-    summary = Table(title="Predicted step time (simulated)", title_justify="left")
+    title = "Predicted step time (simulated)" + ("" if a.traced is None else ", and the traced one")
+    summary = Table(title=title, title_justify="left")
     summary.add_column("")
     summary.add_column("seconds", justify="right")
     summary.add_row("baseline (FIFO)", f"{p.baseline_s:.4f}")
@@ -89,6 +93,11 @@ def print_analysis(
         "ordering efficiency E (baseline → scheduled)", f"{p.baseline_efficiency:.3f} → {p.efficiency:.3f}"
     )
     summary.add_row("speedup bound S", f"{p.speedup_bound:.3f}")
+    if a.traced is not None:
+        t = a.traced
+        ran = "scheduled by tfsched" if t.scheduled else "vanilla TensorFlow"
+        summary.add_row(f"traced step ({ran}, median of {t.steps})", f"{t.step_s:.4f}")
+        summary.add_row("ordering efficiency E of the traced step", f"{t.efficiency(p):.3f}")
     console.print(summary)
     if output:
         console.print(f"schedule written to [bold]{output}[/]")

@@ -197,9 +197,13 @@ class TestAnalyze:
         # the prediction lays out what the trace ran, and says so
         p = run("analyze", str(seq_saved_model), "--algorithm", "tao", "--trace", str(out))
         assert p.returncode == 0, p.stderr
-        assert "predicted on the partition graphs the trace ran:" in " ".join(p.stdout.split())
+        said = " ".join(p.stdout.split())
+        assert "predicted on the partition graphs the trace ran:" in said
+        assert "traced step (vanilla TensorFlow, median of 2)" in said  # beside the prediction
         p = run("analyze", str(seq_saved_model), "--algorithm", "tao", "--trace", str(out), "--json")
-        assert json.loads(p.stdout)["prediction"]["simulated_graph"]["from"] == "ran"
+        got = json.loads(p.stdout)
+        assert got["prediction"]["simulated_graph"]["from"] == "ran"
+        assert got["traced"]["steps"] == 2 and got["traced"]["scheduled"] is False
 
     @pytest.mark.cluster
     def test_tracing_a_graph_without_its_initializer(self, seq_graph_file, tmp_path):

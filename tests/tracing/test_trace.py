@@ -1,7 +1,9 @@
 """Tracing a real cluster, trace files, and matching traces to graphs."""
 
 import base64
+import collections
 import json
+import re
 import subprocess
 import sys
 
@@ -127,37 +129,6 @@ class TestCollect:
         assert a.to_json()["prediction"]["simulated_graph"] == a.simulated_graph
         assert a.prediction == predict(ran_graph, carry_over(a.schedule, ran_graph), a.oracle)
 
-    def test_a_trace_of_scheduled_steps_is_named_so(self, traced, tmp_path):
-        """Its transfers are the pass's gates' outputs (named as cc/scheduler.cc names them):
-        not a trace of another graph, and not one analyze can time the graph by."""
-        import dataclasses
-
-        from tfsched.analysis import analyze
-        from tfsched.graph.devices import task_of
-
-        def gated(t):
-            op, _, port = t.tensor.rpartition(":")
-            job, index = (
-                task_of(t.dst).split("/job:")[1].split("/")[0],
-                t.dst.split("/task:")[1].split("/")[0],
-            )
-            return dataclasses.replace(
-                t, tensor=f"{op}/tfsched_gate{'_' + port if port != '0' else ''}_to_{job}_{index}:0"
-            )
-
-        trace = traced["trace"]
-        doctored = Trace(
-            steps=trace.steps,
-            ops=trace.ops,
-            transfers=[gated(t) for t in trace.transfers],
-            step_times_us=trace.step_times_us,
-            meta=trace.meta,
-        )
-        doctored.save(str(tmp_path / "t.json"))
-        with pytest.raises(TfschedError, match="t.json: the trace is of steps tfsched scheduled") as e:
-            analyze(str(traced["dir"] / "g.pb"), fetches=["train"], trace=str(tmp_path / "t.json"))
-        assert "trace it without tfsched.enable" in str(e.value)
-
     def test_analyze_with_the_trace_on_another_link(self, traced):
         """--bandwidth / --overhead beside --trace replace that part of every fitted link (they
         were ignored until the thirtieth session)."""
@@ -209,6 +180,106 @@ class TestCollect:
         assert len(slices) == len(traced["trace"].transfers)
         assert all({"tensor", "bytes", "sender", "receiver"} <= set(e["args"]) for e in slices)
         assert sum(e["ph"] == "s" for e in events) > len(slices) // 2  # flow arrows to consumers
+
+
+@pytest.fixture(scope="module")
+def scheduled(tmp_path_factory, traced):
+    """The graph of ``traced`` on a real 1 PS + 2 worker cluster with tfsched's pass on, its
+    tensors partitioned into slices and acknowledged under a credit, traced for 3 steps."""
+    import tensorflow as tf
+
+    import tfsched
+    from tfsched.bench.local import LocalCluster
+    from tfsched.tracing import collect
+
+    d = tmp_path_factory.mktemp("scheduled")
+    built = traced["built"]
+    # seq32's weights are 65,536 parameters: four slices each, every one acknowledged
+    config = tfsched.enable(tf.compat.v1.ConfigProto(), partition=20000, credit=40000, strict=True)
+    with LocalCluster(ps=1, workers=2) as c:
+        with tf.compat.v1.Session(c.target(), graph=built.graph, config=config) as sess:
+            sess.run(built.init_op)
+            trace = collect(sess, built.train_op, steps=3, warmup=1, tasks=c.cluster_spec())
+    trace.save(str(d / "trace.json"))
+    return {"trace": trace, "path": str(d / "trace.json"), "graph": str(traced["dir"] / "g.pb")}
+
+
+@pytest.mark.tf
+@pytest.mark.cluster
+class TestScheduledSteps:
+    """A trace of steps tfsched scheduled (``tfsched.enable`` on): its transfers are the pass's
+    gates' and slices' outputs. Until the thirty-first session analyze refused it."""
+
+    def test_gates_and_slices_are_traced_with_their_exact_bytes(self, scheduled, traced):
+        from tfsched.tracing.match import forwarded_bytes
+        from tfsched.tracing.replay import scheduled_tensor
+
+        trace = scheduled["trace"]
+        slices = [t for t in trace.transfers if re.search(r"_gate_\d+:0$", t.tensor)]
+        # no slice over the partition; a weight of 65,536 parameters in four (the label of the
+        # step stats rounds a size: the bytes come from the pass's split)
+        assert slices and all(0 < t.bytes <= 20000 * 4 for t in slices)
+        per_tensor = collections.Counter((t.step, scheduled_tensor(t.tensor), t.dst) for t in slices)
+        assert set(per_tensor.values()) == {4}
+        acks = [t for t in trace.transfers if scheduled_tensor(t.tensor) is None]
+        assert acks  # each slice of 20,000 parameters is acknowledged under the credit
+        # summed, the slices are the tensors the vanilla trace moved, byte for byte
+        vanilla, _ = forwarded_bytes(traced["trace"])
+        seen, gated = forwarded_bytes(trace)
+        assert gated >= 4 * 128 and {k: seen[k] for k in vanilla if k in seen} == vanilla
+        assert len(vanilla.keys() & seen.keys()) >= len(vanilla) - 2
+
+    def test_analyze_times_the_graph_by_it(self, scheduled, traced):
+        import statistics
+
+        from tfsched.analysis import analyze
+
+        a = analyze(scheduled["graph"], fetches=["train"], algorithm="tao", trace=scheduled["path"])
+        v = analyze(
+            scheduled["graph"], fetches=["train"], algorithm="tao", trace=str(traced["dir"] / "trace.json")
+        )
+        m = a.trace_match
+        assert m.gated_transfers > 0 and "steps tfsched scheduled" in m.line()
+        assert m.transfers_matched == v.trace_match.transfers_matched
+        assert v.trace_match.gated_transfers == 0 and not v.traced.scheduled
+        # the prediction lays out the graph that ran, without the pass: the vanilla steps' graph
+        assert a.simulated_graph == v.simulated_graph and a.simulated_graph["from"] == "ran"
+
+        def transfers(g):
+            return sorted((t.key, t.src_task, t.dst_task, t.bytes, t.kind) for t in g.transfers)
+
+        assert transfers(a.simulated) == transfers(v.simulated)
+        assert a.traced.scheduled and a.traced.steps == 3
+        assert a.traced.step_s == statistics.median(scheduled["trace"].step_times_us) / 1e6
+        # the gates' waiting is not compute: the graph's ops are timed as the vanilla steps time them
+        assert a.oracle.compute_slots == pytest.approx(v.oracle.compute_slots, abs=0.3)
+        assert not any(n.startswith("Tfsched") for n in a.oracle.op_times if n in a.graph.graph)
+        assert a.prediction.lower_bound_s <= a.prediction.baseline_s <= a.prediction.upper_bound_s
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tfsched.cli",
+                "analyze",
+                scheduled["graph"],
+                "--trace",
+                scheduled["path"],
+            ],
+            capture_output=True,
+            text=True,
+        )
+        said = " ".join(p.stdout.split())
+        assert p.returncode == 0 and "traced step (scheduled by tfsched, median of 3)" in said, p.stderr
+        assert (
+            "predicted on the partition graphs the trace ran (tfsched's gates, slices and credit taken out)"
+            in said
+        )
+        assert a.to_json()["traced"] == {
+            "step_s": a.traced.step_s,
+            "steps": 3,
+            "scheduled": True,
+            "efficiency": a.traced.efficiency(a.prediction),
+        }
 
 
 @pytest.mark.tf

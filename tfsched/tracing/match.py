@@ -21,12 +21,20 @@ class MatchReport:
     steps: int = 0  # traced steps
     incomplete_steps: int = 0  # of them, those that did not record every transfer
     ops_not_run: int = 0  # of the graph's ops, those the traced steps did not run (Grappler's rewrites)
+    # A trace of steps tfsched's pass scheduled: how many of its transfers were gates' and
+    # slices' outputs, read as the tensors they forward (0: a trace of unscheduled steps)
+    gated_transfers: int = 0
 
     def line(self) -> str:
         out = (
             f"trace matches {self.ops_matched}/{self.ops_total} ops and "
             f"{self.transfers_matched}/{self.transfers_total} transfers of the graph"
         )
+        if self.gated_transfers:
+            out += (
+                f" (steps tfsched scheduled: {self.gated_transfers} transfers a step of its gates and "
+                "slices, read as the tensors they forward)"
+            )
         if self.ops_not_run:
             out += (
                 f"; {self.ops_not_run} ops did not run (fused, folded or pruned by Grappler: "
@@ -45,18 +53,47 @@ class MatchReport:
         return out
 
 
+def forwarded_bytes(trace: Trace) -> tuple[dict[tuple[str, str], int], int]:
+    """(tensor, receiving task) -> the bytes a step moved of it, and how many transfers a step
+    were the pass's gates' and slices' outputs.
+
+    A step tfsched scheduled sends a gate's output for each tensor (``tracing.replay.
+    scheduled_tensor`` reads the tensor it forwards from its name), and a partitioned tensor as
+    slices that add up to it; acknowledgements and credit carry none. Summed per step and
+    receiving device, as the tensor is received whole; a trace of unscheduled steps reads as it is.
+    """
+    from tfsched.tracing.replay import scheduled_tensor
+
+    per_step: dict[tuple[int, str, str], int] = {}
+    gated = 0
+    for t in trace.transfers:
+        tensor = scheduled_tensor(t.tensor)
+        if tensor is None:
+            continue
+        gated += tensor != t.tensor
+        key = (t.step, tensor, t.dst)
+        per_step[key] = per_step.get(key, 0) + t.bytes
+    seen: dict[tuple[str, str], int] = {}
+    for (_step, tensor, dst), nbytes in per_step.items():
+        seen.setdefault((tensor, task_of(dst)), nbytes)
+    return seen, round(gated / max(trace.steps, 1))
+
+
 def match_trace(graph: CommGraph, trace: Trace, source: str = "<trace>") -> MatchReport:
     """Count the graph's ops and data transfers that the trace timed; never drops silently.
 
     A trace that explains fewer than half of the graph's transfers is from another graph (or
-    another fetch set), or of steps tfsched's pass scheduled, whose transfers are its gates'
-    outputs: an error that says which. A trace of the same graph matches nearly all of them;
-    the few it may miss (constants TensorFlow replicated instead of sending) are listed in the
-    report.
+    another fetch set): an error that says so. A trace of the same graph matches nearly all of
+    them; the few it may miss (constants TensorFlow replicated instead of sending) are listed in
+    the report. A trace of steps tfsched's pass scheduled matches by the tensors its gates and
+    slices forward (``forwarded_bytes``): its ops are the graph's, and its messages those the
+    links carried, each timed from its gate's release (``oracle.fit``). Until the thirty-first
+    session such a trace was an error, and a user of ``tfsched.enable`` had to turn it off to
+    trace.
     """
     timed_ops = {o.node for o in trace.ops}
     # Names alone are not enough (every model has a MatMul/ReadVariableOp): the size must agree too.
-    seen = {(t.tensor, task_of(t.dst)): t.bytes for t in trace.transfers}
+    seen, gated = forwarded_bytes(trace)
     data = [t for t in graph.transfers if t.kind != "control"]
 
     def matches(t) -> bool:
@@ -72,22 +109,9 @@ def match_trace(graph: CommGraph, trace: Trace, source: str = "<trace>") -> Matc
         unmatched_transfers=unmatched,
         steps=trace.steps,
         incomplete_steps=len(missing_transfers(trace)),
+        gated_transfers=gated,
     )
     if data and report.transfers_matched * 2 < len(data):
-        from tfsched.tracing.replay import scheduled_tensor
-
-        # the gates' and slices' outputs, by the tensor each forwards
-        forwarded = {
-            (f, task_of(t.dst))
-            for t in trace.transfers
-            if (f := scheduled_tensor(t.tensor)) not in (None, t.tensor)
-        }
-        if forwarded and sum((t.tensor, t.dst_task) in forwarded for t in data) * 2 >= len(data):
-            raise TfschedError(
-                f"{source}: the trace is of steps tfsched scheduled (its transfers are the pass's "
-                "gates and slices, not the graph's tensors); the oracle needs the graph as saved: "
-                "trace it without tfsched.enable (as tfsched trace does)"
-            )
         raise TfschedError(
             f"{source}: the trace matches {report.transfers_matched} of the {len(data)} transfers of this graph; "
             "it is from another graph or another fetch"

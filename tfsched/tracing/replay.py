@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Callable
 
 from tfsched.errors import TfschedError
-from tfsched.graph.model import DTYPE_SIZES, CommGraph
+from tfsched.graph.model import DTYPE_SIZES, CommGraph, RawNode
 from tfsched.tracing.trace import Trace
 
 
@@ -39,16 +40,26 @@ def partition_graph_defs(trace: Trace) -> list:
 def comm_graph_of_trace(
     trace: Trace, *, fetches: list[str] | None = None, source: str = "<trace>"
 ) -> CommGraph:
+    """The CommGraph of the partition graphs ``trace``'s steps ran; of a step tfsched scheduled,
+    without its pass (``_without_the_pass``), its tensors' bytes summed over their slices."""
     from tfsched.graph.build import _output_dtype, build_comm_graph
     from tfsched.graph.load import nodes_from_partition_graphs, output_specs
 
     if not trace.partition_graphs:
         raise TfschedError(f"{source}: the trace holds no partition graphs to replay")
-    nodes = nodes_from_partition_graphs(partition_graph_defs(trace), source)
+    nodes, sent = _without_the_pass(nodes_from_partition_graphs(partition_graph_defs(trace), source))
     by_name = {n.name: n for n in nodes}
-    seen: dict[str, int] = {}
+    # a step's bytes of each tensor to each device: a gate's are of the tensor it forwards
+    # (not always the one its name says: the pass gates what an Identity forwarded, and the
+    # graph that ran has no Identity), a tensor's slices add up
+    per_step: dict[tuple[int, str, str], int] = {}
     for t in trace.transfers:
-        seen.setdefault(t.tensor, t.bytes)
+        tensor = sent(t.tensor)
+        if tensor is not None:
+            per_step[(t.step, tensor, t.dst)] = per_step.get((t.step, tensor, t.dst), 0) + t.bytes
+    seen: dict[str, int] = {}
+    for (_step, tensor, _dst), nbytes in per_step.items():
+        seen.setdefault(tensor, nbytes)
 
     def shapes_from_trace(names: set[str]) -> dict[str, list]:
         out: dict[str, list] = {}
@@ -81,17 +92,62 @@ def ran_node_names(trace: Trace) -> set[str] | None:
     return {n.name for g in partition_graph_defs(trace) for n in g.node}
 
 
-def ran_with_tfsched(trace: Trace) -> bool:
-    """Whether the traced steps ran tfsched's pass: its ops (gates, splits, acknowledgements) are
-    in the partition graphs."""
-    return any(n.op.startswith("Tfsched") for g in partition_graph_defs(trace) for n in g.node)
+# The pass's ops that forward a tensor (a gate its input, a split's slices and a concat of them
+# the whole of it); its others (acknowledgements, credits, stats) and the credit sinks carry none.
+_FORWARDING = ("TfschedGate", "TfschedSplit", "TfschedConcat")
+
+
+def _without_the_pass(nodes: list[RawNode]) -> tuple[list[RawNode], Callable[[str], str | None]]:
+    """Merged partition graphs (``graph.load.nodes_from_partition_graphs``) of a step tfsched's
+    pass scheduled, as the step runs without it: each gate, split and concat replaced by the
+    tensor it forwards, so that a tensor's slices are one edge again; acknowledgements, credits
+    and credit sinks removed, with the control edges they added (a PS's update waits for its
+    credit). Nodes of a step without the pass come back as they are.
+
+    With them, what a tensor the step sent is in that graph: a gate's or slice's output the
+    tensor forwarded, an acknowledgement's None, any other itself."""
+    forwards: dict[str, str] = {}  # node -> the tensor it forwards ("op:index")
+    dropped: set[str] = set()
+    for n in nodes:
+        if n.op in _FORWARDING:
+            data = [i for i in n.inputs if not i.startswith("^")]
+            forwards[n.name] = data[0] if ":" in data[0] else f"{data[0]}:0"
+        elif n.op.startswith("Tfsched") or n.name.startswith("tfsched_credit_sink_"):
+            dropped.add(n.name)
+
+    def source(op: str) -> str:
+        tensor = f"{op}:0"
+        while op in forwards:  # a concat of gates of a split's slices: the split's input
+            tensor = forwards[op]
+            op = tensor.rpartition(":")[0]
+        return tensor
+
+    def sent(tensor: str) -> str | None:
+        op = tensor.rpartition(":")[0]
+        return None if op in dropped else source(op) if op in forwards else tensor
+
+    if not forwards and not dropped:
+        return nodes, sent
+
+    kept = [n for n in nodes if n.name not in forwards and n.name not in dropped]
+    for n in kept:
+        inputs = []
+        for i in n.inputs:
+            ctrl, op = i.startswith("^"), i.lstrip("^").split(":")[0]
+            if op in dropped:
+                continue
+            if op in forwards:
+                i = f"^{source(op).rpartition(':')[0]}" if ctrl else source(op)
+            inputs.append(i)
+        n.inputs = list(dict.fromkeys(inputs))
+    return kept, sent
 
 
 def graph_that_ran(trace: Trace, fetches: list[str] | None, *, source: str = "<trace>") -> CommGraph | None:
     """The CommGraph of the partition graphs ``trace``'s steps ran, to simulate instead of the
-    saved graph; None for a trace that keeps none (written before traces kept them) or that ran
-    with tfsched's pass (``ran_with_tfsched``: its partition graphs are the scheduled graph,
-    split and gated, not the one a schedule is applied to).
+    saved graph; None for a trace that keeps none (written before traces kept them). Of steps
+    tfsched's pass scheduled, the graph without its gates, slices and credit
+    (``_without_the_pass``): what a schedule is applied to.
 
     Grappler rewrites the graph before it runs, and what crosses the network is what the
     rewritten graph sends. On Par-32 training it merges the 32 identical weight gradients (one
@@ -101,7 +157,7 @@ def graph_that_ran(trace: Trace, fetches: list[str] | None, *, source: str = "<t
     (``benchmarks/results/par32-train-s29-repredicted.md``). Its ops also carry the names the
     trace timed them by, fused ops included, so none goes untimed. A schedule made from the
     saved graph is applied to it as the pass applies it (``ordering.carry_over``)."""
-    if not trace.partition_graphs or ran_with_tfsched(trace):
+    if not trace.partition_graphs:
         return None
     return comm_graph_of_trace(trace, fetches=fetches, source=source)
 
