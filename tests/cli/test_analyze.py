@@ -324,6 +324,11 @@ class TestBadInput:
     def test_bad_option_value(self, seq_graph_file):
         assert_one_line_error(run("analyze", seq_graph_file["pb"], "--bandwidth", "fast"), "--bandwidth")
         assert_one_line_error(run("analyze", seq_graph_file["pb"], "--algorithm", "magic"), "magic")
+        # an empty or spelled-as-a-device PS job (taken until the thirty-first session: with no
+        # task on it, a fallback made the variables' holders the PS)
+        for job in ("", "/job:ps", "ps:0"):
+            p = run("analyze", seq_graph_file["pb"], "--ps-job", job)
+            assert_one_line_error(p, f"a PS job must be a job name such as 'ps', got {job!r}")
 
     def test_an_option_that_would_be_ignored_is_an_error(self, seq_graph_file, tmp_path):
         assert_one_line_error(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from tfsched.errors import TfschedError
+from tfsched.graph.devices import check_job_name
 
 # the pass's defaults (scheduler.h) and how the credit comes back (the pass's credit_return): the
 # receiver's acknowledgement, or the sender's transport done with the tensor
@@ -239,8 +240,7 @@ def enable(
     for name, flag in (("host_credit", host_credit), ("strict", strict)):
         if not isinstance(flag, bool):
             raise TfschedError(f"{name} must be True or False, got {flag!r}")
-    if not isinstance(ps_job, str) or not ps_job or "/" in ps_job or ":" in ps_job:
-        raise TfschedError(f"ps_job must be a job name such as 'ps', got {ps_job!r}")
+    check_job_name(ps_job)
     if algorithm not in ALGORITHMS:
         raise TfschedError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
     if fetches is not None and graph is None:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 import networkx as nx
 
 from tfsched.errors import TfschedError
-from tfsched.graph.devices import DeviceSpec, parse_device, task_of
+from tfsched.graph.devices import DeviceSpec, check_job_name, parse_device, task_of
 from tfsched.graph.model import (
     DTYPE_SIZES,
     VARIABLE_SIZE_DTYPES,
@@ -278,6 +278,10 @@ def build_comm_graph(
     >>> [(t.tensor, t.kind, t.bytes, t.variable) for t in g.transfers]
     [('r:0', 'pull', 64, 'w')]
     """
+    if not ps_jobs:
+        raise TfschedError("ps_jobs must name at least one job of parameter servers")
+    for job in ps_jobs:
+        check_job_name(job, "a PS job")
     nodes: dict[str, RawNode] = {}
     for rn in raw_nodes:
         if rn.name in nodes:

@@ -93,3 +93,22 @@ def task_of(device: str) -> str:
 
 def job_of(device: str) -> str:
     return device.split("/")[1].split(":", 1)[1]
+
+
+# What TensorFlow takes for a job's name (DeviceNameUtils: a letter, then letters, digits, "_").
+_JOB_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def check_job_name(name, what: str = "ps_job") -> str:
+    """``name`` if it is a job's name as TensorFlow spells it, else one error naming ``what``.
+
+    >>> check_job_name("ps")
+    'ps'
+    >>> check_job_name("")
+    Traceback (most recent call last):
+    ...
+    tfsched.errors.TfschedError: ps_job must be a job name such as 'ps', got ''
+    """
+    if not isinstance(name, str) or not _JOB_NAME.fullmatch(name):
+        raise TfschedError(f"{what} must be a job name such as 'ps', got {name!r}")
+    return name
