@@ -1,0 +1,121 @@
+"""`tfsched analyze --trace` of steps tfsched scheduled, beside the same analysis of the vanilla
+steps traced in the same bench run.
+
+A user who runs with ``tfsched.enable`` on traces scheduled steps (a ``TraceHook``); until the
+thirty-first session ``analyze`` refused such a trace. For each bench run kept with ``--traces
+DIR -o DIR/bench.json``: each mode's trace of worker 0's steps, the other workers running
+beside it (the baseline's vanilla, the others scheduled), analyzed as a user would (``--algorithm tao --workers N
+--bandwidth B``, B the run's shaped rate), on the saved graph the run built. Each row gives
+what the trace's transfers matched, the predicted baseline and TAO steps, the traced step (the
+median of the mode's traced steps) and its ordering efficiency E against the predicted bounds,
+beside the mode's slowest worker measured in the run. What should hold: a scheduled trace's
+predictions come near the vanilla trace's, for the same graph and cluster.
+
+    python benchmarks/analyze_scheduled_trace.py DIR [DIR ...]
+
+Writes ``benchmarks/results/analyze-scheduled-trace.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _results import machine, run_graph, write  # noqa: E402
+
+from tfsched.errors import TfschedError  # noqa: E402
+
+
+def compare(run_dir: str) -> dict:
+    from tfsched.analysis import analyze
+    from tfsched.units import parse_bandwidth
+
+    with open(os.path.join(run_dir, "bench.json")) as f:
+        doc = json.load(f)
+    config = doc["config"]
+    measured = {m["mode"]: m["iteration_mean_s"] for m in doc["modes"]}
+    rows = []
+    with run_graph(config) as (graph_path, built):
+        for mode in measured:
+            trace = os.path.join(run_dir, f"{mode}.trace.json")
+            if not os.path.exists(trace):
+                continue
+            a = analyze(
+                graph_path,
+                fetches=built.fetches,
+                algorithm="tao",
+                workers=config["workers"],
+                bandwidth_bps=parse_bandwidth(config["bandwidth"]),
+                trace=trace,
+            )
+            m = a.trace_match
+            rows.append(
+                {
+                    "mode": mode,
+                    "scheduled": a.traced.scheduled,
+                    "gated_transfers": m.gated_transfers,
+                    "transfers_matched": m.transfers_matched,
+                    "transfers_total": m.transfers_total,
+                    "simulated_graph": a.simulated_graph,
+                    "predicted_baseline_s": a.prediction.baseline_s,
+                    "predicted_tao_s": a.prediction.scheduled_s,
+                    "traced_step_s": a.traced.step_s,
+                    "traced_efficiency": a.traced.efficiency(a.prediction),
+                    "measured_s": measured[mode],
+                }
+            )
+    return {"config": config, "traces": rows}
+
+
+def _vs(r: dict, vanilla: dict | None, key: str) -> str:
+    """``r[key]``, and its change against the vanilla trace's."""
+    if vanilla is None or r is vanilla:
+        return f"{r[key]:.4f}"
+    return f"{r[key]:.4f} ({r[key] / vanilla[key] - 1:+.0%})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run_dirs", nargs="+", help="bench runs' --traces directories, each with its bench.json")
+    args = ap.parse_args()
+    try:
+        runs = [compare(d) for d in args.run_dirs]
+    except TfschedError as e:
+        raise SystemExit(f"Error: {e}") from None
+    except OSError as e:
+        raise SystemExit(f"Error: {e.filename}: {e.strerror}") from None
+    md = [
+        "`tfsched analyze --algorithm tao --workers N --bandwidth B --trace MODE.trace.json` (B the "
+        "run's shaped rate) of each mode's traced steps of worker 0, the others running beside it: "
+        "the baseline's vanilla, the others scheduled by tfsched. Seconds; the predictions' change against the "
+        "vanilla trace's in brackets. Measured: the mode's slowest worker, mean over the run.",
+        "",
+    ]
+    for run in runs:
+        c = run["config"]
+        md += [
+            f"**{c['model']} {c['mode']}, {c['workers']} workers, batch {c['batch_size']}, {c['bandwidth']}**",
+            "",
+            "| trace of | transfers matched (gated a step) | laid out | predicted baseline | predicted TAO "
+            "| traced step | E of it | measured |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        vanilla = next((r for r in run["traces"] if not r["scheduled"]), None)
+
+        for r in run["traces"]:
+            g = r["simulated_graph"]
+            md.append(
+                f"| {r['mode']} | {r['transfers_matched']}/{r['transfers_total']} ({r['gated_transfers']}) "
+                f"| {g['from']}, {g['transfers']} transfers | {_vs(r, vanilla, 'predicted_baseline_s')} "
+                f"| {_vs(r, vanilla, 'predicted_tao_s')} | {r['traced_step_s']:.4f} | {r['traced_efficiency']:.2f} "
+                f"| {r['measured_s']:.4f} |"
+            )
+        md.append("")
+    write("analyze-scheduled-trace", {"machine": machine(), "runs": runs}, md)
+
+
+if __name__ == "__main__":
+    main()
