@@ -55,3 +55,42 @@ def run_graph(config: dict):
         with open(path, "wb") as f:
             f.write(built.graph_def().SerializeToString())
         yield path, built
+
+
+def bench_run(run_dir: str) -> tuple[dict, dict[str, float]]:
+    """A kept bench run's ``config`` and each mode's measured step (the slowest worker's mean)."""
+    with open(os.path.join(run_dir, "bench.json")) as f:
+        doc = json.load(f)
+    return doc["config"], {m["mode"]: m["iteration_mean_s"] for m in doc["modes"]}
+
+
+def each_run(description: str, compare) -> list:
+    """``compare(dir)`` for each bench run directory on the command line (a ``--traces`` directory
+    with its ``bench.json``); a bad one is one error line and exit 1."""
+    from tfsched.errors import TfschedError
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("run_dirs", nargs="+", help="bench runs' --traces directories, each with its bench.json")
+    args = ap.parse_args()
+    try:
+        return [compare(d) for d in args.run_dirs]
+    except TfschedError as e:
+        raise SystemExit(f"Error: {e}") from None
+    except OSError as e:
+        raise SystemExit(f"Error: {e.filename}: {e.strerror}") from None
+
+
+def analyze_as_run(config: dict, graph_path: str, built, trace: str):
+    """``tfsched analyze --algorithm tao --workers N --bandwidth B --trace TRACE`` of a bench run's
+    saved graph, N and B as the run had them (``config``)."""
+    from tfsched.analysis import analyze
+    from tfsched.units import parse_bandwidth
+
+    return analyze(
+        graph_path,
+        fetches=built.fetches,
+        algorithm="tao",
+        workers=config["workers"],
+        bandwidth_bps=parse_bandwidth(config["bandwidth"]),
+        trace=trace,
+    )

@@ -16,34 +16,19 @@ Writes ``benchmarks/results/analyze-graph-that-ran.json`` and ``.md``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, run_graph, write  # noqa: E402
-
-from tfsched.errors import TfschedError  # noqa: E402
+from _results import analyze_as_run, bench_run, each_run, machine, run_graph, write  # noqa: E402
 
 
 def compare(run_dir: str) -> dict:
-    from tfsched.analysis import analyze, analyze_graph
-    from tfsched.units import parse_bandwidth
+    from tfsched.analysis import analyze_graph
 
-    with open(os.path.join(run_dir, "bench.json")) as f:
-        doc = json.load(f)
-    config = doc["config"]
-    measured = {m["mode"]: m["iteration_mean_s"] for m in doc["modes"]}
+    config, measured = bench_run(run_dir)
     with run_graph(config) as (graph_path, built):
-        ran = analyze(
-            graph_path,
-            fetches=built.fetches,
-            algorithm="tao",
-            workers=config["workers"],
-            bandwidth_bps=parse_bandwidth(config["bandwidth"]),
-            trace=os.path.join(run_dir, "baseline.alone.trace.json"),
-        )
+        ran = analyze_as_run(config, graph_path, built, os.path.join(run_dir, "baseline.alone.trace.json"))
     saved = analyze_graph(ran.graph, ran.oracle, algorithm="tao", workers=config["workers"])
     return {
         "config": config,
@@ -60,15 +45,7 @@ def _cell(predicted: float, measured: float) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run_dirs", nargs="+", help="bench runs' --traces directories, each with its bench.json")
-    args = ap.parse_args()
-    try:
-        rows = [compare(d) for d in args.run_dirs]
-    except TfschedError as e:
-        raise SystemExit(f"Error: {e}") from None
-    except OSError as e:
-        raise SystemExit(f"Error: {e.filename}: {e.strerror}") from None
+    rows = each_run(__doc__.splitlines()[0], compare)
     md = [
         "`tfsched analyze --algorithm tao --workers N --bandwidth B --trace` (B the run's shaped rate; worker 0's baseline steps traced "
         "alone) laid out on the saved graph and on the graph that ran, beside the slowest worker "

@@ -23,39 +23,22 @@ Writes ``benchmarks/results/analyze-scheduled-trace.json`` and ``.md``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, run_graph, write  # noqa: E402
-
-from tfsched.errors import TfschedError  # noqa: E402
+from _results import analyze_as_run, bench_run, each_run, machine, run_graph, write  # noqa: E402
 
 
 def compare(run_dir: str) -> dict:
-    from tfsched.analysis import analyze
-    from tfsched.units import parse_bandwidth
-
-    with open(os.path.join(run_dir, "bench.json")) as f:
-        doc = json.load(f)
-    config = doc["config"]
-    measured = {m["mode"]: m["iteration_mean_s"] for m in doc["modes"]}
+    config, measured = bench_run(run_dir)
     rows = []
     with run_graph(config) as (graph_path, built):
         for mode in measured:
             trace = os.path.join(run_dir, f"{mode}.trace.json")
             if not os.path.exists(trace):
                 continue
-            a = analyze(
-                graph_path,
-                fetches=built.fetches,
-                algorithm="tao",
-                workers=config["workers"],
-                bandwidth_bps=parse_bandwidth(config["bandwidth"]),
-                trace=trace,
-            )
+            a = analyze_as_run(config, graph_path, built, trace)
             m = a.trace_match
             rows.append(
                 {
@@ -83,15 +66,7 @@ def _vs(r: dict, vanilla: dict | None, key: str) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run_dirs", nargs="+", help="bench runs' --traces directories, each with its bench.json")
-    args = ap.parse_args()
-    try:
-        runs = [compare(d) for d in args.run_dirs]
-    except TfschedError as e:
-        raise SystemExit(f"Error: {e}") from None
-    except OSError as e:
-        raise SystemExit(f"Error: {e.filename}: {e.strerror}") from None
+    runs = each_run(__doc__.splitlines()[0], compare)
     md = [
         "`tfsched analyze --algorithm tao --workers N --bandwidth B --trace MODE.trace.json` (B the "
         "run's shaped rate) of each mode's traced steps of worker 0, the others running beside it: "

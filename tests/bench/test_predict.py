@@ -103,8 +103,9 @@ def test_the_graph_that_ran_is_what_grappler_made_of_the_saved_one(tmp_path):
     assert len(rows["ps:0 ← worker:0"]) == len(pushes(ran)) < 33
     write_visualization(trace, str(tmp_path / "step.png"), graph=str(path), fetches=built.fetches)
     assert (tmp_path / "step.png").read_bytes().startswith(b"\x89PNG")
-    # a trace that ran with tfsched's pass has its gates in the partition graphs: taken out, the
-    # graph is the one without them (tests/tracing/test_trace.py: a real trace of scheduled steps)
+    # a trace that ran with tfsched's pass has its gates in the partition graphs: a gate is the
+    # Identity it stands in for, and one the step does not need goes with the rest
+    # (tests/tracing/test_trace.py: a real trace of scheduled steps)
     import base64
 
     from tfsched.tracing.replay import partition_graph_defs

@@ -694,3 +694,58 @@ def test_collect_stays_the_function_once_its_module_is_imported():
     assert (
         callable(collect) and collect is tfsched.tracing.collect and collect.__module__ == "tfsched.tracing"
     )
+
+
+def test_a_scheduled_step_without_the_pass():
+    """``replay._without_the_pass`` on the nodes the pass adds (as cc/scheduler.cc names them):
+    a whole tensor's gate is an Identity with its control inputs, a split tensor's first slice
+    gate sends the whole, the concat reads it, acknowledgements and credit go with their edges."""
+    from tfsched.graph.model import RawNode
+    from tfsched.tracing.replay import _without_the_pass
+
+    W, P = "/job:worker/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:0/device:CPU:0"
+    nodes = [
+        RawNode("g1", "MatMul", W),
+        RawNode("g2", "MatMul", W),
+        RawNode("g1/tfsched_gate_to_ps_0", "TfschedGate", W, ["g1", "^g2"], attrs={"T": "FLOAT"}),
+        RawNode("x", "MatMul", W),
+        RawNode("x/tfsched_to_ps_0_split", "TfschedSplit", W, ["x", "^g2"]),
+        RawNode("x/tfsched_to_ps_0_gate_0", "TfschedGate", W, ["x/tfsched_to_ps_0_split"]),
+        RawNode("x/tfsched_to_ps_0_gate_1", "TfschedGate", W, ["x/tfsched_to_ps_0_split:1"]),
+        RawNode(
+            "x/tfsched_to_ps_0_concat",
+            "TfschedConcat",
+            P,
+            ["x/tfsched_to_ps_0_gate_0", "x/tfsched_to_ps_0_gate_1"],
+        ),
+        RawNode("x/tfsched_to_ps_0_gate_1/ack", "TfschedAck", P, ["x/tfsched_to_ps_0_gate_1"]),
+        RawNode("x/tfsched_to_ps_0_gate_1/credit", "TfschedCredit", W, ["x/tfsched_to_ps_0_gate_1/ack"]),
+        RawNode("tfsched_credit_sink_worker_0", "NoOp", W, ["^x/tfsched_to_ps_0_gate_1/credit"]),
+        RawNode(
+            "apply",
+            "AssignAddVariableOp",
+            P,
+            ["g1/tfsched_gate_to_ps_0", "x/tfsched_to_ps_0_concat", "^tfsched_credit_sink_worker_0"],
+        ),
+    ]
+    kept, sent = _without_the_pass(nodes)
+    by = {n.name: n for n in kept}
+    assert set(by) == {"g1", "g2", "x", "g1/tfsched_gate_to_ps_0", "x/tfsched_to_ps_0_gate_0", "apply"}
+    assert by["g1/tfsched_gate_to_ps_0"].op == "Identity" and by["g1/tfsched_gate_to_ps_0"].inputs == [
+        "g1",
+        "^g2",
+    ]
+    assert by["x/tfsched_to_ps_0_gate_0"].op == "Identity" and by["x/tfsched_to_ps_0_gate_0"].inputs == [
+        "x",
+        "^g2",
+    ]
+    assert by["apply"].inputs == ["g1/tfsched_gate_to_ps_0", "x/tfsched_to_ps_0_gate_0:0"]
+    assert (
+        sent("x/tfsched_to_ps_0_gate_1:0")
+        == sent("x/tfsched_to_ps_0_gate_0:0")
+        == "x/tfsched_to_ps_0_gate_0:0"
+    )
+    assert sent("g1/tfsched_gate_to_ps_0:0") == "g1/tfsched_gate_to_ps_0:0"
+    assert sent("x/tfsched_to_ps_0_gate_1/ack:0") is None and sent("y:0") == "y:0"
+    plain = [RawNode("a", "Const", W), RawNode("b", "Identity", P, ["a"])]
+    assert _without_the_pass(plain)[0] is plain

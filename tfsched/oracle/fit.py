@@ -81,10 +81,15 @@ def fit_link(nbytes: list[float], seconds: list[float]) -> LinkFit:
 
 
 def op_times(trace: Trace, statistic: str = "min") -> dict[str, float]:
-    """Seconds per op name, ``statistic`` over the traced steps."""
+    """Seconds per op name, ``statistic`` over the traced steps. tfsched's gates are left out:
+    their duration is waiting for their turn, not compute (``compute_parallelism`` leaves them
+    out alike), and the graph that ran a scheduled trace has them as Identities
+    (``tracing.replay._without_the_pass``)."""
     f = statistic_fn(statistic)
     per: dict[str, list[float]] = defaultdict(list)
     for o in trace.ops:
+        if o.op.startswith("Tfsched"):
+            continue
         per[o.node].append(o.duration_us / 1e6)
     return {name: f(xs) for name, xs in per.items()}
 

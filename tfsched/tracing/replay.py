@@ -92,51 +92,67 @@ def ran_node_names(trace: Trace) -> set[str] | None:
     return {n.name for g in partition_graph_defs(trace) for n in g.node}
 
 
-# The pass's ops that forward a tensor (a gate its input, a split's slices and a concat of them
-# the whole of it); its others (acknowledgements, credits, stats) and the credit sinks carry none.
-_FORWARDING = ("TfschedGate", "TfschedSplit", "TfschedConcat")
-
-
 def _without_the_pass(nodes: list[RawNode]) -> tuple[list[RawNode], Callable[[str], str | None]]:
     """Merged partition graphs (``graph.load.nodes_from_partition_graphs``) of a step tfsched's
-    pass scheduled, as the step runs without it: each gate, split and concat replaced by the
-    tensor it forwards, so that a tensor's slices are one edge again; acknowledgements, credits
-    and credit sinks removed, with the control edges they added (a PS's update waits for its
-    credit). Nodes of a step without the pass come back as they are.
+    pass scheduled, as the step runs without it, and what a tensor the step sent is in that
+    graph (None: it carried none).
 
-    With them, what a tensor the step sent is in that graph: a gate's or slice's output the
-    tensor forwarded, an acknowledgement's None, any other itself."""
-    forwards: dict[str, str] = {}  # node -> the tensor it forwards ("op:index")
+    A gate becomes the Identity it stands in for (the pass gates what an Identity forwarded,
+    and takes over its control inputs: a gradient's push waits for its sibling's, say), so what
+    it sent is the one transfer of the tensor. A tensor's slices are one again: its first
+    slice's gate takes the split's inputs and sends the whole, the other slices' gates and the
+    split go, and the receiver's concat is that transfer. Acknowledgements, credits and credit
+    sinks go, with the control edges they added (a PS's update waits for its credit). Nodes of
+    a step without the pass come back as they are. The gates' traced durations are waiting, not
+    compute: ``oracle.fit.op_times`` leaves them out."""
+    by_name = {n.name: n for n in nodes}
+    first_slice: dict[str, str] = {}  # split -> the gate of its slice 0
+    for n in nodes:
+        if n.op == "TfschedGate" and n.inputs:
+            src, _, port = n.inputs[0].partition(":")
+            if by_name.get(src) is not None and by_name[src].op == "TfschedSplit" and int(port or 0) == 0:
+                first_slice[src] = n.name
+    aliases: dict[str, str] = {}  # node gone -> the tensor that stands for its output 0
     dropped: set[str] = set()
     for n in nodes:
-        if n.op in _FORWARDING:
-            data = [i for i in n.inputs if not i.startswith("^")]
-            forwards[n.name] = data[0] if ":" in data[0] else f"{data[0]}:0"
+        data = [i for i in n.inputs if not i.startswith("^")]
+        if n.op == "TfschedGate":
+            src, _, port = data[0].partition(":")
+            if src not in first_slice:
+                n.op = "Identity"
+            elif n.name == first_slice[src]:
+                n.op = "Identity"
+                n.inputs = [*by_name[src].inputs, *(i for i in n.inputs if i.startswith("^"))]
+            else:
+                aliases[n.name] = f"{first_slice[src]}:0"
+        elif n.op == "TfschedConcat":
+            aliases[n.name] = data[0] if ":" in data[0] else f"{data[0]}:0"
+        elif n.op == "TfschedSplit":
+            aliases[n.name] = f"{first_slice.get(n.name, data[0])}:0"
         elif n.op.startswith("Tfsched") or n.name.startswith("tfsched_credit_sink_"):
             dropped.add(n.name)
 
     def source(op: str) -> str:
         tensor = f"{op}:0"
-        while op in forwards:  # a concat of gates of a split's slices: the split's input
-            tensor = forwards[op]
+        while op in aliases:  # a concat of slices: the first slice's gate
+            tensor = aliases[op]
             op = tensor.rpartition(":")[0]
         return tensor
 
     def sent(tensor: str) -> str | None:
         op = tensor.rpartition(":")[0]
-        return None if op in dropped else source(op) if op in forwards else tensor
+        return None if op in dropped else source(op) if op in aliases else tensor
 
-    if not forwards and not dropped:
+    kept = [n for n in nodes if n.name not in aliases and n.name not in dropped]
+    if len(kept) == len(nodes):
         return nodes, sent
-
-    kept = [n for n in nodes if n.name not in forwards and n.name not in dropped]
     for n in kept:
         inputs = []
         for i in n.inputs:
             ctrl, op = i.startswith("^"), i.lstrip("^").split(":")[0]
             if op in dropped:
                 continue
-            if op in forwards:
+            if op in aliases:
                 i = f"^{source(op).rpartition(':')[0]}" if ctrl else source(op)
             inputs.append(i)
         n.inputs = list(dict.fromkeys(inputs))
@@ -147,7 +163,7 @@ def graph_that_ran(trace: Trace, fetches: list[str] | None, *, source: str = "<t
     """The CommGraph of the partition graphs ``trace``'s steps ran, to simulate instead of the
     saved graph; None for a trace that keeps none (written before traces kept them). Of steps
     tfsched's pass scheduled, the graph without its gates, slices and credit
-    (``_without_the_pass``): what a schedule is applied to.
+    (``_without_the_pass``), which is what a schedule is applied to.
 
     Grappler rewrites the graph before it runs, and what crosses the network is what the
     rewritten graph sends. On Par-32 training it merges the 32 identical weight gradients (one
