@@ -312,7 +312,7 @@ def analyze(
 
         ran = graph_that_ran(measured, graph.fetches, source=trace)
         traced = Traced.of(measured, match)
-    links = _links_line(bandwidth_bps, overhead_s, traced=trace is not None)
+    links = _links_line(bandwidth_bps, overhead_s, traced=trace is not None, unsplit=_unsplit(oracle))
     if "auto" in (partition, credit):
         sized = _sizes(graph, oracle)  # as Analysis.sizes
         partition = sized[0] if partition == "auto" else partition
@@ -334,14 +334,36 @@ def analyze(
     return replace(analysis, traced=traced)
 
 
-def _links_line(bandwidth_bps: float | None, overhead_s: float | None, *, traced: bool) -> str:
-    """Where ``analyze``'s links come from, in words.
+def _unsplit(oracle: TimeOracle) -> bool:
+    """Whether a channel's fit took the default overhead: its trace could not split it from the
+    bandwidth (``oracle.fit.link_fits``)."""
+    from tfsched.oracle.fit import DEFAULT
+
+    return any(f.overhead_from == DEFAULT for f in getattr(oracle, "fits", {}).values())
+
+
+def _links_line(
+    bandwidth_bps: float | None, overhead_s: float | None, *, traced: bool, unsplit: bool = False
+) -> str:
+    """Where ``analyze``'s links come from, in words. ``unsplit``: some channel's trace could
+    not tell its overhead from its bandwidth, and took the default overhead.
 
     >>> _links_line(None, None, traced=False)
     '1 Gbit/s a host, 300 us a message'
     >>> print(_links_line(1e10, None, traced=True))
     10 Gbit/s a host (given), the overheads fitted to the trace's channels
+    >>> print(_links_line(1e9, None, traced=True, unsplit=True))  # doctest: +NORMALIZE_WHITESPACE
+    1 Gbit/s a host (given), the overheads fitted to the trace's channels (300 us a message where
+    a channel's messages were in flight together and do not tell it)
     """
+    if overhead_s is None and traced and unsplit:
+        default = (
+            f"{DEFAULT_OVERHEAD_S * 1e6:g} us a message where a channel's messages were in flight "
+            "together and do not tell it"
+        )
+        if bandwidth_bps is None:
+            return f"fitted to the trace's channels (bandwidth and per-message overhead; {default})"
+        return f"{_links_line(bandwidth_bps, None, traced=True)} ({default})"
     if traced and bandwidth_bps is None and overhead_s is None:
         return "fitted to the trace's channels (bandwidth and per-message overhead)"
     given = " (given)" if traced else ""

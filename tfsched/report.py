@@ -24,6 +24,23 @@ def _short(task: str) -> str:
     return f"{parts.get('job', '?')}:{parts.get('task', '0')}"
 
 
+def _outside_bounds(e: float) -> str | None:
+    """What a traced step's E outside 0..1 says: the step is not between the predicted bounds,
+    and the times the prediction is made of do not explain it (op times traced under another
+    load, say); None within.
+
+    >>> _outside_bounds(0.8) is None, _outside_bounds(1.04)[:67]
+    (True, 'the traced step is shorter than the predicted lower bound (E 1.040)')
+    """
+    if 0 <= e <= 1:
+        return None
+    side = "shorter than the predicted lower bound" if e > 1 else "longer than the predicted upper bound"
+    return (
+        f"the traced step is {side} (E {e:.3f}): the op times and links the prediction is made of "
+        "do not explain it"
+    )
+
+
 def print_analysis(
     a: Analysis, *, limit: int | None = 12, output: str | None = None, console: Console | None = None
 ) -> None:
@@ -99,5 +116,8 @@ def print_analysis(
         summary.add_row(f"traced step ({ran}, median of {t.steps})", f"{t.step_s:.4f}")
         summary.add_row("ordering efficiency E of the traced step", f"{t.efficiency(p):.3f}")
     console.print(summary)
+    outside = None if a.traced is None else _outside_bounds(a.traced.efficiency(p))
+    if outside:
+        console.print(outside)
     if output:
         console.print(f"schedule written to [bold]{output}[/]")

@@ -182,6 +182,7 @@ def test_overlapping_messages_are_fitted_by_busy_period():
     assert f.model.overhead_s == pytest.approx(overhead, rel=1e-6)
     assert f.model.bandwidth_bps == pytest.approx(bw, rel=1e-6)
     assert f.samples == len(periods) and f.r2 == pytest.approx(1.0)
+    assert f.overhead_from == "periods"
 
 
 def test_a_link_whose_periods_cannot_split_takes_the_overhead_of_all_links():
@@ -196,6 +197,7 @@ def test_a_link_whose_periods_cannot_split_takes_the_overhead_of_all_links():
     w0 = fits[("/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0")]
     assert w0.model.overhead_s == pytest.approx(overhead, rel=1e-6)
     assert w0.model.bandwidth_bps == pytest.approx(bw, rel=1e-6)
+    assert w0.overhead_from == "every link's periods"
 
 
 def test_a_link_traced_with_few_messages_a_step_takes_the_fit_of_all_links():
@@ -252,3 +254,40 @@ def test_channels_that_ran_at_once_do_not_share_the_host_link_again():
     shaped = simulate_schedule(g, oracle, workers=2).step_time
     assert measured == pytest.approx(8e-3, rel=0.01)
     assert shaped == pytest.approx(16e-3, rel=0.01)
+
+
+def test_a_step_of_messages_in_flight_together_keeps_the_default_overhead():
+    # One step, its pulls in flight at once (TAO's gates all open at the start): one busy period,
+    # which cannot split overhead from bandwidth, and service times that are gaps between
+    # completions (the largest message first). A line through them would put most of the busy
+    # time on each message; the default overhead is kept, and the busy time sets the bandwidth.
+    from tfsched.oracle.fit import DEFAULT
+    from tfsched.oracle.oracle import DEFAULT_OVERHEAD_S
+
+    sizes = [8_000_000, 400_000, 20_000, 2_000, 500, 100]
+    overhead, bw = 1e-3, 1e9
+    fits, overall = link_fits(_concurrent_trace(overhead, bw, [sizes]))
+    f = fits[("/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0")]
+    assert f.model.overhead_s == DEFAULT_OVERHEAD_S and overall.model.overhead_s == DEFAULT_OVERHEAD_S
+    assert f.overhead_from == DEFAULT
+    busy = len(sizes) * overhead + 8 * sum(sizes) / bw
+    assert f.model.time(sum(sizes)) + (len(sizes) - 1) * f.model.overhead_s == pytest.approx(busy)
+    # the same messages queued one after another: their service times hold the line
+    queued = link_fits(_sequential_trace(overhead, bw, sizes, steps=1))[1]
+    assert queued.model.overhead_s == pytest.approx(overhead, rel=1e-6)
+    assert queued.overhead_from == "service times"
+
+
+def test_a_line_that_explains_little_keeps_an_overhead_that_is_a_modest_share():
+    # Services that say nothing of size (R^2 about 0), 0.75 ms on each of 4 messages: kept where
+    # the channel was busy 10 ms a step (30% on overhead: a busy machine's messages can cost
+    # that), the default where it was busy 3.2 ms (94%: the gaps of messages in flight together).
+    from tfsched.oracle.fit import DEFAULT, MIN_SERVICE_R2, _Period, _service_fit, fit_link
+    from tfsched.oracle.oracle import DEFAULT_OVERHEAD_S
+
+    sizes, services = [100, 200, 300, 400], [1e-3, 0.5e-3, 0.5e-3, 1e-3]
+    assert fit_link(sizes, services).r2 < MIN_SERVICE_R2
+    kept, source = _service_fit(sizes, services, [_Period(0, 10e-3, 4, 1000)], min)
+    assert source == "service times" and kept.overhead_s == pytest.approx(0.75e-3, rel=1e-6)
+    unsplit, source = _service_fit(sizes, services, [_Period(0, 3.2e-3, 4, 1000)], min)
+    assert source == DEFAULT and unsplit.overhead_s == DEFAULT_OVERHEAD_S
