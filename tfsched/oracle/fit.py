@@ -280,8 +280,9 @@ def link_fits(trace: Trace, statistic: str = "min") -> tuple[dict[tuple[str, str
       tell them apart (pulls: one period per step, always the same messages) the periods of
       every link together give the overhead, and when those cannot either, a line through
       per-message service times does (``service = end - max(start, producer's end, end of the
-      previous message on the channel)``, ``statistic`` over steps) where the line explains
-      them, and ByteScheduler's 300 us where it does not (``_service_fit``). A link traced with fewer
+      previous message on the channel)``, ``statistic`` over steps), unless it explains them
+      little and puts most of the busy time on the overhead: then ByteScheduler's 300 us
+      (``_service_fit``). A link traced with fewer
       than ``MIN_LINK_MESSAGES_PER_STEP`` messages a step gets the fit of every link together.
     - The bandwidth is then set so that each channel's messages take, in total, the channel's
       measured busy time (``statistic`` over steps): a per-message statistic (the minimum above
@@ -353,7 +354,7 @@ def _service_fit(
     (``LinkFit.overhead_from``). Where the line does not explain them (``MIN_SERVICE_R2``) and
     its overhead would take most of the channel's busy time (``MAX_UNEXPLAINED_OVERHEAD``), the
     trace cannot tell overhead from bandwidth: the services are gaps between messages in flight
-    together, or sizes too alike for a slope (Seq-32's 256 KB pulls: 90% of each put on the
+    together, or sizes too alike for a slope (Seq-32's 256 KB pulls: 88% of their time put on the
     overhead, on an 8 Gbit/s link shaped to 1). The overhead is then ``DEFAULT_OVERHEAD_S``
     (ByteScheduler's measure, about what the bench measures a message to cost this machine's
     CPU), and the busy time (``_to_busy_time``) sets the bandwidth."""
