@@ -26,8 +26,9 @@ def _short(task: str) -> str:
 
 def _outside_bounds(e: float) -> str | None:
     """What a traced step's E outside 0..1 says: the step is not between the predicted bounds,
-    and the times the prediction is made of do not explain it (op times traced under another
-    load, say); None within.
+    which are of the slowest worker's step. The times the prediction is made of do not explain
+    it (op times traced under another load, say), or, shorter, the traced worker finished
+    before the others (served first by one window per sending task); None within.
 
     >>> _outside_bounds(0.8) is None, _outside_bounds(1.04)[:67]
     (True, 'the traced step is shorter than the predicted lower bound (E 1.040)')
@@ -35,10 +36,10 @@ def _outside_bounds(e: float) -> str | None:
     if 0 <= e <= 1:
         return None
     side = "shorter than the predicted lower bound" if e > 1 else "longer than the predicted upper bound"
-    return (
-        f"the traced step is {side} (E {e:.3f}): the op times and links the prediction is made of "
-        "do not explain it"
-    )
+    why = "the op times and links the prediction is made of do not explain it"
+    if e > 1:
+        why += ", or the traced worker finished before the others (the bounds are of the slowest)"
+    return f"the traced step is {side} (E {e:.3f}): {why}"
 
 
 def print_analysis(
