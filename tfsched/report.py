@@ -111,13 +111,14 @@ def print_analysis(
         "ordering efficiency E (baseline → scheduled)", f"{p.baseline_efficiency:.3f} → {p.efficiency:.3f}"
     )
     summary.add_row("speedup bound S", f"{p.speedup_bound:.3f}")
+    outside = None
     if a.traced is not None:
-        t = a.traced
+        t, e = a.traced, a.traced.efficiency(p)
         ran = "scheduled by tfsched" if t.scheduled else "vanilla TensorFlow"
         summary.add_row(f"traced step ({ran}, median of {t.steps})", f"{t.step_s:.4f}")
-        summary.add_row("ordering efficiency E of the traced step", f"{t.efficiency(p):.3f}")
+        summary.add_row("ordering efficiency E of the traced step", f"{e:.3f}")
+        outside = _outside_bounds(e)
     console.print(summary)
-    outside = None if a.traced is None else _outside_bounds(a.traced.efficiency(p))
     if outside:
         console.print(outside)
     if output:
