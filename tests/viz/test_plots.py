@@ -157,3 +157,35 @@ def test_a_scheduled_steps_gates_show_the_priority_of_the_tensor_they_forward(tm
         "fc/read/tfsched_to_worker_0_gate_1/ack:0": None,
         "tfsched_credit_sink_ps_0/ctrl_S200:0": None,
     }
+
+
+def test_a_push_grappler_sent_without_its_identity_shows_its_priority(tmp_path):
+    """Seq-32 training, traced on a real cluster: Grappler pushes the first layer's gradient as
+    ``gradients/MatMul_grad/MatMul_1:0``, where the saved graph (and so its schedule) sends it
+    through ``tuple/control_dependency_1``. It is matched by its variable, as the pass matches
+    it, and shows that transfer's priority (it showed none before)."""
+    import json
+
+    from tfsched.graph import load_comm_graph
+    from tfsched.models import build_graph
+    from tfsched.ordering import order
+    from tfsched.tracing.run import trace_local
+    from tfsched.viz.write import write_visualization
+
+    built = build_graph("seq32", mode="train", batch_size=4)
+    path = tmp_path / "g.pb"
+    path.write_bytes(built.graph_def().SerializeToString())
+    sched = order(load_comm_graph(str(path), fetches=built.fetches), "tao")
+    sched.save(str(tmp_path / "s.json"))
+    trace = trace_local(model="seq32", steps=1, warmup=1)
+    by_variable = {t.variable: p for t, p in sched.priorities.items() if t.kind == "push"}
+    saved_names = {t.tensor for t in sched.priorities}
+    renamed = [x for x in trace.transfers if x.src.startswith("/job:worker") and x.tensor not in saved_names]
+    assert [x.tensor for x in renamed] == ["gradients/MatMul_grad/MatMul_1:0"]
+
+    write_visualization(trace, str(tmp_path / "t.json"), schedule=str(tmp_path / "s.json"))
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    shown = {e["args"]["tensor"]: e["args"].get("priority") for e in events if e.get("cat") == "transfer"}
+    assert None not in shown.values()
+    # the first layer's kernel, pushed last under TAO: not any push's priority
+    assert shown["gradients/MatMul_grad/MatMul_1:0"] == by_variable["seq/w0"] == max(by_variable.values())

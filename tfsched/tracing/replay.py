@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 
 from tfsched.errors import TfschedError
+from tfsched.graph.devices import task_of
 from tfsched.graph.model import DTYPE_SIZES, CommGraph, RawNode
 from tfsched.tracing.trace import Trace
 
@@ -42,6 +43,39 @@ def comm_graph_of_trace(
 ) -> CommGraph:
     """The CommGraph of the partition graphs ``trace``'s steps ran; of a step tfsched scheduled,
     without its pass (``_without_the_pass``), its tensors' bytes summed over their slices."""
+    return _ran(trace, fetches, source)[0]
+
+
+def transfer_keys(
+    trace: Trace, *, fetches: list[str] | None = None, source: str = "<trace>"
+) -> dict[tuple[str, str], str]:
+    """What each message of ``trace`` carried, as (tensor as traced, receiver task) -> the key
+    of its transfer in the graph that ran (``Transfer.key``: the variable it reads or updates,
+    which survives Grappler's rewrites, as ``ordering.carry_over`` matches a schedule). A gate's
+    or slice's message has the key of the tensor it forwards; what the pass added
+    (acknowledgements, credit) and what no transfer of the graph carries have none. Empty for a
+    trace that keeps no partition graphs.
+
+    Grappler sends some tensors under other names than the saved graph's: a gradient's push
+    without the ``tuple/control_dependency_1`` Identity it went through (``tracing.match.
+    identity_sources``), so a schedule's records name tensors the trace never moved."""
+    if not trace.partition_graphs:
+        return {}
+    graph, sent = _ran(trace, fetches, source)
+    by_tensor = {(t.tensor, task_of(t.dst)): t.key for t in graph.transfers}
+    out: dict[tuple[str, str], str] = {}
+    for x in trace.transfers:
+        tensor = sent(x.tensor)
+        key = by_tensor.get((tensor, task_of(x.dst))) if tensor is not None else None
+        if key is not None:
+            out[(x.tensor, task_of(x.dst))] = key
+    return out
+
+
+def _ran(
+    trace: Trace, fetches: list[str] | None, source: str
+) -> tuple[CommGraph, Callable[[str], str | None]]:
+    """``comm_graph_of_trace``, and what a tensor the trace sent is in it (``_without_the_pass``)."""
     from tfsched.graph.build import _output_dtype, build_comm_graph
     from tfsched.graph.load import nodes_from_partition_graphs, output_specs
 
@@ -77,9 +111,10 @@ def comm_graph_of_trace(
         return out
 
     fetches = [f for f in (fetches or []) if f.split(":")[0].lstrip("^") in by_name] or None
-    return build_comm_graph(
+    graph = build_comm_graph(
         nodes, fetches=fetches, source=source, output_specs=output_specs, infer_shapes=shapes_from_trace
     )
+    return graph, sent
 
 
 def ran_node_names(trace: Trace) -> set[str] | None:
