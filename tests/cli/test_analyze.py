@@ -235,6 +235,23 @@ class TestBadInput:
         bad.write_text("these are my notes, not a graph\n")
         assert_one_line_error(run("analyze", str(bad)), "notes.pbtxt", "not a TensorFlow")
 
+    def test_a_tfsched_file_given_as_the_graph(self, seq_graph_file, tmp_path):
+        """A trace or schedule where the graph goes says what it is and where it goes (was the
+        protobuf parser's complaint about the file's first characters)."""
+        sched = tmp_path / "s.json"
+        assert run("analyze", seq_graph_file["pb"], "-o", str(sched)).returncode == 0
+        assert_one_line_error(
+            run("analyze", str(sched)), "s.json", "a tfsched schedule file", "tfsched.enable"
+        )
+        trace = tmp_path / "t.json"
+        trace.write_text(json.dumps({"schema": "tfsched.trace/1", "steps": 0}))
+        assert_one_line_error(run("analyze", str(trace)), "t.json", "a tfsched trace file", "--trace")
+        other = tmp_path / "o.json"
+        other.write_text(json.dumps({"schema": "not ours"}))
+        p = run("analyze", str(other))
+        assert_one_line_error(p, "o.json", "truncated, corrupt")
+        assert "a tfsched" not in p.stderr
+
     def test_fetch_not_in_graph(self, seq_graph_file):
         assert_one_line_error(
             run("analyze", seq_graph_file["pb"], "--fetch", "no_such_op"), "no_such_op", "not in the graph"

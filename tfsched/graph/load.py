@@ -19,6 +19,7 @@ Only this module (and ``_tf``) touches protobuf; everything downstream sees plai
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -196,10 +197,34 @@ def read_graph_file(path: str, fmt: str | None = None, tag_set: str | None = Non
         except Exception as e:  # protobuf raises DecodeError, ParseError, UnicodeDecodeError...
             first_error = first_error or e
     what = " or ".join(_NAMES[k] for k in order)
+    schema = _tfsched_schema(data)
+    if schema is not None:  # one of tfsched's own files, given where a graph goes
+        kind = schema.split("/")[0].removeprefix("tfsched.")
+        raise TfschedError(
+            f"{path}: a tfsched {kind} file ({schema}), not a TensorFlow {what}{_AS_GRAPH.get(kind, '')}"
+        )
     detail = f" ({_one_line(first_error)})" if first_error else ""
     raise TfschedError(
         f"{path}: not a TensorFlow {what}: the file is truncated, corrupt or of another kind{detail}"
     )
+
+
+# what to do with a tfsched file that was given as the graph
+_AS_GRAPH = {
+    "trace": "; analyze takes it with --trace, beside the graph it traced",
+    "schedule": "; give it to tfsched.enable(schedule=...) or viz --schedule",
+}
+
+
+def _tfsched_schema(data: bytes) -> str | None:
+    """The schema of a JSON file tfsched wrote ("tfsched.trace/1"), None for anything else."""
+    if not data.lstrip()[:1] == b"{":
+        return None
+    try:
+        schema = json.loads(data).get("schema")
+    except (ValueError, AttributeError):
+        return None
+    return schema if isinstance(schema, str) and schema.startswith("tfsched.") else None
 
 
 def _looks_like_text(data: bytes) -> bool:
