@@ -272,3 +272,58 @@ def test_a_gate_whose_turn_comes_while_it_arms_its_wait_is_released_by_its_own_t
         assert s["armed_late"] > 0  # the window was hit: released by their own thread
         assert s["timeouts"] == 0 and s["cancelled"] == 0 and s["live_steps"] == 0
         assert c.dead_tasks() == []
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [{}, {"partition": 20_000, "credit": 40_000, "host_credit": True}],
+    ids=["order", "window-acked"],
+)
+def test_a_restarted_ps_is_trained_on_again(knobs):
+    """The PS dies while steps run and comes back at its address with its variables lost: the
+    step in flight fails at once (no gate waits for the timeout), the client recreates its
+    session and initializes the variables again, as ``MonitoredTrainingSession`` does, and
+    training goes on under the schedule; no task holds the state of a step afterwards."""
+    import tensorflow as tf
+
+    import tfsched
+    from tfsched.models import build_graph
+
+    with LocalCluster(ps=1, workers=2) as c:
+        built = build_graph("seq32", worker_task=0)
+        cfg = tfsched.enable(timeout_ms=120_000, strict=True, **knobs)
+        progress, failures, stop = [0], [], threading.Event()
+
+        def loop():
+            while not stop.is_set():
+                try:
+                    with tf.compat.v1.Session(c.target("worker", 0), graph=built.graph, config=cfg) as sess:
+                        sess.run(built.init_op)
+                        while not stop.is_set():
+                            sess.run(built.train_op)
+                            progress[0] += 1
+                except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError) as e:
+                    failures.append((time.monotonic(), type(e).__name__))
+                    time.sleep(0.5)
+
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 120
+        while progress[0] < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert progress[0] >= 20, progress
+        killed_at = time.monotonic()
+        c.restart("ps", 0)
+        at_restart = progress[0]
+        deadline = time.monotonic() + 60
+        while progress[0] < at_restart + 20 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stop.set()
+        thread.join(60)
+        assert not thread.is_alive()
+        assert progress[0] >= at_restart + 20, "training did not go on after the PS came back"
+        # the failed step ended when the PS went away, long before any gate's timeout
+        assert failures and failures[0][0] - killed_at < 30, failures
+        for device in ("/job:ps/task:0", "/job:worker/task:0"):
+            s = settled_stats(c.target("worker", 0), device)
+            assert s["live_steps"] == 0 and s["timeouts"] == 0, (device, s)

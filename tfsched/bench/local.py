@@ -39,9 +39,10 @@ def task_env() -> dict:
 
 
 def start_tasks(
-    spec: dict, *, vanilla: bool, log_dir: str, prefix=lambda job, index: [], spec_of=None
+    spec: dict, *, vanilla: bool, log_dir: str, prefix=lambda job, index: [], spec_of=None, only=None
 ) -> dict:
-    """Start every task of ``spec`` as ``python -m tfsched.bench.server``; (job, index) -> Popen.
+    """Start every task of ``spec`` (or the one ``only`` names, as (job, index)) as ``python -m
+    tfsched.bench.server``; (job, index) -> Popen.
 
     ``prefix`` gives the command a task runs under (e.g. ``ip netns exec <ns>``), ``spec_of`` the
     cluster spec it runs with (``spec`` itself by default). Each task's stderr goes to
@@ -51,6 +52,8 @@ def start_tasks(
     procs = {}
     for job, addrs in spec.items():
         for i in range(len(addrs)):
+            if only is not None and only != (job, i):
+                continue
             cmd = [
                 *prefix(job, i),
                 sys.executable,
@@ -150,9 +153,8 @@ class TaskHandles:
         """Start every task of ``spec`` (its stderr in a fresh ``log_dir``; ``start_tasks``'
         ``prefix`` and ``spec_of``) and wait until each serves."""
         self.log_dir = tempfile.mkdtemp(prefix="tfsched-tasks-")
-        self.procs = start_tasks(
-            self.spec, vanilla=self.vanilla, log_dir=self.log_dir, prefix=prefix, spec_of=spec_of
-        )
+        self._launch = {"prefix": prefix, "spec_of": spec_of}  # to start a task again (restart)
+        self.procs = start_tasks(self.spec, vanilla=self.vanilla, log_dir=self.log_dir, **self._launch)
         wait_ready(self.procs, self.start_timeout_s, self.log_dir)
 
     def stop_all(self) -> None:
@@ -182,6 +184,17 @@ class TaskHandles:
         p = self.procs[(job, index)]
         p.kill()
         p.wait(timeout=30)
+
+    def restart(self, job: str, index: int) -> None:
+        """Kill one task and start it again at its address, as a cluster manager brings back a
+        failed task (a PS's variables are lost: a client recreates its session and restores
+        them)."""
+        self.kill(job, index)
+        fresh = start_tasks(
+            self.spec, vanilla=self.vanilla, log_dir=self.log_dir, only=(job, index), **self._launch
+        )
+        self.procs.update(fresh)
+        wait_ready(fresh, self.start_timeout_s, self.log_dir)
 
 
 @dataclass
