@@ -59,7 +59,7 @@ def _priorities(schedule_path: str, trace: Trace) -> dict[str, int]:
         rec = exact.get((tensor, dst)) or only(by_tensor.get(tensor, []))
         if rec is None:
             if keys is None:
-                keys = transfer_keys(trace, fetches=doc["graph"].get("fetches"), source=trace.source)
+                keys = transfer_keys(trace, fetches=doc.get("graph", {}).get("fetches"), source=trace.source)
             key = keys.get((x.tensor, dst))
             rec = by_channel.get((src, dst, key)) or only(by_key.get(key, []))
         if rec is not None and (tensor != x.tensor or rec.get("bytes") in (None, x.bytes)):
