@@ -220,6 +220,31 @@ class TestAnalyze:
             assert p.returncode == 0 and "Example" in p.stdout
 
 
+def test_stderr_stays_quiet_when_tensorflow_infers_the_shapes(seq_graph_file, tmp_path):
+    """A graph saved without ``_output_shapes`` has TensorFlow import it to infer them: its C++
+    start-up chatter (six lines: absl's, oneDNN's, the CUDA probe's) reached analyze's stderr
+    until the thirty-third session, whatever the log level."""
+    import os
+
+    gd = type(seq_graph_file["graph_def"])()
+    gd.CopyFrom(seq_graph_file["graph_def"])
+    for n in gd.node:
+        if "_output_shapes" in n.attr:
+            del n.attr["_output_shapes"]
+    path = tmp_path / "noshapes.pb"
+    path.write_bytes(gd.SerializeToString())
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    p = subprocess.run(
+        [sys.executable, "-m", "tfsched.cli", "analyze", str(path), "--fetch", "train"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert p.returncode == 0 and "Predicted step time" in p.stdout, p.stderr
+    assert p.stderr == ""
+
+
 class TestBadInput:
     def test_missing_file(self, tmp_path):
         assert_one_line_error(run("analyze", str(tmp_path / "nope.pb")), "nope.pb", "no such file")

@@ -384,7 +384,9 @@ def infer_shapes_with_tensorflow(graph_def, names: set[str], path: str) -> dict[
 
     Used only when the file was saved without ``_output_shapes`` for a transfer's source.
     """
-    import tensorflow as tf
+    from tfsched.graph._tf import import_tensorflow
+
+    tf = import_tensorflow()  # without its C++ start-up chatter (it was on analyze's stderr)
 
     graph_pb2 = tf_submodule("core.framework.graph_pb2")
     stripped = graph_pb2.GraphDef()
