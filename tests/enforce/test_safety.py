@@ -46,6 +46,14 @@ def settled_ps_stats(cluster):
     return settled_stats(cluster.target("worker", 0), "/job:ps/task:0")
 
 
+def wait_until(done, seconds: float) -> bool:
+    """Poll ``done()`` every 0.1 s for at most ``seconds``; its last answer."""
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return done()
+
+
 def released_after_timeout(cluster, g, y, init) -> float:
     """Run a stranded gate's step; it must end with the tensor, passed on: seconds it took."""
     import tensorflow as tf
@@ -182,17 +190,12 @@ def test_killing_a_worker_leaves_the_others_training(knobs):
         threads = [threading.Thread(target=loop, args=(w,), daemon=True) for w in (0, 1)]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 120
-        while min(progress) < 3 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert min(progress) >= 3, progress
+        assert wait_until(lambda: min(progress) >= 3, 120), progress
         c.kill("worker", 1)
         at_kill = progress[0]
-        deadline = time.monotonic() + 60
-        while progress[0] < at_kill + 10 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        trained_on = wait_until(lambda: progress[0] >= at_kill + 10, 60)
         stop.set()
-        assert progress[0] >= at_kill + 10, "worker 0 stopped training when worker 1 died"
+        assert trained_on, "worker 0 stopped training when worker 1 died"
         for t in threads:
             t.join(30)
 
@@ -308,20 +311,15 @@ def test_a_restarted_ps_is_trained_on_again(knobs):
 
         thread = threading.Thread(target=loop, daemon=True)
         thread.start()
-        deadline = time.monotonic() + 120
-        while progress[0] < 20 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert progress[0] >= 20, progress
+        assert wait_until(lambda: progress[0] >= 20, 120), progress
         killed_at = time.monotonic()
         c.restart("ps", 0)
         at_restart = progress[0]
-        deadline = time.monotonic() + 60
-        while progress[0] < at_restart + 20 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        trained_on = wait_until(lambda: progress[0] >= at_restart + 20, 60)
         stop.set()
         thread.join(60)
         assert not thread.is_alive()
-        assert progress[0] >= at_restart + 20, "training did not go on after the PS came back"
+        assert trained_on, "training did not go on after the PS came back"
         # the failed step ended when the PS went away, long before any gate's timeout
         assert failures and failures[0][0] - killed_at < 30, failures
         for device in ("/job:ps/task:0", "/job:worker/task:0"):
