@@ -111,6 +111,20 @@ def test_a_task_that_cannot_start_says_why_in_one_line(tmp_path):
 
 
 @pytest.mark.cluster
+def test_a_file_in_the_working_directory_does_not_shadow_a_tasks_modules(tmp_path, monkeypatch):
+    """``python -m`` puts the working directory first on the path: a user's ``concurrent.py``
+    there replaced the standard library's in every task (TensorFlow imports
+    ``concurrent.futures``). Here the file fails on import, so a task that imported it would not
+    start; a shadow that started a cluster of its own once did so in every task, without end."""
+    from tfsched.bench.local import LocalCluster
+
+    (tmp_path / "concurrent.py").write_text("raise SystemExit('the working directory shadowed a module')\n")
+    monkeypatch.chdir(tmp_path)
+    with LocalCluster(ps=1, workers=1, vanilla=True, start_timeout_s=120) as c:
+        assert not c.dead_tasks()
+
+
+@pytest.mark.cluster
 @pytest.mark.parametrize("vanilla", [True, False])
 def test_the_tasks_end_with_a_launcher_killed_by_sigkill(tmp_path, vanilla):
     """SIGKILL runs no cleanup in the launcher: its tasks must go by themselves (each serves

@@ -34,8 +34,24 @@ def free_port() -> int:
 
 def task_env() -> dict:
     """The environment of a task process: this one's, TensorFlow's C++ logs at warnings unless
-    set."""
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+    set, and the tfsched this process runs first on the path, the working directory not on it.
+
+    ``python -m`` puts the working directory first on ``sys.path``, so a user's file there named
+    as a module TensorFlow imports shadowed it in every task: a ``concurrent.py`` that starts a
+    cluster did so again in each task's ``import concurrent.futures``, until the machine ran out
+    of memory (thirty-third session). ``PYTHONSAFEPATH`` (Python 3.11) leaves it off; the
+    directory this tfsched was imported from goes on instead, so a task runs the same code as
+    the driver, also from a checkout that is not installed."""
+    import tfsched
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(tfsched.__file__)))
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    return dict(
+        os.environ,
+        TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+        PYTHONSAFEPATH="1",
+        PYTHONPATH=path,
+    )
 
 
 def start_tasks(
