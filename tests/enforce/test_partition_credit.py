@@ -440,3 +440,49 @@ def test_sizes_auto_are_kept_to_the_graph_and_link(cluster, monkeypatch):
     monkeypatch.setenv("TFSCHED_CREDIT", "auto")
     assert gate_sizes(_config(bandwidth_bps=10e9)) == (set(), set())
     assert gate_sizes(_config(bandwidth_bps=10e9, ack_share=64)) == (set(), {10 * credit})
+
+
+@pytest.mark.parametrize("host", [False, True], ids=["per-channel", "per-task"])
+def test_steps_run_at_once_by_threads_of_one_session_share_the_window(cluster, host):
+    """Several threads running training steps of one session at once (as asynchronous
+    training with several threads per worker does): the steps' gates are counted per step, the
+    credit window is the channel's (or the sending task's) across all of them. Every step ends
+    without a timeout, the window is never exceeded, and no step's state is left."""
+    import threading
+
+    import tensorflow as tf
+
+    import tfsched
+    from tfsched.enforce import set_credit
+
+    target = cluster.target("worker", 0)
+    credit = 40_000
+    devices = ["/job:ps/task:0", "/job:ps/task:1", "/job:worker/task:0"]
+    set_credit(target, 0, devices)  # resets the peak counters
+    built = build_graph("seq32", ps_tasks=2)
+    cfg = tfsched.enable(partition=20_000, credit=credit, host_credit=host, timeout_ms=60_000, strict=True)
+    before = {d: settled_stats(target, d) for d in devices}
+    done, errors = [0] * 4, []
+    with tf.compat.v1.Session(target, graph=built.graph, config=cfg) as sess:
+        sess.run(built.init_op)
+
+        def loop(k):
+            try:
+                for _ in range(40):
+                    sess.run(built.train_op)
+                    done[k] += 1
+            except tf.errors.OpError as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=loop, args=(k,), daemon=True) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(240)
+        assert not any(t.is_alive() for t in threads), done
+    assert not errors and done == [40] * 4, (errors[:1], done)
+    for device in devices:
+        s = settled_stats(target, device)
+        assert s["live_steps"] == 0 and s["timeouts"] == before[device]["timeouts"], (device, s)
+        assert s["cancelled"] == before[device]["cancelled"], (device, s)
+        assert 0 < s["peak_in_flight"] <= credit, (device, s)
