@@ -42,16 +42,22 @@ def task_env() -> dict:
     of memory (thirty-third session). ``PYTHONSAFEPATH`` (Python 3.11) leaves it off; the
     directory this tfsched was imported from goes on instead, so a task runs the same code as
     the driver, also from a checkout that is not installed."""
+    import site
+
     import tfsched
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(tfsched.__file__)))
-    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
-    return dict(
-        os.environ,
-        TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
-        PYTHONSAFEPATH="1",
-        PYTHONPATH=path,
+    path = os.environ.get("PYTHONPATH", "")
+    # an installed tfsched's site-packages is on the task's path anyway, and first on
+    # PYTHONPATH it would overrule the user's entries there
+    if here not in {os.path.abspath(p) for p in (*site.getsitepackages(), site.getusersitepackages())}:
+        path = os.pathsep.join(p for p in (here, path) if p)
+    env = dict(
+        os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"), PYTHONSAFEPATH="1"
     )
+    if path:
+        env["PYTHONPATH"] = path
+    return env
 
 
 def start_tasks(

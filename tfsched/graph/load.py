@@ -218,7 +218,7 @@ _AS_GRAPH = {
 
 def _tfsched_schema(data: bytes) -> str | None:
     """The schema of a JSON file tfsched wrote ("tfsched.trace/1"), None for anything else."""
-    if not data.lstrip()[:1] == b"{":
+    if data.lstrip()[:1] != b"{":
         return None
     try:
         schema = json.loads(data).get("schema")
