@@ -57,8 +57,9 @@ def transfer_keys(
     trace that keeps no partition graphs.
 
     Grappler sends some tensors under other names than the saved graph's: a gradient's push
-    without the ``tuple/control_dependency_1`` Identity it went through (``tracing.match.
-    identity_sources``), so a schedule's records name tensors the trace never moved."""
+    without the ``tuple/control_dependency_1`` Identity it went through
+    (``tracing.match.identity_sources`` follows those on the saved graph's side), so a
+    schedule's records name tensors the trace never moved."""
     if not trace.partition_graphs:
         return {}
     graph, sent = _ran(trace, fetches, source)
