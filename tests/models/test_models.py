@@ -119,3 +119,33 @@ def test_building_a_batch_norm_model_prints_no_deprecation_notice():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "deprecated" not in p.stderr, p.stderr[-2000:]
+
+
+def _bytes_per_ps(built) -> dict[str, int]:
+    import tensorflow as tf
+
+    with built.graph.as_default():
+        variables = tf.compat.v1.global_variables()
+    per: dict[str, int] = {}
+    for v in variables:
+        per[v.device] = per.get(v.device, 0) + v.shape.num_elements() * v.dtype.size
+    return per
+
+
+@pytest.mark.parametrize("model", ["vgg16", "transformer"])
+def test_two_ps_share_the_bytes_where_round_robin_leaves_one_almost_empty(model):
+    balanced = _bytes_per_ps(build_graph(model, batch_size=1, ps_tasks=2))
+    rr = _bytes_per_ps(build_graph(model, batch_size=1, ps_tasks=2, ps_placement="round-robin"))
+    assert set(balanced) == set(rr) == {"/job:ps/task:0", "/job:ps/task:1"}
+    assert sum(balanced.values()) == sum(rr.values())
+    # kernels and biases alternate: round-robin puts every kernel on the first PS
+    assert min(rr.values()) < 0.01 * max(rr.values())
+    # greedy by bytes, in creation order: VGG16's 16.8M-parameter fc2 alone is half the model
+    assert min(balanced.values()) > 0.3 * max(balanced.values())
+
+
+def test_an_unknown_ps_placement_is_one_error():
+    from tfsched.errors import TfschedError
+
+    with pytest.raises(TfschedError, match="unknown ps_placement 'random'; expected bytes or round-robin"):
+        build_graph("seq32", ps_tasks=2, ps_placement="random")
