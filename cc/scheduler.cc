@@ -6,6 +6,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -217,6 +218,9 @@ struct Transfer {
   std::vector<std::pair<int, int>> uses;  // (consumer node, input index) on the receiver
   DataType dtype = tensorflow::DT_INVALID;
   std::string kind, key;
+  // The variables a push updates when it updates several (Grappler merged their identical
+  // gradients: Par-32 training's 32 branches); key is then its tensor's.
+  std::vector<std::string> updates;
   int stage = 0;
   double value = 0;  // the order on the channel: schedule priority or TIO's M+
   bool matched = false;
@@ -260,8 +264,10 @@ std::string VariableBehind(const Graph& g, int n) {
   return "";
 }
 
-std::string VariableUpdatedBy(const Graph& g, const std::vector<int>& start,
-                              const std::string& task) {
+// The variables the update ops nearest to `start` on `task` write, sorted: several where one
+// tensor feeds several updates (a learning rate, a merged gradient).
+std::vector<std::string> VariablesUpdatedBy(const Graph& g, const std::vector<int>& start,
+                                            const std::string& task) {
   std::vector<int> frontier(start);
   std::sort(frontier.begin(), frontier.end(),
             [&](int a, int b) { return g.node(a).name() < g.node(b).name(); });
@@ -282,10 +288,10 @@ std::string VariableUpdatedBy(const Graph& g, const std::vector<int>& start,
       }
       for (int s : g.out[n]) next.push_back(s);
     }
-    if (!found.empty()) return found.size() == 1 ? *found.begin() : "";
+    if (!found.empty()) return {found.begin(), found.end()};
     frontier = next;
   }
-  return "";
+  return {};
 }
 
 // Nodes whose outputs may be dead or live in a loop frame: gating them could leave a counter
@@ -594,7 +600,9 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
       t.kind = "push";
       std::vector<int> consumers;
       for (const auto& u : t.uses) consumers.push_back(u.first);
-      variable = VariableUpdatedBy(g, consumers, t.receiver);
+      std::vector<std::string> updated = VariablesUpdatedBy(g, consumers, t.receiver);
+      if (updated.size() == 1) variable = updated[0];
+      if (updated.size() > 1) t.updates = std::move(updated);
     } else {
       t.kind = "pull";
       variable = VariableBehind(g, t.src);
@@ -608,13 +616,23 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
   int matched = 0;
   if (!exact_.empty()) {
     for (Transfer& t : xfers) {
-      auto it = exact_.find(absl::StrCat(t.sender, "|", t.receiver, "|", t.key));
-      if (it == exact_.end()) {
-        const std::string& ps_side = JobOf(t.sender) == ps_job_ ? t.sender : t.receiver;
-        it = by_ps_.find(absl::StrCat(ps_side, "|", t.key));
-        if (it == by_ps_.end()) continue;
-      }
-      t.value = static_cast<double>(it->second);
+      const std::string& ps_side = JobOf(t.sender) == ps_job_ ? t.sender : t.receiver;
+      const auto named = [&](const std::string& key) -> std::optional<int64_t> {
+        if (auto it = exact_.find(absl::StrCat(t.sender, "|", t.receiver, "|", key));
+            it != exact_.end())
+          return it->second;
+        if (auto it = by_ps_.find(absl::StrCat(ps_side, "|", key)); it != by_ps_.end())
+          return it->second;
+        return std::nullopt;
+      };
+      std::optional<int64_t> p = named(t.key);
+      // A merged push takes the most urgent of its variables' priorities: the first of their
+      // updates needs it (ordering.priority_of does the same for the simulator).
+      if (!p)
+        for (const std::string& v : t.updates)
+          if (auto q = named(absl::StrCat("push:", v)); q && (!p || *q < *p)) p = q;
+      if (!p) continue;
+      t.value = static_cast<double>(*p);
       t.matched = true;
       ++matched;
     }

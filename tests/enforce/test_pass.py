@@ -190,6 +190,67 @@ class TestPass:
             assert pushes["Cast"] == 0, task  # the ids the lookup needs
 
 
+def _pushes_graph(merged: bool):
+    """Three PS variables a, b, c updated from worker 0: a and b by one gradient tensor when
+    ``merged`` (what Grappler makes of Par-32's identical gradients), by two otherwise."""
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device("/job:ps/task:0"):
+            a, b, c = (tf.compat.v1.get_variable(n, [64, 64], use_resource=False) for n in "abc")
+        with tf.device("/job:worker/task:0"):
+            x = tf.random.stateless_uniform([64, 64], seed=[1, 2])
+            ga = tf.multiply(x, 2.0, name="ga")
+            gb = ga if merged else tf.multiply(x, 2.5, name="gb")
+            gc = tf.multiply(x, 3.0, name="gc")
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).apply_gradients(
+            [(ga, a), (gb, b), (gc, c)], name="train"
+        )
+    return g.as_graph_def(add_shapes=True), [train.name]
+
+
+@pytest.mark.parametrize(
+    ("order", "merged_first"),
+    [({"a": 0, "c": 1, "b": 2}, True), ({"b": 0, "c": 1, "a": 2}, True), ({"c": 0, "a": 1, "b": 2}, False)],
+)
+def test_a_merged_push_takes_the_most_urgent_of_its_variables_priorities(tmp_path, order, merged_first):
+    # The schedule is made on the saved graph, where a and b have gradients of their own; the
+    # graph that runs pushes one tensor for both. The pass and the simulator's carry_over give
+    # it the smaller of a's and b's priorities (before the thirty-fourth session neither
+    # matched it, and it went after every named push).
+    from tfsched.analysis import analyze
+    from tfsched.graph import build_comm_graph
+    from tfsched.graph.load import nodes_from_graph_def
+    from tfsched.ordering import carry_over
+
+    saved, fetches = _pushes_graph(merged=False)
+    path = tmp_path / "saved.pb"
+    path.write_bytes(saved.SerializeToString())
+    schedule = analyze(str(path), fetches=fetches, algorithm="tio").schedule
+    pushes = {t.variable: t for t in schedule.priorities if t.kind == "push"}
+    assert set(pushes) == {"a", "b", "c", None}  # and the learning rate, feeding all three
+    for var, t in pushes.items():
+        schedule.priorities[t] = order.get(var, 3)
+    sched = tmp_path / "tio.json"
+    schedule.save(str(sched))
+
+    ran, _ = _pushes_graph(merged=True)
+    ran_graph = build_comm_graph(nodes_from_graph_def(ran, "ran"), fetches=fetches)
+    merged = [t for t in ran_graph.transfers if t.tensor == "ga:0"]
+    assert [(t.variable, t.updates) for t in merged] == [(None, ("a", "b"))]
+    carried = carry_over(schedule, ran_graph).priorities
+    by_tensor = {t.tensor: p for t, p in carried.items()}
+    assert (by_tensor["ga:0"] < by_tensor["gc:0"]) is merged_first, carried
+
+    out = optimize(ran, fetches, only_tfsched(schedule=str(sched), algorithm="tio"))
+    gated = {
+        name.split("/tfsched_gate")[0]: p for name, dev, p, _ in gates(out) if dev.startswith("/job:worker")
+    }
+    assert set(gated) == {"ga", "gc"}
+    assert (gated["ga"] < gated["gc"]) is merged_first, gated
+
+
 class TestEnableChecks:
     def test_missing_schedule(self, tmp_path):
         import tfsched

@@ -189,3 +189,36 @@ def test_a_push_grappler_sent_without_its_identity_shows_its_priority(tmp_path):
     assert None not in shown.values()
     # the first layer's kernel, pushed last under TAO: not any push's priority
     assert shown["gradients/MatMul_grad/MatMul_1:0"] == by_variable["seq/w0"] == max(by_variable.values())
+
+
+def test_a_push_grappler_merged_shows_the_most_urgent_of_its_variables_priorities(tmp_path):
+    """Par-32 training, traced on a real cluster: Grappler merges the 32 branches' identical
+    weight gradients into one push that updates all 32 variables. It shows the most urgent of
+    their priorities, the one the pass gives it (it showed none before the thirty-fourth
+    session)."""
+    import json
+
+    from tfsched.graph import load_comm_graph
+    from tfsched.models import build_graph
+    from tfsched.ordering import order
+    from tfsched.tracing.replay import comm_graph_of_trace
+    from tfsched.tracing.run import trace_local
+    from tfsched.viz.write import write_visualization
+
+    built = build_graph("par32", mode="train", batch_size=4)
+    path = tmp_path / "g.pb"
+    path.write_bytes(built.graph_def().SerializeToString())
+    sched = order(load_comm_graph(str(path), fetches=built.fetches), "tao")
+    sched.save(str(tmp_path / "s.json"))
+    by_variable = {t.variable: p for t, p in sched.priorities.items() if t.kind == "push"}
+    trace = trace_local(model="par32", steps=1, warmup=1)
+    ran = comm_graph_of_trace(trace, fetches=built.fetches).transfers
+    # (the learning rate feeds all 32 updates too; the schedule names it by its own tensor)
+    (merged,) = [t for t in ran if t.updates and t.tensor.startswith("gradients/")]
+    assert len(merged.updates) == 32 and set(merged.updates) <= set(by_variable)
+
+    write_visualization(trace, str(tmp_path / "t.json"), schedule=str(tmp_path / "s.json"))
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    shown = {e["args"]["tensor"]: e["args"].get("priority") for e in events if e.get("cat") == "transfer"}
+    assert None not in shown.values()
+    assert shown[merged.tensor] == min(by_variable[v] for v in merged.updates)

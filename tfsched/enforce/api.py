@@ -163,8 +163,11 @@ def match_schedule(
     matched = sum(
         1
         for t in data
-        if (t.src_task, t.dst_task, t.key) in keys
-        or ((t.src_task if t.src_task in g.ps_tasks else t.dst_task), t.key) in by_ps
+        if any(
+            (t.src_task, t.dst_task, k) in keys
+            or ((t.src_task if t.src_task in g.ps_tasks else t.dst_task), k) in by_ps
+            for k in t.keys
+        )
     )
     return matched, len(data)
 

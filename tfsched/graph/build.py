@@ -427,13 +427,13 @@ def _variable_behind(g: nx.DiGraph, name: str, inputs) -> str | None:
     return None
 
 
-def _variable_updated_by(
+def _variables_updated_by(
     g: nx.DiGraph, start: Iterable[str], task: str, inputs, depth: int = 8
-) -> str | None:
-    """The variable that the update ops nearest to ``start`` on ``task`` write.
+) -> tuple[str, ...]:
+    """The variables that the update ops nearest to ``start`` on ``task`` write, sorted.
 
-    None when the nearest updates write several variables (a learning rate feeding every
-    apply op is not the push of any one of them).
+    Several where one tensor feeds several updates: a learning rate feeding every apply op, or
+    a gradient Grappler merged with the identical gradients of other variables.
     """
     frontier = sorted(set(start))
     seen: set[str] = set()
@@ -455,9 +455,9 @@ def _variable_updated_by(
                     continue
             nxt.extend(g.successors(n))
         if found:
-            return found.pop() if len(found) == 1 else None
+            return tuple(sorted(found))
         frontier = nxt
-    return None
+    return ()
 
 
 REPLICATED_CONST_MAX_ELEMENTS = 16
@@ -521,6 +521,7 @@ def _find_transfers(g, nodes, inputs, ps_tasks, source, output_specs, infer_shap
         op = g.nodes[src_op]["op"]
         src_dev = op.device
         dst_dev = g.nodes[cons[0]]["op"].device
+        updates: tuple[str, ...] = ()
         if ctrl:
             kind, nbytes, dtype, shape, var = "control", 0, None, None, None
         else:
@@ -535,7 +536,9 @@ def _find_transfers(g, nodes, inputs, ps_tasks, source, output_specs, infer_shap
                 var = _variable_behind(g, src_op, inputs)
             elif dst_task in ps_tasks:
                 kind = "push"
-                var = _variable_updated_by(g, cons, dst_task, inputs)
+                updated = _variables_updated_by(g, cons, dst_task, inputs)
+                var = updated[0] if len(updated) == 1 else None
+                updates = updated if len(updated) > 1 else ()
             else:
                 # Worker to worker: in gRPC TensorFlow the receiver pulls every tensor.
                 kind, var = "pull", _variable_behind(g, src_op, inputs)
@@ -550,6 +553,7 @@ def _find_transfers(g, nodes, inputs, ps_tasks, source, output_specs, infer_shap
                 consumers=tuple(cons),
                 dtype=dtype,
                 shape=shape,
+                updates=updates,
             )
         )
     return transfers

@@ -100,6 +100,9 @@ class Transfer:
     consumers: tuple[str, ...] = ()  # ops on the receiving task that use it
     dtype: str | None = None
     shape: Shape | None = None
+    # the variables a push updates when it updates several (``variable`` is None then): Grappler
+    # merged their identical gradients into it (Par-32 training's 32 branches)
+    updates: tuple[str, ...] = ()
 
     @property
     def src_task(self) -> str:
@@ -122,6 +125,13 @@ class Transfer:
     def key(self) -> str:
         """What identifies this transfer across graph rewrites: the variable, else the tensor."""
         return f"{self.kind}:{self.variable}" if self.variable else f"{self.kind}:{self.tensor}"
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The keys a schedule may name this transfer by: its own, then, for a push that updates
+        several variables, theirs (it takes the most urgent of their priorities: the first of
+        their updates needs it)."""
+        return (self.key, *(f"push:{v}" for v in self.updates))
 
     def record(self, priority: int) -> dict:
         """The JSON record of the transfer with its priority (``analyze --json``, schedule files)."""

@@ -46,9 +46,10 @@ def carry_over(schedule: Schedule, graph: CommGraph) -> Schedule:
     """``schedule``, made for another graph of the model, as the pass applies it to ``graph``
     (``cc/scheduler.cc``), which Grappler may have rewritten: a transfer takes the priority of
     the schedule's transfer with its channel and key (``Transfer.key``: the variable it reads or
-    updates, which survives the rewrites), else of one with its PS side and key; those the
-    schedule names none of follow the named ones of their channel, in TIO order. Then made safe
-    for the counters, as the pass does.
+    updates, which survives the rewrites), else of one with its PS side and key; a push that
+    updates several variables (``Transfer.updates``: Grappler merged their gradients) takes the
+    most urgent of their pushes' priorities; those the schedule names none of follow the named
+    ones of their channel, in TIO order. Then made safe for the counters, as the pass does.
 
     The bench simulates each mode on the partition graphs the baseline ran
     (``tracing.replay.graph_that_ran``) with the order its pass was given, which was made from
@@ -56,19 +57,38 @@ def carry_over(schedule: Schedule, graph: CommGraph) -> Schedule:
     exact: dict[tuple[str, str, str], int] = {}
     by_ps: dict[tuple[str, str], int] = {}
     for t, p in schedule.priorities.items():
-        exact[(t.src_task, t.dst_task, t.key)] = p
-        by_ps.setdefault((_ps_side(t, graph), t.key), p)
+        # a key two transfers share (a sparse gradient's indices and values) takes the later
+        # of their priorities, as the pass's (cc/scheduler.cc, ``keep_later``)
+        for table, k in ((exact, (t.src_task, t.dst_task, t.key)), (by_ps, (_ps_side(t, graph), t.key))):
+            table[k] = max(table.get(k, p), p)
     tio = tio_values(graph)
     top = max(exact.values(), default=0) + 1.0
     values: dict[Transfer, tuple[float, float]] = {}  # (named priority, 0) or (after them, TIO's)
     for t in graph.transfers:
-        p = exact.get((t.src_task, t.dst_task, t.key), by_ps.get((_ps_side(t, graph), t.key)))
+        p = priority_of(t, exact, by_ps, _ps_side(t, graph))
         values[t] = (p, 0.0) if p is not None else (top, tio.get(t, 0.0))
     if schedule.mode == "counter":
         values = counter_safe(graph, values)
     carried = schedule_for(graph, schedule.algorithm, values, schedule.mode)
     carried.partition, carried.credit = schedule.partition, schedule.credit
     return carried
+
+
+def priority_of(
+    t: Transfer, exact: dict[tuple[str, str, str], int], by_ps: dict[tuple[str, str], int], ps_side: str
+) -> int | None:
+    """The schedule's priority for ``t`` as the pass finds it (``cc/scheduler.cc``): by its
+    channel and key, else its PS side and key; for a push that updates several variables, the
+    smallest (most urgent) found by theirs. None: the schedule does not name it."""
+
+    def one(key: str) -> int | None:
+        return exact.get((t.src_task, t.dst_task, key), by_ps.get((ps_side, key)))
+
+    own = one(t.key)
+    if own is not None or not t.updates:
+        return own
+    found = [p for p in map(one, t.keys[1:]) if p is not None]
+    return min(found) if found else None
 
 
 def _ps_side(t: Transfer, graph: CommGraph) -> str:

@@ -48,10 +48,11 @@ def comm_graph_of_trace(
 
 def transfer_keys(
     trace: Trace, *, fetches: list[str] | None = None, source: str = "<trace>"
-) -> dict[tuple[str, str], str]:
-    """What each message of ``trace`` carried, as (tensor as traced, receiver task) -> the key
-    of its transfer in the graph that ran (``Transfer.key``: the variable it reads or updates,
-    which survives Grappler's rewrites, as ``ordering.carry_over`` matches a schedule). A gate's
+) -> dict[tuple[str, str], tuple[str, ...]]:
+    """What each message of ``trace`` carried, as (tensor as traced, receiver task) -> the keys
+    of its transfer in the graph that ran (``Transfer.keys``: the variable it reads or updates,
+    which survives Grappler's rewrites, then, for a push Grappler merged, the variables it
+    updates; as ``ordering.carry_over`` matches a schedule). A gate's
     or slice's message has the key of the tensor it forwards; what the pass added
     (acknowledgements, credit) and what no transfer of the graph carries have none. Empty for a
     trace that keeps no partition graphs.
@@ -63,8 +64,8 @@ def transfer_keys(
     if not trace.partition_graphs:
         return {}
     graph, sent = _ran(trace, fetches, source)
-    by_tensor = {(t.tensor, task_of(t.dst)): t.key for t in graph.transfers}
-    out: dict[tuple[str, str], str] = {}
+    by_tensor = {(t.tensor, task_of(t.dst)): t.keys for t in graph.transfers}
+    out: dict[tuple[str, str], tuple[str, ...]] = {}
     for x in trace.transfers:
         tensor = sent(x.tensor)
         key = by_tensor.get((tensor, task_of(x.dst))) if tensor is not None else None

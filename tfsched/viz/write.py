@@ -28,9 +28,12 @@ def _priorities(schedule_path: str, trace: Trace) -> dict[str, int]:
     Identity the saved graph sends it through (until the thirty-third session 17 of VGG16
     training's 65 transfers showed no priority, and 9 of AlexNet's 33 data transfers).
 
+    A push that updates several variables (Par-32 training's, one gradient Grappler merged from
+    the 32 identical ones the saved graph's schedule names) shows the most urgent of their
+    priorities, the one the pass gives it (``ordering.priority_of``).
+
     An error if the schedule names fewer than half of the tensors the trace moved: a schedule of
-    another graph. (Not all of them: Grappler rewrites what a step sends, and Par-32 training
-    pushes one merged gradient for the 32 the saved graph's schedule names.)"""
+    another graph (not all of them: Grappler rewrites what a step sends)."""
     from tfsched.graph.devices import task_of
     from tfsched.ordering.schedule import load_schedule
     from tfsched.tracing.replay import scheduled_tensor, transfer_keys
@@ -60,8 +63,13 @@ def _priorities(schedule_path: str, trace: Trace) -> dict[str, int]:
         if rec is None:
             if keys is None:
                 keys = transfer_keys(trace, fetches=doc.get("graph", {}).get("fetches"), source=trace.source)
-            key = keys.get((x.tensor, dst))
-            rec = by_channel.get((src, dst, key)) or only(by_key.get(key, []))
+            recs = [
+                by_channel.get((src, dst, k)) or only(by_key.get(k, []))
+                for k in keys.get((x.tensor, dst), ())
+            ]
+            rec = recs[0] if recs else None
+            if rec is None and len(recs) > 1:  # a merged push: the most urgent of its variables'
+                rec = min((r for r in recs[1:] if r is not None), key=lambda r: r["priority"], default=None)
         if rec is not None and (tensor != x.tensor or rec.get("bytes") in (None, x.bytes)):
             priorities[f"{x.tensor} -> {dst}"] = rec["priority"]
             named.add((tensor, dst))
