@@ -49,6 +49,15 @@ class _Group(click.Group):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
+_PS_OPTION = click.option(
+    "--ps",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="PS tasks of the built-in model; each variable goes to the one holding the fewest bytes so far.",
+)
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tfsched")
 def main() -> None:
@@ -442,7 +451,7 @@ def demo(model, bandwidth, workers, steps, rounds, modes, batch_size, loopback, 
 @click.option("--init", default=None, help="With --graph: the initializer op to run once.")
 @_tag_set_option
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--ps", type=click.IntRange(min=1), default=1, show_default=True)
+@_PS_OPTION
 @click.option("--steps", type=int, default=5, show_default=True, help="Traced steps.")
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True)
 @click.option(
@@ -551,7 +560,7 @@ def viz(trace_path, output, schedule, graph_path, fetches, tag_set, compare, ste
     show_default=True,
 )
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--ps", type=click.IntRange(min=1), default=1, show_default=True)
+@_PS_OPTION
 @click.option(
     "--bandwidth",
     default="1Gbit",
@@ -790,7 +799,7 @@ def bench(
 @click.option("--init", default=None, help="With --graph: the initializer op to run once.")
 @_tag_set_option
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--ps", type=click.IntRange(min=1), default=1, show_default=True)
+@_PS_OPTION
 @click.option(
     "--bandwidth",
     default="1Gbit",
