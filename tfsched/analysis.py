@@ -131,6 +131,7 @@ class Analysis:
             "transfers": [t.record(prios[t]) for ts in self.schedule.channels().values() for t in ts],
             "prediction": {**self.prediction.to_json(), "simulated_graph": self.simulated_graph},
             "sizes": self.sizes,
+            "ps_load": self.graph.ps_load,
             **({} if self.traced is None else {"traced": self.traced_json}),
         }
 

@@ -42,6 +42,33 @@ def _outside_bounds(e: float) -> str | None:
     return f"the traced step is {side} (E {e:.3f}): {why}"
 
 
+def _ps_load_line(load: dict[str, int]) -> str:
+    """The bytes each PS exchanges a step, and a warning where the busiest carries more than 1.5
+    times an even share (its link bounds the step: ``replica_device_setter``'s round-robin puts
+    every kernel of a model whose layers alternate kernel and bias on one PS).
+
+    >>> _ps_load_line({"/job:ps/task:0": 3_000_000, "/job:ps/task:1": 1_000_000})
+    'PS load, bytes a step: ps:0 3.0 MB (75%), ps:1 1.0 MB (25%)'
+    >>> print(_ps_load_line({"/job:ps/task:0": 999_000, "/job:ps/task:1": 1_000}))
+    PS load, bytes a step: ps:0 999.0 KB (100%), ps:1 1.0 KB (0%); ps:0 carries 100% where an even spread would be 50%, and its link bounds the step: spread the variables by bytes (replica_device_setter's ps_strategy; round-robin puts every kernel of layers that alternate kernel and bias on one PS)
+    """
+    total = sum(load.values())
+    if not total:
+        return "PS load, bytes a step: unknown (no transfer of a known size)"
+    line = "PS load, bytes a step: " + ", ".join(
+        f"{_short(task)} {_bytes(n)} ({n / total:.0%})" for task, n in load.items()
+    )
+    busiest = max(load, key=load.get)
+    share, even = load[busiest] / total, 1 / len(load)
+    if share > 1.5 * even:
+        line += (
+            f"; {_short(busiest)} carries {share:.0%} where an even spread would be {even:.0%}, and its "
+            "link bounds the step: spread the variables by bytes (replica_device_setter's ps_strategy; "
+            "round-robin puts every kernel of layers that alternate kernel and bias on one PS)"
+        )
+    return line
+
+
 def print_analysis(
     a: Analysis, *, limit: int | None = 12, output: str | None = None, console: Console | None = None
 ) -> None:
@@ -53,6 +80,8 @@ def print_analysis(
         f"PS tasks: {len(g.ps_tasks)}, workers: {a.workers}; transfers: {kinds['pull']} pulls, "
         f"{kinds['push']} pushes, {kinds['control']} control"
     )
+    if len(g.ps_tasks) > 1:
+        console.print(_ps_load_line(g.ps_load))
     if a.trace_match is not None:
         console.print(f"times from the trace ({a.oracle.name}): {a.trace_match.line()}")
         console.print(f"links: {a.links}")

@@ -30,7 +30,9 @@ class TestAnalyze:
         p = run("analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--json")
         assert p.returncode == 0, p.stderr
         out = json.loads(p.stdout)  # exactly one JSON object
-        assert set(out) == {"algorithm", "transfers", "prediction", "sizes"}
+        assert set(out) == {"algorithm", "transfers", "prediction", "sizes", "ps_load"}
+        # one PS: every byte of the step goes through it
+        assert out["ps_load"] == {"/job:ps/replica:0/task:0": sum(t["bytes"] for t in out["transfers"])}
         assert out["algorithm"] == "tao"
         assert set(out["prediction"]) == {
             "baseline_s",
@@ -218,6 +220,31 @@ class TestAnalyze:
         for cmd in ("analyze", "demo"):
             p = run(cmd, "--help")
             assert p.returncode == 0 and "Example" in p.stdout
+
+
+@pytest.mark.parametrize(
+    ("model", "placement", "warned"), [("transformer", "round-robin", True), ("seq32", "bytes", False)]
+)
+def test_a_ps_that_carries_most_of_the_bytes_is_named(tmp_path, model, placement, warned):
+    # Two PS. The Transformer spread round-robin has every kernel on the first (5.2M parameters
+    # against 27,658), which analyze names; Seq-32's equal layers alternate, half each.
+    from tfsched.models import build_graph
+
+    built = build_graph(model, batch_size=2, ps_tasks=2, ps_placement=placement)
+    path = tmp_path / "g.pb"
+    path.write_bytes(built.graph_def().SerializeToString())
+    p = run("analyze", str(path), "--fetch", "train", "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    load = out["ps_load"]
+    assert list(load) == ["/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]
+    assert sum(load.values()) == sum(t["bytes"] for t in out["transfers"])  # each touches one PS
+    assert (min(load.values()) < 0.01 * max(load.values())) is warned
+    text = run("analyze", str(path), "--fetch", "train")
+    assert text.returncode == 0, text.stderr
+    said = " ".join(text.stdout.split())  # as one line, however the console wrapped it
+    assert "PS load, bytes a step: ps:0" in said
+    assert bool(re.search(r"ps:0 carries 9\d% where an even spread would be 50%", said)) is warned, said
 
 
 def test_stderr_stays_quiet_when_tensorflow_infers_the_shapes(seq_graph_file, tmp_path):

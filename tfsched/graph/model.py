@@ -205,6 +205,17 @@ class CommGraph:
                 per[t.channel] = per.get(t.channel, 0) + t.bytes // size
         return max(per.values(), default=0)
 
+    @cached_property
+    def ps_load(self) -> dict[str, int]:
+        """Bytes each PS task exchanges a step (its pulls and pushes, over the transfers whose
+        size is known), in task order: how evenly the variables are spread, since the busiest
+        PS's link bounds the step."""
+        load = dict.fromkeys(self.ps_tasks, 0)
+        for t in self.transfers:
+            for task in {t.src_task, t.dst_task} & load.keys():
+                load[task] += t.bytes or 0
+        return load
+
     def transfers_to(self, task: str) -> list[Transfer]:
         return [t for t in self.transfers if t.dst_task == task]
 
