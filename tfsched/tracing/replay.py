@@ -53,7 +53,7 @@ def transfer_keys(
     of its transfer in the graph that ran (``Transfer.keys``: the variable it reads or updates,
     which survives Grappler's rewrites, then, for a push Grappler merged, the variables it
     updates; as ``ordering.carry_over`` matches a schedule). A gate's
-    or slice's message has the key of the tensor it forwards; what the pass added
+    or slice's message has the keys of the tensor it forwards; what the pass added
     (acknowledgements, credit) and what no transfer of the graph carries have none. Empty for a
     trace that keeps no partition graphs.
 
@@ -68,9 +68,9 @@ def transfer_keys(
     out: dict[tuple[str, str], tuple[str, ...]] = {}
     for x in trace.transfers:
         tensor = sent(x.tensor)
-        key = by_tensor.get((tensor, task_of(x.dst))) if tensor is not None else None
-        if key is not None:
-            out[(x.tensor, task_of(x.dst))] = key
+        keys = by_tensor.get((tensor, task_of(x.dst))) if tensor is not None else None
+        if keys is not None:
+            out[(x.tensor, task_of(x.dst))] = keys
     return out
 
 
