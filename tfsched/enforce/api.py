@@ -145,6 +145,7 @@ def match_schedule(
     """How many of a graph's data transfers the schedule names: (matched, total)."""
     from tfsched.graph import build_comm_graph
     from tfsched.graph.load import nodes_from_graph_def, output_specs
+    from tfsched.ordering import priority_of
 
     g = build_comm_graph(
         nodes_from_graph_def(graph_def, path),
@@ -153,21 +154,16 @@ def match_schedule(
         output_specs=output_specs,
         ps_jobs=(ps_job,),
     )
-    keys = {(ch["sender"], ch["receiver"], t["key"]) for ch in schedule["channels"] for t in ch["transfers"]}
-    by_ps = {
-        (ch["sender"] if f"/job:{ps_job}/" in ch["sender"] else ch["receiver"], t["key"])
-        for ch in schedule["channels"]
-        for t in ch["transfers"]
-    }
+    exact, by_ps = {}, {}
+    for ch in schedule["channels"]:
+        ps_side = ch["sender"] if f"/job:{ps_job}/" in ch["sender"] else ch["receiver"]
+        for t in ch["transfers"]:
+            exact[(ch["sender"], ch["receiver"], t["key"])] = by_ps[(ps_side, t["key"])] = t["priority"]
     data = [t for t in g.transfers if t.kind != "control"]
+    # matched as the pass matches them (a merged push by the variables it updates)
     matched = sum(
-        1
+        priority_of(t, exact, by_ps, t.src_task if t.src_task in g.ps_tasks else t.dst_task) is not None
         for t in data
-        if any(
-            (t.src_task, t.dst_task, k) in keys
-            or ((t.src_task if t.src_task in g.ps_tasks else t.dst_task), k) in by_ps
-            for k in t.keys
-        )
     )
     return matched, len(data)
 
