@@ -1,15 +1,10 @@
 import os
-import socket
 
 import pytest
 
+from tfsched.bench.local import free_port  # noqa: F401  (tests import it from here)
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -26,10 +26,36 @@ from tfsched.errors import TfschedError
 RELAYED_TASKS_NICE = 5
 
 
+_HANDED_OUT: set[int] = set()  # ports this process gave a task, not given twice
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now, below the kernel's ephemeral range where one is readable.
+
+    A port the kernel hands out for binding to 0 comes from the range it also picks the local
+    ports of outgoing connections from, so between this check and the task's bind a gRPC
+    connection of another test's session could take it ("Could not start gRPC server", seen
+    once in a CI rehearsal). Below that range no connection takes it."""
+    import random
+
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    candidates = random.sample(range(10_000, low), min(64, low - 10_000)) if low > 11_000 else []
+    for port in [*candidates, 0]:
+        if port and port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            port = s.getsockname()[1]
+        _HANDED_OUT.add(port)
+        return port
+    raise TfschedError("no free loopback port")  # unreachable: port 0 always binds
 
 
 def task_env() -> dict:
