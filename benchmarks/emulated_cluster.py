@@ -79,8 +79,9 @@ ROWS = {
     "resnet50-train-sent": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 161 --modes baseline,tao+pc,tao+pc+sent,tio+p4194304+c4194304,tio+p4194304+c4194304+sent,tao+pc+host,tao+pc+host+sent",
     "alexnet-train-sent": "--model alexnet --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 227 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent",
     "transformer-train-sent": "--model transformer --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 5 --batch-size 21 --modes baseline,tao+p1000000+c1000000,tao+p1000000+c1000000+sent,tao+p250000+c250000,tao+p250000+c250000+sent",
-    # The thirty-fourth session's: two PS, the variables spread by bytes (build_graph's
-    # ``ps_placement``; round-robin left the second PS 12,426 of VGG16's 33.6M parameters), at the
+    # The thirty-fourth session's: two PS, the variables spread by the bytes each moves a step
+    # (build_graph's ``ps_placement``, largest first since the thirty-fifth session: each PS half
+    # of VGG16's bytes; round-robin left the second PS 12,426 of its 33.6M parameters), at the
     # 1 PS rows' batch, so that the rows differ in the PS count alone.
     "vgg16-train-2ps": "--model vgg16 --mode train --ps 2 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 103 --modes baseline,tio,tao,tao+pc,tao+p1000000+c1000000,tao+pc+host",
     "vgg16-inference-2ps": "--model vgg16 --mode inference --ps 2 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 397 --modes baseline,tio,tao,tao+pc,tao+p1000000+c1000000,tao+pc+host",

@@ -54,7 +54,7 @@ _PS_OPTION = click.option(
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="PS tasks of the built-in model; each variable goes to the one holding the fewest bytes so far.",
+    help="PS tasks of the built-in model; the variables are spread so that each exchanges about the same bytes a step.",
 )
 
 

@@ -216,6 +216,29 @@ class CommGraph:
                 load[task] += t.bytes or 0
         return load
 
+    @cached_property
+    def variable_load(self) -> dict[str, dict[str, float]]:
+        """Bytes each variable's pulls and pushes move a step, per PS task (the PS side of its
+        transfers), largest first; a push that updates several variables is shared among them,
+        and a transfer that serves no variable is not counted.
+
+        >>> from tfsched.graph import build_comm_graph, RawNode
+        >>> g = build_comm_graph([
+        ...     RawNode("w", "VarHandleOp", "/job:ps/task:0", attrs={"dtype": "FLOAT", "shape": (4, 4)}),
+        ...     RawNode("r", "ReadVariableOp", "", ["w"], attrs={"dtype": "FLOAT"}),
+        ...     RawNode("y", "MatMul", "/job:worker/task:0", ["r", "r"], attrs={"T": "FLOAT"}),
+        ... ], fetches=["y"])
+        >>> g.variable_load
+        {'/job:ps/replica:0/task:0': {'w': 64.0}}
+        """
+        per: dict[str, dict[str, float]] = {task: {} for task in self.ps_tasks}
+        for t in self.transfers:
+            variables = [t.variable] if t.variable else list(t.updates)
+            ps = t.src_task if t.src_task in per else t.dst_task
+            for v in variables if ps in per else ():
+                per[ps][v] = per[ps].get(v, 0) + (t.bytes or 0) / len(variables)
+        return {task: dict(sorted(load.items(), key=lambda kv: -kv[1])) for task, load in per.items()}
+
     def transfers_to(self, task: str) -> list[Transfer]:
         return [t for t in self.transfers if t.dst_task == task]
 
