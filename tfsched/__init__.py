@@ -23,4 +23,14 @@ def start_server(cluster, job_name, task_index, **kwargs):
     return _start_server(cluster, job_name, task_index, **kwargs)
 
 
-__all__ = ["TfschedError", "__version__", "enable", "start_server"]
+def ps_strategy(path: str, ps_tasks: int):
+    """``replica_device_setter``'s ``ps_strategy`` from a placement file (``tfsched analyze
+    GRAPH --placement FILE``): each variable to the PS the plan gives it, so that the PS exchange
+    about the same bytes a step (see :mod:`tfsched.placement`). ``ps_tasks`` is the setter's;
+    a plan made for another number is one TfschedError line."""
+    from tfsched.placement import load_placement
+
+    return load_placement(path, ps_tasks)
+
+
+__all__ = ["TfschedError", "__version__", "enable", "ps_strategy", "start_server"]

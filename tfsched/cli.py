@@ -275,6 +275,20 @@ _tag_set_option = click.option(
 )
 @_ack_share_option
 @_credit_return_option
+@click.option(
+    "--placement",
+    "placement_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write where each variable should go so that the PS exchange about the same bytes a step "
+    "(JSON; tfsched.ps_strategy(FILE, ps_tasks) is replica_device_setter's ps_strategy).",
+)
+@click.option(
+    "--placement-ps",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The placement's number of PS tasks [default: the graph's].",
+)
 def analyze(
     graph,
     fetches,
@@ -295,6 +309,8 @@ def analyze(
     host_credit,
     ack_share,
     credit_return,
+    placement_path,
+    placement_ps,
 ):
     """Find the transfers of a saved PS graph, order them, and predict the step time.
 
@@ -307,15 +323,18 @@ def analyze(
       tfsched analyze train.pb --fetch train --trace trace.json --algorithm tao
       tfsched analyze train.pb --fetch train --algorithm tao --workers 4 --credit 4000000 --host-credit
       tfsched analyze train.pb --fetch train --workers 4 --partition auto --credit auto
+      tfsched analyze train.pb --fetch train --placement placement.json --placement-ps 2
     """
     from tfsched.analysis import analyze as run_analysis
 
     if statistic != "min" and trace_path is None:
         raise click.UsageError("--statistic needs --trace (the traced steps it summarizes)")
-    if output:
-        from tfsched.io import check_writable
+    if placement_ps is not None and placement_path is None:
+        raise click.UsageError("--placement-ps needs --placement FILE (the placement it sizes)")
+    from tfsched.io import check_writable
 
-        check_writable(output)  # before the analysis, not after it
+    for path in filter(None, (output, placement_path)):
+        check_writable(path)  # before the analysis, not after it
     if host_credit and not credit:
         raise click.UsageError("--host-credit needs --credit N (the window it makes one per sending task)")
     if ack_share is not None and not credit:
@@ -340,14 +359,23 @@ def analyze(
         **({} if ack_share is None else {"ack_share": ack_share}),
         credit_return=credit_return,
     )
+    placement = None
+    if placement_path:
+        from tfsched.placement import Placement
+
+        placement = Placement.of_graph(result.graph, placement_ps)
     if output:
         result.schedule.save(output)
+    if placement:
+        placement.save(placement_path)
     if as_json:
         click.echo(json.dumps(result.to_json()))
         return
-    from tfsched.report import print_analysis
+    from tfsched.report import print_analysis, print_placement
 
     print_analysis(result, limit=None if show_all else 12, output=output)
+    if placement:
+        print_placement(placement, placement_path)
 
 
 @main.command()

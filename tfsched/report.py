@@ -51,7 +51,7 @@ def _ps_load_line(load: dict[str, int], largest: tuple[str, float] | None = None
     >>> _ps_load_line({"/job:ps/task:0": 3_000_000, "/job:ps/task:1": 2_000_000})
     'PS load, bytes a step: ps:0 3.0 MB (60%), ps:1 2.0 MB (40%)'
     >>> print(_ps_load_line({"/job:ps/task:0": 999_000, "/job:ps/task:1": 1_000}, ("w3", 9_000)))
-    PS load, bytes a step: ps:0 999.0 KB (100%), ps:1 1.0 KB (0%); ps:0 carries 100% where an even spread would be 50%, and its link bounds the step: spread the variables by bytes (replica_device_setter's ps_strategy; round-robin puts every kernel of layers that alternate kernel and bias on one PS)
+    PS load, bytes a step: ps:0 999.0 KB (100%), ps:1 1.0 KB (0%); ps:0 carries 100% where an even spread would be 50%, and its link bounds the step: spread the variables by the bytes they move (--placement FILE writes a plan, tfsched.ps_strategy(FILE, ps_tasks) is replica_device_setter's ps_strategy for it; round-robin puts every kernel of layers that alternate kernel and bias on one PS)
     >>> print(_ps_load_line({"/job:ps/task:0": 800_000, "/job:ps/task:1": 200_000}, ("fc/kernel", 700_000)))
     PS load, bytes a step: ps:0 800.0 KB (80%), ps:1 200.0 KB (20%); ps:0 carries 80% where an even spread would be 50%, and its link bounds the step: its variable fc/kernel alone moves 70%, which no placement of whole variables evens; partition it over the PS (tf.compat.v1.fixed_size_partitioner)
     """
@@ -73,10 +73,42 @@ def _ps_load_line(load: dict[str, int], largest: tuple[str, float] | None = None
             )
         else:
             line += (
-                "link bounds the step: spread the variables by bytes (replica_device_setter's ps_strategy; "
+                "link bounds the step: spread the variables by the bytes they move (--placement FILE writes "
+                "a plan, tfsched.ps_strategy(FILE, ps_tasks) is replica_device_setter's ps_strategy for it; "
                 "round-robin puts every kernel of layers that alternate kernel and bias on one PS)"
             )
     return line
+
+
+def _placement_line(placement, path: str) -> str:
+    """What ``analyze --placement`` wrote: the bytes each PS would exchange a step, and the
+    variable to partition where one alone moves more than a PS's share.
+
+    >>> from tfsched.placement import Placement, plan_placement
+    >>> moved = {"a": 500.0, "b": 300.0, "c": 200.0}
+    >>> _placement_line(Placement(2, plan_placement(moved, 2), moved), "p.json")
+    'placement over 2 PS written to p.json: ps:0 500 B (50%), ps:1 500 B (50%) a step'
+    >>> moved = {"fc": 700.0, "b": 300.0}
+    >>> print(_placement_line(Placement(2, plan_placement(moved, 2), moved), "p.json"))
+    placement over 2 PS written to p.json: ps:0 700 B (70%), ps:1 300 B (30%) a step; variable fc alone moves 70%, which no placement of whole variables evens: partition it over the PS (tf.compat.v1.fixed_size_partitioner)
+    """
+    loads = placement.loads()
+    total = sum(loads)
+    line = f"placement over {placement.ps_tasks} PS written to {path}: " + ", ".join(
+        f"ps:{i} {_bytes(n)} ({n / total if total else 0:.0%})" for i, n in enumerate(loads)
+    )
+    line += " a step"
+    largest = max(placement.moved.items(), key=lambda kv: kv[1], default=None)
+    if total and largest and largest[1] / total > 1 / placement.ps_tasks:
+        line += (
+            f"; variable {largest[0]} alone moves {largest[1] / total:.0%}, which no placement of whole "
+            "variables evens: partition it over the PS (tf.compat.v1.fixed_size_partitioner)"
+        )
+    return line
+
+
+def print_placement(placement, path: str, console: Console | None = None) -> None:
+    (console or Console()).print(_placement_line(placement, path))
 
 
 def print_analysis(

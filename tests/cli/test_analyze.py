@@ -225,7 +225,12 @@ class TestAnalyze:
 @pytest.mark.parametrize(
     ("model", "placement", "busiest", "advice"),
     [
-        ("transformer", "round-robin", r"9\d%", "spread the variables by bytes"),
+        (
+            "transformer",
+            "round-robin",
+            r"9\d%",
+            r"spread the variables by the bytes they move \(--placement FILE",
+        ),
         ("alexnet", "bytes", r"6\d%", r"its variable dense_1/kernel alone moves 6\d%, .* partition it"),
         ("seq32", "bytes", None, None),
     ],

@@ -176,7 +176,7 @@ def build_graph(
     """Build the PS graph of a built-in model.
 
     ``ps_placement`` spreads the variables over ``ps_tasks``: ``"bytes"`` balances the bytes
-    each PS exchanges a step (:func:`_moved_bytes_plan`); ``"round-robin"`` is
+    each PS exchanges a step (:func:`tfsched.placement.plan_placement`); ``"round-robin"`` is
     ``replica_device_setter``'s default, which with two PS puts every kernel of a model whose
     layers alternate kernel and bias on the first (VGG16: 33.6M parameters against 12,426).
 
@@ -199,6 +199,21 @@ def build_graph(
     # tf_keras' batch normalization calls a deprecated colocation API of TensorFlow's: its notice
     # is about tf_keras, not the user's code, and would sit in the middle of our output.
     silence = getattr(tf_submodule("python.util.deprecation"), "silence", contextlib.nullcontext)
+    # planned before this build seeds its generators, so that the plan's own build does not move
+    # them: the weights do not depend on the number of PS
+    strategy = None
+    if ps_placement == "bytes" and ps_tasks > 1:
+        strategy = _moved_bytes_plan(
+            model,
+            ps_tasks,
+            mode=mode,
+            batch_size=batch_size,
+            image_size=size,
+            num_classes=num_classes,
+            in_graph_workers=in_graph_workers,
+            optimizer=optimizer,
+            seed=seed,
+        )
     g = tf.Graph()
     with g.as_default(), silence():
         tf.compat.v1.set_random_seed(seed)
@@ -208,21 +223,6 @@ def build_graph(
         # start from the same weights (and vanilla and scheduled runs can be compared bitwise).
         tf_keras.utils.set_random_seed(seed)
         replicas = range(in_graph_workers) if in_graph_workers else [worker_task]
-        strategy = None
-        if ps_placement == "bytes" and ps_tasks > 1:
-            strategy = _Planned(
-                _moved_bytes_plan(
-                    model,
-                    ps_tasks,
-                    mode=mode,
-                    batch_size=batch_size,
-                    image_size=size,
-                    num_classes=num_classes,
-                    in_graph_workers=in_graph_workers,
-                    optimizer=optimizer,
-                    seed=seed,
-                )
-            )
         losses, grads_per_replica = [], []
         opt = _optimizer(optimizer)
         for r in replicas:
@@ -280,38 +280,19 @@ def build_graph(
 PS_PLACEMENTS = ("bytes", "round-robin")
 
 
-def _moved_bytes_plan(model: str, ps_tasks: int, **build_args) -> dict[str, int]:
-    """Which PS (its index) each variable of a model goes to, so that the PS exchange about
-    the same bytes a step.
-
-    The model is built once on one PS (with ``build_args``, ``build_graph``'s) and its transfers
-    found (``build_comm_graph``); each variable weighs the bytes its pulls and pushes move a step
-    (a push that updates several variables is shared among them), and the variables are placed
-    largest first, each on the PS with the fewest bytes so far (longest processing time first).
-
-    Improves on TF1's ``GreedyLoadBalancingStrategy`` with ``byte_size_load_fn`` (which
-    TensorFlow 2 no longer ships and which ``"bytes"`` followed until the thirty-fifth session)
-    in two ways, measured on two PS at batch 4 (``tests/models/test_models.py``):
-
-    - It weighs bytes moved, not bytes held. The Transformer's 8000-row embedding table is looked
-      up on its PS and sends a few rows a step: by bytes held its PS exchanged 20% of a step's
-      bytes and the other 80%; by bytes moved, 49.5% and 50.5%.
-    - It places the largest first. Greedy in creation order cannot foresee VGG16's 16.8M-parameter
-      fc2, which comes after the first PS has taken most of the rest: 74% and 26% of a step's
-      bytes; largest first, 50% each. ResNet-50 and Inception-v3 go from 49/51 to 50/50.
-
-    No placement of whole variables evens a variable that moves more than a PS's share: AlexNet's
-    second dense layer (16.8M parameters) alone moves 68% of its bytes (``analyze`` says to partition it).
-
-    Variables that move nothing (the global step) come last, each on the PS with the fewest bytes.
-    The plan is the same in every worker's build of the same model and arguments.
+def _moved_bytes_plan(model: str, ps_tasks: int, **build_args):
+    """The :class:`tfsched.placement.Placement` of a built-in model over ``ps_tasks`` PS: the
+    model built once on one PS (with ``build_args``, ``build_graph``'s), its transfers found, and
+    its variables placed largest first by the bytes each moves a step. The plan is the same in
+    every worker's build of the same model and arguments.
 
     >>> plan = _moved_bytes_plan("seq32", 2, batch_size=2)
-    >>> sorted(set(plan.values())), plan["seq/w0"] != plan["seq/w1"]
+    >>> sorted(set(plan.variables.values())), plan.variables["seq/w0"] != plan.variables["seq/w1"]
     ([0, 1], True)
     """
     from tfsched.graph import build_comm_graph
     from tfsched.graph.load import nodes_from_graph_def, output_specs
+    from tfsched.placement import Placement
 
     built = build_graph(model, ps_tasks=1, ps_placement="round-robin", **build_args)
     g = build_comm_graph(
@@ -320,31 +301,7 @@ def _moved_bytes_plan(model: str, ps_tasks: int, **build_args) -> dict[str, int]
         source=model,
         output_specs=output_specs,
     )
-    (moved,) = g.variable_load.values()
-    with built.graph.as_default():
-        from tfsched.graph._tf import import_tensorflow
-
-        held = {
-            v.op.name: (v.shape.num_elements() or 0) * v.dtype.size
-            for v in import_tensorflow().compat.v1.global_variables()
-        }
-    loads, plan = [0.0] * ps_tasks, {}
-    for name in sorted(held.keys() | moved.keys(), key=lambda n: (-moved.get(n, 0), -held.get(n, 0), n)):
-        task = loads.index(min(loads))
-        plan[name] = task
-        loads[task] += moved.get(name, 0)
-    return plan
-
-
-class _Planned:
-    """A ``replica_device_setter`` strategy that places each PS op as ``plan`` says; an op the
-    plan does not name (none of the built-in models has one) goes to the first PS."""
-
-    def __init__(self, plan: dict[str, int]):
-        self.plan = plan
-
-    def __call__(self, op) -> int:
-        return self.plan.get(op.name, 0)
+    return Placement.of_graph(g, ps_tasks)
 
 
 def _optimizer(name: str):
