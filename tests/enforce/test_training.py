@@ -204,3 +204,50 @@ def test_monitored_training_session(cluster):
     scheduled = run(tfsched.enable(_strict(), strict=True))
     assert [x.tobytes() for x in vanilla] == [x.tobytes() for x in scheduled]
     assert len(set(float(x) for x in vanilla)) > 1  # it trains
+
+
+def _partitioned_graph():
+    """One large embedding-like kernel split over both PS by ``fixed_size_partitioner``, which is
+    what ``analyze`` advises for a variable that alone moves more than a PS's share."""
+    import tensorflow as tf
+
+    from tfsched.models.build import BuiltGraph
+
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.set_random_seed(7)
+        with tf.compat.v1.device(
+            tf.compat.v1.train.replica_device_setter(ps_tasks=2, worker_device="/job:worker/task:0")
+        ):
+            x = tf.random.stateless_uniform([8, 512], seed=[3, 4])
+            big = tf.compat.v1.get_variable(
+                "big", [512, 256], partitioner=tf.compat.v1.fixed_size_partitioner(2)
+            )
+            small = tf.compat.v1.get_variable("small", [256, 10])
+            loss = tf.reduce_mean(tf.square(tf.matmul(tf.tanh(tf.matmul(x, big)), small)), name="loss")
+            step = tf.compat.v1.train.get_or_create_global_step()
+            train_op = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9).minimize(
+                loss, global_step=step, name="train"
+            )
+        init = tf.compat.v1.global_variables_initializer()
+    return BuiltGraph(graph=g, train_op=train_op, loss=loss, init_op=init, model="partitioned", mode="train")
+
+
+def test_a_variable_partitioned_over_the_ps_trains_bitwise_identical_with_each_part_gated(cluster):
+    import tfsched
+
+    built = _partitioned_graph()
+    with built.graph.as_default():
+        import tensorflow as tf
+
+        parts = sorted({v.device for v in tf.compat.v1.global_variables() if v.op.name.startswith("big/")})
+    assert parts == ["/job:ps/task:0", "/job:ps/task:1"]  # one part on each PS
+    target = cluster.target("worker", 0)
+    vanilla = train(target, _partitioned_graph(), 6, _strict())
+    cfg = tfsched.enable(_strict(), partition=20000, credit=40000, strict=True)
+    assert_bitwise_equal(vanilla, train(target, built, 6, cfg))
+    gates = _gates(target, _partitioned_graph(), cfg)
+    # each part's read is sliced and gated on its own PS, each part's gradient on the worker
+    pulls = {g.device.split("/")[3] for g in gates if g.name.startswith("big/ConcatPartitions")}
+    pushes = {g.name.split("tfsched_to_")[1][:4] for g in gates if g.name.startswith("gradients/big/")}
+    assert pulls == {"task:0", "task:1"} and pushes == {"ps_0", "ps_1"}, sorted(g.name for g in gates)
