@@ -14,6 +14,7 @@ import sys
 import click
 
 from tfsched.errors import TfschedError
+from tfsched.models.build import PS_PLACEMENTS
 
 # The built-in models (tfsched.models.MODELS), listed here so that --help needs no import of them.
 BUILTIN_MODELS = [
@@ -667,6 +668,15 @@ def viz(trace_path, output, schedule, graph_path, fetches, tag_set, compare, ste
     show_default=True,
     help="Results (JSON, and a .md beside it).",
 )
+@click.option(
+    "--ps-placement",
+    type=click.Choice(PS_PLACEMENTS),
+    default="bytes",
+    show_default=True,
+    help="How the variables are spread over the PS. bytes: by the bytes each moves a step, largest first; "
+    "held: by bytes held, in creation order (TF1's greedy load balancing); round-robin "
+    "(replica_device_setter's default).",
+)
 def bench(
     model,
     workers,
@@ -685,6 +695,7 @@ def bench(
     traces_dir,
     trace_steps,
     output,
+    ps_placement,
 ):
     """Vanilla TensorFlow vs tfsched on an emulated multi-host PS cluster, interleaved in one run.
 
@@ -779,12 +790,14 @@ def bench(
             progress=say,
             done=done,
             relays=shaped_loopback,
+            ps_placement=ps_placement,
         )
     config = {
         "model": model,
         "mode": run_mode,
         "workers": workers,
         "ps": ps,
+        **({"ps_placement": ps_placement} if ps > 1 else {}),
         "batch_size": batch_size,
         "steps": steps,
         "rounds": rounds,

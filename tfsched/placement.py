@@ -100,7 +100,7 @@ class Placement:
         if not self._extra:
             self._extra.extend(self.loads())
         task = self._extra.index(min(self._extra))
-        self._extra[task] += 2 * _held_bytes(op)
+        self._extra[task] += 2 * held_bytes(op)
         return task
 
     def to_json(self) -> dict:
@@ -120,7 +120,8 @@ class Placement:
 _VARIABLE_OPS = {"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable"}
 
 
-def _held_bytes(op) -> int:
+def held_bytes(op) -> int:
+    """The bytes a variable op holds, from its ``shape`` and ``dtype`` attributes (0 when unknown)."""
     attrs = op.node_def.attr
     if "shape" not in attrs or "dtype" not in attrs:
         return 0
@@ -160,4 +161,4 @@ def load_placement(path: str, ps_tasks: int | None = None) -> Placement:
     return Placement(n, variables, moved, str(data.get("graph", "")))
 
 
-__all__ = ["Placement", "SCHEMA", "load_placement", "plan_placement"]
+__all__ = ["Placement", "SCHEMA", "held_bytes", "load_placement", "plan_placement"]

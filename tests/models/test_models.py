@@ -154,10 +154,13 @@ def test_two_ps_exchange_half_the_bytes_each_where_round_robin_leaves_one_almost
     assert sum(_bytes_per_ps(balanced).values()) == sum(_bytes_per_ps(rr).values())
     # kernels and biases alternate: round-robin puts every kernel on the first PS
     assert max(_moved_share_per_ps(rr)) > 0.99
-    # by bytes moved, largest first: VGG16's late 16.8M-parameter fc2 does not find one PS full
-    # (greedy in creation order: 74%), the Transformer's embedding counts the rows it sends, not
-    # the table it holds (by bytes held: 80% on the other PS)
+    # by bytes moved, largest first: VGG16's late 16.8M-parameter fc2 does not find one PS full,
+    # the Transformer's embedding counts the rows it sends, not the table it holds
     assert max(_moved_share_per_ps(balanced)) < 0.51
+    # TF1's greedy by bytes held, in creation order: VGG16 74%, the Transformer 80%
+    held = build_graph(model, batch_size=4, ps_tasks=2, ps_placement="held")
+    assert sum(_bytes_per_ps(held).values()) == sum(_bytes_per_ps(rr).values())
+    assert max(_moved_share_per_ps(held)) > 0.7
 
 
 def test_every_worker_of_a_model_builds_the_same_placement():
@@ -184,5 +187,7 @@ def _devices(built):
 def test_an_unknown_ps_placement_is_one_error():
     from tfsched.errors import TfschedError
 
-    with pytest.raises(TfschedError, match="unknown ps_placement 'random'; expected bytes or round-robin"):
+    with pytest.raises(
+        TfschedError, match="unknown ps_placement 'random'; expected one of bytes, held, round-robin"
+    ):
         build_graph("seq32", ps_tasks=2, ps_placement="random")

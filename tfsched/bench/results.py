@@ -111,8 +111,10 @@ def markdown(summary: dict) -> str:
     link += f", links queueing at most {c['queue']}" if c.get("queue") else ""
     link += ", shaped by relays on loopback" if c.get("links") == "relays" else ""
     batch = f", batch {c['batch_size']}" if c.get("batch_size") else ""
+    # how the variables were spread, where not by the bytes each moves (the default)
+    placed = f" (variables placed {c['ps_placement']})" if c.get("ps_placement", "bytes") != "bytes" else ""
     lines = [
-        f"**{c['model']}** ({c['mode']}{batch}), {c['ps']} PS x {c['workers']} workers, {link}, "
+        f"**{c['model']}** ({c['mode']}{batch}), {c['ps']} PS{placed} x {c['workers']} workers, {link}, "
         f"{c['rounds']} interleaved rounds of {c['steps']} synchronized steps per worker"
         + (
             "; vs baseline: over all rounds (95% interval of the paired per-round ratios)"

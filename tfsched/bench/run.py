@@ -711,6 +711,7 @@ def cluster_side_by_side(
     step_log: list[StepRecord] | None = None,
     relays: bool = False,
     done: Callable[[int, int], None] | None = None,
+    ps_placement: str = "bytes",
 ) -> dict[str, ModeResult]:
     """Side by side on an emulated multi-host cluster (``bandwidth_bps`` given) or on loopback.
 
@@ -721,7 +722,8 @@ def cluster_side_by_side(
     With ``measure`` (and a baseline), ``trace_steps`` steps of every mode are traced at the end
     and each mode gets its measured ordering efficiency and the simulator's prediction
     (``bench.predict``); ``step_log`` and ``done`` as ``run_side_by_side``'s.
-    ``queue_s``: the most of the link's time each emulated link queues.
+    ``queue_s``: the most of the link's time each emulated link queues. ``ps_placement``:
+    ``build_graph``'s, how the model's variables are spread over ``ps`` PS tasks.
     """
     from tfsched.bench.netns import check_latency
     from tfsched.models import build_graph
@@ -731,7 +733,13 @@ def cluster_side_by_side(
 
     def builder(w: int):
         built = build_graph(
-            model, worker_task=w, ps_tasks=ps, batch_size=batch_size, image_size=image_size, mode=mode
+            model,
+            worker_task=w,
+            ps_tasks=ps,
+            batch_size=batch_size,
+            image_size=image_size,
+            mode=mode,
+            ps_placement=ps_placement,
         )
         if built.train_op is None:  # inference: a step is the forward pass
             built.train_op = built.loss

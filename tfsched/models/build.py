@@ -176,9 +176,12 @@ def build_graph(
     """Build the PS graph of a built-in model.
 
     ``ps_placement`` spreads the variables over ``ps_tasks``: ``"bytes"`` balances the bytes
-    each PS exchanges a step (:func:`tfsched.placement.plan_placement`); ``"round-robin"`` is
-    ``replica_device_setter``'s default, which with two PS puts every kernel of a model whose
-    layers alternate kernel and bias on the first (VGG16: 33.6M parameters against 12,426).
+    each PS exchanges a step (:func:`tfsched.placement.plan_placement`); ``"held"`` puts each on
+    the PS holding the fewest bytes so far, in creation order (TF1's
+    ``GreedyLoadBalancingStrategy`` with ``byte_size_load_fn``, which TensorFlow 2 no longer
+    ships: what ``"bytes"`` improves on); ``"round-robin"`` is ``replica_device_setter``'s
+    default, which with two PS puts every kernel of a model whose layers alternate kernel and bias
+    on the first (VGG16: 33.6M parameters against 12,426).
 
     >>> bg = build_graph("seq32", batch_size=2)
     >>> bg.fetches
@@ -189,7 +192,9 @@ def build_graph(
     if mode not in ("train", "inference"):
         raise TfschedError(f"unknown mode {mode!r}; expected train or inference")
     if ps_placement not in PS_PLACEMENTS:
-        raise TfschedError(f"unknown ps_placement {ps_placement!r}; expected {' or '.join(PS_PLACEMENTS)}")
+        raise TfschedError(
+            f"unknown ps_placement {ps_placement!r}; expected one of {', '.join(PS_PLACEMENTS)}"
+        )
     from tfsched.graph._tf import import_tensorflow, tf_submodule
 
     tf = import_tensorflow()
@@ -201,7 +206,7 @@ def build_graph(
     silence = getattr(tf_submodule("python.util.deprecation"), "silence", contextlib.nullcontext)
     # planned before this build seeds its generators, so that the plan's own build does not move
     # them: the weights do not depend on the number of PS
-    strategy = None
+    strategy = _HeldBytes(ps_tasks) if ps_placement == "held" and ps_tasks > 1 else None
     if ps_placement == "bytes" and ps_tasks > 1:
         strategy = _moved_bytes_plan(
             model,
@@ -277,7 +282,23 @@ def build_graph(
     )
 
 
-PS_PLACEMENTS = ("bytes", "round-robin")
+PS_PLACEMENTS = ("bytes", "held", "round-robin")
+
+
+class _HeldBytes:
+    """TF1's greedy load balancing by bytes held: each PS op to the task holding the fewest
+    bytes so far, in creation order, the lowest index on a tie. One instance serves every setter
+    of a graph, so that the loads add up across them."""
+
+    def __init__(self, num_tasks: int):
+        self.loads = [0] * num_tasks
+
+    def __call__(self, op) -> int:
+        from tfsched.placement import held_bytes
+
+        task = self.loads.index(min(self.loads))
+        self.loads[task] += held_bytes(op)
+        return task
 
 
 def _moved_bytes_plan(model: str, ps_tasks: int, **build_args):
