@@ -318,3 +318,14 @@ def test_the_table_says_which_mode_was_tuned():
     md = markdown(summarize({"baseline": base, tuned.mode: tuned}, config))
     assert "`tao+p131072+c569173`: the best setting of `tfsched tune` (tune.json)." in md
     assert "tfsched tune" not in markdown(summarize({"baseline": base}, CONFIG))
+
+
+def test_the_header_names_a_placement_other_than_by_bytes_moved():
+    base = ModeResult("baseline", step_times=[1.0], rounds=[(1, 1.0)], steps=1, wall_s=1.0)
+
+    def header(**config):
+        return markdown(summarize({"baseline": base}, {**CONFIG, **config})).splitlines()[0]
+
+    assert "**m** (train), 2 PS (variables placed held) x 1 workers" in header(ps=2, ps_placement="held")
+    assert "**m** (train), 2 PS x 1 workers" in header(ps=2, ps_placement="bytes")
+    assert "**m** (train), 1 PS x 1 workers" in header()  # rows run before the option
