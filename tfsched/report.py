@@ -42,16 +42,19 @@ def _outside_bounds(e: float) -> str | None:
     return f"the traced step is {side} (E {e:.3f}): {why}"
 
 
-def _ps_load_line(load: dict[str, int], largest: tuple[str, float] | None = None) -> str:
+def _ps_load_line(
+    load: dict[str, int], largest: tuple[str, float] | None = None, planned: float | None = None
+) -> str:
     """The bytes each PS exchanges a step, and a warning where the busiest carries more than 1.25
     times an even share: its link bounds the step. ``largest`` is the busiest PS's largest
     variable and the bytes it moves; where it alone moves more than an even share, no placement
-    of whole variables can even the load, and the warning says to partition it.
+    of whole variables can even the load, and the warning says to partition it. Else it points
+    to ``--placement``, with ``planned``, the busiest PS's share under that plan.
 
     >>> _ps_load_line({"/job:ps/task:0": 3_000_000, "/job:ps/task:1": 2_000_000})
     'PS load, bytes a step: ps:0 3.0 MB (60%), ps:1 2.0 MB (40%)'
-    >>> print(_ps_load_line({"/job:ps/task:0": 999_000, "/job:ps/task:1": 1_000}, ("w3", 9_000)))
-    PS load, bytes a step: ps:0 999.0 KB (100%), ps:1 1.0 KB (0%); ps:0 carries 100% where an even spread would be 50%, and its link bounds the step: spread the variables by the bytes they move (--placement FILE writes a plan, tfsched.ps_strategy(FILE, ps_tasks) is replica_device_setter's ps_strategy for it; round-robin puts every kernel of layers that alternate kernel and bias on one PS)
+    >>> print(_ps_load_line({"/job:ps/task:0": 999_000, "/job:ps/task:1": 1_000}, ("w3", 9_000), 0.502))
+    PS load, bytes a step: ps:0 999.0 KB (100%), ps:1 1.0 KB (0%); ps:0 carries 100% where an even spread would be 50%, and its link bounds the step: spread the variables by the bytes they move (--placement FILE writes a plan under which the busiest PS carries 50%, and tfsched.ps_strategy(FILE, ps_tasks) is replica_device_setter's ps_strategy for it; round-robin puts every kernel of layers that alternate kernel and bias on one PS)
     >>> print(_ps_load_line({"/job:ps/task:0": 800_000, "/job:ps/task:1": 200_000}, ("fc/kernel", 700_000)))
     PS load, bytes a step: ps:0 800.0 KB (80%), ps:1 200.0 KB (20%); ps:0 carries 80% where an even spread would be 50%, and its link bounds the step: its variable fc/kernel alone moves 70%, which no placement of whole variables evens; partition it over the PS (tf.compat.v1.fixed_size_partitioner)
     """
@@ -72,10 +75,11 @@ def _ps_load_line(load: dict[str, int], largest: tuple[str, float] | None = None
                 "(tf.compat.v1.fixed_size_partitioner)"
             )
         else:
+            under = f" under which the busiest PS carries {planned:.0%}," if planned is not None else ""
             line += (
-                "link bounds the step: spread the variables by the bytes they move (--placement FILE writes "
-                "a plan, tfsched.ps_strategy(FILE, ps_tasks) is replica_device_setter's ps_strategy for it; "
-                "round-robin puts every kernel of layers that alternate kernel and bias on one PS)"
+                f"link bounds the step: spread the variables by the bytes they move (--placement FILE writes "
+                f"a plan{under} and tfsched.ps_strategy(FILE, ps_tasks) is replica_device_setter's ps_strategy "
+                "for it; round-robin puts every kernel of layers that alternate kernel and bias on one PS)"
             )
     return line
 
@@ -123,8 +127,17 @@ def print_analysis(
         f"{kinds['push']} pushes, {kinds['control']} control"
     )
     if len(g.ps_tasks) > 1:
+        from tfsched.placement import Placement
+
         busiest = max(g.ps_load, key=g.ps_load.get)
-        console.print(_ps_load_line(g.ps_load, next(iter(g.variable_load[busiest].items()), None)))
+        planned = Placement.of_graph(g).loads()
+        console.print(
+            _ps_load_line(
+                g.ps_load,
+                next(iter(g.variable_load[busiest].items()), None),
+                max(planned) / sum(planned) if sum(planned) else None,
+            )
+        )
     if a.trace_match is not None:
         console.print(f"times from the trace ({a.oracle.name}): {a.trace_match.line()}")
         console.print(f"links: {a.links}")
