@@ -44,7 +44,8 @@ def plan_placement(moved: dict[str, float], ps_tasks: int) -> dict[str, int]:
     Vanilla TensorFlow's synchronized step, VGG16 training at batch 103, 2 PS x 4 workers at
     1 Gbit/s, two runs of each placement alternating (``benchmarks/placement.py``,
     ``benchmarks/results/placement-vgg16-train.md``): 6.30 s with this plan, 6.75 s by bytes held
-    (1.07x), 9.01 s round-robin (1.43x).
+    (1.07x), 9.01 s round-robin (1.43x). The Transformer's at batch 21, whose step the two cores
+    bound (83% to 87% busy): 0.945 s, 0.974 s (1.03x), 1.111 s (1.18x).
 
     No placement of whole variables evens a variable that moves more than a PS's share: AlexNet's
     second dense layer (16.8M parameters) alone moves 68% of its bytes (``analyze`` says to
