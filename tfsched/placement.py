@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
+from tfsched.graph.build import VARIABLE_OPS
 from tfsched.graph.model import CommGraph
 
 SCHEMA = "tfsched.placement/1"
@@ -87,7 +88,7 @@ class Placement:
             for v, n in load.items():
                 moved[v] = moved.get(v, 0) + n
         for name in graph.graph:  # variables whose transfers move nothing still get a PS
-            if graph.op(name).type in _VARIABLE_OPS and graph.op(name).task in graph.ps_tasks:
+            if graph.op(name).type in VARIABLE_OPS and graph.op(name).task in graph.ps_tasks:
                 moved.setdefault(name, 0)
         n = ps_tasks or len(graph.ps_tasks)
         return cls(n, plan_placement(moved, n), moved, graph.source)
@@ -121,9 +122,6 @@ class Placement:
         from tfsched.io import write_atomic
 
         write_atomic(path, lambda f: json.dump(self.to_json(), f, indent=1))
-
-
-_VARIABLE_OPS = {"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable"}
 
 
 def held_bytes(op) -> int:

@@ -42,6 +42,10 @@ def _outside_bounds(e: float) -> str | None:
     return f"the traced step is {side} (E {e:.3f}): {why}"
 
 
+# the advice for a variable that alone moves more than a PS's share
+_PARTITION_IT = "partition it over the PS (tf.compat.v1.fixed_size_partitioner)"
+
+
 def _ps_load_line(
     load: dict[str, int], largest: tuple[str, float] | None = None, planned: float | None = None
 ) -> str:
@@ -71,8 +75,7 @@ def _ps_load_line(
         if largest and largest[1] / total > even:
             line += (
                 f"link bounds the step: its variable {largest[0]} alone moves {largest[1] / total:.0%}, "
-                "which no placement of whole variables evens; partition it over the PS "
-                "(tf.compat.v1.fixed_size_partitioner)"
+                f"which no placement of whole variables evens; {_PARTITION_IT}"
             )
         else:
             under = f" under which the busiest PS carries {planned:.0%}," if planned is not None else ""
@@ -106,7 +109,7 @@ def _placement_line(placement, path: str) -> str:
     if total and largest and largest[1] / total > 1 / placement.ps_tasks:
         line += (
             f"; variable {largest[0]} alone moves {largest[1] / total:.0%}, which no placement of whole "
-            "variables evens: partition it over the PS (tf.compat.v1.fixed_size_partitioner)"
+            f"variables evens: {_PARTITION_IT}"
         )
     return line
 
