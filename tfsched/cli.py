@@ -12,6 +12,7 @@ import os
 import sys
 
 import click
+from click.core import ParameterSource
 
 from tfsched.errors import TfschedError
 from tfsched.models.build import PS_PLACEMENTS
@@ -56,6 +57,15 @@ _PS_OPTION = click.option(
     default=1,
     show_default=True,
     help="PS tasks of the built-in model; the variables are spread so that each exchanges about the same bytes a step.",
+)
+_PS_PLACEMENT_OPTION = click.option(
+    "--ps-placement",
+    type=click.Choice(PS_PLACEMENTS),
+    default="bytes",
+    show_default=True,
+    help="How the built-in model's variables are spread over the PS. bytes: by the bytes each moves a "
+    "step, largest first; held: by bytes held, in creation order (TF1's greedy load balancing); "
+    "round-robin (replica_device_setter's default).",
 )
 
 
@@ -154,6 +164,15 @@ _shaped_loopback_option = click.option(
 _latency_option = click.option(
     "--latency", default="0s", show_default=True, callback=_duration, help="One-way added latency per link."
 )
+
+
+def _check_ps_placement(graph_path: str | None) -> None:
+    """--ps-placement places a built-in model's variables: with --graph, given, it is a usage error."""
+    ctx = click.get_current_context()
+    if graph_path is not None and ctx.get_parameter_source("ps_placement") != ParameterSource.DEFAULT:
+        raise click.UsageError(
+            "--ps-placement places a built-in model's variables; a saved graph keeps its own"
+        )
 
 
 def _check_loopback(loopback: bool, shaped_loopback: bool, latency: float = 0.0, queue: float | None = None):
@@ -481,12 +500,13 @@ def demo(model, bandwidth, workers, steps, rounds, modes, batch_size, loopback, 
 @_tag_set_option
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
 @_PS_OPTION
+@_PS_PLACEMENT_OPTION
 @click.option("--steps", type=int, default=5, show_default=True, help="Traced steps.")
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True)
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False), required=True, help="Trace file to write (JSON)."
 )
-def trace(model, graph_path, fetches, init, tag_set, workers, ps, steps, warmup, output):
+def trace(model, graph_path, fetches, init, tag_set, workers, ps, ps_placement, steps, warmup, output):
     """Run a local cluster (PS and workers as processes) and trace real steps.
 
     \b
@@ -499,6 +519,7 @@ def trace(model, graph_path, fetches, init, tag_set, workers, ps, steps, warmup,
     from tfsched.io import check_writable
     from tfsched.tracing.run import trace_local
 
+    _check_ps_placement(graph_path)
     check_writable(output)  # not after the steps
     console = Console(stderr=True)
     with console.status("tracing") as status:
@@ -510,6 +531,7 @@ def trace(model, graph_path, fetches, init, tag_set, workers, ps, steps, warmup,
             tag_set=tag_set,
             workers=workers,
             ps=ps,
+            ps_placement=ps_placement,
             steps=steps,
             warmup=warmup,
             progress=lambda s: status.update(s),
@@ -668,15 +690,7 @@ def viz(trace_path, output, schedule, graph_path, fetches, tag_set, compare, ste
     show_default=True,
     help="Results (JSON, and a .md beside it).",
 )
-@click.option(
-    "--ps-placement",
-    type=click.Choice(PS_PLACEMENTS),
-    default="bytes",
-    show_default=True,
-    help="How the variables are spread over the PS. bytes: by the bytes each moves a step, largest first; "
-    "held: by bytes held, in creation order (TF1's greedy load balancing); round-robin "
-    "(replica_device_setter's default).",
-)
+@_PS_PLACEMENT_OPTION
 def bench(
     model,
     workers,
@@ -730,15 +744,14 @@ def bench(
             else f"--tuned FILE runs as mode {TUNED}: add it to --modes"
         )
     link = "loopback" if loopback else f"{bandwidth / 1e9:g} Gbit/s"
+    tuned_for = dict(model=model, workers=workers, ps=ps, bandwidth=link, ps_placement=ps_placement)
     tuned_doc = None
     if tuned_path is not None:
         from tfsched.tune.run import read_tune_file
 
         tuned_doc = read_tune_file(tuned_path)
         # checked before the batch-size probe runs; the batch size once it is known (below)
-        tuned_mode(
-            tuned_doc, tuned_path, model=model, workers=workers, ps=ps, bandwidth=link, batch_size=None
-        )
+        tuned_mode(tuned_doc, tuned_path, batch_size=None, **tuned_for)
     console = Console(stderr=True)
     balance = None
     if batch_size == "auto":
@@ -765,9 +778,7 @@ def bench(
             raise click.BadParameter("must be at least 1", param_hint="--batch-size")
     tuned = None
     if tuned_doc is not None:
-        tuned = tuned_mode(
-            tuned_doc, tuned_path, model=model, workers=workers, ps=ps, bandwidth=link, batch_size=batch_size
-        )
+        tuned = tuned_mode(tuned_doc, tuned_path, batch_size=batch_size, **tuned_for)
         if tuned in modes:
             raise click.BadParameter(f"{TUNED} is {tuned} here, which is listed too", param_hint="--modes")
         modes = tuple(tuned if m == TUNED else m for m in modes)
@@ -841,6 +852,7 @@ def bench(
 @_tag_set_option
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
 @_PS_OPTION
+@_PS_PLACEMENT_OPTION
 @click.option(
     "--bandwidth",
     default="1Gbit",
@@ -922,6 +934,7 @@ def tune(
     tag_set,
     workers,
     ps,
+    ps_placement,
     bandwidth,
     latency,
     loopback,
@@ -964,6 +977,7 @@ def tune(
     from tfsched.tune.search import Space
 
     _check_loopback(loopback, shaped_loopback, latency)
+    _check_ps_placement(graph_path)
     if model is not None and graph_path is not None:
         raise click.UsageError("give either --model or --graph")
     if partition and not credit_only:
@@ -989,6 +1003,7 @@ def tune(
             tag_set=tag_set,
             workers=workers,
             ps=ps,
+            ps_placement=ps_placement,
             bandwidth_bps=None if loopback else bandwidth,
             latency_s=latency,
             relays=shaped_loopback,

@@ -292,6 +292,13 @@ def test_a_tune_file_for_another_run_is_one_error_naming_it(tmp_path):
     ):
         with pytest.raises(TfschedError, match="^t.json: " + why.replace("(", r"\(").replace(")", r"\)")):
             tuned_mode(doc, "t.json", **where)
+    # on two PS, a file tuned with the variables placed otherwise (files before the placement
+    # was recorded are taken as they are)
+    two = {**where, "ps": 2, "ps_placement": "bytes"}
+    with pytest.raises(TfschedError, match="^t.json: tuned for ps_placement held, not ps_placement bytes$"):
+        tuned_mode(_tune_doc(ps=2, ps_placement="held"), "t.json", **two)
+    assert tuned_mode(_tune_doc(ps=2, ps_placement="bytes"), "t.json", **two) == "tao+p131072+c569173"
+    assert tuned_mode(_tune_doc(ps=2), "t.json", **two) == "tao+p131072+c569173"
     # files that are not tune results, each named with what is wrong
     bad = _tune_doc()
     bad["best"]["credit"] = 0

@@ -429,6 +429,22 @@ class TestBadInput:
                 assert_one_line_error(p, "go with --graph; a built-in model has its own")
         p = run("tune", "--model", "seq32", "--graph", seq_graph_file["pb"], "-o", str(out))
         assert_one_line_error(p, "give either --model or --graph")
+        # a saved graph has its variables placed already: a placement for it would be ignored
+        for cmd in ("trace", "tune"):
+            p = run(
+                cmd,
+                "--graph",
+                seq_graph_file["pb"],
+                "--fetch",
+                "train",
+                "--ps-placement",
+                "held",
+                "-o",
+                str(out),
+            )
+            assert_one_line_error(p, "--ps-placement places a built-in model's variables")
+            p = run(cmd, "--model", "seq32", "--ps", "2", "--ps-placement", "even", "-o", str(out))
+            assert_one_line_error(p, "--ps-placement", "'even' is not one of 'bytes', 'held', 'round-robin'")
         assert_one_line_error(run("tune", "--partition", "1000", "-o", str(out)), "add it")
         assert not out.exists()
 

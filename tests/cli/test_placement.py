@@ -127,3 +127,26 @@ def test_a_variable_the_plan_does_not_name_goes_to_the_ps_with_the_fewest_bytes(
         z = tf.compat.v1.get_variable("z", [20])  # 80 bytes: twice that (a pull and a push) on ps:1
         y = tf.compat.v1.get_variable("y", [1])  # ps:1 has 160, ps:0 100
     assert [v.device for v in (a, z, y)] == ["/job:ps/task:0", "/job:ps/task:1", "/job:ps/task:0"]
+
+
+@pytest.mark.cluster
+def test_trace_places_a_built_in_models_variables_as_asked(tmp_path):
+    """``tfsched trace --ps 2 --ps-placement``: the Transformer's embedding table, held on one PS,
+    moves only the rows a step needs, so TF1's placement by bytes held leaves that PS a fifth of
+    the traffic; placed by bytes moved, the traced PS exchange about half each."""
+    shares = {}
+    for placement in ("held", "bytes"):
+        out = tmp_path / f"{placement}.json"
+        p = run(
+            "trace", "--model", "transformer", "--ps", "2", "--ps-placement", placement,
+            "--steps", "1", "--warmup", "0", "-o", str(out),
+        )  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        doc = json.loads(out.read_text())
+        assert doc["meta"]["ps_placement"] == placement
+        moved = [0, 0]
+        for t in doc["transfers"]:
+            ps = next(e for e in (t["src"], t["dst"]) if "/job:ps/" in e)
+            moved[int(ps.split("/task:")[1].split("/")[0])] += t["bytes"]
+        shares[placement] = max(moved) / sum(moved)
+    assert shares["held"] > 0.7 and shares["bytes"] < 0.55, shares

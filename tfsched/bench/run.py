@@ -114,7 +114,15 @@ def parse_modes(value: str, *, tuned: bool = False) -> tuple[str, ...]:
 
 
 def tuned_mode(
-    doc: dict, path: str, *, model: str, workers: int, ps: int, bandwidth: str, batch_size: int | None
+    doc: dict,
+    path: str,
+    *,
+    model: str,
+    workers: int,
+    ps: int,
+    bandwidth: str,
+    batch_size: int | None,
+    ps_placement: str = "bytes",
 ) -> str:
     """The bench mode of a tune file's best setting (``tfsched.tune.run.read_tune_file``): its
     algorithm, ``+pN`` (unless it tuned no partitioning), ``+cN``, and ``+host``, ``+aN`` and
@@ -122,7 +130,8 @@ def tuned_mode(
 
     The file must have been tuned for this model, cluster and link (``bandwidth`` as the
     results label it: ``1 Gbit/s`` or ``loopback``), and for ``batch_size`` where it records
-    one (None: not known yet); a setting tuned elsewhere is one TfschedError line naming it.
+    one (None: not known yet), and on several PS for ``ps_placement`` where it records one; a
+    setting tuned elsewhere is one TfschedError line naming it.
     """
     c, b = doc["config"], doc["best"]
     if c.get("model") is None:
@@ -130,6 +139,8 @@ def tuned_mode(
     want = {"model": model, "workers": workers, "ps": ps, "bandwidth": bandwidth}
     if batch_size is not None and c.get("batch_size") is not None:
         want["batch_size"] = batch_size
+    if ps > 1 and c.get("ps_placement") is not None:
+        want["ps_placement"] = ps_placement
     off = [k for k, v in want.items() if c.get(k) != v]
     if off:
         raise TfschedError(

@@ -43,6 +43,7 @@ def trace_local(
     tag_set: str | None = None,
     workers: int = 1,
     ps: int = 1,
+    ps_placement: str = "bytes",
     steps: int = 5,
     warmup: int = 2,
     batch_size: int = 4,
@@ -53,6 +54,8 @@ def trace_local(
     With a built-in model and several workers the graph uses in-graph replication, so that one
     traced step covers every worker. A user's graph (GraphDef, MetaGraphDef or SavedModel, whose
     meta graph ``tag_set`` chooses) runs as saved, with ``fetches`` and, once before, ``init``.
+    ``ps_placement``: ``build_graph``'s, how a built-in model's variables are spread over ``ps``
+    PS tasks.
     """
     from tfsched.bench.local import LocalCluster
     from tfsched.graph._tf import import_tensorflow
@@ -69,7 +72,11 @@ def trace_local(
         from tfsched.models import build_graph
 
         built = build_graph(
-            model, ps_tasks=ps, batch_size=batch_size, in_graph_workers=workers if workers > 1 else 0
+            model,
+            ps_tasks=ps,
+            batch_size=batch_size,
+            in_graph_workers=workers if workers > 1 else 0,
+            ps_placement=ps_placement,
         )
         graph, run_fetches, init_op = built.graph, built.train_op, built.init_op
         meta = {"model": model, "fetches": built.fetches}
@@ -79,6 +86,8 @@ def trace_local(
         if tag_set:
             meta["tag_set"] = tag_set
     meta.update({"workers": workers, "ps": ps})
+    if model is not None and ps > 1:
+        meta["ps_placement"] = ps_placement
     if progress:
         progress(f"starting {ps} PS and {workers} worker processes")
     from tfsched.tracing.collector import collect

@@ -138,6 +138,7 @@ def tune_cluster(
     tag_set: str | None = None,
     workers: int = 2,
     ps: int = 1,
+    ps_placement: str = "bytes",
     bandwidth_bps: float | None = None,
     relays: bool = False,
     latency_s: float = 0.0,
@@ -165,6 +166,8 @@ def tune_cluster(
 
     The hosts' links are ``bandwidth_bps`` each way, emulated with namespaces (root), or with
     ``relays`` shaped on loopback in this process (``bench.relay``); None: loopback unshaped.
+    ``ps_placement``: ``build_graph``'s, how a built-in model's variables are spread over ``ps``
+    PS tasks.
 
     ``host_credit`` tunes the credit as one window per sending task (``enable(host_credit=True)``);
     ``ack_share``: the credit acknowledges transfers of at least credit/ack_share parameters
@@ -220,7 +223,14 @@ def tune_cluster(
         from tfsched.models import build_graph
 
         def builder(w: int):
-            b = build_graph(model, worker_task=w, ps_tasks=ps, batch_size=batch_size, image_size=image_size)
+            b = build_graph(
+                model,
+                worker_task=w,
+                ps_tasks=ps,
+                batch_size=batch_size,
+                image_size=image_size,
+                ps_placement=ps_placement,
+            )
             return b.graph, [b.train_op], b.init_op, b
 
     else:
@@ -410,6 +420,7 @@ def tune_cluster(
             **({"tag_set": tag_set} if tag_set else {}),
             "workers": workers,
             "ps": ps,
+            **({"ps_placement": ps_placement} if model is not None and ps > 1 else {}),
             "bandwidth": f"{bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback",
             **({"latency": f"{latency_s * 1e3:g} ms"} if latency_s else {}),
             **({"links": "relays"} if relays and bandwidth_bps else {}),
