@@ -1,5 +1,6 @@
 """With tfsched on, training is bitwise identical to vanilla TensorFlow, and gates really run."""
 
+import collections
 import os
 
 import pytest
@@ -251,3 +252,125 @@ def test_a_variable_partitioned_over_the_ps_trains_bitwise_identical_with_each_p
     pulls = {g.device.split("/")[3] for g in gates if g.name.startswith("big/ConcatPartitions")}
     pushes = {g.name.split("tfsched_to_")[1][:4] for g in gates if g.name.startswith("gradients/big/")}
     assert pulls == {"task:0", "task:1"} and pushes == {"ps_0", "ps_1"}, sorted(g.name for g in gates)
+
+
+def _sync_replicas_graph(worker: int):
+    """Worker ``worker``'s graph of synchronous training the TF1 way: ``SyncReplicasOptimizer``
+    over two workers, the gradients gathered in the PS's accumulators, a token queue that lets
+    a worker go on once the chief has applied the step's update."""
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        with tf.compat.v1.device(
+            tf.compat.v1.train.replica_device_setter(ps_tasks=2, worker_device=f"/job:worker/task:{worker}")
+        ):
+            x = tf.random.stateless_uniform([16, 128], seed=[worker, 5])
+            w1 = tf.compat.v1.get_variable(
+                "w1", [128, 256], initializer=tf.compat.v1.glorot_uniform_initializer(1)
+            )
+            w2 = tf.compat.v1.get_variable(
+                "w2", [256, 64], initializer=tf.compat.v1.glorot_uniform_initializer(2)
+            )
+            loss = tf.reduce_mean(tf.square(tf.matmul(tf.tanh(tf.matmul(x, w1)), w2)), name="loss")
+            step = tf.compat.v1.train.get_or_create_global_step()
+            opt = tf.compat.v1.train.SyncReplicasOptimizer(
+                tf.compat.v1.train.GradientDescentOptimizer(0.5),
+                replicas_to_aggregate=2,
+                total_num_replicas=2,
+            )
+            train_op = opt.minimize(loss, global_step=step, name="train")
+        parts = {
+            "train": train_op,
+            "loss": loss,
+            "init": tf.compat.v1.global_variables_initializer(),
+            "local_init": opt.local_step_init_op,
+            "chief_init": opt.chief_init_op,
+            "chief_runner": opt.get_chief_queue_runner(),
+            "variables": [w1, w2, step],
+        }
+    return g, parts
+
+
+def _train_sync_replicas(cluster, config, steps: int):
+    """Both workers step at once in threads, the chief's queue runner applying each step's mean
+    gradient; returns each worker's losses and the variables at the end."""
+    import threading
+
+    import tensorflow as tf
+
+    graphs = [_sync_replicas_graph(w) for w in (0, 1)]
+    sessions = [
+        tf.compat.v1.Session(cluster.target("worker", w), graph=g, config=config)
+        for w, (g, _) in enumerate(graphs)
+    ]
+    chief = graphs[0][1]
+    coord = tf.train.Coordinator()
+    losses: list[list] = [[], []]
+    ran = tf.compat.v1.RunMetadata()  # worker 1's first step's partition graphs
+    runners = []
+    try:
+        sessions[0].run([chief["init"]])
+        sessions[0].run(chief["chief_init"])
+        for s, (_, p) in zip(sessions, graphs, strict=True):
+            s.run(p["local_init"])
+        runners = chief["chief_runner"].create_threads(sessions[0], coord=coord, start=True)
+
+        def work(w):
+            p = graphs[w][1]
+            for k in range(steps):
+                traced = (w, k) == (1, 0)
+                options = tf.compat.v1.RunOptions(output_partition_graphs=True) if traced else None
+                out = sessions[w].run(
+                    [p["train"], p["loss"]], options=options, run_metadata=ran if traced else None
+                )
+                losses[w].append(out[1])
+
+        workers = [threading.Thread(target=work, args=(w,)) for w in (0, 1)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join(120)
+            assert not t.is_alive(), "a synchronous step hung"
+        values = sessions[0].run(chief["variables"])
+        coord.request_stop()
+    finally:
+        for s in sessions:
+            s.close()  # ends the queue runner's wait for the next step's gradients
+    coord.join(runners, stop_grace_period_secs=10, ignore_live_threads=True)
+    return [x for ws in losses for x in ws], values, ran.partition_graphs
+
+
+@pytest.mark.parametrize(
+    "settings", [{}, {"partition": 8192, "credit": 16384, "host_credit": True}], ids=["tio", "pc-host"]
+)
+def test_sync_replicas_optimizer_trains_bitwise_identical(cluster, settings):
+    """TF1's synchronous PS training (``SyncReplicasOptimizer``): every push into the PS's
+    accumulators and every pull gated (with partitioning and one credit window per task too),
+    the chief's queue runner (a run of its own) alongside, the same losses and variables as
+    vanilla TensorFlow, and no step's state left on the PS."""
+    import tfsched
+    from tfsched.enforce import stats
+
+    vanilla = _train_sync_replicas(cluster, _strict(), 6)
+    assert len(set(float(x) for x in vanilla[0])) > 2  # it trains
+    assert vanilla[1][2] == 6  # one update a synchronous step
+    before = stats(cluster.target("worker", 0), "/job:ps/task:0")
+    scheduled = _train_sync_replicas(cluster, tfsched.enable(_strict(), strict=True, **settings), 6)
+    assert_bitwise_equal(vanilla[:2], scheduled[:2])
+    gates = [n for pg in scheduled[2] for n in pg.node if n.op == "TfschedGate"]
+    assert not [n for pg in vanilla[2] for n in pg.node if n.op == "TfschedGate"]
+
+    # worker 1's step: its pulls of both weights and of its token gated on the PS, its two
+    # gradients into the accumulators gated on the worker
+    def sources(task):
+        return collections.Counter(n.name.split("/tfsched_")[0] for n in gates if n.device.startswith(task))
+
+    pulls, pushes = sources("/job:ps/"), sources("/job:worker/replica:0/task:1/")
+    assert {"MatMul/ReadVariableOp", "MatMul_1/ReadVariableOp", "sync_token_q_Dequeue"} <= set(pulls), pulls
+    assert len([t for t in pushes if t.startswith("gradients/")]) == 2, pushes
+    if settings:  # w1's 32,768 parameters in slices of 8,192, each gated
+        assert pulls["MatMul/ReadVariableOp"] == 4, pulls
+    after = settled_stats(cluster.target("worker", 0), "/job:ps/task:0")
+    assert after["released"] > before["released"]  # gates ran on the PS
+    assert after["timeouts"] == before["timeouts"] and after["live_steps"] == 0
