@@ -56,7 +56,7 @@ _PS_OPTION = click.option(
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="PS tasks of the built-in model; the variables are spread so that each exchanges about the same bytes a step.",
+    help="PS tasks of the built-in model, its variables spread over them as --ps-placement says.",
 )
 _PS_PLACEMENT_OPTION = click.option(
     "--ps-placement",
