@@ -977,9 +977,9 @@ def tune(
     from tfsched.tune.search import Space
 
     _check_loopback(loopback, shaped_loopback, latency)
-    _check_ps_placement(graph_path)
     if model is not None and graph_path is not None:
         raise click.UsageError("give either --model or --graph")
+    _check_ps_placement(graph_path)
     if partition and not credit_only:
         raise click.UsageError("--partition fixes the partition size of --credit-only; add it")
     check_writable(output)  # not after the trials
