@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "tensorflow/core/framework/attr_value.pb.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/framework/node_def.pb.h"
@@ -292,6 +293,29 @@ std::vector<std::string> VariablesUpdatedBy(const Graph& g, const std::vector<in
     frontier = next;
   }
   return {};
+}
+
+// SyncReplicasOptimizer's synchronous training: a gradient pushed into a conditional accumulator
+// (the apply op's input 2 on; input 1 is the worker's local step) updates the variable the
+// accumulator is named for ("<variable>:0/grad_accum"). The chief's step that applies it is not
+// in the graph this pass is given. graph/build.py (_accumulated_variable) reads it the same way.
+std::string AccumulatedVariable(const Graph& g, const std::vector<std::pair<int, int>>& uses) {
+  static const auto* apply_ops = new std::unordered_set<std::string>{
+      "AccumulatorApplyGradient", "ResourceAccumulatorApplyGradient",
+      "SparseAccumulatorApplyGradient"};
+  for (const auto& [n, input_index] : uses) {
+    if (input_index < 2 || !apply_ops->count(g.node(n).op()) || g.inputs[n].empty()) continue;
+    const int acc = g.Find(g.inputs[n][0].node);
+    if (acc < 0) continue;
+    const auto it = g.node(acc).attr().find("shared_name");
+    if (it == g.node(acc).attr().end()) continue;
+    absl::string_view shared = it->second.s();
+    if (!absl::ConsumeSuffix(&shared, "/grad_accum")) continue;
+    const std::string var(shared.substr(0, shared.rfind(':')));
+    const int v = g.Find(var);
+    if (v >= 0 && IsVariableOp(g.node(v).op())) return var;
+  }
+  return "";
 }
 
 // Nodes whose outputs may be dead or live in a loop frame: gating them could leave a counter
@@ -602,6 +626,7 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
       for (const auto& u : t.uses) consumers.push_back(u.first);
       std::vector<std::string> updated = VariablesUpdatedBy(g, consumers, t.receiver);
       if (updated.size() == 1) variable = updated[0];
+      if (updated.empty()) variable = AccumulatedVariable(g, t.uses);
       if (updated.size() > 1) t.updates = std::move(updated);
     } else {
       t.kind = "pull";

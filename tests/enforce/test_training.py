@@ -374,3 +374,43 @@ def test_sync_replicas_optimizer_trains_bitwise_identical(cluster, settings):
     after = settled_stats(cluster.target("worker", 0), "/job:ps/task:0")
     assert after["released"] > before["released"]  # gates ran on the PS
     assert after["timeouts"] == before["timeouts"] and after["live_steps"] == 0
+
+
+def test_a_schedule_reaches_the_gradients_pushed_into_sync_replicas_accumulators(cluster, tmp_path):
+    """``analyze`` and the pass name a gradient pushed into SyncReplicasOptimizer's accumulator
+    by the variable it updates (the accumulator's name), though the chief's step that applies it
+    is in neither worker's fetches: a schedule that puts each gradient ahead of the worker's
+    local step, the reverse of TIO's order, reaches worker 1's gates, and training stays
+    bitwise identical."""
+    import tfsched
+    from tfsched.analysis import analyze
+
+    graph, parts = _sync_replicas_graph(0)
+    path = tmp_path / "sync.pb"
+    path.write_bytes(graph.as_graph_def(add_shapes=True).SerializeToString())
+    schedule = analyze(str(path), fetches=[parts["train"].name], workers=2).schedule
+    pushes = {t.tensor: t for t in schedule.priorities if t.kind == "push"}
+    assert pushes["gradients/MatMul_grad/tuple/control_dependency_1:0"].variable == "w1"
+    assert pushes["sync_replicas/ReadVariableOp:0"].variable is None  # the local step: no variable's
+    for t in pushes.values():
+        assert schedule.priorities[t] == (0 if t.variable is None else 1)  # TIO: the local step first
+        schedule.priorities[t] = 1 - schedule.priorities[t]
+    sched = tmp_path / "gradients-first.json"
+    schedule.save(str(sched))
+
+    vanilla = _train_sync_replicas(cluster, _strict(), 4)
+    cfg = tfsched.enable(_strict(), schedule=str(sched), graph=graph, strict=True)
+    scheduled = _train_sync_replicas(cluster, cfg, 4)
+    assert_bitwise_equal(vanilla[:2], scheduled[:2])
+    # worker 1's gates to each PS: its gradient (Grappler renamed w1's) and its local step
+    gates = collections.defaultdict(dict)
+    for pg in scheduled[2]:
+        for n in pg.node:
+            sender, _, receiver = n.attr["channel"].s.decode().partition("->")
+            if n.op == "TfschedGate" and sender == "/job:worker/replica:0/task:1":
+                what = "gradient" if n.name.startswith("gradients/") else n.name.split("/tfsched_")[0]
+                gates[receiver][what] = n.attr["priority"].i
+    assert gates == {
+        "/job:ps/replica:0/task:0": {"gradient": 0, "sync_replicas/ReadVariableOp": 1},
+        "/job:ps/replica:0/task:1": {"gradient": 0, "sync_replicas/ReadVariableOp_1": 1},
+    }, gates

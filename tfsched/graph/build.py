@@ -67,6 +67,16 @@ UPDATE_OPS = frozenset(
     }
 )
 UPDATE_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply")
+# SyncReplicasOptimizer's synchronous training: a worker pushes each gradient into a conditional
+# accumulator on the PS (input 0 the accumulator, 1 the worker's local step), whose mean the
+# chief's own step applies to the variable. That step is outside a worker's fetches (and outside
+# the graph the pass is given), so the push is known by the accumulator's name, which
+# SyncReplicasOptimizer makes from the variable's: ``<variable>:0/grad_accum``. The pass
+# (cc/scheduler.cc, AccumulatedVariable) reads it the same way.
+ACCUMULATOR_APPLY_OPS = frozenset(
+    {"AccumulatorApplyGradient", "ResourceAccumulatorApplyGradient", "SparseAccumulatorApplyGradient"}
+)
+ACCUMULATOR_SUFFIX = "/grad_accum"
 # Functional ops take resource handles as arguments without being colocated with them (they are
 # lowered or run as functions on their own device); seen on ResNet-50's BatchNorm `If`, whose four
 # variables TensorFlow keeps on different PS tasks.
@@ -460,6 +470,35 @@ def _variables_updated_by(
     return ()
 
 
+def _accumulated_variable(tensor: str, cons: list[str], nodes: dict[str, RawNode], inputs) -> str | None:
+    """The variable a gradient pushed into SyncReplicasOptimizer's accumulator updates: the one
+    the accumulator is named for, where it feeds the apply op's gradient (input 2 on; input 1 is
+    the worker's local step).
+
+    >>> nodes = {n.name: n for n in [
+    ...     RawNode("w", "VarHandleOp", "/job:ps/task:0"),
+    ...     RawNode("acc", "ResourceConditionalAccumulator", "/job:ps/task:0",
+    ...             attrs={"shared_name": "w:0/grad_accum"}),
+    ...     RawNode("step", "ReadVariableOp", "/job:worker/task:0"),
+    ...     RawNode("grad", "MatMul", "/job:worker/task:0"),
+    ...     RawNode("apply", "ResourceAccumulatorApplyGradient", "/job:ps/task:0", ["acc", "step", "grad"]),
+    ... ]}
+    >>> inputs = {n: [(i, 0, False) for i in r.inputs] for n, r in nodes.items()}
+    >>> _accumulated_variable("grad:0", ["apply"], nodes, inputs), _accumulated_variable("step:0", ["apply"], nodes, inputs)
+    ('w', None)
+    """
+    for c in cons:
+        data = [(src, idx) for src, idx, ctrl in inputs[c] if not ctrl]
+        if nodes[c].op not in ACCUMULATOR_APPLY_OPS or tensor not in [f"{s}:{i}" for s, i in data[2:]]:
+            continue
+        shared = str(nodes[data[0][0]].attrs.get("shared_name") or "")
+        if shared.endswith(ACCUMULATOR_SUFFIX):
+            var = shared[: -len(ACCUMULATOR_SUFFIX)].rsplit(":", 1)[0]
+            if var in nodes and nodes[var].op in VARIABLE_OPS:
+                return var
+    return None
+
+
 REPLICATED_CONST_MAX_ELEMENTS = 16
 
 
@@ -537,7 +576,7 @@ def _find_transfers(g, nodes, inputs, ps_tasks, source, output_specs, infer_shap
             elif dst_task in ps_tasks:
                 kind = "push"
                 updated = _variables_updated_by(g, cons, dst_task, inputs)
-                var = updated[0] if len(updated) == 1 else None
+                var = updated[0] if len(updated) == 1 else _accumulated_variable(tensor, cons, nodes, inputs)
                 updates = updated if len(updated) > 1 else ()
             else:
                 # Worker to worker: in gRPC TensorFlow the receiver pulls every tensor.
