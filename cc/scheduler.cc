@@ -296,26 +296,41 @@ std::vector<std::string> VariablesUpdatedBy(const Graph& g, const std::vector<in
 }
 
 // SyncReplicasOptimizer's synchronous training: a gradient pushed into a conditional accumulator
-// (the apply op's input 2 on; input 1 is the worker's local step) updates the variable the
-// accumulator is named for ("<variable>:0/grad_accum"). The chief's step that applies it is not
-// in the graph this pass is given. graph/build.py (_accumulated_variable) reads it the same way.
+// updates the variable the accumulator is named for ("<variable>:0/grad_accum"). The chief's
+// step that applies it is not in the graph this pass is given. Only a tensor that is nothing
+// else on the PS: every use the apply op's gradient (input 2 on; input 1 is the worker's local
+// step), directly or through a Cast or Identity (the optimizer casts a sparse gradient's indices
+// to int64 there); the rows of an embedding's lookup, which Grappler may send once for both, are
+// no variable's. graph/build.py (_accumulated_variable) reads it the same way.
 std::string AccumulatedVariable(const Graph& g, const std::vector<std::pair<int, int>>& uses) {
   static const auto* apply_ops = new std::unordered_set<std::string>{
       "AccumulatorApplyGradient", "ResourceAccumulatorApplyGradient",
       "SparseAccumulatorApplyGradient"};
-  for (const auto& [n, input_index] : uses) {
-    if (input_index < 2 || !apply_ops->count(g.node(n).op()) || g.inputs[n].empty()) continue;
+  std::vector<std::pair<int, int>> hops;
+  for (const auto& use : uses) {
+    const std::string& op = g.node(use.first).op();
+    if (op != "Cast" && op != "Identity") {
+      hops.push_back(use);
+      continue;
+    }
+    if (g.data_out[use.first].empty()) return "";
+    hops.insert(hops.end(), g.data_out[use.first].begin(), g.data_out[use.first].end());
+  }
+  std::string found;
+  for (const auto& [n, input_index] : hops) {
+    if (input_index < 2 || !apply_ops->count(g.node(n).op()) || g.inputs[n].empty()) return "";
     const int acc = g.Find(g.inputs[n][0].node);
-    if (acc < 0) continue;
+    if (acc < 0) return "";
     const auto it = g.node(acc).attr().find("shared_name");
-    if (it == g.node(acc).attr().end()) continue;
+    if (it == g.node(acc).attr().end()) return "";
     absl::string_view shared = it->second.s();
-    if (!absl::ConsumeSuffix(&shared, "/grad_accum")) continue;
+    if (!absl::ConsumeSuffix(&shared, "/grad_accum")) return "";
     const std::string var(shared.substr(0, shared.rfind(':')));
     const int v = g.Find(var);
-    if (v >= 0 && IsVariableOp(g.node(v).op())) return var;
+    if (v < 0 || !IsVariableOp(g.node(v).op())) return "";
+    if (found.empty()) found = var;
   }
-  return "";
+  return found;
 }
 
 // Nodes whose outputs may be dead or live in a loop frame: gating them could leave a counter

@@ -254,10 +254,11 @@ def test_a_variable_partitioned_over_the_ps_trains_bitwise_identical_with_each_p
     assert pulls == {"task:0", "task:1"} and pushes == {"ps_0", "ps_1"}, sorted(g.name for g in gates)
 
 
-def _sync_replicas_graph(worker: int):
+def _sync_replicas_graph(worker: int, sparse: bool = False):
     """Worker ``worker``'s graph of synchronous training the TF1 way: ``SyncReplicasOptimizer``
     over two workers, the gradients gathered in the PS's accumulators, a token queue that lets
-    a worker go on once the chief has applied the step's update."""
+    a worker go on once the chief has applied the step's update. ``sparse``: with an embedding
+    too, whose sparse gradient goes into a sparse accumulator."""
     import tensorflow as tf
 
     g = tf.Graph()
@@ -272,7 +273,18 @@ def _sync_replicas_graph(worker: int):
             w2 = tf.compat.v1.get_variable(
                 "w2", [256, 64], initializer=tf.compat.v1.glorot_uniform_initializer(2)
             )
-            loss = tf.reduce_mean(tf.square(tf.matmul(tf.tanh(tf.matmul(x, w1)), w2)), name="loss")
+            h = tf.tanh(tf.matmul(x, w1))
+            variables = [w1, w2]
+            if sparse:
+                emb = tf.compat.v1.get_variable(
+                    "emb", [100, 256], initializer=tf.compat.v1.glorot_uniform_initializer(3)
+                )
+                # rows chosen by the step's own values, so that Grappler cannot fold them into a
+                # constant (it would copy a constant's few indices instead of sending them)
+                ids = tf.math.floormod(tf.cast(tf.abs(tf.reduce_sum(h, axis=1)) * 1000, tf.int32), 100)
+                h += tf.nn.embedding_lookup(emb, ids)
+                variables.append(emb)
+            loss = tf.reduce_mean(tf.square(tf.matmul(h, w2)), name="loss")
             step = tf.compat.v1.train.get_or_create_global_step()
             opt = tf.compat.v1.train.SyncReplicasOptimizer(
                 tf.compat.v1.train.GradientDescentOptimizer(0.5),
@@ -287,19 +299,19 @@ def _sync_replicas_graph(worker: int):
             "local_init": opt.local_step_init_op,
             "chief_init": opt.chief_init_op,
             "chief_runner": opt.get_chief_queue_runner(),
-            "variables": [w1, w2, step],
+            "variables": [*variables, step],
         }
     return g, parts
 
 
-def _train_sync_replicas(cluster, config, steps: int):
+def _train_sync_replicas(cluster, config, steps: int, sparse: bool = False):
     """Both workers step at once in threads, the chief's queue runner applying each step's mean
     gradient; returns each worker's losses and the variables at the end."""
     import threading
 
     import tensorflow as tf
 
-    graphs = [_sync_replicas_graph(w) for w in (0, 1)]
+    graphs = [_sync_replicas_graph(w, sparse) for w in (0, 1)]
     sessions = [
         tf.compat.v1.Session(cluster.target("worker", w), graph=g, config=config)
         for w, (g, _) in enumerate(graphs)
@@ -354,7 +366,7 @@ def test_sync_replicas_optimizer_trains_bitwise_identical(cluster, settings):
 
     vanilla = _train_sync_replicas(cluster, _strict(), 6)
     assert len(set(float(x) for x in vanilla[0])) > 2  # it trains
-    assert vanilla[1][2] == 6  # one update a synchronous step
+    assert vanilla[1][-1] == 6  # one update a synchronous step
     before = stats(cluster.target("worker", 0), "/job:ps/task:0")
     scheduled = _train_sync_replicas(cluster, tfsched.enable(_strict(), strict=True, **settings), 6)
     assert_bitwise_equal(vanilla[:2], scheduled[:2])
@@ -376,41 +388,50 @@ def test_sync_replicas_optimizer_trains_bitwise_identical(cluster, settings):
     assert after["timeouts"] == before["timeouts"] and after["live_steps"] == 0
 
 
-def test_a_schedule_reaches_the_gradients_pushed_into_sync_replicas_accumulators(cluster, tmp_path):
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "embedding"])
+def test_a_schedule_reaches_the_gradients_pushed_into_sync_replicas_accumulators(cluster, tmp_path, sparse):
     """``analyze`` and the pass name a gradient pushed into SyncReplicasOptimizer's accumulator
     by the variable it updates (the accumulator's name), though the chief's step that applies it
-    is in neither worker's fetches: a schedule that puts each gradient ahead of the worker's
-    local step, the reverse of TIO's order, reaches worker 1's gates, and training stays
-    bitwise identical."""
+    is in neither worker's fetches; an embedding's sparse gradient too (its indices, which the
+    optimizer casts on the PS, are the lookup's rows, and Grappler sends them once for both: that
+    tensor is no variable's in the pass). A schedule that puts every gradient ahead of the
+    worker's local step, the reverse of TIO's order, reaches worker 1's gates, and training
+    stays bitwise identical."""
     import tfsched
     from tfsched.analysis import analyze
 
-    graph, parts = _sync_replicas_graph(0)
+    graph, parts = _sync_replicas_graph(0, sparse)
     path = tmp_path / "sync.pb"
     path.write_bytes(graph.as_graph_def(add_shapes=True).SerializeToString())
     schedule = analyze(str(path), fetches=[parts["train"].name], workers=2).schedule
     pushes = {t.tensor: t for t in schedule.priorities if t.kind == "push"}
-    assert pushes["gradients/MatMul_grad/tuple/control_dependency_1:0"].variable == "w1"
-    assert pushes["sync_replicas/ReadVariableOp:0"].variable is None  # the local step: no variable's
-    for t in pushes.values():
-        assert schedule.priorities[t] == (0 if t.variable is None else 1)  # TIO: the local step first
-        schedule.priorities[t] = 1 - schedule.priorities[t]
+    gradients = {n: t.variable for n, t in pushes.items() if n.startswith("gradients/")}
+    local_steps = [t for n, t in pushes.items() if n.startswith("sync_replicas/ReadVariableOp")]
+    assert sorted(gradients.values()) == (["emb", "emb"] if sparse else []) + ["w1", "w2"], gradients
+    # each accumulator's local step (no variable's), first in TIO's order; after them here
+    assert len(local_steps) == (3 if sparse else 2)
+    for t in local_steps:
+        assert t.variable is None and schedule.priorities[t] == 0
+        schedule.priorities[t] = 1
+    for n in gradients:
+        schedule.priorities[pushes[n]] = 0
     sched = tmp_path / "gradients-first.json"
     schedule.save(str(sched))
 
-    vanilla = _train_sync_replicas(cluster, _strict(), 4)
+    vanilla = _train_sync_replicas(cluster, _strict(), 4, sparse)
     cfg = tfsched.enable(_strict(), schedule=str(sched), graph=graph, strict=True)
-    scheduled = _train_sync_replicas(cluster, cfg, 4)
+    scheduled = _train_sync_replicas(cluster, cfg, 4, sparse)
     assert_bitwise_equal(vanilla[:2], scheduled[:2])
-    # worker 1's gates to each PS: its gradient (Grappler renamed w1's) and its local step
-    gates = collections.defaultdict(dict)
+    # worker 1's gates to each PS: its gradients (Grappler renamed w1's) and its local step
+    gates = collections.defaultdict(lambda: collections.defaultdict(list))
     for pg in scheduled[2]:
         for n in pg.node:
             sender, _, receiver = n.attr["channel"].s.decode().partition("->")
             if n.op == "TfschedGate" and sender == "/job:worker/replica:0/task:1":
-                what = "gradient" if n.name.startswith("gradients/") else n.name.split("/tfsched_")[0]
-                gates[receiver][what] = n.attr["priority"].i
-    assert gates == {
-        "/job:ps/replica:0/task:0": {"gradient": 0, "sync_replicas/ReadVariableOp": 1},
-        "/job:ps/replica:0/task:1": {"gradient": 0, "sync_replicas/ReadVariableOp_1": 1},
-    }, gates
+                if n.name.startswith("sync_replicas/ReadVariableOp"):
+                    gates[receiver]["local step"].append(n.attr["priority"].i)
+                elif n.name.startswith("gradients/"):
+                    gates[receiver]["gradient"].append(n.attr["priority"].i)
+    assert sorted(gates) == ["/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]
+    for channel in gates.values():
+        assert channel["gradient"] and max(channel["gradient"]) < min(channel["local step"]), gates

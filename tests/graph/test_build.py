@@ -228,3 +228,36 @@ def test_fast_dtype_table_agrees_with_tensorflow():
         specs = output_specs(op_type)
         assert specs, op_type
         assert all(type_attr == attr and not fixed for fixed, type_attr, _, _ in specs), (op_type, specs)
+
+
+@pytest.mark.tf
+def test_gradients_into_sync_replicas_accumulators_are_their_variables(tmp_path):
+    """SyncReplicasOptimizer: a dense gradient into its accumulator and a sparse one (an
+    embedding's indices and values) into a sparse accumulator are each their variable's pushes;
+    the worker's local step, pushed into the same ops, is no variable's."""
+    import tensorflow as tf
+
+    from tfsched.graph import load_comm_graph
+
+    g = tf.Graph()
+    with g.as_default(), tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(ps_tasks=2)):
+        ids = tf.constant([[1, 3], [5, 7]])
+        emb = tf.compat.v1.get_variable("emb", [50, 8])
+        dense = tf.compat.v1.get_variable("dense", [8, 4])
+        x = tf.reduce_mean(tf.nn.embedding_lookup(emb, ids), axis=1)
+        loss = tf.reduce_sum(tf.matmul(x, dense))
+        opt = tf.compat.v1.train.SyncReplicasOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.1), replicas_to_aggregate=2, total_num_replicas=2
+        )
+        train = opt.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+    path = tmp_path / "sync.pb"
+    path.write_bytes(g.as_graph_def(add_shapes=True).SerializeToString())
+    cg = load_comm_graph(str(path), fetches=[train.name])
+    pushes = [t for t in cg.transfers if t.kind == "push"]
+    by_variable = {}
+    for t in pushes:
+        by_variable.setdefault(t.variable, []).append(t.tensor)
+    assert len(by_variable["dense"]) == 1, by_variable
+    assert len(by_variable["emb"]) >= 2, by_variable  # the sparse gradient's indices and values
+    assert all("sync_replicas/" in n for n in by_variable[None]), by_variable  # the local steps
+    assert len(by_variable[None]) == 2  # one into each PS's accumulator

@@ -470,10 +470,15 @@ def _variables_updated_by(
     return ()
 
 
-def _accumulated_variable(tensor: str, cons: list[str], nodes: dict[str, RawNode], inputs) -> str | None:
+def _accumulated_variable(
+    tensor: str, cons: list[str], nodes: dict[str, RawNode], inputs, successors=None
+) -> str | None:
     """The variable a gradient pushed into SyncReplicasOptimizer's accumulator updates: the one
-    the accumulator is named for, where it feeds the apply op's gradient (input 2 on; input 1 is
-    the worker's local step).
+    the accumulator is named for, where the tensor is only that, on the PS: the apply op's
+    gradient (input 2 on; input 1 is the worker's local step), directly or through a Cast or
+    Identity (the optimizer casts a sparse gradient's indices to int64 there). A tensor the PS
+    also uses otherwise (the rows of an embedding's lookup, which Grappler may send once for
+    both) is no variable's. ``successors``: of a node, in the graph.
 
     >>> nodes = {n.name: n for n in [
     ...     RawNode("w", "VarHandleOp", "/job:ps/task:0"),
@@ -487,16 +492,32 @@ def _accumulated_variable(tensor: str, cons: list[str], nodes: dict[str, RawNode
     >>> _accumulated_variable("grad:0", ["apply"], nodes, inputs), _accumulated_variable("step:0", ["apply"], nodes, inputs)
     ('w', None)
     """
+    uses = []  # (the tensor an op on the PS takes, the op), a Cast or Identity looked through
     for c in cons:
-        data = [(src, idx) for src, idx, ctrl in inputs[c] if not ctrl]
-        if nodes[c].op not in ACCUMULATOR_APPLY_OPS or tensor not in [f"{s}:{i}" for s, i in data[2:]]:
+        if nodes[c].op not in ("Cast", "Identity"):
+            uses.append((tensor, c))
             continue
-        shared = str(nodes[data[0][0]].attrs.get("shared_name") or "")
-        if shared.endswith(ACCUMULATOR_SUFFIX):
-            var = shared[: -len(ACCUMULATOR_SUFFIX)].rsplit(":", 1)[0]
-            if var in nodes and nodes[var].op in VARIABLE_OPS:
-                return var
-    return None
+        data = [
+            n for n in (successors or (lambda _: ()))(c) if any(s == c and not k for s, _, k in inputs[n])
+        ]
+        if not data:
+            return None
+        uses += [(f"{c}:0", n) for n in data]
+    found = None
+    for fed, c in uses:
+        data = [f"{s}:{i}" for s, i, ctrl in inputs[c] if not ctrl]
+        if nodes[c].op not in ACCUMULATOR_APPLY_OPS or fed not in data[2:]:
+            return None
+        shared = str(nodes[data[0].rsplit(":", 1)[0]].attrs.get("shared_name") or "")
+        var = (
+            shared[: -len(ACCUMULATOR_SUFFIX)].rsplit(":", 1)[0]
+            if shared.endswith(ACCUMULATOR_SUFFIX)
+            else ""
+        )
+        if var not in nodes or nodes[var].op not in VARIABLE_OPS:
+            return None
+        found = found or var
+    return found
 
 
 REPLICATED_CONST_MAX_ELEMENTS = 16
@@ -576,7 +597,11 @@ def _find_transfers(g, nodes, inputs, ps_tasks, source, output_specs, infer_shap
             elif dst_task in ps_tasks:
                 kind = "push"
                 updated = _variables_updated_by(g, cons, dst_task, inputs)
-                var = updated[0] if len(updated) == 1 else _accumulated_variable(tensor, cons, nodes, inputs)
+                var = (
+                    updated[0]
+                    if len(updated) == 1
+                    else _accumulated_variable(tensor, cons, nodes, inputs, g.successors)
+                )
                 updates = updated if len(updated) > 1 else ()
             else:
                 # Worker to worker: in gRPC TensorFlow the receiver pulls every tensor.
