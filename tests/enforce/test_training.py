@@ -254,15 +254,16 @@ def test_a_variable_partitioned_over_the_ps_trains_bitwise_identical_with_each_p
     assert pulls == {"task:0", "task:1"} and pushes == {"ps_0", "ps_1"}, sorted(g.name for g in gates)
 
 
-def _sync_replicas_graph(worker: int, sparse: bool = False):
+def _sync_replicas_graph(worker: int, sparse: bool = False, container: str = ""):
     """Worker ``worker``'s graph of synchronous training the TF1 way: ``SyncReplicasOptimizer``
     over two workers, the gradients gathered in the PS's accumulators, a token queue that lets
     a worker go on once the chief has applied the step's update. ``sparse``: with an embedding
-    too, whose sparse gradient goes into a sparse accumulator."""
+    too, whose sparse gradient goes into a sparse accumulator. ``container``: where the PS keeps
+    its variables, accumulators and token queue (a run that closes the queue needs its own)."""
     import tensorflow as tf
 
     g = tf.Graph()
-    with g.as_default():
+    with g.as_default(), tf.compat.v1.container(container):
         with tf.compat.v1.device(
             tf.compat.v1.train.replica_device_setter(ps_tasks=2, worker_device=f"/job:worker/task:{worker}")
         ):
@@ -299,6 +300,7 @@ def _sync_replicas_graph(worker: int, sparse: bool = False):
             "local_init": opt.local_step_init_op,
             "chief_init": opt.chief_init_op,
             "chief_runner": opt.get_chief_queue_runner(),
+            "optimizer": opt,
             "variables": [*variables, step],
         }
     return g, parts
@@ -435,3 +437,74 @@ def test_a_schedule_reaches_the_gradients_pushed_into_sync_replicas_accumulators
     assert sorted(gates) == ["/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]
     for channel in gates.values():
         assert channel["gradient"] and max(channel["gradient"]) < min(channel["local step"]), gates
+
+
+def _train_sync_replicas_monitored(cluster, config, steps: int):
+    """The way SyncReplicasOptimizer is meant to be run: each worker in a
+    ``MonitoredTrainingSession`` with the optimizer's hook, which initializes the chief and runs
+    its queue runner; the non-chief starts once the chief's session is up (else it polls for it
+    every 30 s). No initial tokens, so that every update takes one step of each worker. The
+    hook's queue runner closes the token queue at the end, so each run has a container of its
+    own on the PS."""
+    import threading
+    import uuid
+
+    import tensorflow as tf
+
+    container = f"sync-{uuid.uuid4().hex[:8]}"
+    graphs = [_sync_replicas_graph(w, container=container) for w in (0, 1)]
+    losses: list[list] = [[], []]
+    chief_up, errors = threading.Event(), []
+
+    def work(w):
+        g, p = graphs[w]
+        try:
+            with g.as_default():
+                hook = p["optimizer"].make_session_run_hook(is_chief=w == 0, num_tokens=0)
+                with tf.compat.v1.train.MonitoredTrainingSession(
+                    master=cluster.target("worker", w),
+                    is_chief=w == 0,
+                    hooks=[hook],
+                    config=config,
+                    save_checkpoint_secs=None,
+                    save_summaries_steps=None,
+                    log_step_count_steps=None,
+                    # the chief's queue runner waits for a next step's gradients until the
+                    # session closes, which is after this grace period (default 120 s)
+                    stop_grace_period_secs=1,
+                ) as sess:
+                    chief_up.set()
+                    for _ in range(steps):
+                        losses[w].append(sess.run([p["train"], p["loss"]])[1])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+            chief_up.set()
+
+    chief = threading.Thread(target=work, args=(0,), daemon=True)
+    chief.start()
+    assert chief_up.wait(120), "the chief's session did not come up"
+    worker = threading.Thread(target=work, args=(1,), daemon=True)
+    worker.start()
+    for t in (chief, worker):
+        t.join(120)
+        assert not t.is_alive(), "a synchronous step hung"
+    assert not errors, errors
+    g, p = graphs[0]
+    with tf.compat.v1.Session(cluster.target("worker", 0), graph=g) as sess:
+        values = sess.run(p["variables"])
+    return [x for ws in losses for x in ws], values
+
+
+# the chief's queue runner, waiting for a next step's gradients, is cancelled when its session
+# closes, and TensorFlow's thread ends with that CancelledError (in vanilla TensorFlow too)
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_sync_replicas_in_monitored_training_sessions_with_its_hook(cluster):
+    """SyncReplicasOptimizer as its documentation runs it (``make_session_run_hook`` in each
+    worker's ``MonitoredTrainingSession``), with tfsched's config: the same losses and
+    variables as vanilla TensorFlow."""
+    import tfsched
+
+    vanilla = _train_sync_replicas_monitored(cluster, _strict(), 5)
+    assert vanilla[1][-1] == 5 and len(set(float(x) for x in vanilla[0])) > 2
+    scheduled = _train_sync_replicas_monitored(cluster, tfsched.enable(_strict(), strict=True), 5)
+    assert_bitwise_equal(vanilla, scheduled)
