@@ -597,12 +597,10 @@ def _find_transfers(g, nodes, inputs, ps_tasks, source, output_specs, infer_shap
             elif dst_task in ps_tasks:
                 kind = "push"
                 updated = _variables_updated_by(g, cons, dst_task, inputs)
-                var = (
-                    updated[0]
-                    if len(updated) == 1
-                    else _accumulated_variable(tensor, cons, nodes, inputs, g.successors)
-                )
+                var = updated[0] if len(updated) == 1 else None
                 updates = updated if len(updated) > 1 else ()
+                if not updated:  # as the pass: a gradient into SyncReplicasOptimizer's accumulator
+                    var = _accumulated_variable(tensor, cons, nodes, inputs, g.successors)
             else:
                 # Worker to worker: in gRPC TensorFlow the receiver pulls every tensor.
                 kind, var = "pull", _variable_behind(g, src_op, inputs)
