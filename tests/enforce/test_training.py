@@ -297,9 +297,6 @@ def _sync_replicas_graph(worker: int, sparse: bool = False, container: str = "")
             "train": train_op,
             "loss": loss,
             "init": tf.compat.v1.global_variables_initializer(),
-            "local_init": opt.local_step_init_op,
-            "chief_init": opt.chief_init_op,
-            "chief_runner": opt.get_chief_queue_runner(),
             "optimizer": opt,
             "variables": [*variables, step],
         }
@@ -324,11 +321,13 @@ def _train_sync_replicas(cluster, config, steps: int, sparse: bool = False):
     ran = tf.compat.v1.RunMetadata()  # worker 1's first step's partition graphs
     runners = []
     try:
-        sessions[0].run([chief["init"]])
-        sessions[0].run(chief["chief_init"])
+        sessions[0].run(chief["init"])
+        sessions[0].run(chief["optimizer"].chief_init_op)
         for s, (_, p) in zip(sessions, graphs, strict=True):
-            s.run(p["local_init"])
-        runners = chief["chief_runner"].create_threads(sessions[0], coord=coord, start=True)
+            s.run(p["optimizer"].local_step_init_op)
+        runners = (
+            chief["optimizer"].get_chief_queue_runner().create_threads(sessions[0], coord=coord, start=True)
+        )
 
         def work(w):
             p = graphs[w][1]
