@@ -42,13 +42,19 @@ def positive(kind):
 
 
 @contextlib.contextmanager
-def run_graph(config: dict):
+def run_graph(config: dict, placement: str | None = None):
     """A bench run's saved graph, built as the run built it (its ``config``), in a temporary
-    file: yields (path, the ``BuiltGraph``)."""
+    file: yields (path, the ``BuiltGraph``). ``placement``: the graph of the run's modes named
+    ``MODE@placement``; None: of its first placement (its modes' plain names)."""
     from tfsched.models import build_graph
 
+    placed = config.get("ps_placement", "bytes")  # a list where the run had several
     built = build_graph(
-        config["model"], mode=config["mode"], batch_size=config["batch_size"], ps_tasks=config["ps"]
+        config["model"],
+        mode=config["mode"],
+        batch_size=config["batch_size"],
+        ps_tasks=config["ps"],
+        ps_placement=placement or (placed if isinstance(placed, str) else placed[0]),
     )
     with tempfile.TemporaryDirectory(prefix="tfsched-run-graph-") as d:
         path = os.path.join(d, "graph.pb")

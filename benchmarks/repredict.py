@@ -25,38 +25,49 @@ from tfsched.errors import TfschedError  # noqa: E402
 
 def repredict(run_dir: str) -> tuple[dict, list[dict]]:
     from tfsched.bench.predict import annotate
-    from tfsched.bench.run import ModeResult
+    from tfsched.bench.run import ModeResult, placed_mode, split_placed
     from tfsched.tracing.trace import Trace
     from tfsched.units import parse_bandwidth
 
     with open(os.path.join(run_dir, "bench.json")) as f:
         doc = json.load(f)
     config = doc["config"]
-    # the timing-aware orders' trace (``--traces`` keeps it): without it TAO is ordered from the
-    # cost model, not as the run ordered it
-    order_path = os.path.join(run_dir, "order.alone.trace.json")
-    order_trace = Trace.load(order_path) if os.path.exists(order_path) else None
     results = {}
-    for m in doc["modes"]:
-        r = ModeResult(mode=m["mode"], iterations=m["iterations"], steps=m["steps"])
-        if m.get("ordered_from"):
-            r.order_trace = order_trace
-        r.knobs = {k: m[k] for k in ("partition", "credit") if k in m}  # the sizes the run used
-        if m["mode"] == "baseline":
-            r.cpu_s, r.cpu_total_s = m["cpu_s_per_step"] * len(m["iterations"]), 1.0  # cpu_per_step as run
-            r.comm_cpu_s_per_byte = m.get("comm_cpu_s_per_byte", 0.0)  # absent: measured as none
-            r.comm_cpu_s_per_message = m.get("comm_cpu_s_per_message", 0.0)
-            r.trace = Trace.load(os.path.join(run_dir, "baseline.trace.json"))
-            r.solo_trace = Trace.load(os.path.join(run_dir, "baseline.alone.trace.json"))
-        results[m["mode"]] = r
-    with run_graph(config) as (graph_path, built):
-        annotate(
-            results,
-            graph_path=graph_path,
-            fetches=built.fetches,
-            workers=config["workers"],
-            bandwidth_bps=None if config["bandwidth"] == "loopback" else parse_bandwidth(config["bandwidth"]),
-        )
+    # each placement's modes apart (a run of several, ``--ps-placement bytes,held``: MODE@held)
+    for where in dict.fromkeys(split_placed(m["mode"])[1] for m in doc["modes"]):
+        # the timing-aware orders' trace (``--traces`` keeps it): without it TAO is ordered from
+        # the cost model, not as the run ordered it
+        order_path = os.path.join(run_dir, f"{placed_mode('order', where)}.alone.trace.json")
+        order_trace = Trace.load(order_path) if os.path.exists(order_path) else None
+        group = {}
+        for m in doc["modes"]:
+            plain, at = split_placed(m["mode"])
+            if at != where:
+                continue
+            r = ModeResult(mode=m["mode"], iterations=m["iterations"], steps=m["steps"])
+            if m.get("ordered_from"):
+                r.order_trace = order_trace
+            r.knobs = {k: m[k] for k in ("partition", "credit") if k in m}  # the sizes the run used
+            if plain == "baseline":
+                r.cpu_s, r.cpu_total_s = (
+                    m["cpu_s_per_step"] * len(m["iterations"]),
+                    1.0,
+                )  # cpu_per_step as run
+                r.comm_cpu_s_per_byte = m.get("comm_cpu_s_per_byte", 0.0)  # absent: measured as none
+                r.comm_cpu_s_per_message = m.get("comm_cpu_s_per_message", 0.0)
+                r.trace = Trace.load(os.path.join(run_dir, f"{m['mode']}.trace.json"))
+                r.solo_trace = Trace.load(os.path.join(run_dir, f"{m['mode']}.alone.trace.json"))
+            group[plain] = results[m["mode"]] = r
+        with run_graph(config, where) as (graph_path, built):
+            annotate(
+                group,
+                graph_path=graph_path,
+                fetches=built.fetches,
+                workers=config["workers"],
+                bandwidth_bps=None
+                if config["bandwidth"] == "loopback"
+                else parse_bandwidth(config["bandwidth"]),
+            )
     rows = [
         {
             "mode": m["mode"],

@@ -69,6 +69,28 @@ _PS_PLACEMENT_OPTION = click.option(
 )
 
 
+def _ps_placements(ctx, param, value) -> tuple[str, ...]:
+    """bench's --ps-placement: one placement, or several, comma-separated, each once."""
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    for name in names:
+        if name not in PS_PLACEMENTS:
+            raise click.BadParameter(f"{name!r} is not one of {', '.join(PS_PLACEMENTS)}")
+    if not names or len(set(names)) != len(names):
+        raise click.BadParameter(f"expected distinct placements, comma-separated (got {value!r})")
+    return names
+
+
+_BENCH_PS_PLACEMENT_OPTION = click.option(
+    "--ps-placement",
+    default="bytes",
+    show_default=True,
+    callback=_ps_placements,
+    help="How the built-in model's variables are spread over the PS (bytes, held or round-robin, as "
+    "trace's). Several, comma-separated (bytes,held), run every mode on each placement in the same "
+    "rounds: the first's modes under their names, the others' as MODE@PLACEMENT.",
+)
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tfsched")
 def main() -> None:
@@ -690,7 +712,7 @@ def viz(trace_path, output, schedule, graph_path, fetches, tag_set, compare, ste
     show_default=True,
     help="Results (JSON, and a .md beside it).",
 )
-@_PS_PLACEMENT_OPTION
+@_BENCH_PS_PLACEMENT_OPTION
 def bench(
     model,
     workers,
@@ -743,8 +765,11 @@ def bench(
             if tuned_path is None
             else f"--tuned FILE runs as mode {TUNED}: add it to --modes"
         )
+    if len(ps_placement) > 1 and ps < 2:
+        raise click.UsageError("several --ps-placement need --ps 2 or more")
     link = "loopback" if loopback else f"{bandwidth / 1e9:g} Gbit/s"
-    tuned_for = dict(model=model, workers=workers, ps=ps, bandwidth=link, ps_placement=ps_placement)
+    # a tuned setting runs on every placement; the file's must be the first's
+    tuned_for = dict(model=model, workers=workers, ps=ps, bandwidth=link, ps_placement=ps_placement[0])
     tuned_doc = None
     if tuned_path is not None:
         from tfsched.tune.run import read_tune_file
@@ -808,7 +833,12 @@ def bench(
         "mode": run_mode,
         "workers": workers,
         "ps": ps,
-        **({"ps_placement": ps_placement} if ps > 1 else {}),
+        # one placement as before; several: the first's modes under their names, MODE@P the others'
+        **(
+            {"ps_placement": ps_placement[0] if len(ps_placement) == 1 else list(ps_placement)}
+            if ps > 1
+            else {}
+        ),
         "batch_size": batch_size,
         "steps": steps,
         "rounds": rounds,
@@ -834,11 +864,13 @@ def bench(
             if res.solo_trace is not None:
                 res.solo_trace.meta.update(model=model, bench=config)
                 res.solo_trace.save(os.path.join(traces_dir, f"{name}.alone.trace.json"))
-        # the op times every timing-aware mode was ordered from (one trace for all of them)
-        ordered = next((r.order_trace for r in results.values() if r.order_trace is not None), None)
-        if ordered is not None:
-            ordered.meta.update(model=model, bench=config)
-            ordered.save(os.path.join(traces_dir, "order.alone.trace.json"))
+        # the op times every timing-aware mode was ordered from (one trace for all of a placement's)
+        from tfsched.bench.run import placed_mode, split_placed
+
+        ordered = {split_placed(n)[1]: r.order_trace for n, r in results.items() if r.order_trace is not None}
+        for where, order_trace in ordered.items():
+            order_trace.meta.update(model=model, bench=config)
+            order_trace.save(os.path.join(traces_dir, f"{placed_mode('order', where)}.alone.trace.json"))
         click.echo(f"traced steps: {traces_dir}/<mode>.trace.json (tfsched viz ...)")
 
 

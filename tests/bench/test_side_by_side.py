@@ -171,3 +171,84 @@ def test_the_tasks_end_with_a_launcher_killed_by_sigkill(tmp_path, vanilla):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@pytest.mark.tf
+def test_placements_share_one_run_each_on_its_own_graph():
+    """``ps_placement=("bytes", "held")``: every mode runs on both placements in the same rounds,
+    the second's as MODE@held; each placement's steps, TAO order and prediction are of its own
+    graph (Seq-32 on 2 PS: 10 of its 34 variables are on the other PS under held)."""
+    import tensorflow as tf
+
+    from tfsched.bench.results import markdown, summarize
+    from tfsched.bench.run import local_side_by_side
+    from tfsched.models import build_graph
+
+    results = local_side_by_side(
+        "seq32",
+        workers=2,
+        ps=2,
+        modes=("baseline", "tao"),
+        steps=2,
+        rounds=1,
+        batch_size=4,
+        ps_placement=("bytes", "held"),
+    )
+    assert list(results) == ["baseline", "baseline@held", "tao", "tao@held"]
+
+    def ps_of(placement):
+        """variable read -> the PS task its variable is on, in the placement's graph (a read
+        runs where its variable is)"""
+        g = build_graph("seq32", ps_tasks=2, batch_size=4, ps_placement=placement).graph
+        return {
+            op.name: tf.DeviceSpec.from_string(op.inputs[0].op.device).task
+            for op in g.get_operations()
+            if op.type == "ReadVariableOp" and "/job:ps" in op.inputs[0].op.device
+        }
+
+    def pulled_from(trace):
+        """op -> the PS task a pull of its tensor came from (through its gate), in the traced steps"""
+        return {
+            t.tensor.split(":")[0].split("/tfsched_gate_to_")[0]: tf.DeviceSpec.from_string(t.src).task
+            for t in trace.transfers
+            if "/job:ps/" in t.src
+        }
+
+    where = {p: ps_of(p) for p in ("bytes", "held")}
+    moved = [op for op in where["bytes"] if where["bytes"][op] != where["held"].get(op)]
+    assert len(moved) >= 10
+    for name, placement in (
+        ("baseline", "bytes"),
+        ("baseline@held", "held"),
+        ("tao", "bytes"),
+        ("tao@held", "held"),
+    ):
+        res = results[name]
+        assert res.steps == 4 and res.throughput > 0
+        for trace in (res.trace, res.order_trace, res.solo_trace):
+            if trace is None:
+                continue
+            pulls = pulled_from(trace)
+            seen = [v for v in moved if v in pulls]
+            assert seen, (name, sorted(pulls))  # the trace pulls variables the placements differ on
+            assert {v: pulls[v] for v in seen} == {v: where[placement][v] for v in seen}, name
+        assert res.measured["predicted_s"] > 0, name
+    # ordered from a trace of its own placement's graph; both baselines traced alone
+    assert results["tao"].order_trace is not results["tao@held"].order_trace
+    assert results["baseline"].solo_trace is not None and results["baseline@held"].solo_trace is not None
+    # what a byte costs the machine: measured once, given to the other placement
+    assert results["baseline@held"].comm_cpu_s_per_byte == results["baseline"].comm_cpu_s_per_byte
+
+    summary = summarize(results, {"model": "seq32", "mode": "train", "workers": 2, "ps": 2,
+                                  "ps_placement": ["bytes", "held"], "rounds": 1, "steps": 2,
+                                  "bandwidth": "loopback"})  # fmt: skip
+    rows = {r["mode"]: r for r in summary["modes"]}
+    held = results["tao@held"].throughput / results["baseline@held"].throughput
+    assert rows["tao@held"]["vs_placement_baseline"] == pytest.approx(held)
+    assert "vs_placement_baseline" not in rows["tao"] and "vs_placement_baseline" not in rows["baseline@held"]
+    assert rows["baseline@held"]["vs_baseline"] == pytest.approx(
+        results["baseline@held"].throughput / results["baseline"].throughput
+    )
+    text = markdown(summary)
+    assert "2 PS (variables placed bytes; as MODE@held held) x 2 workers" in text
+    assert "x of baseline@held |" in text.split("| tao@held |")[1].split("\n")[0]

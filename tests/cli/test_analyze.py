@@ -446,6 +446,16 @@ class TestBadInput:
             p = run(cmd, "--model", "seq32", "--ps", "2", "--ps-placement", "even", "-o", str(out))
             assert_one_line_error(p, "--ps-placement", "'even' is not one of 'bytes', 'held', 'round-robin'")
         assert_one_line_error(run("tune", "--partition", "1000", "-o", str(out)), "add it")
+        # bench takes several placements, each once, on 2 PS or more (before any cluster starts)
+        bench = ("bench", "--model", "seq32", "--loopback", "--batch-size", "2", "-o", str(out))
+        p = run(*bench, "--ps", "2", "--ps-placement", "bytes,even")
+        assert_one_line_error(p, "--ps-placement", "'even' is not one of bytes, held, round-robin")
+        p = run(*bench, "--ps", "2", "--ps-placement", "held,held")
+        assert_one_line_error(
+            p, "--ps-placement", "expected distinct placements, comma-separated (got 'held,held')"
+        )
+        p = run(*bench, "--ps-placement", "bytes,held")
+        assert_one_line_error(p, "several --ps-placement need --ps 2 or more")
         assert not out.exists()
 
     @pytest.mark.parametrize(

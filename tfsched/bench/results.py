@@ -7,7 +7,7 @@ import os
 import platform
 import re
 
-from tfsched.bench.run import TIMED, ModeResult, spread
+from tfsched.bench.run import TIMED, ModeResult, placed_mode, split_placed, spread
 from tfsched.io import write_atomic
 
 
@@ -72,6 +72,11 @@ def summarize(results: dict[str, ModeResult], config: dict) -> dict:
         row["vs_baseline"] = r.throughput / base if base else None
         ci = paired_ratio_ci(r, baseline) if baseline and r is not baseline else None
         row["vs_baseline_ci95"] = list(ci) if ci else None
+        # a mode on another placement (MODE@P): also over that placement's own baseline
+        plain, where = split_placed(r.mode)
+        own = results.get(placed_mode("baseline", where)) if where is not None else None
+        if own is not None and own is not r and own.throughput:
+            row["vs_placement_baseline"] = r.throughput / own.throughput
         rows.append(row)
     return {
         "benchmark": "tfsched bench",
@@ -105,6 +110,21 @@ def _number(x: float | None, fmt: str = ".3f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def _placed(ps_placement: str | list[str]) -> str:
+    """How the variables were spread, where not by the bytes each moves (the default), for the
+    header; several placements: the first's, and how the others' modes are named.
+
+    >>> _placed("bytes"), _placed("held")
+    ('', ' (variables placed held)')
+    >>> _placed(["bytes", "held", "round-robin"])
+    ' (variables placed bytes; as MODE@held held, as MODE@round-robin round-robin)'
+    """
+    if isinstance(ps_placement, str):
+        return f" (variables placed {ps_placement})" if ps_placement != "bytes" else ""
+    first, *others = ps_placement
+    return f" (variables placed {first}; " + ", ".join(f"as MODE@{p} {p}" for p in others) + ")"
+
+
 def markdown(summary: dict) -> str:
     c = summary["config"]
     link = f"{c['bandwidth']}" + (f", {c['latency']} latency" if c.get("latency") else "")
@@ -112,7 +132,7 @@ def markdown(summary: dict) -> str:
     link += ", shaped by relays on loopback" if c.get("links") == "relays" else ""
     batch = f", batch {c['batch_size']}" if c.get("batch_size") else ""
     # how the variables were spread, where not by the bytes each moves (the default)
-    placed = f" (variables placed {c['ps_placement']})" if c.get("ps_placement", "bytes") != "bytes" else ""
+    placed = _placed(c.get("ps_placement", "bytes"))
     lines = [
         f"**{c['model']}** ({c['mode']}{batch}), {c['ps']} PS{placed} x {c['workers']} workers, {link}, "
         f"{c['rounds']} interleaved rounds of {c['steps']} synchronized steps per worker"
@@ -130,6 +150,8 @@ def markdown(summary: dict) -> str:
     ]
     for r in summary["modes"]:
         vs = ratio_text(r) if r["vs_baseline"] else "-"
+        if r.get("vs_placement_baseline"):
+            vs += f"; {r['vs_placement_baseline']:.3f}x of baseline@{split_placed(r['mode'])[1]}"
         e = f"{r['efficiency_E']:.2f}" if r.get("efficiency_E") is not None else "-"
         pred = f"{r['predicted_s']:.4f}" if r.get("predicted_s") is not None else "-"
         err = f"{r['prediction_error']:+.0%}" if r.get("prediction_error") is not None else "-"
@@ -163,7 +185,7 @@ def markdown(summary: dict) -> str:
             ),
         ]
     # TAO's op times (bench.run.mode_configs): a trace since the seventeenth session
-    timed = [r for r in summary["modes"] if r["mode"].split("+")[0] in TIMED]
+    timed = [r for r in summary["modes"] if split_placed(r["mode"])[0].split("+")[0] in TIMED]
     if timed:
         lines += [
             "",
@@ -175,12 +197,21 @@ def markdown(summary: dict) -> str:
             ),
         ]
     # +pc is sized for the link (tfsched.enforce.link_sizes): say what it was here
-    sized = [r for r in summary["modes"] if {"pc"} <= set(r["mode"].split("+")[1:]) <= {"pc", "host"}]
-    if sized and sized[0].get("partition"):
-        lines += [
-            "",
-            f"`+pc` here: partition {sized[0]['partition']:,}, credit {sized[0]['credit']:,} parameters.",
-        ]
+    sized = [
+        r
+        for r in summary["modes"]
+        if {"pc"} <= set(split_placed(r["mode"])[0].split("+")[1:]) <= {"pc", "host"}
+    ]
+    # per placement (each sized for its own busiest channel), said once where they all agree
+    sizes = {split_placed(r["mode"])[1]: (r["partition"], r["credit"]) for r in sized if r.get("partition")}
+    if sizes:
+        texts = [f"partition {p:,}, credit {n:,} parameters" for p, n in sizes.values()]
+        if len(set(sizes.values())) > 1:
+            texts = [
+                f"{t} ({f'MODE@{w}' if w else 'the first placement'})"
+                for w, t in zip(sizes, texts, strict=True)
+            ]
+        lines += ["", "`+pc` here: " + "; ".join(dict.fromkeys(texts)) + "."]
     # bench --tuned: which mode ran the tune file's best setting
     if c.get("tuned"):
         lines += ["", f"`{c['tuned']['mode']}`: the best setting of `tfsched tune` ({c['tuned']['file']})."]

@@ -97,6 +97,27 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
 
 
 TUNED = "tuned"  # the mode that runs a tune file's best setting (tuned_mode)
+PLACED = "@"  # a mode run with the variables placed otherwise: MODE@PLACEMENT (placed_mode)
+
+
+def placed_mode(mode: str, placement: str | None) -> str:
+    """The name of ``mode`` run on the graph with the variables placed ``placement`` (None: the
+    run's first placement, whose modes keep their names).
+
+    >>> placed_mode("tao+pc", "held"), placed_mode("baseline", None)
+    ('tao+pc@held', 'baseline')
+    """
+    return mode if placement is None else f"{mode}{PLACED}{placement}"
+
+
+def split_placed(name: str) -> tuple[str, str | None]:
+    """``placed_mode``'s inverse: (the mode, its placement or None).
+
+    >>> split_placed("tao+pc@held"), split_placed("baseline")
+    (('tao+pc', 'held'), ('baseline', None))
+    """
+    mode, sep, placement = name.partition(PLACED)
+    return mode, placement if sep else None
 
 
 def parse_modes(value: str, *, tuned: bool = False) -> tuple[str, ...]:
@@ -429,18 +450,30 @@ def _solo_trace(tf, sess, built, trace_options, meta: dict):
     return trace_of(mds, built.graph, {"mode": "baseline", "worker": 0, "alone": True, **meta})
 
 
-def _trace_alone(tf, sessions: dict, target: str, builder, warmup: int, run_options, trace_options):
+def _trace_alone(
+    tf,
+    sessions: dict,
+    target: str,
+    builder,
+    warmup: int,
+    run_options,
+    trace_options,
+    *,
+    baseline: str = "baseline",
+    initialize: bool = True,
+):
     """Worker 0 traced alone under vanilla TensorFlow (``_solo_trace``) after ``warmup`` (at least
-    one) untraced steps: in the baseline's session if there is one, else in a session of its own
-    (which initializes the variables if no session did yet)."""
-    own = ("baseline", 0) not in sessions
+    one) untraced steps: in the session of mode ``baseline`` if there is one, else in a session
+    of its own on ``builder``'s graph (which initializes the variables if ``initialize``: no
+    session of that graph did yet)."""
+    own = (baseline, 0) not in sessions
     if own:
         built = builder(0)
         sess = tf.compat.v1.Session(target, graph=built.graph)
     else:
-        sess, built = sessions[("baseline", 0)]
+        sess, built = sessions[(baseline, 0)]
     try:
-        if own and not sessions:
+        if own and initialize:
             sess.run(built.init_op, options=run_options)
         for _ in range(max(1, warmup)):
             sess.run(built.train_op, options=run_options)
@@ -466,6 +499,7 @@ def run_side_by_side(
     step_log: list[StepRecord] | None = None,
     done: Callable[[int, int], None] | None = None,
     log_tasks=(),
+    builders: dict[str, Callable[[int], object]] | None = None,
 ) -> dict[str, ModeResult]:
     """Train every mode ``rounds`` times ``steps`` steps on every worker, interleaved.
 
@@ -494,6 +528,13 @@ def run_side_by_side(
     the cluster spec or every task's address (``rpclog.task_addresses``), whose RPC logging is
     held on while steps are traced, so that the traces miss no transfer; the timed steps run
     without it.
+
+    ``builder(w)`` builds worker ``w``'s graph; ``builders`` maps a placement to the builder of
+    the modes named ``MODE@PLACEMENT`` (``placed_mode``): the same model with its variables
+    placed otherwise, in the same rounds. Each placement's graph is initialized by its first
+    session, its timing-aware modes are ordered from a trace of its own graph, and with ``trace``
+    its ``baseline@PLACEMENT`` is traced alone too (what moving a byte costs the machine is
+    measured once, on the first placement's baseline, and given to the others).
     """
     import tensorflow as tf
 
@@ -510,6 +551,10 @@ def run_side_by_side(
     results = {mode: ModeResult(mode) for mode in configs}
     # One graph and session per (mode, worker), kept for all rounds: what a user's job does.
     sessions = {}
+
+    def builder_of(mode: str):
+        where = split_placed(mode)[1]
+        return builder if where is None else (builders or {})[where]
 
     def synchronized(
         mode: str, n: int, warm: int, traced: bool = False, round_: int | None = None
@@ -566,7 +611,7 @@ def run_side_by_side(
 
     def open_sessions(mode: str, config) -> None:
         for w, target in enumerate(targets):
-            built = builder(w)
+            built = builder_of(mode)(w)
             sessions[(mode, w)] = (tf.compat.v1.Session(target, graph=built.graph, config=config), built)
 
     timed = [mode for mode, config in configs.items() if callable(config)]
@@ -581,21 +626,34 @@ def run_side_by_side(
         for mode, config in configs.items():
             if mode not in timed:
                 open_sessions(mode, config)
-        if sessions:
-            first_sess, first_built = next(iter(sessions.values()))
-            first_sess.run(first_built.init_op, options=run_options)
-        if timed:
+        initialized = set()  # the placements whose graph's variables are initialized
+        for (mode, _), (sess, built) in sessions.items():
+            if split_placed(mode)[1] not in initialized:
+                sess.run(built.init_op, options=run_options)
+                initialized.add(split_placed(mode)[1])
+        configs = dict(configs)  # the caller's stays as given
+        for where in dict.fromkeys(split_placed(mode)[1] for mode in timed):
             if progress:
-                progress("tracing worker 0 alone: the op times of a timing-aware order")
+                on = "" if where is None else f" (variables placed {where})"
+                progress(f"tracing worker 0 alone: the op times of a timing-aware order{on}")
             with RpcLogging(log_tasks):
                 order_trace = _trace_alone(
-                    tf, sessions, targets[0], builder, warmup, run_options, trace_options
+                    tf,
+                    sessions,
+                    targets[0],
+                    builder_of(placed_mode("baseline", where)),
+                    warmup,
+                    run_options,
+                    trace_options,
+                    baseline=placed_mode("baseline", where),
+                    initialize=where not in initialized,
                 )
-            configs = dict(configs)  # the caller's stays as given
+            initialized.add(where)
             for mode in timed:
-                configs[mode] = configs[mode](order_trace)
-                results[mode].order_trace = order_trace
-                open_sessions(mode, configs[mode])
+                if split_placed(mode)[1] == where:
+                    configs[mode] = configs[mode](order_trace)
+                    results[mode].order_trace = order_trace
+                    open_sessions(mode, configs[mode])
         for r in range(rounds):
             for mode in configs:
                 if progress:
@@ -622,18 +680,23 @@ def run_side_by_side(
                     _, _, box = synchronized(mode, trace_steps, 0, traced=True)
                 results[mode].trace = trace_of(box["mds"], box["graph"], {"mode": mode, "worker": 0})
                 part_done(rounds * len(configs) + list(configs).index(mode) + 1)
-            if "baseline" in configs:
+            bases = [m for m in configs if split_placed(m)[0] == "baseline"]
+            for base_mode in bases:
                 if progress:
-                    progress("tracing worker 0 alone: baseline")
-                sess, built = sessions[("baseline", 0)]
+                    progress(f"tracing worker 0 alone: {base_mode}")
+                sess, built = sessions[(base_mode, 0)]
                 with RpcLogging(log_tasks):
-                    results["baseline"].solo_trace = _solo_trace(tf, sess, built, trace_options, {})
+                    results[base_mode].solo_trace = _solo_trace(tf, sess, built, trace_options, {})
+            if bases:
                 if progress:
                     progress("measuring what moving a byte costs the machine")
-                base = results["baseline"]
-                base.comm_cpu_s_per_byte, base.comm_cpu_s_per_message = _comm_cpu_costs(
-                    tf, targets[0], builder(0), run_options
+                first = results[bases[0]]
+                first.comm_cpu_s_per_byte, first.comm_cpu_s_per_message = _comm_cpu_costs(
+                    tf, targets[0], builder_of(bases[0])(0), run_options
                 )
+                for base_mode in bases[1:]:  # the machine's, whatever PS holds a variable
+                    results[base_mode].comm_cpu_s_per_byte = first.comm_cpu_s_per_byte
+                    results[base_mode].comm_cpu_s_per_message = first.comm_cpu_s_per_message
     finally:
         close_sessions([sess for sess, _ in sessions.values()])
     return results
@@ -722,7 +785,7 @@ def cluster_side_by_side(
     step_log: list[StepRecord] | None = None,
     relays: bool = False,
     done: Callable[[int, int], None] | None = None,
-    ps_placement: str = "bytes",
+    ps_placement: str | tuple[str, ...] = "bytes",
 ) -> dict[str, ModeResult]:
     """Side by side on an emulated multi-host cluster (``bandwidth_bps`` given) or on loopback.
 
@@ -734,40 +797,60 @@ def cluster_side_by_side(
     and each mode gets its measured ordering efficiency and the simulator's prediction
     (``bench.predict``); ``step_log`` and ``done`` as ``run_side_by_side``'s.
     ``queue_s``: the most of the link's time each emulated link queues. ``ps_placement``:
-    ``build_graph``'s, how the model's variables are spread over ``ps`` PS tasks.
+    ``build_graph``'s, how the model's variables are spread over ``ps`` PS tasks; several
+    (a tuple) run every mode on each placement's graph in the same rounds, the first's modes
+    under their names, the others' as ``MODE@PLACEMENT`` (``placed_mode``), each predicted on
+    its own graph from its own baseline's traces.
     """
     from tfsched.bench.netns import check_latency
     from tfsched.models import build_graph
 
+    placements = (ps_placement,) if isinstance(ps_placement, str) else tuple(ps_placement)
+    if not placements or len(set(placements)) != len(placements):
+        raise TfschedError(f"the placements must be distinct and at least one (got {', '.join(placements)})")
+    if len(placements) > 1 and ps < 2:
+        raise TfschedError("several placements need at least 2 PS")
     if bandwidth_bps and not relays:
         check_latency(latency_s)  # before the graphs are built
 
-    def builder(w: int):
-        built = build_graph(
-            model,
-            worker_task=w,
-            ps_tasks=ps,
-            batch_size=batch_size,
-            image_size=image_size,
-            mode=mode,
-            ps_placement=ps_placement,
-        )
-        if built.train_op is None:  # inference: a step is the forward pass
-            built.train_op = built.loss
-        return built
+    def builder_placed(where: str):
+        def builder(w: int):
+            built = build_graph(
+                model,
+                worker_task=w,
+                ps_tasks=ps,
+                batch_size=batch_size,
+                image_size=image_size,
+                mode=mode,
+                ps_placement=where,
+            )
+            if built.train_op is None:  # inference: a step is the forward pass
+                built.train_op = built.loss
+            return built
 
+        return builder
+
+    # per placement (None: the first, whose modes keep their names): its graph's file, its
+    # worker 0 graph's fetches, the most parameters one of its channels carries
+    saved: dict[str | None, tuple[str, list[str], int]] = {}
     with tempfile.TemporaryDirectory(prefix="tfsched-bench-") as d:
-        graph_path = os.path.join(d, f"{model}.pb")
-        first = builder(0)
-        with open(graph_path, "wb") as f:
-            f.write(first.graph_def().SerializeToString())
         from tfsched.graph import load_comm_graph
 
-        # +pc is sized for the model's busiest channel (enforce.link_sizes), as bench.predict sizes it
-        channel_params = load_comm_graph(graph_path, fetches=first.fetches).busiest_channel_params
-        configs = mode_configs(
-            modes, graph_path, first.fetches, bandwidth_bps=bandwidth_bps, channel_params=channel_params
-        )
+        per_placement = {}
+        for i, where in enumerate(placements):
+            key = None if i == 0 else where
+            graph_path = os.path.join(d, f"{model}.pb" if key is None else f"{model}-{where}.pb")
+            first = builder_placed(where)(0)
+            with open(graph_path, "wb") as f:
+                f.write(first.graph_def().SerializeToString())
+            # +pc is sized for the model's busiest channel (enforce.link_sizes), as bench.predict sizes it
+            channel_params = load_comm_graph(graph_path, fetches=first.fetches).busiest_channel_params
+            saved[key] = (graph_path, first.fetches, channel_params)
+            per_placement[key] = mode_configs(
+                modes, graph_path, first.fetches, bandwidth_bps=bandwidth_bps, channel_params=channel_params
+            )
+        # each mode on every placement next to each other: baseline, baseline@held, tio, ...
+        configs = {placed_mode(m, key): per_placement[key][m] for m in modes for key in per_placement}
         if relays and queue_s != DEFAULT_QUEUE_S:
             raise TfschedError("the queue is the emulated links' shaper's; the loopback relays have none")
         cluster = host_cluster(
@@ -783,7 +866,7 @@ def cluster_side_by_side(
             targets = [cluster.target("worker", w) for w in range(workers)]
             results = run_side_by_side(
                 targets,
-                builder,
+                builder_placed(placements[0]),
                 configs,
                 steps=steps,
                 rounds=rounds,
@@ -794,9 +877,11 @@ def cluster_side_by_side(
                 step_log=step_log,
                 done=done,
                 log_tasks=cluster.spec,
+                builders={where: builder_placed(where) for where in placements[1:]},
             )
         for name, res in results.items():
-            spec = parse_mode(name, bandwidth_bps, channel_params)
+            plain, key = split_placed(name)
+            spec = parse_mode(plain, bandwidth_bps, saved[key][2])
             if spec.algorithm is not None:
                 res.knobs = {
                     "partition": spec.partition,
@@ -810,14 +895,15 @@ def cluster_side_by_side(
 
             if progress:
                 progress("simulating every mode with the measured times")
-            annotate(
-                results,
-                graph_path=graph_path,
-                fetches=first.fetches,
-                workers=workers,
-                bandwidth_bps=bandwidth_bps,
-                latency_s=latency_s,
-            )
+            for key, (graph_path, fetches, _) in saved.items():
+                annotate(
+                    {split_placed(n)[0]: r for n, r in results.items() if split_placed(n)[1] == key},
+                    graph_path=graph_path,
+                    fetches=fetches,
+                    workers=workers,
+                    bandwidth_bps=bandwidth_bps,
+                    latency_s=latency_s,
+                )
         return results
 
 
