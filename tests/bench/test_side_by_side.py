@@ -235,7 +235,9 @@ def test_placements_share_one_run_each_on_its_own_graph():
         assert res.measured["predicted_s"] > 0, name
     # ordered from a trace of its own placement's graph; both baselines traced alone
     assert results["tao"].order_trace is not results["tao@held"].order_trace
-    assert results["baseline"].solo_trace is not None and results["baseline@held"].solo_trace is not None
+    assert results["baseline"].solo_trace.meta["mode"] == "baseline"
+    assert results["baseline@held"].solo_trace.meta["mode"] == "baseline@held"
+    assert results["tao@held"].order_trace.meta["mode"] == "baseline@held"
     # what a byte costs the machine: measured once, given to the other placement
     assert results["baseline@held"].comm_cpu_s_per_byte == results["baseline"].comm_cpu_s_per_byte
 

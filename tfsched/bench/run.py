@@ -477,7 +477,7 @@ def _trace_alone(
             sess.run(built.init_op, options=run_options)
         for _ in range(max(1, warmup)):
             sess.run(built.train_op, options=run_options)
-        return _solo_trace(tf, sess, built, trace_options, {"for": "ordering"})
+        return _solo_trace(tf, sess, built, trace_options, {"mode": baseline, "for": "ordering"})
     finally:
         if own:
             sess.close()
@@ -686,7 +686,9 @@ def run_side_by_side(
                     progress(f"tracing worker 0 alone: {base_mode}")
                 sess, built = sessions[(base_mode, 0)]
                 with RpcLogging(log_tasks):
-                    results[base_mode].solo_trace = _solo_trace(tf, sess, built, trace_options, {})
+                    results[base_mode].solo_trace = _solo_trace(
+                        tf, sess, built, trace_options, {"mode": base_mode}
+                    )
             if bases:
                 if progress:
                     progress("measuring what moving a byte costs the machine")
