@@ -32,6 +32,7 @@ def repredict(run_dir: str) -> tuple[dict, list[dict]]:
     with open(os.path.join(run_dir, "bench.json")) as f:
         doc = json.load(f)
     config = doc["config"]
+    bandwidth = None if config["bandwidth"] == "loopback" else parse_bandwidth(config["bandwidth"])
     results = {}
     # each placement's modes apart (a run of several, ``--ps-placement bytes,held``: MODE@held)
     for where in dict.fromkeys(split_placed(m["mode"])[1] for m in doc["modes"]):
@@ -49,10 +50,8 @@ def repredict(run_dir: str) -> tuple[dict, list[dict]]:
                 r.order_trace = order_trace
             r.knobs = {k: m[k] for k in ("partition", "credit") if k in m}  # the sizes the run used
             if plain == "baseline":
-                r.cpu_s, r.cpu_total_s = (
-                    m["cpu_s_per_step"] * len(m["iterations"]),
-                    1.0,
-                )  # cpu_per_step as run
+                # cpu_per_step as run
+                r.cpu_s, r.cpu_total_s = m["cpu_s_per_step"] * len(m["iterations"]), 1.0
                 r.comm_cpu_s_per_byte = m.get("comm_cpu_s_per_byte", 0.0)  # absent: measured as none
                 r.comm_cpu_s_per_message = m.get("comm_cpu_s_per_message", 0.0)
                 r.trace = Trace.load(os.path.join(run_dir, f"{m['mode']}.trace.json"))
@@ -64,9 +63,7 @@ def repredict(run_dir: str) -> tuple[dict, list[dict]]:
                 graph_path=graph_path,
                 fetches=built.fetches,
                 workers=config["workers"],
-                bandwidth_bps=None
-                if config["bandwidth"] == "loopback"
-                else parse_bandwidth(config["bandwidth"]),
+                bandwidth_bps=bandwidth,
             )
     rows = [
         {

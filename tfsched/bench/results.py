@@ -73,7 +73,7 @@ def summarize(results: dict[str, ModeResult], config: dict) -> dict:
         ci = paired_ratio_ci(r, baseline) if baseline and r is not baseline else None
         row["vs_baseline_ci95"] = list(ci) if ci else None
         # a mode on another placement (MODE@P): also over that placement's own baseline
-        plain, where = split_placed(r.mode)
+        where = split_placed(r.mode)[1]
         own = results.get(placed_mode("baseline", where)) if where is not None else None
         if own is not None and own is not r and own.throughput:
             row["vs_placement_baseline"] = r.throughput / own.throughput
