@@ -23,7 +23,9 @@ from _results import machine, run_graph, write  # noqa: E402
 from tfsched.errors import TfschedError  # noqa: E402
 
 
-def repredict(run_dir: str) -> tuple[dict, list[dict]]:
+def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
+    """The run in ``run_dir`` predicted again: its config and a row per mode. ``what_if``:
+    more of ``annotate``'s arguments (``overhead_s``)."""
     from tfsched.bench.predict import annotate
     from tfsched.bench.run import ModeResult, placed_mode, split_placed
     from tfsched.tracing.trace import Trace
@@ -64,6 +66,7 @@ def repredict(run_dir: str) -> tuple[dict, list[dict]]:
                 fetches=built.fetches,
                 workers=config["workers"],
                 bandwidth_bps=bandwidth,
+                **what_if,
             )
     rows = [
         {
@@ -75,6 +78,8 @@ def repredict(run_dir: str) -> tuple[dict, list[dict]]:
             "error_now": results[m["mode"]].measured["prediction_error"],
             "efficiency_then": m["efficiency_E"],
             "efficiency_now": results[m["mode"]].measured["efficiency_E"],
+            "finish_by_rank_s": m.get("finish_by_rank_s"),
+            "predicted_finish_by_rank_now_s": results[m["mode"]].measured["predicted_finish_by_rank_s"],
         }
         for m in doc["modes"]
     ]

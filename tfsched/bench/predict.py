@@ -107,6 +107,7 @@ def annotate(
     workers: int,
     bandwidth_bps: float | None,
     latency_s: float = 0.0,
+    overhead_s: float | None = None,
 ) -> None:
     """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace).
 
@@ -115,7 +116,10 @@ def annotate(
     it; the driver's call to a worker and its answer cross the worker's link both ways, which
     the measured step includes and the simulated one does not, so that is added too. Until the
     twenty-sixth session the simulator was given no latency (only the per-message overhead it
-    fits to the traced step): -3% to -5% on VGG16 at 20 ms per link."""
+    fits to the traced step): -3% to -5% on VGG16 at 20 ms per link.
+
+    ``overhead_s``: every link's per-message overhead instead of the trace's fit (a what-if for
+    ``benchmarks/channel_overhead.py``; the bench leaves it to the fit)."""
     from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
     from tfsched.graph import load_comm_graph
     from tfsched.oracle.oracle import LinkModel, TimeOracle
@@ -156,6 +160,7 @@ def annotate(
         # of the PS's link (the other workers pull at the same time); the simulator shares the
         # link itself, so it gets the link's rate, with the per-message overheads of the fit.
         oracle.set_links(bandwidth_bps=bandwidth_bps)  # every NIC is shaped to that rate
+    oracle.set_links(overhead_s=overhead_s)  # None: the fit's
     cost_model = TimeOracle.from_cost_model(saved, link=LinkModel())  # what `analyze` starts from
     plain = build_sim_graph(graph, oracle, None, workers=workers)
     bounds = step_bounds(plain)
