@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <deque>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace tfsched {
 
@@ -47,7 +49,8 @@ class Returner {
         std::vector<std::shared_ptr<Waiter>> ready;
         p.channel->Return(p.size, &ready);
         FireInTurn(std::move(ready), Outcome::kTurn);
-        p.gates->Unref();  // may end the step's state: its channels return what they held
+        ForgetIfFinished(p.gates);  // its last credit may have come back now
+        p.gates->Unref();           // may end the step's state: its channels return what they held
       }
     }
   }
@@ -181,7 +184,8 @@ void FireInTurn(std::vector<std::shared_ptr<Waiter>> ready, Outcome how) {
     // A gate that went without its turn (timeout, cancellation) still counts: the transfers
     // behind it need not wait for it a second time.
     w->channel->Complete(&ready);
-    how = Outcome::kTurn;  // whoever comes next goes because it is their turn
+    ForgetIfFinished(w->gates);  // `w` holds a reference: the state outlives the call
+    how = Outcome::kTurn;        // whoever comes next goes because it is their turn
   }
 }
 
@@ -204,11 +208,17 @@ void FireDeferred(const std::shared_ptr<Waiter>& w) {
   std::vector<std::shared_ptr<Waiter>> ready;
   w->channel->Complete(&ready);
   FireInTurn(std::move(ready), Outcome::kTurn);
+  ForgetIfFinished(w->gates);
 }
 
 int64_t Channel::released() const {
   mutex_lock l(mu_);
   return released_;
+}
+
+HostLink* Channel::host() const {
+  mutex_lock l(mu_);
+  return host_;
 }
 
 size_t Channel::waiting() const {
@@ -312,14 +322,105 @@ void HostLink::Charge(const std::shared_ptr<Waiter>& w) {
   Grant(w.get());
 }
 
-StepGates::StepGates() : seq_(step_seq.fetch_add(1)) { GlobalStats().live_steps.fetch_add(1); }
+int64_t HostLink::Held(const Channel* c) {
+  mutex_lock l(mu_);
+  auto it = held_.find(c);
+  return it == held_.end() ? 0 : it->second;
+}
+
+StepGates::StepGates(int64_t step_id)
+    : seq_(step_seq.fetch_add(1)), keyed_(true), step_id_(step_id) {
+  GlobalStats().live_steps.fetch_add(1);
+  GlobalStats().steps.fetch_add(1);
+}
+StepGates::StepGates() : seq_(step_seq.fetch_add(1)), keyed_(false), step_id_(0) {
+  GlobalStats().live_steps.fetch_add(1);
+  GlobalStats().steps.fetch_add(1);
+}
 StepGates::~StepGates() { GlobalStats().live_steps.fetch_sub(1); }
 
-Channel* StepGates::Get(const std::string& channel) {
+Channel* StepGates::Get(const std::string& channel, int64_t gates) {
   mutex_lock l(mu_);
   auto& slot = channels_[channel];
   if (!slot) slot = std::make_unique<Channel>();
+  if (gates > 0) gates_[slot.get()] = gates;
   return slot.get();
+}
+
+bool StepGates::Finished() const {
+  std::vector<std::pair<const Channel*, int64_t>> seen;
+  {
+    mutex_lock l(mu_);
+    for (const auto& [name, c] : channels_) {
+      auto it = gates_.find(c.get());
+      if (it == gates_.end()) return false;  // only acks seen so far: its gates are still to come
+      seen.emplace_back(c.get(), it->second);
+    }
+  }
+  for (const auto& [c, gates] : seen) {
+    if (c->released() < gates || c->in_flight() > 0) return false;
+    HostLink* host = c->host();
+    if (host != nullptr && host->Held(c) > 0) return false;
+  }
+  return !seen.empty();
+}
+
+namespace {
+struct Keyed {
+  StepGates* gates;  // one reference, the registry's
+  Clock::time_point touched;
+  int64_t idle_ms;
+};
+tensorflow::mutex keyed_mu(tensorflow::LINKER_INITIALIZED);
+std::unordered_map<int64_t, Keyed>& KeyedSteps() {
+  static auto* steps = new std::unordered_map<int64_t, Keyed>();
+  return *steps;
+}
+}  // namespace
+
+StepGates* KeyedStep(int64_t step_id, bool create, int64_t idle_ms) {
+  std::vector<StepGates*> dropped;  // unref'd outside the lock: freeing a state fires gates
+  StepGates* out = nullptr;
+  {
+    mutex_lock l(keyed_mu);
+    auto& steps = KeyedSteps();
+    const auto now = Clock::now();
+    for (auto it = steps.begin(); it != steps.end();) {
+      // only a state nobody uses now (no gate waits in it, no transport holds its credit)
+      if (it->first != step_id && it->second.gates->RefCountIsOne() &&
+          now - it->second.touched > std::chrono::milliseconds(it->second.idle_ms)) {
+        dropped.push_back(it->second.gates);
+        it = steps.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    auto it = steps.find(step_id);
+    if (it != steps.end()) {
+      it->second.touched = now;
+      it->second.idle_ms = std::max(it->second.idle_ms, idle_ms);
+      out = it->second.gates;
+      out->Ref();
+    } else if (create) {
+      out = new StepGates(step_id);  // the registry's reference
+      steps.emplace(step_id, Keyed{out, now, idle_ms});
+      out->Ref();  // the caller's
+    }
+  }
+  for (StepGates* g : dropped) g->Unref();
+  return out;
+}
+
+void ForgetIfFinished(StepGates* gates) {
+  if (gates == nullptr || !gates->keyed() || !gates->Finished()) return;
+  {
+    mutex_lock l(keyed_mu);
+    auto& steps = KeyedSteps();
+    auto it = steps.find(gates->step_id());
+    if (it == steps.end() || it->second.gates != gates) return;
+    steps.erase(it);
+  }
+  gates->Unref();  // the registry's; the caller still holds its own
 }
 
 Stats& GlobalStats() {

@@ -13,7 +13,9 @@
 // window (HostLink), and the steps of all workers are served in the order they reached this task.
 // Waiting gates are callbacks, not blocked threads. Every wait ends: by its turn, by the timeout
 // (fail open: the tensor goes, the event is counted), or by the step's cancellation. The state of
-// a step lives in the step's container and is freed with it.
+// a step lives in the step's container and is freed with it; where every step runs in one shared
+// container (TensorFlow 2's functions), it is kept by step id and freed once the step's gates
+// have all gone and their credit came back (KeyedStep), or after it sat unused too long.
 #ifndef TFSCHED_CC_GATE_H_
 #define TFSCHED_CC_GATE_H_
 
@@ -92,6 +94,8 @@ class Channel {
   // A withdrawn waiter's tensor goes anyway, so it takes its credit.
   bool Withdraw(const std::shared_ptr<Waiter>& w);
   int64_t released() const;
+  // The shared window its credit goes to (null: its own credit, or none).
+  HostLink* host() const;
   size_t waiting() const;
   int64_t in_flight() const;
 
@@ -128,6 +132,8 @@ class HostLink {
   bool Withdraw(const std::shared_ptr<Waiter>& w);
   // A tensor that goes without the window's consent (its wait ended) still holds its size.
   void Charge(const std::shared_ptr<Waiter>& w);
+  // Parameters of `c` the window took and that were not acknowledged yet.
+  int64_t Held(const Channel* c);
 
  private:
   void Pump(std::vector<std::shared_ptr<Waiter>>* ready);
@@ -151,18 +157,37 @@ int64_t LiveCredit();
 // The gates of one step on one device: lives in the step container.
 class StepGates : public tensorflow::ResourceBase {
  public:
+  // In the step's container (the default), or kept by KeyedStep for step `step_id`.
   StepGates();
+  explicit StepGates(int64_t step_id);
   ~StepGates() override;
   std::string DebugString() const override { return "tfsched step gates"; }
-  Channel* Get(const std::string& channel);
+  // `gates`: how many gates the channel has in the graph (0: not known here, as for an ack).
+  Channel* Get(const std::string& channel, int64_t gates = 0);
   // Order in which steps reached this process (HostLink serves the oldest first).
   int64_t seq() const { return seq_; }
+  bool keyed() const { return keyed_; }
+  int64_t step_id() const { return step_id_; }
+  // Every channel seen has released all of its gates and holds no unacknowledged credit.
+  bool Finished() const;
 
  private:
   const int64_t seq_;
-  tensorflow::mutex mu_;
+  const bool keyed_;
+  const int64_t step_id_;
+  mutable tensorflow::mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<Channel>> channels_;
+  std::unordered_map<const Channel*, int64_t> gates_;  // per channel, as the pass counted them
 };
+
+// The state of step `step_id` for kernels whose step container every step shares (TensorFlow 2's
+// eager functions: KernelAndDeviceFunc runs each call in the context's container or its own, so
+// the container would carry one step's counters into the next). A reference for the caller, or
+// null if the step has none and `create` is false. States unused for longer than `idle_ms` are
+// dropped on the way (a step that failed before all of its gates ran never finishes).
+StepGates* KeyedStep(int64_t step_id, bool create, int64_t idle_ms);
+// Drops KeyedStep's reference to `gates` once its step has finished (no-op for other states).
+void ForgetIfFinished(StepGates* gates);
 
 // Process-wide counters, read by the TfschedStats op.
 struct Stats {
@@ -175,6 +200,7 @@ struct Stats {
   std::atomic<int64_t> acked{0};           // credit returns (acknowledged or sent transfers)
   std::atomic<int64_t> peak_in_flight{0};  // most in flight on one channel or window (resettable)
   std::atomic<int64_t> armed_late{0};      // gates whose turn came while they armed (FireDeferred)
+  std::atomic<int64_t> steps{0};           // per-step states made (one per step and task)
 };
 Stats& GlobalStats();
 

@@ -134,12 +134,12 @@ REGISTER_OP("TfschedStats")
     .Output("stats: int64")
     .SetIsStateful()
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      c->set_output(0, c->Vector(10));
+      c->set_output(0, c->Vector(11));
       return absl::OkStatus();
     })
     .Doc(R"doc(
 This process's gate counters: [released, waited, timeouts, cancelled, live_steps, wait_us, acked,
-peak_in_flight, live_credit (-1: none set), armed_late].
+peak_in_flight, live_credit (-1: none set), armed_late, steps].
 )doc");
 
 // Fault injection for the tests ($TFSCHED_TEST_ARM_DELAY_US, read once): a parked gate waits
@@ -202,11 +202,37 @@ class SentBuffer : public tensorflow::TensorBuffer {
   const int64_t size_;
 };
 
+// Keyed step states unused this long are dropped (KeyedStep): twice the gates' timeout, and never
+// under ten minutes, so that a step's later gates find the state its earlier ones left.
+constexpr int64_t kMinIdleMs = 10 * 60 * 1000;
+
+// The state of this step (a reference for the caller): in the step's container, or, where that
+// container is not the step's own but shared by every step (TensorFlow 2's functions: its step
+// id is not this step's), by step id. Null if there is none and `create` is false.
+absl::Status StepState(OpKernelContext* ctx, bool create, int64_t idle_ms, StepGates** gates) {
+  tensorflow::ScopedStepContainer* container = ctx->step_container();
+  if (container->StepId() != ctx->step_id()) {
+    *gates = KeyedStep(ctx->step_id(), create, idle_ms);
+    return absl::OkStatus();
+  }
+  if (!create) {
+    absl::Status s = container->Lookup<StepGates>(ctx->resource_manager(), "tfsched_gates", gates);
+    if (absl::IsNotFound(s)) *gates = nullptr;
+    return absl::IsNotFound(s) ? absl::OkStatus() : s;
+  }
+  return container->LookupOrCreate<StepGates>(ctx->resource_manager(), "tfsched_gates", gates,
+                                              [](StepGates** g) {
+                                                *g = new StepGates();
+                                                return absl::OkStatus();
+                                              });
+}
+
 class TfschedGateOp : public AsyncOpKernel {
  public:
   explicit TfschedGateOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("channel", &channel_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("priority", &priority_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("channel_size", &channel_size_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("timeout_ms", &timeout_ms_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("ordered", &ordered_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("credit", &credit_));
@@ -234,15 +260,9 @@ class TfschedGateOp : public AsyncOpKernel {
       return;
     }
     auto w = std::make_shared<Waiter>();
-    OP_REQUIRES_OK_ASYNC(ctx,
-                         ctx->step_container()->LookupOrCreate<StepGates>(
-                             ctx->resource_manager(), "tfsched_gates", &w->gates,
-                             [](StepGates** g) {
-                               *g = new StepGates();
-                               return absl::OkStatus();
-                             }),
-                         done);
-    Channel* channel = w->gates->Get(channel_);
+    OP_REQUIRES_OK_ASYNC(
+        ctx, StepState(ctx, true, std::max(kMinIdleMs, 2 * timeout_ms_), &w->gates), done);
+    Channel* channel = w->gates->Get(channel_, channel_size_);
     w->channel = channel;
     w->size = ctx->input(0).NumElements();
     if (sent_) {  // the output's last reference gives the credit back (SentBuffer)
@@ -289,6 +309,7 @@ class TfschedGateOp : public AsyncOpKernel {
       std::vector<std::shared_ptr<Waiter>> ready;
       channel->Complete(&ready);
       FireInTurn(std::move(ready), Outcome::kTurn);
+      ForgetIfFinished(w->gates);
       return;
     }
     std::weak_ptr<Waiter> weak = w;
@@ -330,6 +351,7 @@ class TfschedGateOp : public AsyncOpKernel {
  private:
   std::string channel_;
   int64_t priority_ = 0;
+  int64_t channel_size_ = 1;
   int64_t timeout_ms_ = 0;
   bool ordered_ = true;
   int64_t credit_ = 0;
@@ -360,16 +382,17 @@ class TfschedCreditOp : public tensorflow::OpKernel {
                 absl::InvalidArgumentError("tfsched: an acknowledgement is a scalar"));
     if (ctx->step_container() == nullptr) return;  // no per-step state: the gates did not order
     StepGates* gates = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->step_container()->LookupOrCreate<StepGates>(
-                            ctx->resource_manager(), "tfsched_gates", &gates, [](StepGates** g) {
-                              *g = new StepGates();
-                              return absl::OkStatus();
-                            }));
+    // A keyed step (TensorFlow 2's functions) is not made here: without it, its gates all went
+    // and its credit came back already.
+    const bool keyed = ctx->step_container()->StepId() != ctx->step_id();
+    OP_REQUIRES_OK(ctx, StepState(ctx, !keyed, kMinIdleMs, &gates));
+    if (gates == nullptr) return;
     tensorflow::core::ScopedUnref unref(gates);
     GlobalStats().acked.fetch_add(1);
     std::vector<std::shared_ptr<Waiter>> ready;
     gates->Get(channel_)->Return(ack.scalar<int64_t>()(), &ready);
     FireInTurn(std::move(ready), Outcome::kTurn);
+    ForgetIfFinished(gates);
   }
 
  private:
@@ -454,7 +477,7 @@ class TfschedStatsOp : public tensorflow::OpKernel {
   explicit TfschedStatsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
   void Compute(OpKernelContext* ctx) override {
     tensorflow::Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({10}), &out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({11}), &out));
     auto v = out->vec<int64_t>();
     Stats& s = GlobalStats();
     v(0) = s.released.load();
@@ -467,6 +490,7 @@ class TfschedStatsOp : public tensorflow::OpKernel {
     v(7) = s.peak_in_flight.load();
     v(8) = LiveCredit();
     v(9) = s.armed_late.load();
+    v(10) = s.steps.load();
   }
 };
 

@@ -16,6 +16,14 @@ def enable(config=None, **kwargs):
     return _enable(config, **kwargs)
 
 
+def enable_functions(**kwargs):
+    """Turn the pass on for this process's tf.functions, TensorFlow 2's ParameterServerStrategy
+    (see :func:`tfsched.enforce.api.enable_functions`)."""
+    from tfsched.enforce.api import enable_functions as _enable_functions
+
+    return _enable_functions(**kwargs)
+
+
 def start_server(cluster, job_name, task_index, **kwargs):
     """A tf.distribute.Server with tfsched loaded (see :func:`tfsched.enforce.api.start_server`)."""
     from tfsched.enforce.api import start_server as _start_server
@@ -33,4 +41,4 @@ def ps_strategy(path: str, ps_tasks: int):
     return load_placement(path, ps_tasks)
 
 
-__all__ = ["TfschedError", "__version__", "enable", "ps_strategy", "start_server"]
+__all__ = ["TfschedError", "__version__", "enable", "enable_functions", "ps_strategy", "start_server"]

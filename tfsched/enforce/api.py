@@ -25,6 +25,7 @@ STAT_NAMES = (
     "peak_in_flight",
     "live_credit",
     "armed_late",  # gates whose turn came on another thread while they armed their wait
+    "steps",  # per-step states made: one per step and sending task
 )
 # ByteScheduler's defaults for parameter servers (§4.2), in parameters.
 DEFAULT_PARTITION = 1_000_000
@@ -303,6 +304,61 @@ def enable(
     opt.parameter_map["credit_return"].s = credit_return.encode()
     if strict:
         rewrite.fail_on_optimizer_errors = True
+    return config
+
+
+def enable_functions(**kwargs):
+    """Turn tfsched's pass on for the ``tf.function`` calls of this process (TensorFlow 2); returns
+    the config it put in force.
+
+    For TensorFlow 2's ``ParameterServerStrategy`` with a ``ClusterCoordinator``, or functions run
+    on a cluster joined with ``tf.config.experimental_connect_to_cluster``. Every task is started
+    with ``start_server``, as for sessions. Call it in the coordinator before the strategy is made
+    (before any function runs: each thread keeps the options of its first call). The pass then
+    gates the transfers of every function the workers instantiate, and the gates keep each call's
+    state apart by its step id (TensorFlow 2 runs every call of a function in one step container).
+
+    ``kwargs`` are ``enable``'s: ``algorithm="tio"`` (the default, from the graph alone),
+    ``partition``, ``credit``, ``host_credit``, ``ack_share``, ``credit_return``,
+    ``bandwidth_bps``, ``timeout_ms``, ``ps_job``, ``strict``. A ``tfsched analyze`` schedule names
+    a session graph's transfers, not a function's: ``schedule`` is refused here.
+
+    TensorFlow has no public setting for the functions' Grappler passes: the config goes in as the
+    eager context's base config, which every thread's function-call options are made from
+    (``context.context()._config``, read by ``Context.config`` since TensorFlow 2.0). A TensorFlow
+    without it is one TfschedError line.
+
+    Example
+    -------
+    >>> tfsched.enable_functions(partition="auto", credit="auto", host_credit=True)  # doctest: +SKIP
+    >>> strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)  # doctest: +SKIP
+    """
+    for name in ("schedule", "graph", "fetches", "config"):
+        if name in kwargs:
+            raise TfschedError(
+                f"enable_functions takes no {name}: functions are ordered by TIO from their own graph"
+            )
+    if kwargs.get("algorithm", "tio") != "tio":
+        raise TfschedError(
+            f"enable_functions orders by TIO from each function's graph, not {kwargs['algorithm']!r}"
+        )
+    from tfsched.graph._tf import import_tensorflow
+
+    tf = import_tensorflow()
+    from tensorflow.python.eager import context
+
+    ctx = context.context()
+    if not hasattr(ctx, "_config") or not hasattr(ctx, "_thread_local_data"):
+        raise TfschedError(
+            f"TensorFlow {tf.__version__}'s eager context has no base config to add the pass to; "
+            "use graph-mode sessions (tfsched.enable)"
+        )
+    config = tf.compat.v1.ConfigProto()
+    if ctx._config is not None:
+        config.CopyFrom(ctx._config)
+    enable(config, **kwargs)
+    ctx._config = config
+    ctx._thread_local_data.function_call_options = None  # this thread's are made again from it
     return config
 
 

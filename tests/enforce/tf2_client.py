@@ -1,0 +1,96 @@
+"""A TensorFlow 2 coordinator for the tests: ``python tf2_client.py ARGS_JSON``.
+
+Trains a small Keras model with ``ParameterServerStrategy`` and a ``ClusterCoordinator`` on the
+cluster of ARGS_JSON's ``spec`` (its PS and workers serving already), with tfsched's pass on
+(``enable_functions(**kwargs)``) or off (``kwargs`` null). Prints one JSON line: the losses and
+the final variables' bytes (hashed), and each task's gate counters once its steps are over.
+
+A process of its own: the pass goes into the process's eager context, which a test process shares
+with every other test.
+"""
+
+import hashlib
+import json
+import sys
+import time
+
+
+def main(args: dict) -> dict:
+    import numpy as np
+    import tensorflow as tf
+
+    import tfsched
+    from tfsched.bench.local import free_port
+
+    if args["kwargs"] is not None:
+        tfsched.enable_functions(**args["kwargs"])
+    # the coordinator's own task: the strategy serves it at this address
+    spec = dict(args["spec"], chief=[f"127.0.0.1:{free_port()}"])
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(spec), task_type="chief", task_id=0, rpc_layer="grpc"
+    )
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    width = args["width"]
+    with strategy.scope():
+        layers = [tf.keras.layers.Dense(width, activation="tanh") for _ in range(args["layers"])]
+        model = tf.keras.Sequential([*layers, tf.keras.layers.Dense(10)])
+        model.build((None, width))
+        optimizer = tf.keras.optimizers.SGD(0.01)
+    rs = np.random.RandomState(0)  # the same start in every run (the initializers' seeds are not)
+    for v in model.trainable_variables:
+        v.assign(rs.uniform(-0.1, 0.1, v.shape).astype("float32"))
+
+    @tf.function
+    def step(x, y):
+        def replica(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((model(x) - y) ** 2)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            return loss
+
+        return strategy.run(replica, args=(x, y))
+
+    x = tf.constant(rs.uniform(-1, 1, (8, width)).astype("float32"))
+    y = tf.constant(rs.uniform(-1, 1, (8, 10)).astype("float32"))
+    before = counters(args, settle=False)
+    losses = [coordinator.schedule(step, args=(x, y)) for _ in range(args["steps"])]
+    coordinator.join()
+    blob = b"".join(v.numpy().tobytes() for v in model.trainable_variables)
+    after = counters(args, settle=True)
+    return {
+        "losses": [float(np.float32(r.fetch())) for r in losses],
+        "variables": hashlib.sha256(blob).hexdigest(),
+        # what these steps did: the counters' growth (the cluster may have served other runs)
+        "stats": {
+            d: {k: v if k in ("live_steps", "live_credit") else v - before[d][k] for k, v in s.items()}
+            for d, s in after.items()
+        },
+    }
+
+
+def counters(args: dict, settle: bool) -> dict:
+    """Every task's gate counters (none without the pass); with ``settle``, once no task holds a
+    step's state any more, or after 20 s."""
+    import tfsched
+
+    out = {}
+    if args["kwargs"] is None:
+        return out
+    target = "grpc://" + args["spec"]["worker"][0]
+    for job, addresses in args["spec"].items():
+        for i in range(len(addresses)):
+            device = f"/job:{job}/task:{i}"
+            deadline = time.monotonic() + 20
+            while True:  # a call's state goes once its last credit came back
+                s = tfsched.enforce.stats(target, device)
+                if not settle or s["live_steps"] == 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            out[device] = s
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(json.loads(sys.argv[1]))), flush=True)
