@@ -152,6 +152,13 @@ def assemble() -> None:
         with open(extra) as f:
             parts.append(f.read().strip().replace("# Partitioning", "## Partitioning", 1))
         parts.append("")
+    extra = os.path.join(RESULTS, "tf2-vgg16-train.md")  # benchmarks/tf2_strategy.py
+    if os.path.exists(extra):
+        parts.append("## TensorFlow 2: ParameterServerStrategy")
+        parts.append("")
+        with open(extra) as f:
+            parts.append(f.read().strip())
+        parts.append("")
     reading = os.path.join(HERE, "reading.md")
     if os.path.exists(reading):
         with open(reading) as f:

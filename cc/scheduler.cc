@@ -225,7 +225,8 @@ struct Transfer {
   int stage = 0;
   double value = 0;  // the order on the channel: schedule priority or TIO's M+
   bool matched = false;
-  int64_t priority = 0;  // of the first slice; slice i has priority + i
+  int64_t priority = 0;  // of the first slice; slice i has priority + i, or priority if tied
+  bool tied = false;     // shares its priority with another transfer of its channel
   int64_t channel_size = 0;
   // Partitioning (ByteScheduler §4.2): slices of slice_elements, the last one shorter.
   int64_t slices = 1;
@@ -722,16 +723,21 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
   }
 
   // Competition ranks per channel over the transfers present (TicTac §5.1's 0..n-1); the slices
-  // of a tensor take consecutive ranks at their parent's place.
+  // of a tensor take consecutive ranks at their parent's place, and the slices of tensors that
+  // tie all share the rank of their group. Until the thirty-eighth session a partitioned tensor
+  // never tied: TIO, which ranks no push (a push's receiver is a PS), ranked the partitioned
+  // pushes' slices one after the other in graph order, the first layer's first, and under the
+  // counters every gradient then waited for the first layer's, which backpropagation computes
+  // last (VGG16 training on TensorFlow 2, benchmarks/results/tf2-vgg16-train-s38-before.md).
   const std::map<std::string, std::vector<int>> channels = CounterSafe(g, xfers);
   for (const auto& [name, ids] : channels) {
     int64_t position = 0;
     for (size_t j = 0; j < ids.size(); ++j) {
       Transfer& t = xfers[ids[j]];
-      const Transfer* prev = j ? &xfers[ids[j - 1]] : nullptr;
-      const bool tie = prev && prev->slices == 1 && t.slices == 1 && prev->stage == t.stage &&
-                       prev->value == t.value;
+      Transfer* prev = j ? &xfers[ids[j - 1]] : nullptr;
+      const bool tie = prev && prev->stage == t.stage && prev->value == t.value;
       t.priority = tie ? prev->priority : position;
+      if (tie) prev->tied = t.tied = true;
       position += t.slices;
     }
     for (int i : ids) xfers[i].channel_size = position;
@@ -818,7 +824,7 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
       auto& attr = *gate.mutable_attr();
       attr["T"].set_type(t.dtype);
       attr["channel"].set_s(channel);
-      attr["priority"].set_i(t.priority + i);
+      attr["priority"].set_i(t.priority + (t.tied ? 0 : i));
       attr["channel_size"].set_i(t.channel_size);
       attr["timeout_ms"].set_i(timeout_ms_);
       // The last slice is the shortest; a size unknown here (0) is acknowledged to be safe.
@@ -889,6 +895,13 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
     added.push_back(std::move(sink));
   }
   for (auto& node : added) *out.add_node() = std::move(node);
+  if (VLOG_IS_ON(2)) {  // TF_CPP_VMODULE=scheduler=2: each channel's order, as gated
+    for (const auto& [name, ids] : channels)
+      for (int i : ids)
+        VLOG(2) << "tfsched: " << name << " #" << xfers[i].priority << " " << xfers[i].kind << " "
+                << g.def->node(xfers[i].src).name() << " (" << xfers[i].elements << " parameters, "
+                << xfers[i].slices << " slices)";
+  }
   VLOG(1) << "tfsched: gated " << xfers.size() << " transfers on " << channels.size()
           << " channels, " << split << " partitioned, credit " << credit
           << (exact_.empty() ? " (TIO)" : absl::StrCat(" (", matched, " from the schedule)"));

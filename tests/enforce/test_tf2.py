@@ -70,3 +70,25 @@ def test_two_workers_calls_at_once_leave_no_state():
     for s in (ps, *workers):
         assert s["live_steps"] == 0 and s["timeouts"] == 0, s
     assert len(out["losses"]) == steps
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"schedule": "schedule.json"}, "takes no schedule"),
+        ({"config": None}, "takes no config"),
+        ({"algorithm": "tao"}, "orders by TIO"),
+        ({"credit": -5}, "credit must be a non-negative integer"),
+        ({"host_credit": True}, "host_credit needs a credit"),
+    ],
+)
+def test_enable_functions_refuses_what_functions_cannot_use(kwargs, words):
+    """One TfschedError line, and the eager context's config is left as it was."""
+    from tensorflow.python.eager import context
+
+    from tfsched import TfschedError, enable_functions
+
+    before = context.context()._config
+    with pytest.raises(TfschedError, match=words):
+        enable_functions(**kwargs)
+    assert context.context()._config is before

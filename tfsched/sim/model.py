@@ -10,6 +10,7 @@ and updates on the shared PS tasks.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
@@ -137,6 +138,11 @@ def build_sim_graph(
         raise TfschedError(f"partition size must be positive, got {partition_bytes}")
 
     prio = schedule.priorities if schedule is not None else {}
+    # Transfers that share their priority on their channel: their slices all take it (the pass's
+    # ``tied``, cc/scheduler.cc); a transfer ranked alone has its slices one after the other.
+    at_rank: dict[tuple, int] = defaultdict(int)
+    for t, p in prio.items():
+        at_rank[(t.src_task, t.dst_task, p)] += 1
     topo = graph.topological_order()
     g = graph.graph
     sg = SimGraph(
@@ -174,6 +180,8 @@ def build_sim_graph(
                 link = oracle.link_for(t.src_task, t.dst_task)
                 nbytes = t.bytes or 0
                 msgs = []
+                p = prio.get(t, 0)
+                tied = at_rank[(t.src_task, t.dst_task, p)] > 1
                 for s, size in enumerate(slice_sizes(nbytes, partition_bytes)):
                     m = sg.add(
                         MESSAGE,
@@ -184,7 +192,7 @@ def build_sim_graph(
                         nbytes=size,
                         overhead=link.overhead_s,
                         bandwidth=link.bandwidth_bps / 8.0,
-                        key=(prio.get(t, 0), s),
+                        key=(p, 0 if tied else s),
                         gate=(src, dst, run, step),
                         transfer=t,
                     )
