@@ -203,22 +203,26 @@ class SentBuffer : public tensorflow::TensorBuffer {
 };
 
 // Keyed step states unused this long are dropped (KeyedStep): twice the gates' timeout, and never
-// under ten minutes, so that a step's later gates find the state its earlier ones left.
-constexpr int64_t kMinIdleMs = 10 * 60 * 1000;
+// under ten minutes, so that a step's later gates find the state its earlier ones left. The tests
+// shorten it ($TFSCHED_TEST_KEYED_IDLE_MS, read once).
+int64_t MinIdleMs() {
+  static const int64_t ms = [] {
+    const char* v = std::getenv("TFSCHED_TEST_KEYED_IDLE_MS");
+    return v == nullptr ? int64_t{10 * 60 * 1000} : std::max<int64_t>(1, std::atoll(v));
+  }();
+  return ms;
+}
 
-// The state of this step (a reference for the caller): in the step's container, or, where that
-// container is not the step's own but shared by every step (TensorFlow 2's functions: its step
-// id is not this step's), by step id. Null if there is none and `create` is false.
-absl::Status StepState(OpKernelContext* ctx, bool create, int64_t idle_ms, StepGates** gates) {
+// The state of this step (a reference for the caller): in the step's container, made there if
+// new; or, where that container is not the step's own but shared by every step (TensorFlow 2's
+// functions: its step id is not this step's), by step id, and then null if there is none and
+// `create_keyed` is false.
+absl::Status StepState(OpKernelContext* ctx, bool create_keyed, int64_t idle_ms,
+                       StepGates** gates) {
   tensorflow::ScopedStepContainer* container = ctx->step_container();
   if (container->StepId() != ctx->step_id()) {
-    *gates = KeyedStep(ctx->step_id(), create, idle_ms);
+    *gates = KeyedStep(ctx->step_id(), create_keyed, idle_ms);
     return absl::OkStatus();
-  }
-  if (!create) {
-    absl::Status s = container->Lookup<StepGates>(ctx->resource_manager(), "tfsched_gates", gates);
-    if (absl::IsNotFound(s)) *gates = nullptr;
-    return absl::IsNotFound(s) ? absl::OkStatus() : s;
   }
   return container->LookupOrCreate<StepGates>(ctx->resource_manager(), "tfsched_gates", gates,
                                               [](StepGates** g) {
@@ -261,7 +265,7 @@ class TfschedGateOp : public AsyncOpKernel {
     }
     auto w = std::make_shared<Waiter>();
     OP_REQUIRES_OK_ASYNC(
-        ctx, StepState(ctx, true, std::max(kMinIdleMs, 2 * timeout_ms_), &w->gates), done);
+        ctx, StepState(ctx, true, std::max(MinIdleMs(), 2 * timeout_ms_), &w->gates), done);
     Channel* channel = w->gates->Get(channel_, channel_size_);
     w->channel = channel;
     w->size = ctx->input(0).NumElements();
@@ -384,8 +388,7 @@ class TfschedCreditOp : public tensorflow::OpKernel {
     StepGates* gates = nullptr;
     // A keyed step (TensorFlow 2's functions) is not made here: without it, its gates all went
     // and its credit came back already.
-    const bool keyed = ctx->step_container()->StepId() != ctx->step_id();
-    OP_REQUIRES_OK(ctx, StepState(ctx, !keyed, kMinIdleMs, &gates));
+    OP_REQUIRES_OK(ctx, StepState(ctx, false, MinIdleMs(), &gates));
     if (gates == nullptr) return;
     tensorflow::core::ScopedUnref unref(gates);
     GlobalStats().acked.fetch_add(1);
