@@ -76,7 +76,7 @@ def test_two_workers_calls_at_once_leave_no_state():
     "kwargs, words",
     [
         ({"schedule": "schedule.json"}, "takes no schedule"),
-        ({"config": None}, "takes no config"),
+        ({"config": object()}, "takes no config"),
         ({"algorithm": "tao"}, "orders by TIO"),
         ({"credit": -5}, "credit must be a non-negative integer"),
         ({"host_credit": True}, "host_credit needs a credit"),

@@ -334,7 +334,7 @@ def enable_functions(**kwargs):
     >>> strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)  # doctest: +SKIP
     """
     for name in ("schedule", "graph", "fetches", "config"):
-        if name in kwargs:
+        if kwargs.get(name) is not None:
             raise TfschedError(
                 f"enable_functions takes no {name}: functions are ordered by TIO from their own graph"
             )
