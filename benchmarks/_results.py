@@ -12,6 +12,28 @@ import tempfile
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
+@contextlib.contextmanager
+def run_dir_errors():
+    """A kept bench run that cannot be read (a TfschedError, a file missing or unreadable) ends the
+    script with one error line."""
+    from tfsched.errors import TfschedError
+
+    try:
+        yield
+    except TfschedError as e:
+        raise SystemExit(f"Error: {e}") from None
+    except OSError as e:
+        raise SystemExit(f"Error: {e.filename}: {e.strerror}") from None
+
+
+def run_title(config: dict) -> str:
+    """A kept bench run's model, mode, batch and cluster, as its Markdown summaries open."""
+    return (
+        f"**{config['model']}** ({config['mode']}, batch {config['batch_size']}), {config['ps']} PS x "
+        f"{config['workers']} workers, {config['bandwidth']}"
+    )
+
+
 def machine() -> dict:
     return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
 

@@ -20,10 +20,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, write  # noqa: E402
+from _results import machine, run_dir_errors, run_title, write  # noqa: E402
 from repredict import repredict  # noqa: E402
-
-from tfsched.errors import TfschedError  # noqa: E402
 
 
 def channels(run_dir: str, modes: list[str]) -> tuple[list[dict], list[dict]]:
@@ -67,19 +65,15 @@ def main() -> None:
     ap.add_argument("--overheads", default="0.3,5", help="per-message overheads to try, ms, comma-separated")
     args = ap.parse_args()
     try:
-        overheads = [float(x) / 1e3 for x in args.overheads.split(",") if x.strip()]
-        config, fit_rows = repredict(args.run_dir)
-        tried = {o: repredict(args.run_dir, overhead_s=o)[1] for o in overheads}
-        fitted, periods = channels(args.run_dir, [r["mode"] for r in fit_rows])
+        with run_dir_errors():
+            overheads = [float(x) / 1e3 for x in args.overheads.split(",") if x.strip()]
+            config, fit_rows = repredict(args.run_dir)
+            tried = {o: repredict(args.run_dir, overhead_s=o)[1] for o in overheads}
+            fitted, periods = channels(args.run_dir, [r["mode"] for r in fit_rows])
     except ValueError:
         raise SystemExit(f"Error: --overheads must be numbers of ms, got {args.overheads!r}") from None
-    except TfschedError as e:
-        raise SystemExit(f"Error: {e}") from None
-    except OSError as e:
-        raise SystemExit(f"Error: {e.filename}: {e.strerror}") from None
     md = [
-        f"**{config['model']}** ({config['mode']}, batch {config['batch_size']}), {config['ps']} PS x "
-        f"{config['workers']} workers, {config['bandwidth']}"
+        run_title(config)
         + (f", variables placed {config['ps_placement']}" if config.get("ps_placement") else "")
         + f" (`python benchmarks/channel_overhead.py DIR --name {args.name} --overheads {args.overheads}`)",
         "",

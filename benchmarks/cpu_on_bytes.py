@@ -23,9 +23,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, run_graph, write  # noqa: E402
-
-from tfsched.errors import TfschedError  # noqa: E402
+from _results import machine, run_dir_errors, run_graph, run_title, write  # noqa: E402
 
 
 def predict(run_dir: str, fractions: list[float]) -> tuple[dict, list[dict]]:
@@ -81,22 +79,18 @@ def main() -> None:
     ap.add_argument("--fractions", default="0,0.5,0.8", help="of the baseline's CPU a step, on the bytes")
     args = ap.parse_args()
     try:
-        fractions = [float(x) for x in args.fractions.split(",")]
-        config, rows = predict(args.run_dir, fractions)
+        with run_dir_errors():
+            fractions = [float(x) for x in args.fractions.split(",")]
+            config, rows = predict(args.run_dir, fractions)
     except ValueError as e:
         raise SystemExit(f"Error: --fractions: {e}") from None
-    except TfschedError as e:
-        raise SystemExit(f"Error: {e}") from None
-    except OSError as e:
-        raise SystemExit(f"Error: {e.filename}: {e.strerror}") from None
 
     def cell(r: dict) -> str:
         p, m = r["predicted_s"], r["measured_s"]
         return f"{p * 1e3:.1f} ms ({p / m - 1:+.0%})" if m else f"{p * 1e3:.1f} ms"
 
     md = [
-        f"**{config['model']}** ({config['mode']}, batch {config['batch_size']}), {config['ps']} PS x "
-        f"{config['workers']} workers, {config['bandwidth']}: the baseline and TIO predicted with a "
+        f"{run_title(config)}: the baseline and TIO predicted with a "
         "fraction of the baseline's CPU a step moved from the ops onto the bytes (error against the "
         "run's slowest workers)",
         "",

@@ -18,9 +18,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, run_graph, write  # noqa: E402
-
-from tfsched.errors import TfschedError  # noqa: E402
+from _results import machine, run_dir_errors, run_graph, run_title, write  # noqa: E402
 
 
 def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
@@ -91,15 +89,10 @@ def main() -> None:
     ap.add_argument("run_dir", help="a bench run's --traces directory, with its bench.json")
     ap.add_argument("--name", required=True, help="results/<name>-repredicted.{json,md}")
     args = ap.parse_args()
-    try:
+    with run_dir_errors():
         config, rows = repredict(args.run_dir)
-    except TfschedError as e:
-        raise SystemExit(f"Error: {e}") from None
-    except OSError as e:
-        raise SystemExit(f"Error: {e.filename}: {e.strerror}") from None
     md = [
-        f"**{config['model']}** ({config['mode']}, batch {config['batch_size']}), {config['ps']} PS x "
-        f"{config['workers']} workers, {config['bandwidth']}: the run's predictions and the simulator's now",
+        f"{run_title(config)}: the run's predictions and the simulator's now",
         "",
         "| mode | slowest worker (s) | predicted then (s) | error then | predicted now (s) | error now "
         "| E then | E now |",

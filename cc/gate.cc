@@ -385,16 +385,6 @@ StepGates* KeyedStep(int64_t step_id, bool create, int64_t idle_ms) {
     mutex_lock l(keyed_mu);
     auto& steps = KeyedSteps();
     const auto now = Clock::now();
-    for (auto it = steps.begin(); it != steps.end();) {
-      // only a state nobody uses now (no gate waits in it, no transport holds its credit)
-      if (it->first != step_id && it->second.gates->RefCountIsOne() &&
-          now - it->second.touched > std::chrono::milliseconds(it->second.idle_ms)) {
-        dropped.push_back(it->second.gates);
-        it = steps.erase(it);
-      } else {
-        ++it;
-      }
-    }
     auto it = steps.find(step_id);
     if (it != steps.end()) {
       it->second.touched = now;
@@ -402,6 +392,17 @@ StepGates* KeyedStep(int64_t step_id, bool create, int64_t idle_ms) {
       out = it->second.gates;
       out->Ref();
     } else if (create) {
+      // A new step drops the idle ones (only when one starts: the other gates' path stays short),
+      // each only if nobody uses it now (no gate waits in it, no transport holds its credit).
+      for (auto old = steps.begin(); old != steps.end();) {
+        if (old->second.gates->RefCountIsOne() &&
+            now - old->second.touched > std::chrono::milliseconds(old->second.idle_ms)) {
+          dropped.push_back(old->second.gates);
+          old = steps.erase(old);
+        } else {
+          ++old;
+        }
+      }
       out = new StepGates(step_id);  // the registry's reference
       steps.emplace(step_id, Keyed{out, now, idle_ms});
       out->Ref();  // the caller's

@@ -183,8 +183,8 @@ class StepGates : public tensorflow::ResourceBase {
 // The state of step `step_id` for kernels whose step container every step shares (TensorFlow 2's
 // eager functions: KernelAndDeviceFunc runs each call in the context's container or its own, so
 // the container would carry one step's counters into the next). A reference for the caller, or
-// null if the step has none and `create` is false. States unused for longer than `idle_ms` are
-// dropped on the way (a step that failed before all of its gates ran never finishes).
+// null if the step has none and `create` is false. Making a state drops those unused for longer
+// than their `idle_ms` (a step that failed before all of its gates ran never finishes).
 StepGates* KeyedStep(int64_t step_id, bool create, int64_t idle_ms);
 // Drops KeyedStep's reference to `gates` once its step has finished (no-op for other states).
 void ForgetIfFinished(StepGates* gates);
