@@ -368,60 +368,56 @@ bool StepGates::Finished() const {
 namespace {
 struct Keyed {
   StepGates* gates;  // one reference, the registry's
-  Clock::time_point touched;
-  int64_t idle_ms;
+  tensorflow::CancellationManager* cm;
+  tensorflow::CancellationToken token;
 };
 tensorflow::mutex keyed_mu(tensorflow::LINKER_INITIALIZED);
 std::unordered_map<int64_t, Keyed>& KeyedSteps() {
   static auto* steps = new std::unordered_map<int64_t, Keyed>();
   return *steps;
 }
-}  // namespace
 
-StepGates* KeyedStep(int64_t step_id, bool create, int64_t idle_ms) {
-  std::vector<StepGates*> dropped;  // unref'd outside the lock: freeing a state fires gates
-  StepGates* out = nullptr;
+// Drops the registry's reference to step `step_id`'s state if it is still the one made `seq`-th.
+// Not from the callback: withdraws the callback too. The call's manager is alive then: its end runs
+// the callback, which waits for keyed_mu, held here, before it can find the entry gone.
+void Forget(int64_t step_id, int64_t seq, bool from_callback) {
+  StepGates* gates = nullptr;
   {
     mutex_lock l(keyed_mu);
     auto& steps = KeyedSteps();
-    const auto now = Clock::now();
     auto it = steps.find(step_id);
-    if (it != steps.end()) {
-      it->second.touched = now;
-      it->second.idle_ms = std::max(it->second.idle_ms, idle_ms);
-      out = it->second.gates;
-      out->Ref();
-    } else if (create) {
-      // A new step drops the idle ones (only when one starts: the other gates' path stays short),
-      // each only if nobody uses it now (no gate waits in it, no transport holds its credit).
-      for (auto old = steps.begin(); old != steps.end();) {
-        if (old->second.gates->RefCountIsOne() &&
-            now - old->second.touched > std::chrono::milliseconds(old->second.idle_ms)) {
-          dropped.push_back(old->second.gates);
-          old = steps.erase(old);
-        } else {
-          ++old;
-        }
-      }
-      out = new StepGates(step_id);  // the registry's reference
-      steps.emplace(step_id, Keyed{out, now, idle_ms});
-      out->Ref();  // the caller's
-    }
+    if (it == steps.end() || it->second.gates->seq() != seq) return;
+    if (!from_callback) it->second.cm->TryDeregisterCallback(it->second.token);
+    gates = it->second.gates;
+    steps.erase(it);
   }
-  for (StepGates* g : dropped) g->Unref();
+  gates->Unref();  // outside the lock: freeing a state fires gates; their holders keep theirs
+}
+}  // namespace
+
+StepGates* KeyedStep(int64_t step_id, bool create, tensorflow::CancellationManager* cm) {
+  mutex_lock l(keyed_mu);
+  auto& steps = KeyedSteps();
+  auto it = steps.find(step_id);
+  if (it != steps.end()) {
+    it->second.gates->Ref();
+    return it->second.gates;
+  }
+  if (!create) return nullptr;
+  auto* out = new StepGates(step_id);  // the caller's reference
+  const tensorflow::CancellationToken token = cm->get_cancellation_token();
+  // The callback holds the key, not the state: the state may be gone when it fires.
+  if (cm->RegisterCallback(token, [step_id, seq = out->seq()] { Forget(step_id, seq, true); })) {
+    out->Ref();  // the registry's
+    steps.emplace(step_id, Keyed{out, cm, token});
+  }  // else the call was cancelled already: not kept, the caller's reference is the only one
   return out;
 }
 
 void ForgetIfFinished(StepGates* gates) {
-  if (gates == nullptr || !gates->keyed() || !gates->Finished()) return;
-  {
-    mutex_lock l(keyed_mu);
-    auto& steps = KeyedSteps();
-    auto it = steps.find(gates->step_id());
-    if (it == steps.end() || it->second.gates != gates) return;
-    steps.erase(it);
+  if (gates != nullptr && gates->keyed() && gates->Finished()) {
+    Forget(gates->step_id(), gates->seq(), false);
   }
-  gates->Unref();  // the registry's; the caller still holds its own
 }
 
 Stats& GlobalStats() {

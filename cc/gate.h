@@ -14,8 +14,9 @@
 // Waiting gates are callbacks, not blocked threads. Every wait ends: by its turn, by the timeout
 // (fail open: the tensor goes, the event is counted), or by the step's cancellation. The state of
 // a step lives in the step's container and is freed with it; where every step runs in one shared
-// container (TensorFlow 2's functions), it is kept by step id and freed once the step's gates
-// have all gone and their credit came back (KeyedStep), or after it sat unused too long.
+// container (TensorFlow 2's functions), it is kept by step id (KeyedStep) and freed once the
+// step's gates have all gone and their credit came back, or when the call ends, fails or is
+// cancelled (its cancellation manager fires).
 #ifndef TFSCHED_CC_GATE_H_
 #define TFSCHED_CC_GATE_H_
 
@@ -28,6 +29,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "tensorflow/core/framework/cancellation.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/platform/mutex.h"
 
@@ -183,9 +185,11 @@ class StepGates : public tensorflow::ResourceBase {
 // The state of step `step_id` for kernels whose step container every step shares (TensorFlow 2's
 // eager functions: KernelAndDeviceFunc runs each call in the context's container or its own, so
 // the container would carry one step's counters into the next). A reference for the caller, or
-// null if the step has none and `create` is false. Making a state drops those unused for longer
-// than their `idle_ms` (a step that failed before all of its gates ran never finishes).
-StepGates* KeyedStep(int64_t step_id, bool create, int64_t idle_ms);
+// null if the step has none and `create` is false. `cm`, the call's cancellation manager, forgets
+// a state made here when it fires: when the call fails or is cancelled, and when the call ends
+// (~CancellationManager runs the callbacks still registered), once every gate of the call in this
+// process has run, as a session's step container is cleaned up.
+StepGates* KeyedStep(int64_t step_id, bool create, tensorflow::CancellationManager* cm);
 // Drops KeyedStep's reference to `gates` once its step has finished (no-op for other states).
 void ForgetIfFinished(StepGates* gates);
 

@@ -202,26 +202,16 @@ class SentBuffer : public tensorflow::TensorBuffer {
   const int64_t size_;
 };
 
-// Keyed step states unused this long are dropped (KeyedStep): twice the gates' timeout, and never
-// under ten minutes, so that a step's later gates find the state its earlier ones left. The tests
-// shorten it ($TFSCHED_TEST_KEYED_IDLE_MS, read once).
-int64_t MinIdleMs() {
-  static const int64_t ms = [] {
-    const char* v = std::getenv("TFSCHED_TEST_KEYED_IDLE_MS");
-    return v == nullptr ? int64_t{10 * 60 * 1000} : std::max<int64_t>(1, std::atoll(v));
-  }();
-  return ms;
-}
-
 // The state of this step (a reference for the caller): in the step's container, made there if
 // new; or, where that container is not the step's own but shared by every step (TensorFlow 2's
-// functions: its step id is not this step's), by step id, and then null if there is none and
-// `create_keyed` is false.
-absl::Status StepState(OpKernelContext* ctx, bool create_keyed, int64_t idle_ms,
-                       StepGates** gates) {
+// functions: its step id is not this step's), by step id (KeyedStep), and then null if there is
+// none and `create_keyed` is false, or if the step has no cancellation manager to end it (never
+// so for a function's call: the runtime makes one if the caller gave none).
+absl::Status StepState(OpKernelContext* ctx, bool create_keyed, StepGates** gates) {
   tensorflow::ScopedStepContainer* container = ctx->step_container();
   if (container->StepId() != ctx->step_id()) {
-    *gates = KeyedStep(ctx->step_id(), create_keyed, idle_ms);
+    tensorflow::CancellationManager* cm = ctx->cancellation_manager();
+    *gates = KeyedStep(ctx->step_id(), create_keyed && cm != nullptr, cm);
     return absl::OkStatus();
   }
   return container->LookupOrCreate<StepGates>(ctx->resource_manager(), "tfsched_gates", gates,
@@ -264,8 +254,13 @@ class TfschedGateOp : public AsyncOpKernel {
       return;
     }
     auto w = std::make_shared<Waiter>();
-    OP_REQUIRES_OK_ASYNC(
-        ctx, StepState(ctx, true, std::max(MinIdleMs(), 2 * timeout_ms_), &w->gates), done);
+    OP_REQUIRES_OK_ASYNC(ctx, StepState(ctx, true, &w->gates), done);
+    if (w->gates == nullptr) {  // no state can be kept for this step: do not order
+      if (sent_) ctx->set_output(0, ctx->input(0));
+      stats.released.fetch_add(1);
+      done();
+      return;
+    }
     Channel* channel = w->gates->Get(channel_, channel_size_);
     w->channel = channel;
     w->size = ctx->input(0).NumElements();
@@ -387,8 +382,8 @@ class TfschedCreditOp : public tensorflow::OpKernel {
     if (ctx->step_container() == nullptr) return;  // no per-step state: the gates did not order
     StepGates* gates = nullptr;
     // A keyed step (TensorFlow 2's functions) is not made here: without it, its gates all went
-    // and its credit came back already.
-    OP_REQUIRES_OK(ctx, StepState(ctx, false, MinIdleMs(), &gates));
+    // and its credit came back already, or its call ended.
+    OP_REQUIRES_OK(ctx, StepState(ctx, false, &gates));
     if (gates == nullptr) return;
     tensorflow::core::ScopedUnref unref(gates);
     GlobalStats().acked.fetch_add(1);

@@ -1,7 +1,6 @@
 """Gate state of steps that share one step container (TensorFlow 2's functions): kept per call by
-step id (cc/gate.cc KeyedStep), freed once the call's gates all went, and dropped after sitting
-unused when a call never ran all of its gates. Local ``tf.function``s, in a process of their own:
-the idle time is shortened there by $TFSCHED_TEST_KEYED_IDLE_MS, read once by the library."""
+step id (cc/gate.cc KeyedStep), freed once the call's gates all went, or when the call ends or
+fails (its cancellation manager fires). Local ``tf.function``s, in a process of their own."""
 
 import json
 import subprocess
@@ -22,10 +21,14 @@ from tfsched.enforce._loader import load_ops
 ops = load_ops()
 
 
+def gate(x, channel, priority, size, timeout_ms=100):
+    return ops.tfsched_gate(x, channel=channel, priority=priority, channel_size=size,
+                            timeout_ms=timeout_ms)
+
+
 def gates(x, channel, priorities, size):
     # made in priority order: a tf.function runs stateful ops in the order they were made
-    return tf.add_n([ops.tfsched_gate(x + p, channel=channel, priority=p, channel_size=size,
-                                      timeout_ms=100) for p in priorities])
+    return tf.add_n([gate(x + p, channel, p, size) for p in priorities])
 
 
 @tf.function
@@ -38,8 +41,18 @@ def partial(x):  # two of its channel's three gates run: the call never finishes
     return gates(x, "c->d", (0, 1), 3)
 
 
+def failing_body(x):  # no automatic control dependencies: the last gate waits for the others
+    first = gate(x, "e->f", 0, 3, 60000)
+    bad = tf.strings.to_number(tf.strings.as_string(first) + "?")  # fails once the first went
+    return gate(x + bad, "e->f", 1, 3, 60000) + gate(x, "e->f", 2, 3, 60000)
+
+
+failing = tf.compat.v1.wrap_function(failing_body, [tf.TensorSpec([], tf.float32)])
+
+
 def counters():
-    return {k: v for k, v in stats().items() if k in ("released", "timeouts", "live_steps", "steps")}
+    keys = ("released", "waited", "timeouts", "cancelled", "live_steps", "steps")
+    return {k: v for k, v in stats().items() if k in keys}
 
 
 out = {"start": counters()}
@@ -47,28 +60,36 @@ values = [float(complete(tf.constant(1.0))) for _ in range(5)]
 out["complete"] = counters()
 partial(tf.constant(1.0))
 out["partial"] = counters()
-time.sleep(1.0)  # past the idle time the test sets
-complete(tf.constant(1.0))
-out["swept"] = counters()
+start = time.monotonic()
+try:
+    failing(tf.constant(1.0))
+    out["error"] = None
+except tf.errors.InvalidArgumentError:
+    out["error"] = "InvalidArgumentError"
+out["failed_s"] = time.monotonic() - start
+out["failed"] = counters()
 out["values"] = values
 print(json.dumps(out))
 """
 
 
-def test_each_call_has_its_own_state_freed_when_done_or_idle():
-    env = dict(task_env(), TFSCHED_TEST_KEYED_IDLE_MS="300")
+def test_each_call_has_its_own_state_freed_when_done_ended_or_failed():
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", SCRIPT], env=task_env(), capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["values"] == [6.0] * 5  # pass-throughs: (1+0) + (1+1) + (1+2)
-    start, complete, partial, swept = (out[k] for k in ("start", "complete", "partial", "swept"))
+    start, complete, partial, failed = (out[k] for k in ("start", "complete", "partial", "failed"))
     # one state per call (a shared container would have held one for all five), each freed at once
     assert complete["steps"] - start["steps"] == 5 and complete["live_steps"] == 0
     assert complete["released"] - start["released"] == 15
-    # a call that never ran all of its channel's gates keeps its state ...
-    assert partial["steps"] - complete["steps"] == 1 and partial["live_steps"] == 1
-    # ... until it sat unused past the idle time: the next call's first gate drops it
-    assert swept["steps"] - partial["steps"] == 1 and swept["live_steps"] == 0
-    assert swept["timeouts"] == start["timeouts"]
+    # a call that ends before all of its channel's gates ran: its state goes with the call
+    assert partial["steps"] - complete["steps"] == 1 and partial["live_steps"] == 0
+    assert partial["released"] - complete["released"] == 2
+    # a call that fails while a gate waits: the gate is cancelled at once (not after its 60 s), and
+    # the state goes
+    assert out["error"] == "InvalidArgumentError" and out["failed_s"] < 30
+    assert failed["steps"] - partial["steps"] == 1 and failed["live_steps"] == 0
+    assert failed["cancelled"] - partial["cancelled"] == 1
+    assert failed["timeouts"] == start["timeouts"]

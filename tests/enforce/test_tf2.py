@@ -15,8 +15,17 @@ pytestmark = [pytest.mark.tf, pytest.mark.cluster]
 CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf2_client.py")
 
 
-def run_client(spec: dict, kwargs: dict | None, *, steps: int, layers: int = 4, width: int = 256) -> dict:
+def run_client(
+    spec: dict,
+    kwargs: dict | None,
+    *,
+    steps: int,
+    layers: int = 4,
+    width: int = 256,
+    fail_at: int | None = None,
+) -> dict:
     args = {"spec": spec, "kwargs": kwargs, "steps": steps, "layers": layers, "width": width}
+    args["fail_at"] = fail_at
     done = subprocess.run(
         [sys.executable, CLIENT, json.dumps(args)],
         env=task_env(),
@@ -70,6 +79,26 @@ def test_two_workers_calls_at_once_leave_no_state():
     for s in (ps, *workers):
         assert s["live_steps"] == 0 and s["timeouts"] == 0, s
     assert len(out["losses"]) == steps
+
+
+def test_a_failed_call_frees_its_state_on_every_task():
+    """A call that fails in its backward pass, on the worker, leaves no gate state on any task
+    (TensorFlow 2 shares one step container among the calls: the state is freed when the call's
+    cancellation manager fires, not after minutes of idling), and the cluster trains on as before."""
+    with LocalCluster(ps=1, workers=1) as c:
+        first = run_client(c.spec, {}, steps=4)
+        full = first["stats"]["/job:worker/task:0"]["released"] / 4  # a whole call's pushes
+        for kwargs, fail_at in (({}, 3), ({"partition": 20_000, "credit": 40_000, "host_credit": True}, 0)):
+            failed = run_client(c.spec, kwargs, steps=6, fail_at=fail_at)
+            assert failed["error"] == "InvalidArgumentError", failed
+            worker = failed["stats"]["/job:worker/task:0"]
+            # the failed call had a state on the worker, and not all of its pushes went
+            assert worker["steps"] == fail_at + 1 and worker["released"] < full * worker["steps"], failed
+            for s in failed["stats"].values():
+                assert s["live_steps"] == 0 and s["timeouts"] == 0, (kwargs, failed)
+        again = run_client(c.spec, {}, steps=4)
+    assert again["losses"] == first["losses"] and again["variables"] == first["variables"]
+    assert all(s["live_steps"] == 0 for s in again["stats"].values())
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,9 @@
 Trains a small Keras model with ``ParameterServerStrategy`` and a ``ClusterCoordinator`` on the
 cluster of ARGS_JSON's ``spec`` (its PS and workers serving already), with tfsched's pass on
 (``enable_functions(**kwargs)``) or off (``kwargs`` null). Prints one JSON line: the losses and
-the final variables' bytes (hashed), and each task's gate counters once its steps are over.
+the final variables' bytes (hashed), and each task's gate counters once its steps are over. With
+``fail_at`` K, the K-th call fails on the worker in its backward pass (its pulls arrived, some of
+its pushes went and the first layer's kernel's never comes): the line then holds the error's type and how long the calls took to end.
 
 A process of its own: the pass goes into the process's eager context, which a test process shares
 with every other test.
@@ -42,31 +44,51 @@ def main(args: dict) -> dict:
         v.assign(rs.uniform(-0.1, 0.1, v.shape).astype("float32"))
 
     @tf.function
-    def step(x, y):
-        def replica(x, y):
+    def step(x, y, ok):
+        def replica(x, y, ok):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_mean((model(x) - y) ** 2)
             grads = tape.gradient(loss, model.trainable_variables)
+            # fail_at: once the backward pass has reached the first layer's bias, before its kernel
+            with tf.control_dependencies([grads[1]]):
+                check = tf.debugging.assert_equal(ok, True, message="fail_at")
+            with tf.control_dependencies([check]):
+                grads[0] = tf.identity(grads[0])
             optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
             return loss
 
-        return strategy.run(replica, args=(x, y))
+        return strategy.run(replica, args=(x, y, ok))
 
     x = tf.constant(rs.uniform(-1, 1, (8, width)).astype("float32"))
     y = tf.constant(rs.uniform(-1, 1, (8, 10)).astype("float32"))
     before = counters(args, settle=False)
-    losses = [coordinator.schedule(step, args=(x, y)) for _ in range(args["steps"])]
-    coordinator.join()
+    oks = [tf.constant(i != args.get("fail_at")) for i in range(args["steps"])]
+    start = time.monotonic()
+    losses = [coordinator.schedule(step, args=(x, y, ok)) for ok in oks]
+    try:
+        coordinator.join()
+    except tf.errors.OpError as e:
+        if args.get("fail_at") is None:
+            raise
+        return {
+            "error": type(e).__name__,
+            "seconds": time.monotonic() - start,
+            "stats": growth(before, counters(args, settle=True)),
+        }
     blob = b"".join(v.numpy().tobytes() for v in model.trainable_variables)
     after = counters(args, settle=True)
     return {
         "losses": [float(np.float32(r.fetch())) for r in losses],
         "variables": hashlib.sha256(blob).hexdigest(),
-        # what these steps did: the counters' growth (the cluster may have served other runs)
-        "stats": {
-            d: {k: v if k in ("live_steps", "live_credit") else v - before[d][k] for k, v in s.items()}
-            for d, s in after.items()
-        },
+        "stats": growth(before, after),
+    }
+
+
+def growth(before: dict, after: dict) -> dict:
+    """What these steps did: the counters' growth (the cluster may have served other runs)."""
+    return {
+        d: {k: v if k in ("live_steps", "live_credit") else v - before[d][k] for k, v in s.items()}
+        for d, s in after.items()
     }
 
 
