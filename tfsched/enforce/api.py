@@ -316,7 +316,8 @@ def enable_functions(**kwargs):
     with ``start_server``, as for sessions. Call it in the coordinator before the strategy is made
     (before any function runs: each thread keeps the options of its first call). The pass then
     gates the transfers of every function the workers instantiate, and the gates keep each call's
-    state apart by its step id (TensorFlow 2 runs every call of a function in one step container).
+    state apart by its step id (TensorFlow 2 runs every call of a function in one step container)
+    and free it when the call ends, fails or is cancelled.
 
     ``kwargs`` are ``enable``'s: ``algorithm="tio"`` (the default, from the graph alone),
     ``partition``, ``credit``, ``host_credit``, ``ack_share``, ``credit_return``,
