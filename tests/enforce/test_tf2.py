@@ -92,8 +92,9 @@ def test_a_failed_call_frees_its_state_on_every_task():
             failed = run_client(c.spec, kwargs, steps=6, fail_at=fail_at)
             assert failed["error"] == "InvalidArgumentError", failed
             worker = failed["stats"]["/job:worker/task:0"]
-            # the failed call had a state on the worker, and not all of its pushes went
-            assert worker["steps"] == fail_at + 1 and worker["released"] < full * worker["steps"], failed
+            # the failed call had a state on the worker, and not all of its pushes went (the calls
+            # after it may have started before the coordinator saw the error)
+            assert worker["steps"] >= fail_at + 1 and worker["released"] < full * worker["steps"], failed
             for s in failed["stats"].values():
                 assert s["live_steps"] == 0 and s["timeouts"] == 0, (kwargs, failed)
         again = run_client(c.spec, {}, steps=4)
