@@ -23,9 +23,10 @@ def run_client(
     layers: int = 4,
     width: int = 256,
     fail_at: int | None = None,
+    fit: bool = False,
 ) -> dict:
     args = {"spec": spec, "kwargs": kwargs, "steps": steps, "layers": layers, "width": width}
-    args["fail_at"] = fail_at
+    args.update(fail_at=fail_at, fit=fit)
     done = subprocess.run(
         [sys.executable, CLIENT, json.dumps(args)],
         env=task_env(),
@@ -66,6 +67,20 @@ def test_functions_train_bitwise_identical_each_call_ordered_apart(one_worker):
             assert ps["acked"] > 0 and worker["acked"] > 0  # the credit's acknowledgements came back
 
 
+def test_keras_fit_trains_bitwise_identical(one_worker):
+    """Keras's ``model.fit`` with the strategy (tf_keras) and one ``enable_functions`` call: the
+    same losses and variables as vanilla, each of fit's steps a call ordered on its own."""
+    steps = 12
+    vanilla = run_client(one_worker.spec, None, steps=steps, fit=True)
+    scheduled = run_client(one_worker.spec, {"partition": 20_000, "credit": 40_000}, steps=steps, fit=True)
+    assert scheduled["losses"] == vanilla["losses"] and len(vanilla["losses"]) == 2
+    assert scheduled["variables"] == vanilla["variables"]
+    for s in scheduled["stats"].values():
+        assert s["steps"] == steps and s["live_steps"] == 0 and s["timeouts"] == 0, s
+        assert s["acked"] > 0  # the credit's acknowledgements came back
+    assert scheduled["stats"]["/job:ps/task:0"]["waited"] > 0
+
+
 def test_two_workers_calls_at_once_leave_no_state():
     """Two workers' calls on the one PS at once: each has its own state there, none is left."""
     steps = 10
@@ -90,7 +105,8 @@ def test_a_failed_call_frees_its_state_on_every_task():
         full = first["stats"]["/job:worker/task:0"]["released"] / 4  # a whole call's pushes
         for kwargs, fail_at in (({}, 3), ({"partition": 20_000, "credit": 40_000, "host_credit": True}, 0)):
             failed = run_client(c.spec, kwargs, steps=6, fail_at=fail_at)
-            assert failed["error"] == "InvalidArgumentError", failed
+            # the error came back at once, not after a gate's timeout (60 s)
+            assert failed["error"] == "InvalidArgumentError" and failed["seconds"] < 30, failed
             worker = failed["stats"]["/job:worker/task:0"]
             # the failed call had a state on the worker, and not all of its pushes went (the calls
             # after it may have started before the coordinator saw the error)

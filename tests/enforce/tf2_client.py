@@ -5,7 +5,8 @@ cluster of ARGS_JSON's ``spec`` (its PS and workers serving already), with tfsch
 (``enable_functions(**kwargs)``) or off (``kwargs`` null). Prints one JSON line: the losses and
 the final variables' bytes (hashed), and each task's gate counters once its steps are over. With
 ``fail_at`` K, the K-th call fails on the worker in its backward pass (its pulls arrived, some of
-its pushes went and the first layer's kernel's never comes): the line then holds the error's type and how long the calls took to end.
+its pushes went and the first layer's kernel's never comes): the line then holds the error's type
+and how long the calls took to end. With ``fit``, Keras's ``model.fit`` runs the steps instead.
 
 A process of its own: the pass goes into the process's eager context, which a test process shares
 with every other test.
@@ -32,6 +33,8 @@ def main(args: dict) -> dict:
         tf.train.ClusterSpec(spec), task_type="chief", task_id=0, rpc_layer="grpc"
     )
     strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    if args.get("fit"):
+        return fit(args, strategy)
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     width = args["width"]
     with strategy.scope():
@@ -81,6 +84,43 @@ def main(args: dict) -> dict:
         "losses": [float(np.float32(r.fetch())) for r in losses],
         "variables": hashlib.sha256(blob).hexdigest(),
         "stats": growth(before, after),
+    }
+
+
+def fit(args: dict, strategy) -> dict:
+    """Keras's own loop: ``model.fit`` with the strategy (tf_keras; Keras 3 has no
+    ParameterServerStrategy), two epochs of ``steps`` // 2 steps over a fixed dataset."""
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras as keras
+
+    width = args["width"]
+    with strategy.scope():
+        layers = [keras.layers.Dense(width, activation="tanh") for _ in range(args["layers"])]
+        model = keras.Sequential([*layers, keras.layers.Dense(10)])
+        model.build((None, width))
+        model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    rs = np.random.RandomState(0)
+    for v in model.trainable_variables:
+        v.assign(rs.uniform(-0.1, 0.1, v.shape).astype("float32"))
+    x = rs.uniform(-1, 1, (64, width)).astype("float32")
+    y = rs.uniform(-1, 1, (64, 10)).astype("float32")
+
+    def dataset(_):
+        return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(8)
+
+    before = counters(args, settle=False)
+    history = model.fit(
+        keras.utils.experimental.DatasetCreator(dataset),
+        epochs=2,
+        steps_per_epoch=args["steps"] // 2,
+        verbose=0,
+    )
+    blob = b"".join(v.numpy().tobytes() for v in model.trainable_variables)
+    return {
+        "losses": [float(v) for v in history.history["loss"]],
+        "variables": hashlib.sha256(blob).hexdigest(),
+        "stats": growth(before, counters(args, settle=True)),
     }
 
 
