@@ -37,14 +37,9 @@ def main(args: dict) -> dict:
         return fit(args, strategy)
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     width = args["width"]
+    model, rs = make_model(tf.keras, strategy, args)
     with strategy.scope():
-        layers = [tf.keras.layers.Dense(width, activation="tanh") for _ in range(args["layers"])]
-        model = tf.keras.Sequential([*layers, tf.keras.layers.Dense(10)])
-        model.build((None, width))
         optimizer = tf.keras.optimizers.SGD(0.01)
-    rs = np.random.RandomState(0)  # the same start in every run (the initializers' seeds are not)
-    for v in model.trainable_variables:
-        v.assign(rs.uniform(-0.1, 0.1, v.shape).astype("float32"))
 
     @tf.function
     def step(x, y, ok):
@@ -87,22 +82,33 @@ def main(args: dict) -> dict:
     }
 
 
-def fit(args: dict, strategy) -> dict:
-    """Keras's own loop: ``model.fit`` with the strategy (tf_keras; Keras 3 has no
-    ParameterServerStrategy), two epochs of ``steps`` // 2 steps over a fixed dataset."""
+def make_model(keras, strategy, args: dict):
+    """``args["layers"]`` dense layers of ``args["width"]`` and one of 10, made by ``keras`` under
+    the strategy, and a random state that set their variables: the same start in every run (the
+    initializers' seeds are not)."""
     import numpy as np
-    import tensorflow as tf
-    import tf_keras as keras
 
     width = args["width"]
     with strategy.scope():
         layers = [keras.layers.Dense(width, activation="tanh") for _ in range(args["layers"])]
         model = keras.Sequential([*layers, keras.layers.Dense(10)])
         model.build((None, width))
-        model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
     rs = np.random.RandomState(0)
     for v in model.trainable_variables:
         v.assign(rs.uniform(-0.1, 0.1, v.shape).astype("float32"))
+    return model, rs
+
+
+def fit(args: dict, strategy) -> dict:
+    """Keras's own loop: ``model.fit`` with the strategy (tf_keras; Keras 3 has no
+    ParameterServerStrategy), two epochs of ``steps`` // 2 steps over a fixed dataset."""
+    import tensorflow as tf
+    import tf_keras as keras
+
+    width = args["width"]
+    model, rs = make_model(keras, strategy, args)
+    with strategy.scope():
+        model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
     x = rs.uniform(-1, 1, (64, width)).astype("float32")
     y = rs.uniform(-1, 1, (64, 10)).astype("float32")
 
