@@ -339,11 +339,12 @@ StepGates::StepGates() : seq_(step_seq.fetch_add(1)), keyed_(false), step_id_(0)
 }
 StepGates::~StepGates() { GlobalStats().live_steps.fetch_sub(1); }
 
-Channel* StepGates::Get(const std::string& channel, int64_t gates) {
+Channel* StepGates::Get(const std::string& channel, int64_t gates, int64_t channels) {
   mutex_lock l(mu_);
   auto& slot = channels_[channel];
   if (!slot) slot = std::make_unique<Channel>();
   if (gates > 0) gates_[slot.get()] = gates;
+  channels_leaving_ = std::max(channels_leaving_, channels);
   return slot.get();
 }
 
@@ -351,6 +352,8 @@ bool StepGates::Finished() const {
   std::vector<std::pair<const Channel*, int64_t>> seen;
   {
     mutex_lock l(mu_);
+    // A channel not seen yet: its first gate has not run (its tensor is not computed yet).
+    if (static_cast<int64_t>(channels_.size()) < channels_leaving_) return false;
     for (const auto& [name, c] : channels_) {
       auto it = gates_.find(c.get());
       if (it == gates_.end()) return false;  // only acks seen so far: its gates are still to come

@@ -15,8 +15,8 @@
 // (fail open: the tensor goes, the event is counted), or by the step's cancellation. The state of
 // a step lives in the step's container and is freed with it; where every step runs in one shared
 // container (TensorFlow 2's functions), it is kept by step id (KeyedStep) and freed once the
-// step's gates have all gone and their credit came back, or when the call ends, fails or is
-// cancelled (its cancellation manager fires).
+// gates of every channel leaving the task have all gone and their credit came back, or when the
+// call ends, fails or is cancelled (its cancellation manager fires).
 #ifndef TFSCHED_CC_GATE_H_
 #define TFSCHED_CC_GATE_H_
 
@@ -164,13 +164,15 @@ class StepGates : public tensorflow::ResourceBase {
   explicit StepGates(int64_t step_id);
   ~StepGates() override;
   std::string DebugString() const override { return "tfsched step gates"; }
-  // `gates`: how many gates the channel has in the graph (0: not known here, as for an ack).
-  Channel* Get(const std::string& channel, int64_t gates = 0);
+  // `gates`: how many gates the channel has in the graph (0: not known here, as for an ack);
+  // `channels`: how many gated channels leave this task in the graph (0: not known).
+  Channel* Get(const std::string& channel, int64_t gates = 0, int64_t channels = 0);
   // Order in which steps reached this process (HostLink serves the oldest first).
   int64_t seq() const { return seq_; }
   bool keyed() const { return keyed_; }
   int64_t step_id() const { return step_id_; }
-  // Every channel seen has released all of its gates and holds no unacknowledged credit.
+  // Every channel leaving this task was seen, has released all of its gates and holds no
+  // unacknowledged credit.
   bool Finished() const;
 
  private:
@@ -180,6 +182,7 @@ class StepGates : public tensorflow::ResourceBase {
   mutable tensorflow::mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<Channel>> channels_;
   std::unordered_map<const Channel*, int64_t> gates_;  // per channel, as the pass counted them
+  int64_t channels_leaving_ = 0;                       // as the pass counted them
 };
 
 // The state of step `step_id` for kernels whose step container every step shares (TensorFlow 2's

@@ -32,6 +32,7 @@ REGISTER_OP("TfschedGate")
     .Attr("channel: string")
     .Attr("priority: int >= 0")
     .Attr("channel_size: int >= 1")
+    .Attr("sender_channels: int >= 0 = 0")
     .Attr("timeout_ms: int >= 0 = 60000")
     .Attr("ordered: bool = true")
     .Attr("credit: int >= 0 = 0")
@@ -47,6 +48,7 @@ another task.
 channel: "<sender task>-><receiver task>".
 priority: number of gates of this channel that go before this one (ties share a number).
 channel_size: number of gates of this channel in the graph.
+sender_channels: number of gated channels leaving the sending task in the graph (0: not known).
 timeout_ms: longest wait; then the tensor goes anyway and the event is counted (0: no limit).
 ordered: true: wait until `priority` gates of the channel were released (TicTac's per-step
   counters); false: the highest-priority gate that has arrived goes first (ByteScheduler's queue).
@@ -227,6 +229,7 @@ class TfschedGateOp : public AsyncOpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("channel", &channel_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("priority", &priority_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("channel_size", &channel_size_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("sender_channels", &sender_channels_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("timeout_ms", &timeout_ms_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("ordered", &ordered_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("credit", &credit_));
@@ -261,7 +264,7 @@ class TfschedGateOp : public AsyncOpKernel {
       done();
       return;
     }
-    Channel* channel = w->gates->Get(channel_, channel_size_);
+    Channel* channel = w->gates->Get(channel_, channel_size_, sender_channels_);
     w->channel = channel;
     w->size = ctx->input(0).NumElements();
     if (sent_) {  // the output's last reference gives the credit back (SentBuffer)
@@ -351,6 +354,7 @@ class TfschedGateOp : public AsyncOpKernel {
   std::string channel_;
   int64_t priority_ = 0;
   int64_t channel_size_ = 1;
+  int64_t sender_channels_ = 0;
   int64_t timeout_ms_ = 0;
   bool ordered_ = true;
   int64_t credit_ = 0;

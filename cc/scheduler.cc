@@ -742,6 +742,10 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
     }
     for (int i : ids) xfers[i].channel_size = position;
   }
+  // How many gated channels leave each sending task: a step's state there is finished only once
+  // it has seen them all (a TensorFlow 2 call's part on one task may send to several).
+  std::map<std::string, int64_t> leaving;
+  for (const auto& [name, ids] : channels) ++leaving[xfers[ids.front()].sender];
 
   // Credit needs every acknowledgement to run in the step: they are tied to a fetched node that
   // no transfer depends on (else the step would wait on itself). A credit returned when sent
@@ -826,6 +830,7 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
       attr["channel"].set_s(channel);
       attr["priority"].set_i(t.priority + (t.tied ? 0 : i));
       attr["channel_size"].set_i(t.channel_size);
+      attr["sender_channels"].set_i(leaving[t.sender]);
       attr["timeout_ms"].set_i(timeout_ms_);
       // The last slice is the shortest; a size unknown here (0) is acknowledged to be safe.
       const int64_t size = t.slices > 1

@@ -24,9 +24,10 @@ def run_client(
     width: int = 256,
     fail_at: int | None = None,
     fit: bool = False,
+    connect: bool = False,
 ) -> dict:
     args = {"spec": spec, "kwargs": kwargs, "steps": steps, "layers": layers, "width": width}
-    args.update(fail_at=fail_at, fit=fit)
+    args.update(fail_at=fail_at, fit=fit, connect=connect)
     done = subprocess.run(
         [sys.executable, CLIENT, json.dumps(args)],
         env=task_env(),
@@ -79,6 +80,23 @@ def test_keras_fit_trains_bitwise_identical(one_worker):
         assert s["steps"] == steps and s["live_steps"] == 0 and s["timeouts"] == 0, s
         assert s["acked"] > 0  # the credit's acknowledgements came back
     assert scheduled["stats"]["/job:ps/task:0"]["waited"] > 0
+
+
+def test_a_connected_clusters_functions_train_bitwise_identical(one_worker):
+    """No strategy: the coordinator joins the cluster with ``experimental_connect_to_cluster``,
+    holds the variables on the PS and runs its own function with the model on the worker. The
+    pass gates the function's parts on both tasks: the same losses and variables as vanilla."""
+    steps = 6
+    vanilla = run_client(one_worker.spec, None, steps=steps, connect=True)
+    for kwargs in ({}, {"partition": 20_000, "credit": 40_000}):
+        scheduled = run_client(one_worker.spec, kwargs, steps=steps, connect=True)
+        assert scheduled["losses"] == vanilla["losses"], kwargs
+        assert scheduled["variables"] == vanilla["variables"], kwargs
+        ps, worker = scheduled["stats"]["/job:ps/task:0"], scheduled["stats"]["/job:worker/task:0"]
+        for s in (ps, worker):
+            assert s["steps"] == steps and s["live_steps"] == 0 and s["timeouts"] == 0, (kwargs, s)
+        # the 10 variables' reads on the PS, their gradients on the worker, a call
+        assert ps["released"] >= 10 * steps and worker["released"] >= 10 * steps, (kwargs, ps, worker)
 
 
 def test_two_workers_calls_at_once_leave_no_state():

@@ -6,7 +6,8 @@ cluster of ARGS_JSON's ``spec`` (its PS and workers serving already), with tfsch
 the final variables' bytes (hashed), and each task's gate counters once its steps are over. With
 ``fail_at`` K, the K-th call fails on the worker in its backward pass (its pulls arrived, some of
 its pushes went and the first layer's kernel's never comes): the line then holds the error's type
-and how long the calls took to end. With ``fit``, Keras's ``model.fit`` runs the steps instead.
+and how long the calls took to end. With ``fit``, Keras's ``model.fit`` runs the steps instead;
+with ``connect``, no strategy: a function of the coordinator's own (``connect``).
 
 A process of its own: the pass goes into the process's eager context, which a test process shares
 with every other test.
@@ -32,6 +33,8 @@ def main(args: dict) -> dict:
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(spec), task_type="chief", task_id=0, rpc_layer="grpc"
     )
+    if args.get("connect"):
+        return connect(args, resolver)
     strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
     if args.get("fit"):
         return fit(args, strategy)
@@ -125,6 +128,46 @@ def fit(args: dict, strategy) -> dict:
     blob = b"".join(v.numpy().tobytes() for v in model.trainable_variables)
     return {
         "losses": [float(v) for v in history.history["loss"]],
+        "variables": hashlib.sha256(blob).hexdigest(),
+        "stats": growth(before, counters(args, settle=True)),
+    }
+
+
+def connect(args: dict, resolver) -> dict:
+    """No strategy: the coordinator joins the cluster (``experimental_connect_to_cluster``), puts
+    the variables on the PS and runs a function whose model is on the worker, ``steps`` times."""
+    import numpy as np
+    import tensorflow as tf
+
+    tf.config.experimental_connect_to_cluster(
+        resolver, job_name="chief", task_index=0, make_master_device_default=False
+    )
+    width = args["width"]
+    rs = np.random.RandomState(0)
+    shapes = [s for _ in range(args["layers"]) for s in ((width, width), (width,))] + [(width, 10), (10,)]
+    with tf.device("/job:ps/task:0"):
+        variables = [tf.Variable(rs.uniform(-0.1, 0.1, s).astype("float32")) for s in shapes]
+    x = tf.constant(rs.uniform(-1, 1, (8, width)).astype("float32"))
+    y = tf.constant(rs.uniform(-1, 1, (8, 10)).astype("float32"))
+
+    @tf.function
+    def step(x, y):
+        with tf.device("/job:worker/task:0"):
+            with tf.GradientTape() as tape:
+                h = x
+                for kernel, bias in zip(variables[:-2:2], variables[1:-2:2], strict=True):
+                    h = tf.tanh(h @ kernel + bias)
+                loss = tf.reduce_mean((h @ variables[-2] + variables[-1] - y) ** 2)
+            updates = [0.01 * g for g in tape.gradient(loss, variables)]
+        for v, u in zip(variables, updates, strict=True):
+            v.assign_sub(u)
+        return loss
+
+    before = counters(args, settle=False)
+    losses = [float(step(x, y)) for _ in range(args["steps"])]
+    blob = b"".join(v.numpy().tobytes() for v in variables)
+    return {
+        "losses": losses,
         "variables": hashlib.sha256(blob).hexdigest(),
         "stats": growth(before, counters(args, settle=True)),
     }

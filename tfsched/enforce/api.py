@@ -312,7 +312,8 @@ def enable_functions(**kwargs):
     the config it put in force.
 
     For TensorFlow 2's ``ParameterServerStrategy`` with a ``ClusterCoordinator``, or functions run
-    on a cluster joined with ``tf.config.experimental_connect_to_cluster``. Every task is started
+    on a cluster joined with ``tf.config.experimental_connect_to_cluster`` (under the
+    coordinator's own job name, e.g. ``job_name="chief", task_index=0``). Every task is started
     with ``start_server``, as for sessions. Call it in the coordinator before the strategy is made
     (before any function runs: each thread keeps the options of its first call). The pass then
     gates the transfers of every function the workers instantiate, and the gates keep each call's
