@@ -99,6 +99,22 @@ def test_a_connected_clusters_functions_train_bitwise_identical(one_worker):
         assert ps["released"] >= 10 * steps and worker["released"] >= 10 * steps, (kwargs, ps, worker)
 
 
+def test_two_ps_one_state_per_call_on_the_worker():
+    """Two PS: the strategy spreads the variables over both, so the worker's part of a call pushes
+    to two tasks. It keeps one state per call there, none left after, and training is vanilla's
+    bit for bit."""
+    steps = 8
+    with LocalCluster(ps=2, workers=1) as c:
+        vanilla = run_client(c.spec, None, steps=steps)
+        scheduled = run_client(c.spec, {"partition": 20_000, "credit": 40_000}, steps=steps)
+    assert scheduled["losses"] == vanilla["losses"] and scheduled["variables"] == vanilla["variables"]
+    worker = scheduled["stats"]["/job:worker/task:0"]
+    assert worker["steps"] == steps, worker
+    for device, s in scheduled["stats"].items():
+        assert s["live_steps"] == 0 and s["timeouts"] == 0, (device, s)
+        assert s["released"] > 0, (device, s)  # both PS send, and the worker sends to both
+
+
 def test_two_workers_calls_at_once_leave_no_state():
     """Two workers' calls on the one PS at once: each has its own state there, none is left."""
     steps = 10
