@@ -135,9 +135,11 @@ def test_a_failed_call_frees_its_state_on_every_task():
     (TensorFlow 2 shares one step container among the calls: the state is freed when the call's
     cancellation manager fires, not after minutes of idling), and the cluster trains on as before."""
     with LocalCluster(ps=1, workers=1) as c:
-        first = run_client(c.spec, {}, steps=4)
-        full = first["stats"]["/job:worker/task:0"]["released"] / 4  # a whole call's pushes
+        first = None
         for kwargs, fail_at in (({}, 3), ({"partition": 20_000, "credit": 40_000, "host_credit": True}, 0)):
+            whole = run_client(c.spec, kwargs, steps=4)
+            first = first or whole
+            full = whole["stats"]["/job:worker/task:0"]["released"] / 4  # a whole call's gates there
             failed = run_client(c.spec, kwargs, steps=6, fail_at=fail_at)
             # the error came back at once, not after a gate's timeout (60 s)
             assert failed["error"] == "InvalidArgumentError" and failed["seconds"] < 30, failed
