@@ -248,17 +248,15 @@ class TfschedGateOp : public AsyncOpKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     // Zero-copy pass-through: the output shares the input's buffer (with credit_return "sent",
     // through a SentBuffer, set below: an output is set once).
-    if (!sent_ || ctx->step_container() == nullptr) ctx->set_output(0, ctx->input(0));
+    if (!sent_) ctx->set_output(0, ctx->input(0));
     Stats& stats = GlobalStats();
-    if (ctx->step_container() == nullptr) {
-      // No per-step container (e.g. a function runtime): do not order rather than risk a hang.
-      stats.released.fetch_add(1);
-      done();
-      return;
-    }
     auto w = std::make_shared<Waiter>();
-    OP_REQUIRES_OK_ASYNC(ctx, StepState(ctx, true, &w->gates), done);
-    if (w->gates == nullptr) {  // no state can be kept for this step: do not order
+    if (ctx->step_container() != nullptr) {
+      OP_REQUIRES_OK_ASYNC(ctx, StepState(ctx, true, &w->gates), done);
+    }
+    if (w->gates == nullptr) {
+      // No state can be kept for this step (no per-step container, or a shared one and no
+      // cancellation manager to end it): do not order rather than risk a hang.
       if (sent_) ctx->set_output(0, ctx->input(0));
       stats.released.fetch_add(1);
       done();
