@@ -31,6 +31,15 @@ def start_server(cluster, job_name, task_index, **kwargs):
     return _start_server(cluster, job_name, task_index, **kwargs)
 
 
+def trace_functions(cluster, path=None, *, seconds, functions=(), **kwargs):
+    """Profile a TensorFlow 2 cluster while a ``with`` block's steps run; per-op times and every
+    transfer of the calls, as ``tfsched trace`` records a session's steps (see
+    :class:`tfsched.tracing.functions.FunctionTracer`)."""
+    from tfsched.tracing.functions import FunctionTracer
+
+    return FunctionTracer(cluster, path, seconds=seconds, functions=functions, **kwargs)
+
+
 def ps_strategy(path: str, ps_tasks: int):
     """``replica_device_setter``'s ``ps_strategy`` from a placement file (``tfsched analyze
     GRAPH --placement FILE``): each variable to the PS the plan gives it, so that the PS exchange
@@ -41,4 +50,12 @@ def ps_strategy(path: str, ps_tasks: int):
     return load_placement(path, ps_tasks)
 
 
-__all__ = ["TfschedError", "__version__", "enable", "enable_functions", "ps_strategy", "start_server"]
+__all__ = [
+    "TfschedError",
+    "__version__",
+    "enable",
+    "enable_functions",
+    "ps_strategy",
+    "start_server",
+    "trace_functions",
+]

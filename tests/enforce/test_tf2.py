@@ -3,6 +3,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -25,9 +26,11 @@ def run_client(
     fail_at: int | None = None,
     fit: bool = False,
     connect: bool = False,
+    trace: str | None = None,
+    window: float = 8.0,
 ) -> dict:
     args = {"spec": spec, "kwargs": kwargs, "steps": steps, "layers": layers, "width": width}
-    args.update(fail_at=fail_at, fit=fit, connect=connect)
+    args.update(fail_at=fail_at, fit=fit, connect=connect, trace=trace, window=window)
     done = subprocess.run(
         [sys.executable, CLIENT, json.dumps(args)],
         env=task_env(),
@@ -152,6 +155,73 @@ def test_a_failed_call_frees_its_state_on_every_task():
         again = run_client(c.spec, {}, steps=4)
     assert again["losses"] == first["losses"] and again["variables"] == first["variables"]
     assert all(s["live_steps"] == 0 for s in again["stats"].values())
+
+
+def _by_source(transfers, src_job: str) -> dict:
+    """Bytes a traced step moved from tasks of ``src_job``, per tensor of the graph (a gate's or
+    a slice's counted as the tensor it forwards; the pass's acknowledgements and credit left out)."""
+    from tfsched.tracing.replay import scheduled_tensor
+
+    out: dict[str, int] = {}
+    for t in transfers:
+        source = scheduled_tensor(t.tensor)
+        if f"/job:{src_job}/" in t.src and source:
+            out[source] = out.get(source, 0) + t.bytes
+    return out
+
+
+@pytest.mark.parametrize(
+    "kwargs", [None, {"partition": 20_000, "credit": 40_000}], ids=["vanilla", "partition-credit"]
+)
+def test_traced_calls_record_every_transfer_with_its_bytes(one_worker, tmp_path, kwargs):
+    """``tfsched.trace_functions`` around a coordinator's calls (4 dense layers of 256, on 1 PS):
+    each call that ran inside the window is a step, with ops on both tasks and, per step, every
+    variable pulled and its gradient pushed with their bytes (summed over the slices where the
+    pass partitions the 256 x 256 kernels into four), the pushes told apart by the output of the
+    gradients' IdentityN they carry. Tracing changes no value: the losses are vanilla's bit for
+    bit. ``tfsched viz`` draws the trace."""
+    from click.testing import CliRunner
+
+    from tfsched.cli import main
+    from tfsched.tracing.trace import Trace
+
+    path = str(tmp_path / "tf2.trace.json")
+    out = run_client(one_worker.spec, kwargs, steps=1, trace=path)
+    vanilla = run_client(one_worker.spec, None, steps=len(out["losses"]))
+    assert out["losses"] == vanilla["losses"]
+    trace = Trace.load(path)
+    assert 3 <= trace.steps < len(out["losses"]), (trace.steps, len(out["losses"]))
+    assert trace.meta["api"] == "tf2-functions" and trace.meta["missing_transfers"] == {}
+    variables = sorted([4 * 256 * 256] * 4 + [4 * 256] * 4 + [4 * 256 * 10, 4 * 10])
+    ps, worker = "/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0"
+    for k in range(trace.steps):
+        ops = [o for o in trace.ops if o.step == k]
+        assert {o.device for o in ops} == {ps, worker}, k
+        assert any(o.op == "AssignSubVariableOp" and o.device == ps for o in ops), k
+        moved = [t for t in trace.transfers if t.step == k]
+        assert {(t.src, t.dst) for t in moved} == {(ps, worker), (worker, ps)}, k
+        for t in moved:
+            assert 0 <= t.start_us <= t.start_us + t.duration_us <= trace.step_times_us[k] + 1, t
+        pulls, pushes = _by_source(moved, "ps"), _by_source(moved, "worker")
+        assert sorted(b for b in pulls.values() if b >= 40) == variables, (k, pulls)
+        gradients = [b for t, b in pushes.items() if "IdentityN" in t]
+        assert sorted(gradients) == variables, (k, pushes)
+        slices = [t for t in moved if re.search(r"/tfsched(_\d+)?_to_[^/]*_gate_\d+:0$", t.tensor)]
+        if kwargs:
+            assert any(o.op == "TfschedGate" for o in ops), k
+            assert len(slices) == 2 * 4 * 4, (k, [t.tensor for t in slices])  # 4 kernels x 4 slices, each way
+            assert {t.bytes for t in slices} == {4 * 256 * 256 // 4}, k
+        else:
+            assert not slices and not any(o.op == "TfschedGate" for o in ops), k
+    chrome = str(tmp_path / "tf2.chrome.json")
+    done = CliRunner().invoke(main, ["viz", path, "-o", chrome])
+    assert done.exit_code == 0, done.output
+    with open(chrome) as f:
+        events = json.load(f)
+    tracks = {e["args"]["name"] for e in events["traceEvents"] if e["name"] == "thread_name"}
+    assert tracks >= {"compute CPU:0", f"recv from {ps[: -len('/device:CPU:0')]}"}, tracks
+    drawn = [e for e in events["traceEvents"] if e["ph"] == "X" and e["cat"] == "transfer"]
+    assert len(drawn) == len(trace.transfers), (len(drawn), len(trace.transfers))
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,8 @@ the final variables' bytes (hashed), and each task's gate counters once its step
 ``fail_at`` K, the K-th call fails on the worker in its backward pass (its pulls arrived, some of
 its pushes went and the first layer's kernel's never comes): the line then holds the error's type
 and how long the calls took to end. With ``fit``, Keras's ``model.fit`` runs the steps instead;
-with ``connect``, no strategy: a function of the coordinator's own (``connect``).
+with ``connect``, no strategy: a function of the coordinator's own (``connect``); with ``trace``,
+calls inside a profiling window (``traced``).
 
 A process of its own: the pass goes into the process's eager context, which a test process shares
 with every other test.
@@ -65,6 +66,8 @@ def main(args: dict) -> dict:
     before = counters(args, settle=False)
     oks = [tf.constant(i != args.get("fail_at")) for i in range(args["steps"])]
     start = time.monotonic()
+    if args.get("trace"):
+        return traced(args, resolver, coordinator, step, (x, y, tf.constant(True)))
     losses = [coordinator.schedule(step, args=(x, y, ok)) for ok in oks]
     try:
         coordinator.join()
@@ -83,6 +86,24 @@ def main(args: dict) -> dict:
         "variables": hashlib.sha256(blob).hexdigest(),
         "stats": growth(before, after),
     }
+
+
+def traced(args: dict, resolver, coordinator, step, inputs) -> dict:
+    """One call, then calls one after the other for ``args["window"]`` - 2 s inside a profiling
+    window of ``args["window"]`` s (``tfsched.trace_functions``), written to ``args["trace"]``:
+    every call's loss and how many calls ran."""
+    import numpy as np
+
+    import tfsched
+
+    losses = [coordinator.schedule(step, args=inputs)]
+    coordinator.join()  # traced outside the window, as a user's first step
+    with tfsched.trace_functions(resolver, args["trace"], seconds=args["window"], functions=[step]):
+        until = time.monotonic() + args["window"] - 2
+        while time.monotonic() < until:
+            losses.append(coordinator.schedule(step, args=inputs))
+            coordinator.join()
+    return {"losses": [float(np.float32(r.fetch())) for r in losses]}
 
 
 def make_model(keras, strategy, args: dict):

@@ -1,0 +1,136 @@
+"""TensorFlow 2 function traces (``tfsched.tracing.functions``): from the records of the tasks'
+profiles to a Trace, worked out by hand. The real cluster's profile is read in
+``tests/enforce/test_tf2.py::test_traced_calls_record_every_transfer_with_its_bytes``."""
+
+import pytest
+
+from tfsched.errors import TfschedError
+from tfsched.tracing.functions import FunctionTracer, Sizes, _slice_bytes, _Task, build_trace
+
+PS = "/job:ps/replica:0/task:0/device:CPU:0"
+WORKER = "/job:worker/replica:0/task:0/device:CPU:0"
+US = 1_000_000  # picoseconds
+
+
+class _NoGraphs(Sizes):
+    """Sizes from a table: tensor -> (elements, bytes each); every node one output."""
+
+    def __init__(self, table):
+        super().__init__()
+        self.table = table
+
+    def elements(self, tensor):
+        return self.table.get(tensor, (0, 0))
+
+
+def _cluster(calls_on_ps=None):
+    """Call 7 pulls w (1,000 floats) from the PS and pushes its gradient g; call 8's part on the
+    PS began before the window; call 9 (the runtime's copy of a result) moves nothing."""
+    ps, worker = _Task(PS), _Task(WORKER)
+    ps.calls = calls_on_ps or {7: [100 * US, 900 * US, 1, 1], 8: [None, 950 * US, 0, 1]}
+    worker.calls = {
+        7: [90 * US, 1000 * US, 1, 1],
+        8: [920 * US, 1500 * US, 1, 1],
+        9: [1100 * US, 1200 * US, 1, 1],
+    }
+    ps.sends[(WORKER, "w/read/_3")] = (PS, "w/read", "matmul")
+    worker.sends[(PS, "g/_5")] = (WORKER, "g", "apply")
+    worker.recvs = [(7, "w/read/_4", 110 * US, 300 * US), (8, "w/read/_4", 930 * US, 990 * US)]
+    ps.recvs = [(7, "g/_6", 120 * US, 800 * US)]
+    worker.ops = [(7, "matmul", "MatMul", 300 * US, 50 * US), (9, "input/_1", "_Send", 1100 * US, 5 * US)]
+    ps.ops = [(7, "apply", "AssignSubVariableOp", 810 * US, 10 * US)]
+    return [ps, worker]
+
+
+class TestBuildTrace:
+    def test_a_call_is_a_step_when_every_task_saw_it_whole_and_it_moved_a_tensor(self):
+        trace = build_trace(_cluster(), _NoGraphs({"w/read:0": (1000, 4), "g:0": (1000, 4)}))
+        assert trace.steps == 1
+        assert trace.step_times_us == [910.0]  # from the worker's start at 90 us to its end at 1000
+        pull, push = sorted(trace.transfers, key=lambda t: t.src)
+        assert (pull.src, pull.dst, pull.tensor, pull.bytes) == (PS, WORKER, "w/read:0", 4000)
+        assert (pull.start_us, pull.duration_us) == (20.0, 190.0)
+        assert (push.src, push.dst, push.tensor, push.bytes) == (WORKER, PS, "g:0", 4000)
+        assert sorted((o.device, o.node, o.start_us) for o in trace.ops) == [
+            (PS, "apply", 720.0),
+            (WORKER, "matmul", 210.0),
+        ]
+        assert trace.meta["missing_transfers"] == {} and trace.meta["unsized"] == []
+
+    def test_only_the_named_functions_calls(self):
+        tasks = _cluster()
+        tasks[1].functions = {7: "__inference_step_1"}
+        assert build_trace(tasks, _NoGraphs({}), functions={"__inference_step_1"}).steps == 1
+        assert build_trace(tasks, _NoGraphs({}), functions={"__inference_other_2"}).steps == 0
+
+    def test_a_part_that_ran_twice_and_ended_once_is_not_whole(self):
+        tasks = _cluster(calls_on_ps={7: [100 * US, 900 * US, 2, 1], 8: [None, 950 * US, 0, 1]})
+        assert build_trace(tasks, _NoGraphs({})).steps == 0
+
+    def test_slices_share_their_tensor_as_the_pass_cuts_it(self):
+        ps, worker = _cluster()
+        worker.recvs, ps.recvs = [], []
+        for i in range(3):  # sends _10, _12, _14; receives one after each
+            gate = f"w/read/tfsched_to_worker_0_gate_{i}"
+            ps.sends[(WORKER, f"{gate}/_{10 + 2 * i}")] = (PS, gate, "w/read/tfsched_concat")
+            worker.recvs.append((7, f"{gate}/_{11 + 2 * i}", 110 * US, 200 * US))
+        trace = build_trace([ps, worker], _NoGraphs({"w/read:0": (1000, 4)}))
+        assert [t.bytes for t in sorted(trace.transfers, key=lambda t: t.tensor)] == [1344, 1344, 1312]
+        assert sum(t.bytes for t in trace.transfers) == 4000
+
+    def test_a_receive_whose_send_was_not_seen_is_missing_not_guessed(self):
+        ps, worker = _cluster()
+        ps.sends.clear()
+        trace = build_trace([ps, worker], _NoGraphs({"g:0": (1000, 4)}))
+        assert trace.meta["missing_transfers"] == {"0": ["w/read/_4"]}
+        assert [t.tensor for t in trace.transfers] == ["g:0"]
+
+    def test_a_tensor_of_no_graph_is_named_unsized(self):
+        trace = build_trace(_cluster(), _NoGraphs({"g:0": (1000, 4)}))
+        assert trace.meta["unsized"] == ["w/read:0"]
+        assert {t.tensor: t.bytes for t in trace.transfers} == {"w/read:0": 0, "g:0": 4000}
+
+
+def test_slice_bytes_follow_the_pass():
+    # Slicing (cc/scheduler.cc): 100,000 floats in 3: 33,334 rounded up to 16 floats (64 bytes)
+    assert [_slice_bytes(100_000, 4, 3, i) for i in range(3)] == [4 * 33_344, 4 * 33_344, 4 * 33_312]
+    assert _slice_bytes(10, 8, 1, 0) == 80
+
+
+@pytest.mark.tf
+def test_sizes_tell_a_multi_output_nodes_outputs_apart_by_their_reader():
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        a, b = tf.raw_ops.IdentityN(input=[tf.zeros([3, 4]), tf.zeros([5], tf.float64)], name="grads")
+        tf.identity(a, name="use_a")
+        tf.identity(b, name="use_b")
+    sizes = Sizes([g])
+    assert sizes.tensor("grads", "use_b") == "grads:1" and sizes.elements("grads:1") == (5, 8)
+    assert sizes.tensor("grads", "use_a") == "grads:0" and sizes.elements("grads:0") == (12, 4)
+    assert sizes.tensor("grads", "fused_elsewhere") == "grads:0"  # the reader is not in the graph
+    assert sizes.elements("nowhere:0") == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("cluster", "seconds", "words"),
+    [
+        ({"ps": ["h:1"], "worker": ["h:2"]}, 0, "seconds must be a window"),
+        ({"ps": ["h:1"], "worker": ["h:2"]}, True, "seconds must be a window"),
+        ({"chief": ["h:3"]}, 5, "no task of the jobs"),
+        ({}, 5, "cluster must be"),
+    ],
+)
+def test_bad_settings_are_one_error(cluster, seconds, words):
+    with pytest.raises(TfschedError, match=words):
+        FunctionTracer(cluster, seconds=seconds)
+
+
+def test_the_chief_is_left_out_and_every_other_task_is_profiled():
+    tracer = FunctionTracer({"chief": ["c:1"], "ps": ["p:1", "p:2"], "worker": {0: "w:1"}}, seconds=5)
+    assert tracer.devices == {
+        "p:1": "/job:ps/replica:0/task:0/device:CPU:0",
+        "p:2": "/job:ps/replica:0/task:1/device:CPU:0",
+        "w:1": "/job:worker/replica:0/task:0/device:CPU:0",
+    }

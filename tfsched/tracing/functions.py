@@ -1,0 +1,422 @@
+"""Tracing TensorFlow 2's functions (``ParameterServerStrategy``): per-op times and every
+cross-task transfer of real calls, as a :class:`Trace`.
+
+A session's step stats (``collector``) do not exist for functions: TensorFlow 2 runs each call of
+a ``tf.function`` as components on the tasks it touches (the worker's part, the PS's part), and
+what they did is seen only by TensorFlow's profiler. Every task's ``tf.distribute.Server`` serves
+the profiler's gRPC service at its own address, so the coordinator can profile the PS and the
+workers while its steps run (``tf.profiler.experimental.client.trace``), with nothing started on
+the tasks. Each task then gives an XSpace (``*.xplane.pb``); what tfsched reads of it, per thread
+("line") of the host plane:
+
+- ``ExecutorState::Process`` (stat ``id``: the call's step id, the same on every task of the call)
+  encloses the op events it ran, named ``node:OpType``;
+- an asynchronous kernel (a ``_Recv``) starts in ``ExecutorState::ProcessAsync::Start`` and ends at
+  ``ExecutorState::ProcessAsync::Done``, both with stats ``name``, ``kernel_type`` and ``step_id``:
+  a received tensor's transfer, timed by its receiver, as a session's ``RecvTensor`` is;
+- a ``_Send`` op's stats name the rendezvous key ``src device;incarnation;dst device;edge;frame``
+  and the node it sends (``from``): where a receiver's tensor comes from;
+- ``FunctionRun`` and ``ExecutorDoneCallback`` (stat ``id``) start and end a call's part on the
+  task. A call is traced when its parts started and ended inside the profiling window on every
+  task that ran one.
+
+Bytes are not in the profile: they come from the functions' graphs (``functions``), whose node
+names the instantiated components keep. A slice of a partitioned transfer (tfsched's pass, named
+``SRC/tfsched_to_TASK_gate_I``) gets its share of the source tensor by the pass's rule
+(``Slicing`` in cc/scheduler.cc, from the slices seen). A tensor the graphs do not have (an edge
+the partitioner adds for control dependencies) is recorded with 0 bytes and named in the trace's
+``meta["unsized"]``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from tfsched.errors import TfschedError
+from tfsched.tracing.replay import scheduled_tensor
+from tfsched.tracing.trace import MISSING, OpRecord, Trace, TransferRecord
+
+# kernels whose Start..Done is a transfer into this task
+RECV_KERNELS = frozenset({"_Recv", "_HostRecv"})
+# an op's event: "node:OpType" (the runtime's own are "Class::Method")
+_OP_EVENT = re.compile(r"^[^:]+:[A-Za-z_][A-Za-z0-9_]*$")
+# a slice's gate (cc/scheduler.cc): "SRC/tfsched[_PORT]_to_TASK_gate_I"
+_SLICE = re.compile(r"/tfsched(?:_\d+)?_to_[^/]*_gate_(?P<index>\d+)$")
+# how long the servers take to start profiling once asked (measured: well under 0.1 s on the
+# emulated cluster); calls that begin before are dropped, not mis-timed
+START_WAIT_S = 0.5
+
+
+@dataclass
+class _Task:
+    """What one task's profile holds, in picoseconds of its clock."""
+
+    device: str
+    ops: list = field(default_factory=list)  # (step id, node, op type, start, duration)
+    recvs: list = field(default_factory=list)  # (step id, recv node, start, end)
+    # (dst device, send node) -> (src device, the node it sends, the node it sends to)
+    sends: dict = field(default_factory=dict)
+    # step id -> [first FunctionRun start, last ExecutorDoneCallback end, runs, dones]
+    calls: dict = field(default_factory=dict)
+    functions: dict = field(default_factory=dict)  # step id -> the function called (where launched)
+
+
+def _stats(plane, stats) -> dict:
+    meta = plane.stat_metadata
+    out = {}
+    for s in stats:
+        kind = s.WhichOneof("value")
+        value = getattr(s, kind) if kind else None
+        out[meta[s.metadata_id].name] = meta[value].name if kind == "ref_value" else value
+    return out
+
+
+def read_task(space, device: str) -> _Task:
+    """The records of one task's XSpace (``device``: the task's device, e.g.
+    ``/job:ps/replica:0/task:0/device:CPU:0``)."""
+    task = _Task(device)
+    async_starts: dict[tuple[int, str], int] = {}  # (step id, node) -> start
+    for plane in space.planes:
+        if plane.name != "/host:CPU":
+            continue
+        names = plane.event_metadata
+        for line in plane.lines:
+            base = line.timestamp_ns * 1000
+            events = sorted(line.events, key=lambda e: e.offset_ps)
+            step, step_end = None, -1  # the ExecutorState::Process this thread is in
+            function, function_end = None, -1  # the EagerExecute (a call's launch) it is in
+            for e in events:
+                start, name = base + e.offset_ps, names[e.metadata_id].name
+                end = start + e.duration_ps
+                if name == "ExecutorState::Process":
+                    step, step_end = _stats(plane, e.stats).get("id"), end
+                elif name == "EagerExecute":
+                    function, function_end = _stats(plane, e.stats).get("eager_op"), end
+                elif name.startswith("ExecutorState::ProcessAsync::"):
+                    s = _stats(plane, e.stats)
+                    key = (s.get("step_id"), s.get("name", ""))
+                    if name.endswith("::Start"):
+                        async_starts[key] = start
+                    elif name.endswith("::Done") and key in async_starts:
+                        began = async_starts.pop(key)
+                        if s.get("kernel_type") in RECV_KERNELS:
+                            task.recvs.append((key[0], key[1], began, start))
+                        else:  # a waiting kernel (tfsched's gate): an op from launch to done
+                            task.ops.append((key[0], key[1], s.get("kernel_type", ""), began, start - began))
+                elif name in ("FunctionRun", "ExecutorDoneCallback"):
+                    call = task.calls.setdefault(_stats(plane, e.stats).get("id"), [None, None, 0, 0])
+                    if name == "FunctionRun":
+                        call[0] = start if call[0] is None else min(call[0], start)
+                        call[2] += 1
+                        if function is not None and start < function_end:
+                            task.functions[_stats(plane, e.stats).get("id")] = function
+                    else:
+                        call[1] = end if call[1] is None else max(call[1], end)
+                        call[3] += 1
+                elif step is not None and start < step_end and _OP_EVENT.match(name):
+                    node, _, op = name.rpartition(":")
+                    task.ops.append((step, node, op, start, e.duration_ps))
+                    if op == "_Send":
+                        s = _stats(plane, e.stats)
+                        parts = str(s.get("key", "")).split(";")
+                        if len(parts) >= 3 and s.get("from"):
+                            task.sends[(parts[2], node)] = (parts[0], s["from"], s.get("to", ""))
+    return task
+
+
+class Sizes:
+    """What the functions' graphs (``tf.Graph``s) say of a transfer's tensor: which output of
+    its node it is, and its size."""
+
+    def __init__(self, graphs=()):
+        self.ops = {}
+        for g in graphs:
+            for op in g.get_operations():
+                self.ops.setdefault(op.name, op)
+
+    def tensor(self, sent: str, to: str) -> str:
+        """The tensor a ``_Send`` of node ``sent`` to node ``to`` carries: ``sent``'s only
+        output, the output ``to`` reads in the graphs, or (a gate's) the one its name gives."""
+        op = self.ops.get(sent)
+        if op is not None and len(op.outputs) > 1:
+            consumer = self.ops.get(to)
+            ports = (
+                {t.value_index for t in consumer.inputs if t.op.name == sent}
+                if consumer is not None
+                else set()
+            )
+            if len(ports) == 1:
+                return f"{sent}:{ports.pop()}"
+        return f"{sent}:0"
+
+    def elements(self, tensor: str) -> tuple[int, int]:
+        """(elements, bytes per element) of a statically shaped tensor of the graphs, else (0, 0)."""
+        name, _, port = tensor.rpartition(":")
+        op = self.ops.get(name)
+        if op is None or int(port) >= len(op.outputs):
+            return 0, 0
+        t = op.outputs[int(port)]
+        dtype = t.dtype.base_dtype
+        if not (t.shape.is_fully_defined() and dtype.is_numpy_compatible and dtype.size):
+            return 0, 0
+        return t.shape.num_elements(), dtype.size
+
+
+def _slice_bytes(elements: int, size: int, count: int, index: int) -> int:
+    """Bytes of slice ``index`` of ``count`` of a tensor, by the pass's ``Slicing``: equal slices
+    rounded up to 64 bytes, the last one shorter.
+
+    >>> [_slice_bytes(1000, 4, 3, i) for i in range(3)]
+    [1344, 1344, 1312]
+    """
+    unit = 64 // size if size and 64 % size == 0 else 1
+    each = -(-elements // count)
+    each = -(-each // unit) * unit
+    return size * max(0, min(each, elements - index * each))
+
+
+def build_trace(
+    tasks: list[_Task], sizes: Sizes, meta: dict | None = None, functions: set[str] | None = None
+) -> Trace:
+    """The :class:`Trace` of the calls every task saw whole that received a tensor from another
+    task (of ``functions``, by name, where given), in the order they started; each call is a
+    step, its times relative to its first event on any task. A call that moves nothing between
+    tasks (the runtime's own: the copy of a result to the coordinator) is not a step."""
+    seen: dict[int, list] = defaultdict(list)  # step id -> its parts' [start, end, runs, dones]
+    for t in tasks:
+        for sid, call in t.calls.items():
+            seen[sid].append(call)
+    called = {sid: f for t in tasks for sid, f in t.functions.items()}
+    exchanged = {sid for t in tasks for sid, *_ in t.recvs}
+    whole = {
+        sid: (min(c[0] for c in calls), max(c[1] for c in calls))
+        for sid, calls in seen.items()
+        if all(c[0] is not None and c[1] is not None and c[2] == c[3] for c in calls)
+        and sid in exchanged
+        and (not functions or called.get(sid) in functions)
+    }
+    order = sorted(whole, key=lambda sid: whole[sid][0])
+    index = {sid: k for k, sid in enumerate(order)}
+    trace = Trace(steps=len(order), meta=dict(meta or {}))
+    begin = {sid: whole[sid][0] for sid in order}  # the step's first event on any task
+    for t in tasks:
+        for sid, _node, _op, start, _dur in t.ops:
+            if sid in begin:
+                begin[sid] = min(begin[sid], start)
+        for sid, _node, start, _end in t.recvs:
+            if sid in begin:
+                begin[sid] = min(begin[sid], start)
+    trace.step_times_us = [(whole[sid][1] - begin[sid]) / 1e6 for sid in order]
+    unsized: set[str] = set()
+    unmatched: dict[str, list[str]] = defaultdict(list)
+    for t in tasks:
+        for sid, node, op, start, dur in t.ops:
+            if sid in index:
+                trace.ops.append(
+                    OpRecord(index[sid], t.device, node, op, (start - begin[sid]) / 1e6, dur / 1e6)
+                )
+    sends = {k: v for t in tasks for k, v in t.sends.items()}  # as _Task.sends, of every task
+
+    def sent_by(recv: str, dst: str):
+        """The send of the receive node ``recv`` (``SRC/_N``): the partitioner names an edge's
+        send ``SRC/_K`` and its receive ``SRC/_K+1``, one after the other."""
+        m = re.search(r"/_(\d+)$", recv)
+        return sends.get((dst, f"{recv[: m.start()]}/_{int(m[1]) - 1}")) if m else None
+
+    for t in tasks:
+        received = []  # (step id, node, start, end, src device, tensor)
+        slices = defaultdict(int)  # (step id, source tensor) -> its slices received
+        for sid, node, start, end in t.recvs:
+            if sid not in index:
+                continue
+            send = sent_by(node, t.device)
+            if send is None:
+                unmatched[str(index[sid])].append(node)
+                continue
+            src, sent, to = send
+            tensor = sizes.tensor(sent, to)
+            received.append((sid, node, start, end, src, tensor))
+            if _SLICE.search(sent):
+                slices[(sid, scheduled_tensor(tensor))] += 1
+        for sid, node, start, end, src, tensor in received:
+            source = scheduled_tensor(tensor) or ""
+            elements, size = sizes.elements(source)
+            m = _SLICE.search(tensor.rpartition(":")[0])
+            if m and elements:
+                nbytes = _slice_bytes(elements, size, slices[(sid, source)], int(m["index"]))
+            else:
+                nbytes = elements * size
+            if not nbytes and source:  # not an acknowledgement or credit of the pass's
+                unsized.add(tensor)
+            trace.transfers.append(
+                TransferRecord(
+                    step=index[sid],
+                    edge=node,
+                    tensor=tensor,
+                    bytes=nbytes,
+                    src=src,
+                    dst=t.device,
+                    start_us=(start - begin[sid]) / 1e6,
+                    duration_us=(end - start) / 1e6,
+                )
+            )
+    trace.meta["unsized"] = sorted(unsized)
+    trace.meta[MISSING] = dict(unmatched)
+    return trace
+
+
+def _text(name) -> str:
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def _concrete_graphs(functions) -> tuple[list, set[str]]:
+    """The graphs of ``functions`` (``tf.function``s, every signature they were traced for;
+    ``ConcreteFunction``s; ``tf.Graph``s) and the names their calls run under (none for a
+    graph)."""
+    graphs, names = [], set()
+    for f in functions:
+        if hasattr(f, "get_operations"):
+            graphs.append(f)
+        elif hasattr(f, "graph"):
+            graphs.append(f.graph)
+            names.add(_text(f.name))
+        elif hasattr(f, "_list_all_concrete_functions"):
+            for c in f._list_all_concrete_functions():
+                graphs.append(c.graph)
+                names.add(_text(c.name))
+        else:
+            raise TfschedError(
+                f"functions: {type(f).__name__} is not a tf.function, a ConcreteFunction or a tf.Graph"
+            )
+    if any(hasattr(f, "get_operations") for f in functions):
+        names = set()  # a graph's calls have no name to choose them by
+    return graphs, names
+
+
+def _task_devices(cluster, jobs) -> dict[str, str]:
+    """Address -> task device of every task of ``jobs`` (default: all but the coordinator's
+    ``chief``) of a ClusterSpec, its dict, or a cluster resolver."""
+    if hasattr(cluster, "cluster_spec"):
+        cluster = cluster.cluster_spec()
+    spec = cluster.as_dict() if hasattr(cluster, "as_dict") else cluster
+    if not isinstance(spec, dict) or not spec:
+        raise TfschedError(f"cluster must be a ClusterSpec, its dict or a cluster resolver, got {cluster!r}")
+    out = {}
+    for job, addresses in spec.items():
+        if (jobs is None and job == "chief") or (jobs is not None and job not in jobs):
+            continue
+        if isinstance(addresses, dict):  # {index: address}
+            addresses = [addresses[k] for k in sorted(addresses)]
+        for i, address in enumerate(addresses):
+            out[address] = f"/job:{job}/replica:0/task:{i}/device:CPU:0"
+    if not out:
+        raise TfschedError(f"cluster has no task of the jobs {sorted(jobs or ())} to profile")
+    return out
+
+
+class FunctionTracer:
+    """Profile a cluster's tasks while a block of TensorFlow 2 steps runs; the traced calls are
+    then ``self.trace`` (and written to ``path``, if given).
+
+    Parameters
+    ----------
+    cluster : the cluster (``tf.train.ClusterSpec``, its dict, or the strategy's cluster
+        resolver); every task of ``jobs`` is profiled through its own server's address.
+    path : where to write the trace (``tfsched.trace/1`` JSON, as ``tfsched trace`` writes), or None.
+    seconds : the profiling window. The block's steps must run inside it: leaving the block waits
+        for its end, and a call that began before it or ended after it is dropped.
+    functions : the ``tf.function``s (or concrete functions) the steps run, for the bytes of each
+        transfer; a transfer whose tensor they do not have is recorded with 0 bytes.
+    jobs : the jobs to profile (default: every job but ``chief``, the coordinator's).
+
+    Example
+    -------
+    >>> with tfsched.trace_functions(resolver, "trace.json", seconds=20, functions=[step]):  # doctest: +SKIP
+    ...     for _ in range(4):
+    ...         coordinator.schedule(step)
+    ...     coordinator.join()
+    """
+
+    def __init__(
+        self, cluster, path: str | None = None, *, seconds: float, functions=(), jobs=None, meta=None
+    ):
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 < seconds <= 3600:
+            raise TfschedError(f"seconds must be a window of more than 0 and at most 3600 s, got {seconds!r}")
+        self.devices = _task_devices(cluster, jobs)
+        self.path, self.seconds, self.functions = path, float(seconds), list(functions)
+        self.meta = dict(meta or {})
+        self.trace: Trace | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._logdir: str | None = None
+
+    def _profile(self) -> None:
+        from tensorflow.python.profiler import profiler_client
+
+        try:
+            addresses = ",".join(f"grpc://{a}" for a in self.devices)
+            profiler_client.trace(addresses, self._logdir, int(self.seconds * 1000), num_tracing_attempts=1)
+        except BaseException as e:  # reported when the block ends
+            self._error = e
+
+    def __enter__(self) -> FunctionTracer:
+        self._logdir = tempfile.mkdtemp(prefix="tfsched-profile-")
+        self._thread = threading.Thread(target=self._profile, name="tfsched-profile", daemon=True)
+        self._thread.start()
+        time.sleep(START_WAIT_S)
+        return self
+
+    def __exit__(self, kind, value, tb) -> bool:
+        try:
+            self._thread.join(self.seconds + 120)
+            if kind is not None:
+                return False
+            if self._thread.is_alive():
+                raise TfschedError(
+                    f"profiling {', '.join(self.devices)} did not end within {self.seconds + 120:.0f} s"
+                )
+            if self._error is not None:
+                first = str(self._error).strip().splitlines() or [type(self._error).__name__]
+                raise TfschedError(f"profiling {', '.join(self.devices)} failed: {first[0]}")
+            self.trace = self._read()
+            if self.path:
+                self.trace.save(self.path)
+            return False
+        finally:
+            shutil.rmtree(self._logdir, ignore_errors=True)
+
+    def _read(self) -> Trace:
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+        tasks = []
+        for address, device in self.devices.items():
+            name = address.replace(":", "_") + ".xplane.pb"
+            found = glob.glob(os.path.join(self._logdir, "plugins", "profile", "*", name))
+            if not found:
+                raise TfschedError(f"profiling {address} ({device}) returned no profile")
+            space = xplane_pb2.XSpace()
+            with open(found[0], "rb") as f:
+                space.ParseFromString(f.read())
+            tasks.append(read_task(space, device))
+        meta = {
+            **self.meta,
+            "api": "tf2-functions",
+            "tasks": {d: a for a, d in self.devices.items()},
+            "window_s": self.seconds,
+        }
+        graphs, names = _concrete_graphs(self.functions)
+        trace = build_trace(tasks, Sizes(graphs), meta, names)
+        if trace.steps == 0:
+            raise TfschedError(
+                f"no call ran whole inside the {self.seconds:g} s profiling window: run the steps "
+                "inside the block, and give a window long enough for them"
+            )
+        return trace
