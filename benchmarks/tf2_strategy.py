@@ -13,6 +13,11 @@ and pushes at its own pace). Throughput is the steps over the wall time from the
         --steps 4 --rounds 3 --modes baseline,tio,tio+pc,tio+pc+host --name tf2-vgg16-train
     python benchmarks/tf2_strategy.py --loopback --model small --workers 2 --steps 3 --rounds 2
 
+With ``--traces DIR``, one more round per mode runs inside a profiling window
+(``tfsched.trace_functions``), untimed: its trace goes to ``DIR/MODE.trace.json`` (``tfsched viz``
+draws it) and the Markdown gets each mode's call times (p50, p95) and how long a call waited for
+its last pull.
+
 Modes are ``tfsched bench``'s, with TIO (functions are ordered from their own graph): baseline,
 tio, and ``+pc``, ``+pN``, ``+cN``, ``+host``, ``+aN``, ``+sent``. Writes
 ``benchmarks/results/<name>.json`` and ``.md``.
@@ -98,11 +103,38 @@ def coordinate(args: dict) -> dict:
         coordinator.schedule(step)
     coordinator.join()
     start = time.perf_counter()
-    for _ in range(workers * args["steps"]):
-        coordinator.schedule(step)
-    coordinator.join()
+    if args.get("trace"):  # the same steps inside a profiling window (tfsched.trace_functions)
+        with tfsched.trace_functions(resolver, args["trace"], seconds=args["window_s"], functions=[step]):
+            for _ in range(workers * args["steps"]):
+                coordinator.schedule(step)
+            coordinator.join()
+    else:
+        for _ in range(workers * args["steps"]):
+            coordinator.schedule(step)
+        coordinator.join()
     wall = time.perf_counter() - start
     return {"mode": args["mode"], "steps": workers * args["steps"], "wall_s": wall}
+
+
+def call_times(path: str) -> dict:
+    """What a traced round's calls took (``--traces``): p50 and p95 of the calls' times, and the
+    median time from a call's start to its worker's last pull (every parameter arrived)."""
+    from tfsched.tracing.replay import scheduled_tensor
+    from tfsched.tracing.trace import Trace
+
+    trace = Trace.load(path)
+    pulled = [0.0] * trace.steps
+    for t in trace.transfers:
+        if "/job:ps/" in t.src and "/job:worker/" in t.dst and scheduled_tensor(t.tensor):
+            pulled[t.step] = max(pulled[t.step], t.start_us + t.duration_us)
+    times = sorted(trace.step_times_us)
+    p50, p95 = statistics.median(times), times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))]
+    return {
+        "calls": trace.steps,
+        "p50_s": p50 / 1e6,
+        "p95_s": p95 / 1e6,
+        "pulls_done_s": statistics.median(pulled) / 1e6,
+    }
 
 
 def run_round(args: dict, mode: str) -> dict:
@@ -134,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="baseline,tio,tio+pc,tio+pc+host")
     ap.add_argument("--loopback", action="store_true", help="every task on loopback, unshaped")
     ap.add_argument("--name", default=None)
+    ap.add_argument(
+        "--traces",
+        metavar="DIR",
+        help="after the timed rounds, one more round per mode inside a profiling window "
+        "(tfsched.trace_functions): DIR/MODE.trace.json, and each mode's call times from it",
+    )
     a = ap.parse_args(argv)
     if a.coordinator:
         print(json.dumps(coordinate(json.loads(a.coordinator))), flush=True)
@@ -173,6 +211,15 @@ def main(argv: list[str] | None = None) -> int:
                 rec = run_round(args, m)
                 rounds[m].append(rec)
                 print(f"round {r + 1}/{a.rounds} {m}: {rec['steps'] / rec['wall_s']:.3f} steps/s", flush=True)
+        traced: dict[str, dict] = {}
+        if a.traces:
+            os.makedirs(a.traces, exist_ok=True)
+            for m in modes:  # not timed: the window's end is waited for
+                path = os.path.join(a.traces, f"{m}.trace.json")
+                window = 1.5 * statistics.median(x["wall_s"] for x in rounds[m]) + 5
+                run_round(dict(args, trace=path, window_s=window), m)
+                traced[m] = dict(call_times(path), trace=path)
+                print(f"traced {m}: {traced[m]['calls']} calls, p50 {traced[m]['p50_s']:.3f} s", flush=True)
 
     def as_result(m: str):
         return SimpleNamespace(rounds=[(x["steps"], x["wall_s"]) for x in rounds[m]])
@@ -195,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                 "per_round_vs_baseline": per_round,
                 "median_round_s": statistics.median(x["wall_s"] for x in rounds[m]),
                 "rounds": rounds[m],
+                "traced": traced.get(m),
             }
         )
     config = {
@@ -229,6 +277,22 @@ def main(argv: list[str] | None = None) -> int:
         md.append(
             f"| {row['mode']} | {row['steps_per_s']:.3f} | {row['vs_baseline']:.3f}x{interval} | {per} |"
         )
+    if traced:
+        md += [
+            "",
+            "From one more round per mode, traced (`--traces`; every call that ran whole in the "
+            "profiling window; a call is one worker's step, and with asynchronous training the "
+            "workers' calls overlap):",
+            "",
+            "| mode | calls traced | p50 call (s) | p95 call (s) | p95/p50 | last pull, median (s) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for m in modes:
+            t = traced[m]
+            md.append(
+                f"| {m} | {t['calls']} | {t['p50_s']:.3f} | {t['p95_s']:.3f} | {t['p95_s'] / t['p50_s']:.3f} "
+                f"| {t['pulls_done_s']:.3f} |"
+            )
     write(name, result, md)
     return 0
 

@@ -134,3 +134,81 @@ def test_the_chief_is_left_out_and_every_other_task_is_profiled():
         "p:2": "/job:ps/replica:0/task:1/device:CPU:0",
         "w:1": "/job:worker/replica:0/task:0/device:CPU:0",
     }
+
+
+def _xspace(lines):
+    """An XSpace of one host plane: ``lines`` is [[(name, start us, duration us, {stat: value})]]."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    plane = space.planes.add(name="/host:CPU")
+    events, stats = {}, {}
+
+    def stat_id(name):
+        if name not in stats:
+            stats[name] = len(stats) + 1
+            plane.stat_metadata[stats[name]].name = name
+        return stats[name]
+
+    for i, line in enumerate(lines):
+        xline = plane.lines.add(id=i, name=f"tf_Compute/{i}", timestamp_ns=1_000_000)  # 1,000 us
+        for name, start, dur, st in line:
+            if name not in events:
+                events[name] = len(events) + 1
+                plane.event_metadata[events[name]].name = name
+            ev = xline.events.add(metadata_id=events[name], offset_ps=start * US, duration_ps=dur * US)
+            for k, v in st.items():
+                x = ev.stats.add(metadata_id=stat_id(k))
+                if isinstance(v, int):
+                    x.int64_value = v
+                else:
+                    x.str_value = v
+    return space
+
+
+@pytest.mark.tf
+def test_a_tasks_profile_is_read_by_thread_and_step():
+    """Ops are the ``node:Type`` events inside an ``ExecutorState::Process`` (its ``id`` the
+    step); a receive starts on one thread and is done on another; a send's key names its
+    devices; ``FunctionRun`` inside ``EagerExecute`` names the call's function."""
+    from tfsched.tracing.functions import read_task
+
+    key = f"{PS};1;{WORKER};edge_4_w/read;0:0"
+    space = _xspace(
+        [
+            [
+                ("EagerExecute", 0, 500, {"eager_op": "__inference_step_9"}),
+                ("FunctionRun", 1, 2, {"id": 7}),
+                ("ExecutorState::Process", 10, 30, {"id": 7}),
+                ("matmul:MatMul", 12, 20, {}),
+                ("ThreadpoolListener::Record", 15, 1, {}),
+                ("late:Add", 50, 5, {}),  # outside any Process: not an op of a step
+                (
+                    "ExecutorState::ProcessAsync::Done",
+                    300,
+                    1,
+                    {"step_id": 7, "name": "w/read/_4", "kernel_type": "_Recv"},
+                ),
+            ],
+            [
+                (
+                    "ExecutorState::ProcessAsync::Start",
+                    100,
+                    2,
+                    {"step_id": 7, "name": "w/read/_4", "kernel_type": "_Recv"},
+                ),
+                ("ExecutorState::Process", 400, 20, {"id": 7}),
+                ("w/read/_3:_Send", 401, 2, {"from": "w/read", "to": "matmul", "key": key}),
+                ("ExecutorDoneCallback", 480, 3, {"id": 7}),
+            ],
+        ]
+    )
+    task = read_task(space, WORKER)
+    assert task.ops == [
+        (7, "matmul", "MatMul", 1012 * US, 20 * US),
+        (7, "w/read/_3", "_Send", 1401 * US, 2 * US),
+    ]
+    assert task.recvs == [(7, "w/read/_4", 1100 * US, 1300 * US)]
+    assert task.sends == {(WORKER, "w/read/_3"): (PS, "w/read", "matmul")}
+    assert task.calls == {7: [1001 * US, 1483 * US, 1, 1]}
+    assert task.functions == {7: "__inference_step_9"}

@@ -84,6 +84,7 @@ def read_task(space, device: str) -> _Task:
     ``/job:ps/replica:0/task:0/device:CPU:0``)."""
     task = _Task(device)
     async_starts: dict[tuple[int, str], int] = {}  # (step id, node) -> start
+    async_dones: dict[tuple[int, str], tuple[int, str]] = {}  # (step id, node) -> (done, kernel)
     for plane in space.planes:
         if plane.name != "/host:CPU":
             continue
@@ -105,12 +106,8 @@ def read_task(space, device: str) -> _Task:
                     key = (s.get("step_id"), s.get("name", ""))
                     if name.endswith("::Start"):
                         async_starts[key] = start
-                    elif name.endswith("::Done") and key in async_starts:
-                        began = async_starts.pop(key)
-                        if s.get("kernel_type") in RECV_KERNELS:
-                            task.recvs.append((key[0], key[1], began, start))
-                        else:  # a waiting kernel (tfsched's gate): an op from launch to done
-                            task.ops.append((key[0], key[1], s.get("kernel_type", ""), began, start - began))
+                    elif name.endswith("::Done"):  # often on another thread than its start
+                        async_dones[key] = (start, s.get("kernel_type", ""))
                 elif name in ("FunctionRun", "ExecutorDoneCallback"):
                     call = task.calls.setdefault(_stats(plane, e.stats).get("id"), [None, None, 0, 0])
                     if name == "FunctionRun":
@@ -129,6 +126,13 @@ def read_task(space, device: str) -> _Task:
                         parts = str(s.get("key", "")).split(";")
                         if len(parts) >= 3 and s.get("from"):
                             task.sends[(parts[2], node)] = (parts[0], s["from"], s.get("to", ""))
+    for (sid, node), began in async_starts.items():
+        if (sid, node) in async_dones:
+            done, kernel = async_dones[(sid, node)]
+            if kernel in RECV_KERNELS:
+                task.recvs.append((sid, node, began, done))
+            else:  # a kernel that waits (tfsched's gate): an op from its launch to its done
+                task.ops.append((sid, node, kernel, began, done - began))
     return task
 
 
