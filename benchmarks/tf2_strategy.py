@@ -125,7 +125,8 @@ def call_times(path: str) -> dict:
     trace = Trace.load(path)
     pulled = [0.0] * trace.steps
     for t in trace.transfers:
-        if "/job:ps/" in t.src and "/job:worker/" in t.dst and scheduled_tensor(t.tensor):
+        # a parameter (not the pass's acknowledgements, nor a control edge's empty tensor)
+        if "/job:ps/" in t.src and "/job:worker/" in t.dst and scheduled_tensor(t.tensor) and t.bytes:
             pulled[t.step] = max(pulled[t.step], t.start_us + t.duration_us)
     times = sorted(trace.step_times_us)
     p50, p95 = statistics.median(times), times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))]
