@@ -28,9 +28,10 @@ def run_client(
     connect: bool = False,
     trace: str | None = None,
     window: float = 8.0,
+    conv: bool = False,
 ) -> dict:
     args = {"spec": spec, "kwargs": kwargs, "steps": steps, "layers": layers, "width": width}
-    args.update(fail_at=fail_at, fit=fit, connect=connect, trace=trace, window=window)
+    args.update(fail_at=fail_at, fit=fit, connect=connect, trace=trace, window=window, conv=conv)
     done = subprocess.run(
         [sys.executable, CLIENT, json.dumps(args)],
         env=task_env(),
@@ -222,6 +223,32 @@ def test_traced_calls_record_every_transfer_with_its_bytes(one_worker, tmp_path,
     assert tracks >= {"compute CPU:0", f"recv from {ps[: -len('/device:CPU:0')]}"}, tracks
     drawn = [e for e in events["traceEvents"] if e["ph"] == "X" and e["cat"] == "transfer"]
     assert len(drawn) == len(trace.transfers), (len(drawn), len(trace.transfers))
+
+
+@pytest.mark.parametrize("kwargs", [None, {}], ids=["vanilla", "tio"])
+def test_a_traced_convolutions_kernel_is_pulled_once_beside_its_control_edge(one_worker, tmp_path, kwargs):
+    """Two 3 x 3 convolutions of 16 channels: TensorFlow sends each kernel's read to the worker
+    once, and sends its node a second time as a control edge (an empty tensor) to the
+    gradient's ShapeN, which Grappler's constant folding left with only a control input. Both
+    sends name the read as their source; the trace counts the kernel's bytes once, on the
+    first (with TIO's gates, on the gate's), and names the other as TensorFlow names its empty
+    tensor (``SRC/ctrl/_K``)."""
+    from tfsched.tracing.trace import Trace
+
+    path = str(tmp_path / "conv.trace.json")
+    out = run_client(one_worker.spec, kwargs, steps=1, layers=2, width=16, conv=True, trace=path)
+    assert len(out["losses"]) > 3
+    trace = Trace.load(path)
+    assert trace.steps >= 3
+    kernels = {4 * 3 * 3 * 3 * 16, 4 * 3 * 3 * 16 * 16}
+    variables = sorted([*kernels, 4 * 16, 4 * 16, 4 * 8 * 8 * 16 * 10, 4 * 10])
+    for k in range(trace.steps):
+        moved = [t for t in trace.transfers if t.step == k and "/job:ps/" in t.src]
+        pulls = _by_source([t for t in moved if "/ctrl/_" not in t.tensor], "ps")
+        assert sorted(b for b in pulls.values() if b >= 40) == variables, (k, pulls)
+        controls = [t for t in moved if re.search(r"conv.*/ReadVariableOp/ctrl/_\d+:0$", t.tensor)]
+        assert controls and all(t.bytes == 0 for t in controls), (k, [t.tensor for t in moved])
+    assert not [t for t in trace.meta["unsized"] if "conv" in t], trace.meta["unsized"]
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,6 @@ def main(args: dict) -> dict:
     if args.get("fit"):
         return fit(args, strategy)
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-    width = args["width"]
     model, rs = make_model(tf.keras, strategy, args)
     with strategy.scope():
         optimizer = tf.keras.optimizers.SGD(0.01)
@@ -61,7 +60,7 @@ def main(args: dict) -> dict:
 
         return strategy.run(replica, args=(x, y, ok))
 
-    x = tf.constant(rs.uniform(-1, 1, (8, width)).astype("float32"))
+    x = tf.constant(rs.uniform(-1, 1, (8, *input_shape(args))).astype("float32"))
     y = tf.constant(rs.uniform(-1, 1, (8, 10)).astype("float32"))
     before = counters(args, settle=False)
     oks = [tf.constant(i != args.get("fail_at")) for i in range(args["steps"])]
@@ -106,17 +105,30 @@ def traced(args: dict, resolver, coordinator, step, inputs) -> dict:
     return {"losses": [float(np.float32(r.fetch())) for r in losses]}
 
 
+def input_shape(args: dict) -> tuple:
+    """An example's shape: ``args["width"]`` features, or (``conv``) an 8 x 8 RGB image."""
+    return (8, 8, 3) if args.get("conv") else (args["width"],)
+
+
 def make_model(keras, strategy, args: dict):
-    """``args["layers"]`` dense layers of ``args["width"]`` and one of 10, made by ``keras`` under
+    """``args["layers"]`` dense layers of ``args["width"]`` (or, with ``conv``, convolutions of
+    ``args["width"]`` channels) and one of 10, made by ``keras`` under
     the strategy, and a random state that set their variables: the same start in every run (the
     initializers' seeds are not)."""
     import numpy as np
 
     width = args["width"]
     with strategy.scope():
-        layers = [keras.layers.Dense(width, activation="tanh") for _ in range(args["layers"])]
+        if args.get("conv"):  # 3 x 3 convolutions of ``width`` channels on 8 x 8 x 3 inputs
+            layers = [
+                keras.layers.Conv2D(width, 3, padding="same", activation="tanh")
+                for _ in range(args["layers"])
+            ]
+            layers.append(keras.layers.Flatten())
+        else:
+            layers = [keras.layers.Dense(width, activation="tanh") for _ in range(args["layers"])]
         model = keras.Sequential([*layers, keras.layers.Dense(10)])
-        model.build((None, width))
+        model.build((None, *input_shape(args)))
     rs = np.random.RandomState(0)
     for v in model.trainable_variables:
         v.assign(rs.uniform(-0.1, 0.1, v.shape).astype("float32"))

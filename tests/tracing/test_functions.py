@@ -78,6 +78,32 @@ class TestBuildTrace:
         assert [t.bytes for t in sorted(trace.transfers, key=lambda t: t.tensor)] == [1344, 1344, 1312]
         assert sum(t.bytes for t in trace.transfers) == 4000
 
+    def test_a_second_send_of_a_node_to_a_task_is_its_control_edge(self):
+        # TensorFlow sends a tensor to a task once; the read's second send (made after, to a
+        # gradient's ShapeN that keeps only a control input) carries an empty tensor
+        ps, worker = _cluster()
+        ps.sends[(WORKER, "w/read/_6")] = (PS, "w/read", "grad/ShapeN")
+        worker.recvs.append((7, "w/read/_7", 110 * US, 120 * US))
+        trace = build_trace([ps, worker], _NoGraphs({"w/read:0": (1000, 4), "g:0": (1000, 4)}))
+        pulls = {t.tensor: (t.edge, t.bytes) for t in trace.transfers if t.src == PS}
+        assert pulls == {"w/read:0": ("w/read/_4", 4000), "w/read/ctrl/_5:0": ("w/read/_7", 0)}
+        assert trace.meta["unsized"] == []
+
+    def test_where_the_pass_gated_a_tensor_its_direct_send_is_the_control_edge(self):
+        # the data goes through the gate (made after the control edge's send here)
+        ps, worker = _cluster()
+        ps.sends = {
+            (WORKER, "w/read/_3"): (PS, "w/read", "grad/ShapeN"),
+            (WORKER, "w/read/tfsched_gate_to_worker_0/_8"): (PS, "w/read/tfsched_gate_to_worker_0", "matmul"),
+        }
+        worker.recvs = [
+            (7, "w/read/_4", 110 * US, 120 * US),
+            (7, "w/read/tfsched_gate_to_worker_0/_9", 110 * US, 300 * US),
+        ]
+        trace = build_trace([ps, worker], _NoGraphs({"w/read:0": (1000, 4)}))
+        pulls = {t.tensor: t.bytes for t in trace.transfers if t.src == PS}
+        assert pulls == {"w/read/tfsched_gate_to_worker_0:0": 4000, "w/read/ctrl/_2:0": 0}
+
     def test_a_receive_whose_send_was_not_seen_is_missing_not_guessed(self):
         ps, worker = _cluster()
         ps.sends.clear()

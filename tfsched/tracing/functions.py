@@ -20,6 +20,9 @@ the tasks. Each task then gives an XSpace (``*.xplane.pb``); what tfsched reads 
   task. A call is traced when its parts started and ended inside the profiling window on every
   task that ran one.
 
+A node's second send to the same task is a control edge (TensorFlow sends a tensor to a task
+once, and a control edge as an empty tensor whose ``_Send`` names the node as its source too):
+it is recorded as TensorFlow names that empty tensor, ``SRC/ctrl/_K``, with 0 bytes (``build_trace``).
 Bytes are not in the profile: they come from the functions' graphs (``functions``), whose node
 names the instantiated components keep. A slice of a partitioned transfer (tfsched's pass, named
 ``SRC/tfsched_to_TASK_gate_I``) gets its share of the source tensor by the pass's rule
@@ -230,28 +233,50 @@ def build_trace(
     sends = {k: v for t in tasks for k, v in t.sends.items()}  # as _Task.sends, of every task
 
     def sent_by(recv: str, dst: str):
-        """The send of the receive node ``recv`` (``SRC/_N``): the partitioner names an edge's
-        send ``SRC/_K`` and its receive ``SRC/_K+1``, one after the other."""
+        """The send of the receive node ``recv`` (``SRC/_N``), and its number: the partitioner
+        names an edge's send ``SRC/_K`` and its receive ``SRC/_K+1``, one after the other."""
         m = re.search(r"/_(\d+)$", recv)
-        return sends.get((dst, f"{recv[: m.start()]}/_{int(m[1]) - 1}")) if m else None
+        if not m:
+            return None, 0
+        return sends.get((dst, f"{recv[: m.start()]}/_{int(m[1]) - 1}")), int(m[1]) - 1
 
     for t in tasks:
-        received = []  # (step id, node, start, end, src device, tensor)
+        received = []  # [step id, node, start, end, src device, tensor, a control edge's]
+        # (step id, src device, tensor of the graph) -> [(gated, send number, index in received)]
+        by_tensor = defaultdict(list)
         slices = defaultdict(int)  # (step id, source tensor) -> its slices received
         for sid, node, start, end in t.recvs:
             if sid not in index:
                 continue
-            send = sent_by(node, t.device)
+            send, number = sent_by(node, t.device)
             if send is None:
                 unmatched[str(index[sid])].append(node)
                 continue
             src, sent, to = send
             tensor = sizes.tensor(sent, to)
-            received.append((sid, node, start, end, src, tensor))
+            source = scheduled_tensor(tensor)
+            if source is not None:  # not the pass's acknowledgement or credit
+                by_tensor[(sid, src, source)].append((source != tensor, number, len(received)))
+            received.append([sid, node, start, end, src, tensor, False])
             if _SLICE.search(sent):
                 slices[(sid, scheduled_tensor(tensor))] += 1
-        for sid, node, start, end, src, tensor in received:
-            source = scheduled_tensor(tensor) or ""
+        # The partitioner sends a tensor to a task once (DupRecvKey: source output, destination
+        # partition); a control edge from the same node sends an empty tensor of its own, whose
+        # _Send names the node as its source too. Where tfsched's pass gated the tensor for the
+        # task, every data read there goes through the gate (or its slices), and a direct send
+        # is a control edge. Else, of a node's sends to a task, the first made is the data's:
+        # the partitioner walks the consumers in node order, and the data's reader (the forward
+        # pass's) comes before the control edge's (a gradient's ShapeN, which Grappler's
+        # constant folding left with only a control input from the kernel's read: each of
+        # VGG16's 13 kernels). The control edges are named as TensorFlow names their empty
+        # tensor ("SRC/ctrl/_K-1").
+        for group in by_tensor.values():
+            direct = sorted((number, i) for gated, number, i in group if not gated)
+            for number, i in direct[0 if len(direct) < len(group) else 1 :]:
+                node = received[i][5].rpartition(":")[0]
+                received[i][5:] = [f"{node}/ctrl/_{number - 1}:0", True]
+        for sid, node, start, end, src, tensor, control in received:
+            source = "" if control else scheduled_tensor(tensor) or ""
             elements, size = sizes.elements(source)
             m = _SLICE.search(tensor.rpartition(":")[0])
             if m and elements:
