@@ -119,6 +119,7 @@ def coordinate(args: dict) -> dict:
 def call_times(path: str) -> dict:
     """What a traced round's calls took (``--traces``): p50 and p95 of the calls' times, and the
     median time from a call's start to its worker's last pull (every parameter arrived)."""
+    from tfsched.bench.run import percentile
     from tfsched.tracing.replay import scheduled_tensor
     from tfsched.tracing.trace import Trace
 
@@ -128,12 +129,10 @@ def call_times(path: str) -> dict:
         # a parameter (not the pass's acknowledgements, nor a control edge's empty tensor)
         if "/job:ps/" in t.src and "/job:worker/" in t.dst and scheduled_tensor(t.tensor) and t.bytes:
             pulled[t.step] = max(pulled[t.step], t.start_us + t.duration_us)
-    times = sorted(trace.step_times_us)
-    p50, p95 = statistics.median(times), times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))]
     return {
         "calls": trace.steps,
-        "p50_s": p50 / 1e6,
-        "p95_s": p95 / 1e6,
+        "p50_s": percentile(trace.step_times_us, 50) / 1e6,  # as tfsched bench's, by nearest rank
+        "p95_s": percentile(trace.step_times_us, 95) / 1e6,
         "pulls_done_s": statistics.median(pulled) / 1e6,
     }
 
