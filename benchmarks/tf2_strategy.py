@@ -117,23 +117,32 @@ def coordinate(args: dict) -> dict:
 
 
 def call_times(path: str) -> dict:
-    """What a traced round's calls took (``--traces``): p50 and p95 of the calls' times, and the
-    median time from a call's start to its worker's last pull (every parameter arrived)."""
+    """What a traced round's calls did (``--traces``): p50 and p95 of the calls' times, the
+    median time from a call's start to its worker's last pull (every parameter arrived), and the
+    median bytes a call pulled and pushed and control edges (empty tensors) it sent."""
     from tfsched.bench.run import percentile
     from tfsched.tracing.replay import scheduled_tensor
     from tfsched.tracing.trace import Trace
 
     trace = Trace.load(path)
     pulled = [0.0] * trace.steps
+    moved = {"pull": [0] * trace.steps, "push": [0] * trace.steps, "control": [0] * trace.steps}
     for t in trace.transfers:
-        # a parameter (not the pass's acknowledgements, nor a control edge's empty tensor)
-        if "/job:ps/" in t.src and "/job:worker/" in t.dst and scheduled_tensor(t.tensor) and t.bytes:
-            pulled[t.step] = max(pulled[t.step], t.start_us + t.duration_us)
+        pull = "/job:ps/" in t.src and "/job:worker/" in t.dst
+        if "/ctrl/_" in t.tensor:  # a control edge's empty tensor (tracing.functions)
+            moved["control"][t.step] += 1
+        elif scheduled_tensor(t.tensor) and t.bytes:  # a parameter or gradient, not the pass's
+            moved["pull" if pull else "push"][t.step] += t.bytes
+            if pull:
+                pulled[t.step] = max(pulled[t.step], t.start_us + t.duration_us)
     return {
         "calls": trace.steps,
         "p50_s": percentile(trace.step_times_us, 50) / 1e6,  # as tfsched bench's, by nearest rank
         "p95_s": percentile(trace.step_times_us, 95) / 1e6,
         "pulls_done_s": statistics.median(pulled) / 1e6,
+        "pulled_mb": statistics.median(moved["pull"]) / 1e6,
+        "pushed_mb": statistics.median(moved["push"]) / 1e6,
+        "control_edges": statistics.median(moved["control"]),
     }
 
 
@@ -284,14 +293,15 @@ def main(argv: list[str] | None = None) -> int:
             "profiling window; a call is one worker's step, and with asynchronous training the "
             "workers' calls overlap):",
             "",
-            "| mode | calls traced | p50 call (s) | p95 call (s) | p95/p50 | last pull, median (s) |",
-            "|---|---|---|---|---|---|",
+            "| mode | calls traced | p50 call (s) | p95 call (s) | p95/p50 | last pull, median (s) "
+            "| MB pulled, pushed a call | control edges a call |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for m in modes:
             t = traced[m]
             md.append(
                 f"| {m} | {t['calls']} | {t['p50_s']:.3f} | {t['p95_s']:.3f} | {t['p95_s'] / t['p50_s']:.3f} "
-                f"| {t['pulls_done_s']:.3f} |"
+                f"| {t['pulls_done_s']:.3f} | {t['pulled_mb']:.2f}, {t['pushed_mb']:.2f} | {t['control_edges']:g} |"
             )
     write(name, result, md)
     return 0
