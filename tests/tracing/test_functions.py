@@ -238,3 +238,25 @@ def test_a_tasks_profile_is_read_by_thread_and_step():
     assert task.sends == {(WORKER, "w/read/_3"): (PS, "w/read", "matmul")}
     assert task.calls == {7: [1001 * US, 1483 * US, 1, 1]}
     assert task.functions == {7: "__inference_step_9"}
+
+
+@pytest.mark.tf
+def test_an_error_in_the_block_is_raised_at_once_and_nothing_is_written(tmp_path):
+    import time
+
+    path = tmp_path / "t.json"
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="the block's own"):
+        with FunctionTracer({"ps": ["127.0.0.1:1"]}, str(path), seconds=120):
+            raise ValueError("the block's own")
+    assert time.monotonic() - start < 30  # not at the window's end
+    assert not path.exists()
+
+
+@pytest.mark.tf
+def test_a_task_that_does_not_answer_is_one_error_and_nothing_is_written(tmp_path):
+    path = tmp_path / "t.json"
+    with pytest.raises(TfschedError, match=r"profiling 127\.0\.0\.1:1 failed"):
+        with FunctionTracer({"ps": ["127.0.0.1:1"]}, str(path), seconds=1):
+            pass
+    assert not path.exists()

@@ -361,7 +361,8 @@ class FunctionTracer:
         resolver); every task of ``jobs`` is profiled through its own server's address.
     path : where to write the trace (``tfsched.trace/1`` JSON, as ``tfsched trace`` writes), or None.
     seconds : the profiling window. The block's steps must run inside it: leaving the block waits
-        for its end, and a call that began before it or ended after it is dropped.
+        for its end, and a call that began before it or ended after it is dropped. An error in the
+        block is raised at once, and nothing is written.
     functions : the ``tf.function``s (or concrete functions) the steps run, for the bytes of each
         transfer; a transfer whose tensor they do not have is recorded with 0 bytes.
     jobs : the jobs to profile (default: every job but ``chief``, the coordinator's).
@@ -395,23 +396,40 @@ class FunctionTracer:
             profiler_client.trace(addresses, self._logdir, int(self.seconds * 1000), num_tracing_attempts=1)
         except BaseException as e:  # reported when the block ends
             self._error = e
+        finally:
+            with self._lock:
+                self._done = True
+                if self._abandoned:  # the block ended with an error: nobody reads the profile
+                    shutil.rmtree(self._logdir, ignore_errors=True)
+
+    def _abandon(self) -> None:
+        """Leave the profile to its thread, which removes its files when the window ends (the
+        profiler has no way to stop early)."""
+        with self._lock:
+            if self._done:
+                shutil.rmtree(self._logdir, ignore_errors=True)
+            else:
+                self._abandoned = True
 
     def __enter__(self) -> FunctionTracer:
         self._logdir = tempfile.mkdtemp(prefix="tfsched-profile-")
+        self._lock, self._done, self._abandoned = threading.Lock(), False, False
         self._thread = threading.Thread(target=self._profile, name="tfsched-profile", daemon=True)
         self._thread.start()
         time.sleep(START_WAIT_S)
         return self
 
     def __exit__(self, kind, value, tb) -> bool:
+        if kind is not None:  # the block's error, at once: not at the window's end
+            self._abandon()
+            return False
+        self._thread.join(self.seconds + 120)
+        if self._thread.is_alive():
+            self._abandon()
+            raise TfschedError(
+                f"profiling {', '.join(self.devices)} did not end within {self.seconds + 120:.0f} s"
+            )
         try:
-            self._thread.join(self.seconds + 120)
-            if kind is not None:
-                return False
-            if self._thread.is_alive():
-                raise TfschedError(
-                    f"profiling {', '.join(self.devices)} did not end within {self.seconds + 120:.0f} s"
-                )
             if self._error is not None:
                 first = str(self._error).strip().splitlines() or [type(self._error).__name__]
                 raise TfschedError(f"profiling {', '.join(self.devices)} failed: {first[0]}")
