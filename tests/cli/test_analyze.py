@@ -323,6 +323,29 @@ class TestBadInput:
         assert_one_line_error(p, "o.json", "truncated, corrupt")
         assert "a tfsched" not in p.stderr
 
+    def test_a_trace_of_tensorflow_2_calls(self, seq_graph_file, tmp_path):
+        """A ``tfsched.trace_functions`` trace has no partition graphs to match a session's graph
+        with: analyze says what it is (was: it matches 0 transfers, as a trace of another model)."""
+        from tfsched.tracing.trace import FUNCTIONS_API, OpRecord, Trace
+
+        trace = Trace(
+            steps=1, ops=[OpRecord(0, "/job:ps/replica:0/task:0/device:CPU:0", "a", "Add", 0.0, 1.0)]
+        )
+        trace.step_times_us, trace.meta = [2.0], {"api": FUNCTIONS_API}
+        trace.save(str(tmp_path / "calls.json"))
+        p = run("analyze", seq_graph_file["pb"], "--fetch", "train", "--trace", str(tmp_path / "calls.json"))
+        assert_one_line_error(p, "calls.json", "TensorFlow 2 function calls", "tfsched trace")
+        p = run(
+            "viz",
+            str(tmp_path / "calls.json"),
+            "-o",
+            str(tmp_path / "x.png"),
+            "--graph",
+            seq_graph_file["pb"],
+        )
+        assert_one_line_error(p, "calls.json", "TensorFlow 2 function calls")
+        assert not (tmp_path / "x.png").exists()
+
     def test_fetch_not_in_graph(self, seq_graph_file):
         assert_one_line_error(
             run("analyze", seq_graph_file["pb"], "--fetch", "no_such_op"), "no_such_op", "not in the graph"

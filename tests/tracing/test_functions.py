@@ -144,7 +144,7 @@ def test_sizes_tell_a_multi_output_nodes_outputs_apart_by_their_reader():
     [
         ({"ps": ["h:1"], "worker": ["h:2"]}, 0, "seconds must be a window"),
         ({"ps": ["h:1"], "worker": ["h:2"]}, True, "seconds must be a window"),
-        ({"chief": ["h:3"]}, 5, "no task of the jobs"),
+        ({"chief": ["h:3"]}, 5, r"no task but the coordinator's \(chief\)"),
         ({}, 5, "cluster must be"),
     ],
 )
@@ -154,12 +154,19 @@ def test_bad_settings_are_one_error(cluster, seconds, words):
 
 
 def test_the_chief_is_left_out_and_every_other_task_is_profiled():
-    tracer = FunctionTracer({"chief": ["c:1"], "ps": ["p:1", "p:2"], "worker": {0: "w:1"}}, seconds=5)
+    tracer = FunctionTracer(
+        {"chief": ["c:1"], "ps": ["p:1", "p:2"], "worker": {0: "w:1", 3: "w:4"}}, seconds=5
+    )
     assert tracer.devices == {
         "p:1": "/job:ps/replica:0/task:0/device:CPU:0",
         "p:2": "/job:ps/replica:0/task:1/device:CPU:0",
         "w:1": "/job:worker/replica:0/task:0/device:CPU:0",
+        "w:4": "/job:worker/replica:0/task:3/device:CPU:0",  # the task index the dict gives
     }
+    with pytest.raises(TfschedError, match="no task of the jobs evaluator"):
+        FunctionTracer({"ps": ["p:1"]}, seconds=5, jobs=["evaluator"])
+    with pytest.raises(TfschedError, match="not a tf.function"):
+        FunctionTracer({"ps": ["p:1"]}, seconds=5, functions=[42])
 
 
 def _xspace(lines):

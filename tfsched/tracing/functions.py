@@ -22,13 +22,13 @@ the tasks. Each task then gives an XSpace (``*.xplane.pb``); what tfsched reads 
 
 A node's second send to the same task is a control edge (TensorFlow sends a tensor to a task
 once, and a control edge as an empty tensor whose ``_Send`` names the node as its source too):
-it is recorded as TensorFlow names that empty tensor, ``SRC/ctrl/_K``, with 0 bytes (``build_trace``).
-Bytes are not in the profile: they come from the functions' graphs (``functions``), whose node
+it is recorded as TensorFlow names that empty tensor, ``SRC/ctrl/_K``, with 0 bytes
+(``build_trace``). Bytes are not in the profile: they come from the functions' graphs (``functions``), whose node
 names the instantiated components keep. A slice of a partitioned transfer (tfsched's pass, named
 ``SRC/tfsched_to_TASK_gate_I``) gets its share of the source tensor by the pass's rule
-(``Slicing`` in cc/scheduler.cc, from the slices seen). A tensor the graphs do not have (an edge
-the partitioner adds for control dependencies) is recorded with 0 bytes and named in the trace's
-``meta["unsized"]``.
+(``Slicing`` in cc/scheduler.cc, from the slices seen). A tensor the graphs do not have (the
+runtime's ``GroupCrossDeviceControlEdges`` identities, which carry a call's control dependencies
+between tasks) is recorded with 0 bytes and named in the trace's ``meta["unsized"]``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
 from tfsched.tracing.replay import scheduled_tensor
-from tfsched.tracing.trace import MISSING, OpRecord, Trace, TransferRecord
+from tfsched.tracing.trace import FUNCTIONS_API, MISSING, OpRecord, Trace, TransferRecord
 
 # kernels whose Start..Done is a transfer into this task
 RECV_KERNELS = frozenset({"_Recv", "_HostRecv"})
@@ -53,8 +53,8 @@ RECV_KERNELS = frozenset({"_Recv", "_HostRecv"})
 _OP_EVENT = re.compile(r"^[^:]+:[A-Za-z_][A-Za-z0-9_]*$")
 # a slice's gate (cc/scheduler.cc): "SRC/tfsched[_PORT]_to_TASK_gate_I"
 _SLICE = re.compile(r"/tfsched(?:_\d+)?_to_[^/]*_gate_(?P<index>\d+)$")
-# how long the servers take to start profiling once asked (measured: well under 0.1 s on the
-# emulated cluster); calls that begin before are dropped, not mis-timed
+# a pause before the block's steps, for the profiling request to reach the servers (not
+# measured: a call that begins before a server profiles is dropped, not mis-timed)
 START_WAIT_S = 0.5
 
 
@@ -321,6 +321,11 @@ def _concrete_graphs(functions) -> tuple[list, set[str]]:
             for c in f._list_all_concrete_functions():
                 graphs.append(c.graph)
                 names.add(_text(c.name))
+        elif callable(f):  # a tf.function of a TensorFlow without the list of its traces
+            raise TfschedError(
+                f"functions: {type(f).__name__} has no list of its traced signatures here: give its "
+                "concrete function (step.get_concrete_function(...)) instead"
+            )
         else:
             raise TfschedError(
                 f"functions: {type(f).__name__} is not a tf.function, a ConcreteFunction or a tf.Graph"
@@ -342,12 +347,14 @@ def _task_devices(cluster, jobs) -> dict[str, str]:
     for job, addresses in spec.items():
         if (jobs is None and job == "chief") or (jobs is not None and job not in jobs):
             continue
-        if isinstance(addresses, dict):  # {index: address}
-            addresses = [addresses[k] for k in sorted(addresses)]
-        for i, address in enumerate(addresses):
+        # a job's tasks: a list, or {task index: address} where some indices are left out
+        for i, address in addresses.items() if isinstance(addresses, dict) else enumerate(addresses):
             out[address] = f"/job:{job}/replica:0/task:{i}/device:CPU:0"
     if not out:
-        raise TfschedError(f"cluster has no task of the jobs {sorted(jobs or ())} to profile")
+        which = (
+            f"of the jobs {', '.join(sorted(jobs))}" if jobs is not None else "but the coordinator's (chief)"
+        )
+        raise TfschedError(f"cluster has no task {which} to profile")
     return out
 
 
@@ -381,6 +388,11 @@ class FunctionTracer:
         if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 < seconds <= 3600:
             raise TfschedError(f"seconds must be a window of more than 0 and at most 3600 s, got {seconds!r}")
         self.devices = _task_devices(cluster, jobs)
+        for f in functions:  # their graphs are read at the block's end, once the calls traced them
+            if not (hasattr(f, "get_operations") or hasattr(f, "graph") or callable(f)):
+                raise TfschedError(
+                    f"functions: {type(f).__name__} is not a tf.function, a ConcreteFunction or a tf.Graph"
+                )
         self.path, self.seconds, self.functions = path, float(seconds), list(functions)
         self.meta = dict(meta or {})
         self.trace: Trace | None = None
@@ -455,7 +467,7 @@ class FunctionTracer:
             tasks.append(read_task(space, device))
         meta = {
             **self.meta,
-            "api": "tf2-functions",
+            "api": FUNCTIONS_API,
             "tasks": {d: a for a, d in self.devices.items()},
             "window_s": self.seconds,
         }

@@ -8,7 +8,7 @@ from tfsched.errors import TfschedError
 from tfsched.graph.devices import task_of
 from tfsched.graph.model import CommGraph
 from tfsched.tracing.collector import complete_steps, missing_transfers
-from tfsched.tracing.trace import Trace
+from tfsched.tracing.trace import FUNCTIONS_API, Trace
 
 
 @dataclass
@@ -120,6 +120,11 @@ def match_trace(graph: CommGraph, trace: Trace, source: str = "<trace>") -> Matc
     session such a trace was an error, and a user of ``tfsched.enable`` had to turn it off to
     trace.
     """
+    if trace.meta.get("api") == FUNCTIONS_API:  # its steps are calls; no session graph ran
+        raise TfschedError(
+            f"{trace.source}: a trace of TensorFlow 2 function calls (tfsched.trace_functions), not "
+            "of a session's steps (tfsched trace, tfsched.tracing.collect): it matches no graph file"
+        )
     timed_ops = {o.node for o in trace.ops}
     # Names alone are not enough (every model has a MatMul/ReadVariableOp): the size must agree too.
     seen, gated = forwarded_bytes(trace)

@@ -19,6 +19,9 @@ SCHEMA = "tfsched.trace/1"
 # meta key: traced step (a string, as JSON keys are) -> the transfers its partition graphs send
 # that it did not record (tfsched.tracing.collector.missing_transfers)
 MISSING = "missing_transfers"
+# meta["api"] of a trace of TensorFlow 2 function calls (tracing.functions), whose steps are calls
+# and which has no partition graphs
+FUNCTIONS_API = "tf2-functions"
 
 
 @dataclass(frozen=True)
