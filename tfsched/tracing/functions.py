@@ -112,12 +112,13 @@ def read_task(space, device: str) -> _Task:
                     elif name.endswith("::Done"):  # often on another thread than its start
                         async_dones[key] = (start, s.get("kernel_type", ""))
                 elif name in ("FunctionRun", "ExecutorDoneCallback"):
-                    call = task.calls.setdefault(_stats(plane, e.stats).get("id"), [None, None, 0, 0])
+                    sid = _stats(plane, e.stats).get("id")
+                    call = task.calls.setdefault(sid, [None, None, 0, 0])
                     if name == "FunctionRun":
                         call[0] = start if call[0] is None else min(call[0], start)
                         call[2] += 1
                         if function is not None and start < function_end:
-                            task.functions[_stats(plane, e.stats).get("id")] = function
+                            task.functions[sid] = function
                     else:
                         call[1] = end if call[1] is None else max(call[1], end)
                         call[3] += 1
@@ -321,14 +322,10 @@ def _concrete_graphs(functions) -> tuple[list, set[str]]:
             for c in f._list_all_concrete_functions():
                 graphs.append(c.graph)
                 names.add(_text(c.name))
-        elif callable(f):  # a tf.function of a TensorFlow without the list of its traces
+        else:  # a callable (FunctionTracer checked the rest): a TensorFlow without the list
             raise TfschedError(
                 f"functions: {type(f).__name__} has no list of its traced signatures here: give its "
                 "concrete function (step.get_concrete_function(...)) instead"
-            )
-        else:
-            raise TfschedError(
-                f"functions: {type(f).__name__} is not a tf.function, a ConcreteFunction or a tf.Graph"
             )
     if any(hasattr(f, "get_operations") for f in functions):
         names = set()  # a graph's calls have no name to choose them by
