@@ -18,8 +18,12 @@ With ``--traces DIR``, one more round per mode runs inside a profiling window
 draws it) and the Markdown gets each mode's call times (p50, p95) and how long a call waited for
 its last pull.
 
-Modes are ``tfsched bench``'s, with TIO (functions are ordered from their own graph): baseline,
-tio, and ``+pc``, ``+pN``, ``+cN``, ``+host``, ``+aN``, ``+sent``. Writes
+Modes are ``tfsched bench``'s: baseline, tio, tao, layer, and ``+pc``, ``+pN``, ``+cN``,
+``+host``, ``+aN``, ``+sent``. TIO orders each function from its own graph; for TAO and layer,
+one untimed round of TIO runs first with ``enable_functions(dump_graphs=...)`` inside a profiling
+window, and ``tfsched analyze`` orders worker 0's step function, as the pass got it, by that
+trace (``--algorithm tao``) or by its layers (``layer``): the schedule every worker's step then
+runs with (``enable_functions(schedule=..., algorithm=...)``). Writes
 ``benchmarks/results/<name>.json`` and ``.md``.
 """
 
@@ -31,6 +35,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from types import SimpleNamespace
 
@@ -64,8 +69,12 @@ def coordinate(args: dict) -> dict:
     spec = parse_mode(args["mode"], args["bandwidth_bps"])
     if spec.algorithm is not None:
         kwargs = {}
+        if spec.algorithm != "tio":  # made by schedule() before the rounds
+            kwargs = {"schedule": args["schedules"][spec.algorithm], "algorithm": spec.algorithm}
+        if args.get("dump_graphs"):
+            kwargs["dump_graphs"] = args["dump_graphs"]
         if spec.credit:
-            kwargs = {"partition": spec.partition, "credit": spec.credit, "host_credit": spec.host_credit}
+            kwargs.update(partition=spec.partition, credit=spec.credit, host_credit=spec.host_credit)
             kwargs["credit_return"] = spec.credit_return
             if spec.ack_share is not None:
                 kwargs["ack_share"] = spec.ack_share
@@ -99,12 +108,15 @@ def coordinate(args: dict) -> dict:
         return strategy.run(replica)
 
     workers = len(args["spec"]["worker"])
+    start = time.perf_counter()
     for _ in range(workers):
         coordinator.schedule(step)
     coordinator.join()
+    # a window twice the warm-up's (which instantiated the function) and 5 s unless given
+    window = args.get("window_s") or 2 * (time.perf_counter() - start) * args["steps"] + 5
     start = time.perf_counter()
     if args.get("trace"):  # the same steps inside a profiling window (tfsched.trace_functions)
-        with tfsched.trace_functions(resolver, args["trace"], seconds=args["window_s"], functions=[step]):
+        with tfsched.trace_functions(resolver, args["trace"], seconds=window, functions=[step]):
             for _ in range(workers * args["steps"]):
                 coordinator.schedule(step)
             coordinator.join()
@@ -144,6 +156,35 @@ def call_times(path: str) -> dict:
         "pushed_mb": statistics.median(moved["push"]) / 1e6,
         "control_edges": statistics.median(moved["control"]),
     }
+
+
+def schedule(args: dict, algorithms: list[str], out_dir: str) -> dict[str, str]:
+    """For TAO and layer: one untimed round of TIO that dumps the functions' graphs and traces a
+    step per worker, then ``tfsched analyze`` of worker 0's step function by that trace; the
+    schedule file of each algorithm."""
+    import re
+
+    from tfsched.analysis import analyze
+
+    graphs, trace = os.path.join(out_dir, "graphs"), os.path.join(out_dir, "schedule-round.trace.json")
+    run_round(dict(args, dump_graphs=graphs, trace=trace, steps=1), "tio")
+    step = [n for n in os.listdir(graphs) if re.fullmatch(r"__inference_step_\d+\.worker_0\.pb", n)]
+    if len(step) != 1:
+        raise SystemExit(
+            f"tf2_strategy: {graphs} holds {len(step)} graphs of worker 0's step function, not one"
+        )
+    out = {}
+    for algorithm in algorithms:
+        result = analyze(os.path.join(graphs, step[0]), algorithm=algorithm, trace=trace)
+        out[algorithm] = os.path.join(out_dir, f"{algorithm}.schedule.json")
+        result.schedule.save(out[algorithm])
+        m = result.trace_match
+        print(
+            f"{algorithm}: {out[algorithm]} from {step[0]} "
+            f"({m.transfers_matched}/{m.transfers_total} transfers traced)",
+            flush=True,
+        )
+    return out
 
 
 def run_round(args: dict, mode: str) -> dict:
@@ -193,9 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     from tfsched.units import parse_bandwidth
 
     modes = parse_modes(a.modes)
-    for m in modes:
-        if parse_mode(m).algorithm not in (None, "tio"):
-            raise SystemExit(f"tf2_strategy: mode {m}: functions are ordered by TIO (tio[+...])")
+    algorithms = sorted({parse_mode(m).algorithm for m in modes} - {None, "tio"})
+    if "fifo" in algorithms:
+        raise SystemExit("tf2_strategy: fifo is the analysis's reference order, not a mode to run")
     bandwidth_bps = None if a.loopback else parse_bandwidth(a.bandwidth)
     cluster = (
         LocalCluster(ps=1, workers=a.workers)
@@ -215,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
             "steps": a.steps,
             "timeout_s": 1800,
         }
+        if algorithms:
+            made = a.traces or tempfile.mkdtemp(prefix=f"tfsched-{name}-")  # the graphs, trace, schedules
+            os.makedirs(made, exist_ok=True)
+            args["schedules"] = schedule(args, algorithms, made)
         for r in range(a.rounds):
             for m in modes:
                 rec = run_round(args, m)

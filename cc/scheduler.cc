@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -28,7 +29,9 @@
 #include "tensorflow/core/grappler/costs/graph_properties.h"
 #include "tensorflow/core/grappler/grappler_item.h"
 #include "tensorflow/core/grappler/optimizers/custom_graph_optimizer_registry.h"
+#include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/platform/logging.h"
+#include "tensorflow/core/platform/path.h"
 #include "tensorflow/core/util/device_name_utils.h"
 
 namespace tfsched {
@@ -551,6 +554,8 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
   if (auto it = params.find("ack_share"); it != params.end()) ack_share_ = it->second.i();
   if (auto it = params.find("credit_return"); it != params.end() && !it->second.s().empty())
     credit_return_ = it->second.s();
+  if (auto it = params.find("functions"); it != params.end()) functions_ = it->second.b();
+  if (auto it = params.find("dump_dir"); it != params.end()) dump_dir_ = it->second.s();
   if (credit_return_ != "ack" && credit_return_ != "sent")
     return absl::InvalidArgumentError(
         absl::StrCat("tfsched: unknown credit_return '", credit_return_, "' (ack or sent)"));
@@ -591,6 +596,46 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
 absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster*/,
                                         const tensorflow::grappler::GrapplerItem& item,
                                         GraphDef* optimized_graph) {
+  bool crossing = false;
+  absl::Status status = Gate(item, optimized_graph, &crossing);
+  if (crossing && !dump_dir_.empty()) Dump(item, status.ok() ? *optimized_graph : GraphDef());
+  return status;
+}
+
+void TfschedScheduler::Dump(const tensorflow::grappler::GrapplerItem& item,
+                            const GraphDef& gated) const {
+  // <graph>.<worker>: the graph's id (a function's name, for a function) and the first task of
+  // another job than the PS's, which tells apart two workers' instantiations of one function
+  std::set<std::string> tasks;
+  for (const NodeDef& n : item.graph.node())
+    if (std::string task = TaskOf(n.device()); !task.empty() && JobOf(task) != ps_job_)
+      tasks.insert(task);
+  std::string stem = item.id.empty() ? "graph" : item.id;
+  for (char& ch : stem)
+    if (!absl::ascii_isalnum(ch) && ch != '_' && ch != '-' && ch != '.') ch = '_';
+  if (!tasks.empty()) absl::StrAppend(&stem, ".", Sanitize(*tasks.begin()));
+  auto* env = tensorflow::Env::Default();
+  if (absl::Status s = env->RecursivelyCreateDir(dump_dir_); !s.ok() && !absl::IsAlreadyExists(s)) {
+    LOG(WARNING) << "tfsched: could not make " << dump_dir_ << ": " << s;
+    return;
+  }
+  const auto write = [&](const GraphDef& graph, const std::string& name) {
+    // written whole or not at all: a reader never sees half a graph
+    const std::string path = tensorflow::io::JoinPath(dump_dir_, name);
+    const std::string tmp = absl::StrCat(path, ".tmp", env->NowMicros());
+    absl::Status s = tensorflow::WriteBinaryProto(env, tmp, graph);
+    if (s.ok()) s = env->RenameFile(tmp, path);
+    if (!s.ok()) {
+      env->DeleteFile(tmp).IgnoreError();
+      LOG(WARNING) << "tfsched: could not write " << path << ": " << s;
+    }
+  };
+  write(item.graph, absl::StrCat(stem, ".pb"));
+  if (gated.node_size() > 0) write(gated, absl::StrCat(stem, ".gated.pb"));
+}
+
+absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& item,
+                                    GraphDef* optimized_graph, bool* crossing) {
   *optimized_graph = item.graph;
   GraphDef& out = *optimized_graph;
   for (const NodeDef& n : out.node())
@@ -653,6 +698,7 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
     xfers.push_back(std::move(t));
   }
   if (xfers.empty()) return absl::OkStatus();  // nothing crosses: the graph comes back unchanged
+  *crossing = true;
 
   int matched = 0;
   if (!exact_.empty()) {
@@ -677,10 +723,15 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
       t.matched = true;
       ++matched;
     }
-    if (matched == 0)
+    if (matched == 0 && !functions_)
       return absl::InvalidArgumentError(
           absl::StrCat("tfsched: the schedule matches none of the ", xfers.size(),
                        " transfers of this graph; it was made for another graph"));
+    if (matched == 0)  // another function than the one the schedule was made for
+      LOG(INFO) << "tfsched: " << item.id << ": the schedule names none of its " << xfers.size()
+                << " transfers; ordered by TIO";
+  }
+  if (matched > 0) {
     // Transfers the schedule does not name follow the named ones of their stage, in TIO order.
     std::vector<Transfer> copy(xfers);
     Tio(g, &copy, ps_job_);
@@ -909,7 +960,7 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
   }
   VLOG(1) << "tfsched: gated " << xfers.size() << " transfers on " << channels.size()
           << " channels, " << split << " partitioned, credit " << credit
-          << (exact_.empty() ? " (TIO)" : absl::StrCat(" (", matched, " from the schedule)"));
+          << (matched == 0 ? " (TIO)" : absl::StrCat(" (", matched, " from the schedule)"));
   return absl::OkStatus();
 }
 

@@ -33,6 +33,12 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   //   credit_return: "ack" (default): the receiver acknowledges each counted transfer
   //               (ByteScheduler's); "sent": its credit comes back when this task's transport is
   //               done with it, with no acknowledgement (SentBuffer in gate_ops.cc)
+  //   functions:  bool, the pass is in force for every function a process instantiates: a graph the
+  //               schedule names none of the transfers of (another function) is ordered by TIO,
+  //               not refused
+  //   dump_dir:   string, a directory on this task's host: each graph with cross-task transfers is
+  //               written there as it came to the pass (<graph>.<worker>.pb, placed: what `tfsched
+  //               analyze` reads) and as gated (<graph>.<worker>.gated.pb)
   absl::Status Init(const tensorflow::RewriterConfig_CustomGraphOptimizer* config) override;
   std::string name() const override { return "TfschedScheduler"; }
   bool UsesFunctionLibrary() const override { return false; }
@@ -41,6 +47,12 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
                         tensorflow::GraphDef* optimized_graph) override;
 
  private:
+  // Optimize without the dump; `crossing` says whether the graph has transfers to gate.
+  absl::Status Gate(const tensorflow::grappler::GrapplerItem& item,
+                    tensorflow::GraphDef* optimized_graph, bool* crossing);
+  void Dump(const tensorflow::grappler::GrapplerItem& item,
+            const tensorflow::GraphDef& gated) const;
+
   // "sender|receiver|key" and "ps-side task|key" -> priority from the schedule
   std::map<std::string, int64_t> exact_;
   std::map<std::string, int64_t> by_ps_;
@@ -54,6 +66,8 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   // acknowledge transfers of at least credit / ack_share_ parameters (and kMinAckedElements)
   int64_t ack_share_ = 8;
   std::string credit_return_ = "ack";
+  bool functions_ = false;
+  std::string dump_dir_;
 };
 
 }  // namespace tfsched

@@ -143,6 +143,9 @@ class Analysis:
             "steps": t.steps,
             "scheduled": t.scheduled,
             "efficiency": t.efficiency(self.prediction),
+            # how much of the graph the trace timed (tracing.match.MatchReport)
+            "transfers_matched": self.trace_match.transfers_matched,
+            "transfers_total": self.trace_match.transfers_total,
         }
 
 

@@ -324,8 +324,9 @@ class TestBadInput:
         assert "a tfsched" not in p.stderr
 
     def test_a_trace_of_tensorflow_2_calls(self, seq_graph_file, tmp_path):
-        """A ``tfsched.trace_functions`` trace has no partition graphs to match a session's graph
-        with: analyze says what it is (was: it matches 0 transfers, as a trace of another model)."""
+        """A ``tfsched.trace_functions`` trace beside a session's graph: analyze says what it is
+        and which graph it needs, the function's as ``enable_functions(dump_graphs=...)`` wrote it
+        (was: it matches 0 transfers, as a trace of another model)."""
         from tfsched.tracing.trace import FUNCTIONS_API, OpRecord, Trace
 
         trace = Trace(
@@ -334,7 +335,9 @@ class TestBadInput:
         trace.step_times_us, trace.meta = [2.0], {"api": FUNCTIONS_API}
         trace.save(str(tmp_path / "calls.json"))
         p = run("analyze", seq_graph_file["pb"], "--fetch", "train", "--trace", str(tmp_path / "calls.json"))
-        assert_one_line_error(p, "calls.json", "TensorFlow 2 function calls", "tfsched trace")
+        assert_one_line_error(
+            p, "calls.json", "TensorFlow 2 function calls", "not a function's graph", "dump_graphs"
+        )
         p = run(
             "viz",
             str(tmp_path / "calls.json"),

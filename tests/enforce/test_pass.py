@@ -190,6 +190,91 @@ class TestPass:
             assert pushes["Cast"] == 0, task  # the ids the lookup needs
 
 
+def _dumped(directory) -> dict:
+    """The graphs ``dump_graphs`` wrote to ``directory``: file name -> GraphDef."""
+    import tensorflow as tf
+
+    out = {}
+    for path in sorted(directory.iterdir()):
+        gd = tf.compat.v1.GraphDef()
+        gd.ParseFromString(path.read_bytes())
+        out[path.name] = gd
+    return out
+
+
+class TestDumpGraphs:
+    def test_the_graph_as_the_pass_got_it_and_as_gated(self, tmp_path):
+        # What a user of TensorFlow 2 analyzes (a function's graph exists whole only here): the
+        # placed graph the pass was given, which `tfsched analyze` reads as a saved graph, and
+        # the graph it gated. A directory that is not there is made.
+        from tfsched.analysis import analyze
+
+        built = build_graph("seq32", ps_tasks=2)
+        dump = tmp_path / "graphs" / "seq"
+        out = optimize(built.graph_def(), built.fetches, only_tfsched(dump_graphs=str(dump)))
+        files = _dumped(dump)
+        [given] = [n for n in files if not n.endswith(".gated.pb")]
+        assert given.endswith(".worker_0.pb") and set(files) == {given, given[: -len(".pb")] + ".gated.pb"}
+        assert not [n for n in files[given].node if n.op == "TfschedGate"]
+        assert all(n.device.startswith("/job:") for n in files[given].node)  # placed
+        assert gates(files[given[: -len(".pb")] + ".gated.pb"]) == gates(out) and len(gates(out)) == 66
+        (tmp_path / "given.pb").write_bytes(files[given].SerializeToString())
+        dumped = analyze(str(tmp_path / "given.pb"), fetches=built.fetches)
+        saved = analyze(_saved(built, tmp_path), fetches=built.fetches)
+        assert len(dumped.graph.transfers) == len(saved.graph.transfers) > 60
+
+        # a graph with nothing to gate is not written
+        again = tmp_path / "none"
+        import tensorflow as tf
+
+        g = tf.Graph()
+        with g.as_default(), g.device("/job:worker/task:0"):
+            tf.identity(tf.compat.v1.get_variable("v", [4]) * 2.0, name="out")
+        optimize(g.as_graph_def(), ["out"], only_tfsched(dump_graphs=str(again)))
+        assert not again.exists() or not list(again.iterdir())
+
+    def test_a_dump_directory_that_cannot_be_made_leaves_the_graph_gated(self, tmp_path):
+        blocker = tmp_path / "file"
+        blocker.write_text("not a directory")
+        built = build_graph("seq32", ps_tasks=1)
+        out = optimize(built.graph_def(), built.fetches, only_tfsched(dump_graphs=str(blocker / "sub")))
+        plain = optimize(built.graph_def(), built.fetches, only_tfsched())
+        assert gates(out) == gates(plain) and len(gates(out)) == 66
+        assert blocker.read_text() == "not a directory"
+
+    @pytest.mark.parametrize("value", [5, ""])
+    def test_a_bad_directory_is_one_error(self, value):
+        import tfsched
+
+        with pytest.raises(TfschedError, match="dump_graphs must be a directory's path"):
+            tfsched.enable(dump_graphs=value)
+
+
+def _saved(built, tmp_path) -> str:
+    path = tmp_path / "saved.pb"
+    path.write_bytes(built.graph_def().SerializeToString())
+    return str(path)
+
+
+def test_a_function_the_schedule_names_nothing_of_is_ordered_by_tio(tmp_path):
+    # Under enable_functions the pass rewrites every function a worker instantiates, and a
+    # schedule is made for one of them: another (an evaluation's) is ordered by TIO. A
+    # session's graph the schedule names nothing of is still an error (strict: it fails).
+    from tfsched.analysis import analyze
+
+    par = build_graph("par32", ps_tasks=1)
+    sched = tmp_path / "par.json"
+    analyze(_saved(par, tmp_path), fetches=par.fetches).schedule.save(str(sched))
+    seq = build_graph("seq32", ps_tasks=1)
+    config = only_tfsched(schedule=str(sched))
+    with pytest.raises(Exception, match="the schedule matches none of the"):
+        optimize(seq.graph_def(), seq.fetches, config)
+    for opt in config.graph_options.rewrite_options.custom_optimizers:
+        opt.parameter_map["functions"].b = True  # as enable_functions sets it
+    tio = gates(optimize(seq.graph_def(), seq.fetches, only_tfsched()))
+    assert gates(optimize(seq.graph_def(), seq.fetches, config)) == tio and len(tio) == 66
+
+
 def _pushes_graph(merged: bool):
     """Three PS variables a, b, c updated from worker 0: a and b by one gradient tensor when
     ``merged`` (what Grappler makes of Par-32's identical gradients), by two otherwise."""

@@ -29,9 +29,10 @@ def run_client(
     trace: str | None = None,
     window: float = 8.0,
     conv: bool = False,
+    probe: bool = False,
 ) -> dict:
     args = {"spec": spec, "kwargs": kwargs, "steps": steps, "layers": layers, "width": width}
-    args.update(fail_at=fail_at, fit=fit, connect=connect, trace=trace, window=window, conv=conv)
+    args.update(fail_at=fail_at, fit=fit, connect=connect, trace=trace, window=window, conv=conv, probe=probe)
     done = subprocess.run(
         [sys.executable, CLIENT, json.dumps(args)],
         env=task_env(),
@@ -251,12 +252,72 @@ def test_a_traced_convolutions_kernel_is_pulled_once_beside_its_control_edge(one
     assert not [t for t in trace.meta["unsized"] if "conv" in t], trace.meta["unsized"]
 
 
+def test_a_tao_schedule_from_a_functions_dumped_graph_and_trace_orders_its_calls(one_worker, tmp_path):
+    """TAO for TensorFlow 2, end to end: the pass writes the step function's graph as it got it
+    (``dump_graphs``) while ``trace_functions`` traces its calls; ``tfsched analyze`` orders that
+    graph by the trace (every transfer matched); the schedule, given to ``enable_functions``
+    with ``strict``, orders the step's gates as written, bit for bit vanilla's training, and a
+    second function it names nothing of (``probe``) is ordered by TIO, not failed."""
+    from click.testing import CliRunner
+
+    from tfsched.cli import main
+    from tfsched.ordering.schedule import load_schedule
+
+    first, second = tmp_path / "graphs", tmp_path / "gated"
+    trace = str(tmp_path / "tf2.trace.json")
+    run_client(one_worker.spec, {"dump_graphs": str(first)}, steps=1, trace=trace)
+    [graph] = [p for p in first.iterdir() if re.fullmatch(r"__inference_step_\d+\.worker_0\.pb", p.name)]
+    sched = str(tmp_path / "tao.json")
+    done = CliRunner().invoke(
+        main, ["analyze", str(graph), "--trace", trace, "--algorithm", "tao", "-o", sched, "--json"]
+    )
+    assert done.exit_code == 0, done.output
+    traced = json.loads(done.output)["traced"]
+    assert traced["transfers_matched"] == traced["transfers_total"] == 22, traced  # 11 variables, each way
+    kwargs = {"schedule": sched, "algorithm": "tao", "strict": True, "dump_graphs": str(second)}
+    scheduled = run_client(one_worker.spec, kwargs, steps=8, probe=True)
+    vanilla = run_client(one_worker.spec, None, steps=8, probe=True)
+    for key in ("losses", "variables", "probe"):
+        assert scheduled[key] == vanilla[key], key
+    ps = scheduled["stats"]["/job:ps/task:0"]
+    assert ps["timeouts"] == 0 and ps["live_steps"] == 0 and ps["released"] > 0, ps
+
+    want = {
+        (ch["sender"], t["key"].split(":", 1)[1]): t["priority"]
+        for ch in load_schedule(sched)["channels"]
+        for t in ch["transfers"]
+        if t["kind"] != "control"
+    }
+    assert len(set(want.values())) > 5  # an order, not all tied
+    files = {p.name: p for p in second.iterdir()}
+    [step] = [n for n in files if re.fullmatch(r"__inference_step_\d+\.worker_0\.gated\.pb", n)]
+    got = {}
+    for n in _graph(files[step]).node:
+        if n.op == "TfschedGate":
+            got[(n.device.split("/device:")[0], n.input[0] if ":" in n.input[0] else n.input[0] + ":0")] = (
+                n.attr["priority"].i
+            )
+    assert got == want
+    [other] = [n for n in files if n.startswith("__inference_probe_") and n.endswith(".gated.pb")]
+    assert [n for n in _graph(files[other]).node if n.op == "TfschedGate" and "probe/" in n.name]
+
+
+def _graph(path):
+    import tensorflow as tf
+
+    gd = tf.compat.v1.GraphDef()
+    gd.ParseFromString(path.read_bytes())
+    return gd
+
+
 @pytest.mark.parametrize(
     "kwargs, words",
     [
-        ({"schedule": "schedule.json"}, "takes no schedule"),
+        ({"schedule": "no-such-schedule.json"}, "no such schedule file"),
         ({"config": object()}, "takes no config"),
-        ({"algorithm": "tao"}, "orders by TIO"),
+        ({"graph": object()}, "takes no graph"),
+        ({"algorithm": "tao"}, "needs a schedule file"),
+        ({"dump_graphs": 3}, "dump_graphs must be a directory's path"),
         ({"credit": -5}, "credit must be a non-negative integer"),
         ({"host_credit": True}, "host_credit needs a credit"),
     ],

@@ -8,7 +8,8 @@ the final variables' bytes (hashed), and each task's gate counters once its step
 its pushes went and the first layer's kernel's never comes): the line then holds the error's type
 and how long the calls took to end. With ``fit``, Keras's ``model.fit`` runs the steps instead;
 with ``connect``, no strategy: a function of the coordinator's own (``connect``); with ``trace``,
-calls inside a profiling window (``traced``).
+calls inside a profiling window (``traced``); with ``probe``, one call of a second function after
+the steps (``probe``).
 
 A process of its own: the pass goes into the process's eager context, which a test process shares
 with every other test.
@@ -79,12 +80,26 @@ def main(args: dict) -> dict:
             "stats": growth(before, counters(args, settle=True)),
         }
     blob = b"".join(v.numpy().tobytes() for v in model.trainable_variables)
-    after = counters(args, settle=True)
-    return {
+    out = {
         "losses": [float(np.float32(r.fetch())) for r in losses],
         "variables": hashlib.sha256(blob).hexdigest(),
-        "stats": growth(before, after),
     }
+    if args.get("probe"):
+        out["probe"] = float(np.float32(coordinator.schedule(probe(tf, model)).fetch()))
+    out["stats"] = growth(before, counters(args, settle=True))
+    return out
+
+
+def probe(tf, model):
+    """A second function the workers run: the sum of every variable, read from the PS under
+    names of its own (``probe/``), which a schedule made for the step names none of."""
+
+    @tf.function
+    def probe():
+        with tf.name_scope("probe"):
+            return tf.add_n([tf.reduce_sum(v) for v in model.trainable_variables])
+
+    return probe
 
 
 def traced(args: dict, resolver, coordinator, step, inputs) -> dict:

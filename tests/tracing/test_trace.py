@@ -279,6 +279,8 @@ class TestScheduledSteps:
             "steps": 3,
             "scheduled": True,
             "efficiency": a.traced.efficiency(a.prediction),
+            "transfers_matched": a.trace_match.transfers_matched,
+            "transfers_total": a.trace_match.transfers_total,
         }
 
 

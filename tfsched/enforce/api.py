@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 from tfsched.errors import TfschedError
 from tfsched.graph.devices import check_job_name
@@ -185,6 +186,7 @@ def enable(
     ack_share: int | None = None,
     credit_return: str = "ack",
     bandwidth_bps: float | None = None,
+    dump_graphs: str | None = None,
 ):
     """Turn tfsched's pass on in a session config; returns the config (a new one if none given).
 
@@ -223,6 +225,11 @@ def enable(
         saves the acknowledgements' CPU; it does not count the bytes already queued in the
         sender's socket). Tensors of other than plain data types (strings) are then not counted.
         Needs ``credit``.
+    dump_graphs : a directory (made if missing) on the host of the task that runs the pass (a
+        session's master; for functions, each worker): every graph with transfers between tasks is
+        written there as the pass got it, placed, ``<graph>.<worker>.pb`` (what ``tfsched analyze``
+        reads, with a trace of its steps; a function's graph is named after the function), and as
+        gated, ``<graph>.<worker>.gated.pb``. Each file is written whole or not at all.
 
     Example
     -------
@@ -253,6 +260,8 @@ def enable(
             raise TfschedError("ack_share needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
     if check_credit_return(credit_return) != "ack" and not credit:
         raise TfschedError("credit_return needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
+    if dump_graphs is not None and not (isinstance(dump_graphs, str | os.PathLike) and str(dump_graphs)):
+        raise TfschedError(f"dump_graphs must be a directory's path, got {dump_graphs!r}")
     if not is_count(timeout_ms):
         raise TfschedError(f"timeout_ms must be a non-negative integer (milliseconds), got {timeout_ms!r}")
     lines: list[str] = []
@@ -302,6 +311,8 @@ def enable(
     opt.parameter_map["host_credit"].b = host_credit
     opt.parameter_map["ack_share"].i = DEFAULT_ACK_SHARE if ack_share is None else ack_share
     opt.parameter_map["credit_return"].s = credit_return.encode()
+    if dump_graphs is not None:
+        opt.parameter_map["dump_dir"].s = os.fspath(os.path.abspath(dump_graphs)).encode()
     if strict:
         rewrite.fail_on_optimizer_errors = True
     return config
@@ -322,8 +333,11 @@ def enable_functions(**kwargs):
 
     ``kwargs`` are ``enable``'s: ``algorithm="tio"`` (the default, from the graph alone),
     ``partition``, ``credit``, ``host_credit``, ``ack_share``, ``credit_return``,
-    ``bandwidth_bps``, ``timeout_ms``, ``ps_job``, ``strict``. A ``tfsched analyze`` schedule names
-    a session graph's transfers, not a function's: ``schedule`` is refused here.
+    ``bandwidth_bps``, ``timeout_ms``, ``ps_job``, ``strict``, ``dump_graphs``, and ``schedule``
+    with its ``algorithm``: a ``tfsched analyze -o`` file made from a function's graph as the pass
+    got it (``dump_graphs``) and a trace of its calls (``trace_functions``). The schedule orders
+    that function's transfers on every worker (each channel's by the PS's side of it); another
+    function, whose transfers it names none of, is ordered by TIO.
 
     TensorFlow has no public setting for the functions' Grappler passes: the config goes in as the
     eager context's base config, which every thread's function-call options are made from
@@ -334,16 +348,13 @@ def enable_functions(**kwargs):
     -------
     >>> tfsched.enable_functions(partition="auto", credit="auto", host_credit=True)  # doctest: +SKIP
     >>> strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)  # doctest: +SKIP
+    >>> tfsched.enable_functions(schedule="tao.json", algorithm="tao")  # doctest: +SKIP
     """
-    for name in ("schedule", "graph", "fetches", "config"):
+    for name in ("graph", "fetches", "config"):
         if kwargs.get(name) is not None:
             raise TfschedError(
-                f"enable_functions takes no {name}: functions are ordered by TIO from their own graph"
+                f"enable_functions takes no {name}: each function's graph is the one the pass gets"
             )
-    if kwargs.get("algorithm", "tio") != "tio":
-        raise TfschedError(
-            f"enable_functions orders by TIO from each function's graph, not {kwargs['algorithm']!r}"
-        )
     from tfsched.graph._tf import import_tensorflow
 
     tf = import_tensorflow()
@@ -359,6 +370,9 @@ def enable_functions(**kwargs):
     if ctx._config is not None:
         config.CopyFrom(ctx._config)
     enable(config, **kwargs)
+    for opt in config.graph_options.rewrite_options.custom_optimizers:
+        if opt.name == OPTIMIZER_NAME:
+            opt.parameter_map["functions"].b = True  # a schedule orders its function, TIO the others
     ctx._config = config
     ctx._thread_local_data.function_call_options = None  # this thread's are made again from it
     return config

@@ -108,6 +108,12 @@ def identity_sources(graph: CommGraph, tensor: str) -> list[str]:
     return out
 
 
+def is_function_graph(graph: CommGraph) -> bool:
+    """Whether ``graph`` is a function's body as TensorFlow instantiated it (its inputs ``_Arg``
+    nodes, its outputs ``_Retval``): the graph ``enable_functions(dump_graphs=...)`` writes."""
+    return any(graph.op(n).type in ("_Arg", "_Retval") for n in graph.graph)
+
+
 def match_trace(graph: CommGraph, trace: Trace, source: str = "<trace>") -> MatchReport:
     """Count the graph's ops and data transfers that the trace timed; never drops silently.
 
@@ -120,10 +126,11 @@ def match_trace(graph: CommGraph, trace: Trace, source: str = "<trace>") -> Matc
     session such a trace was an error, and a user of ``tfsched.enable`` had to turn it off to
     trace.
     """
-    if trace.meta.get("api") == FUNCTIONS_API:  # its steps are calls; no session graph ran
+    if trace.meta.get("api") == FUNCTIONS_API and not is_function_graph(graph):
         raise TfschedError(
-            f"{trace.source}: a trace of TensorFlow 2 function calls (tfsched.trace_functions), not "
-            "of a session's steps (tfsched trace, tfsched.tracing.collect): it matches no graph file"
+            f"{trace.source}: a trace of TensorFlow 2 function calls (tfsched.trace_functions), not of "
+            f"a session's steps, and {graph.source or 'the graph'} is not a function's graph: give the "
+            "graph enable_functions(dump_graphs=DIR) wrote"
         )
     timed_ops = {o.node for o in trace.ops}
     # Names alone are not enough (every model has a MatMul/ReadVariableOp): the size must agree too.
