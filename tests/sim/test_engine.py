@@ -101,6 +101,28 @@ class TestSimulate:
             in_flight = [j for j in msgs if r.starts[j] <= r.starts[i] < r.ends[j]]
             assert sum(sg.nbytes[j] for j in in_flight) <= 8000
 
+    def test_queue_policy_counts_a_control_edge_among_the_pulls_of_its_channel(self):
+        # TensorFlow 2's step functions send control edges from the PS beside the pulls (its
+        # GroupCrossDeviceControlEdges): under the layer order's queue policy such an edge was a
+        # queue's message among counted ones, and the simulator failed comparing their keys.
+        from tests.helpers import PS
+        from tfsched.graph import RawNode
+
+        nodes = var("v0", (1000,)) + var("v1", (1000,))
+        nodes.append(RawNode("mark", "NoOp", PS, []))
+        nodes += [op("f0", ["v0/read", "^mark"]), op("f1", ["f0", "v1/read"])]
+        g = build_comm_graph(nodes, fetches=["f1"])
+        assert sorted(t.kind for t in g.transfers) == ["control", "pull", "pull"]
+        o = oracle_with({"f0": 0.001, "f1": 0.001}, bandwidth_bps=8e6)
+        layer = order(g, "layer", o)
+        sg = build_sim_graph(g, o, layer)
+        r = simulate(sg, "queue", record=True)
+        msgs = [i for i, k in enumerate(sg.kind) if k == 1]
+        assert all(math.isfinite(r.ends[i]) for i in msgs)
+        pulls = [sg.name[i] for i in sorted(msgs, key=lambda i: r.sends[i]) if "read" in sg.name[i]]
+        assert pulls == ["v0/read:0", "v1/read:0"]
+        assert r.step_time == pytest.approx(simulate(sg, "counter").step_time)
+
     def test_random_fifo_spreads(self):
         nodes = (
             var("big", (1_000_000,))

@@ -205,10 +205,19 @@ def simulate(
     # Per message: how it is released (see the module docstring).
     how = [policy] * n
     if policy == "queue":
+        # By channel, as the pass's gates go: a channel that pushes (to a PS) is a queue, any
+        # other counts. Per message, a control edge on a channel of pulls (TensorFlow 2's
+        # GroupCrossDeviceControlEdges) was a queue's among counters, and their keys and ranks
+        # do not compare (a TypeError on VGG16's step function under the layer order).
+        pushing = {
+            sg.gate[i]
+            for i in range(n)
+            if sg.kind[i] == MESSAGE and sg.transfer[i] is not None and sg.transfer[i].kind == "push"
+        }
         for i in range(n):
             if sg.kind[i] == MESSAGE:
-                t = sg.transfer[i]
-                how[i] = "counter" if t is not None and t.kind == "pull" else "queue"
+                queued = sg.gate[i] in pushing or sg.transfer[i] is None
+                how[i] = "queue" if queued else "counter"
     # Per message: whether it takes credit and is acknowledged.
     acked = [
         credit_bytes is not None and how[i] in ("counter", "queue") and sg.nbytes[i] >= ack_from
