@@ -159,6 +159,13 @@ def assemble() -> None:
         with open(extra) as f:
             parts.append(f.read().strip())
         parts.append("")
+    extra = os.path.join(RESULTS, "tf2-vgg16-train-tao.md")  # tf2_strategy.py with tao and layer
+    if os.path.exists(extra):
+        parts.append("### TensorFlow 2: TAO and layer schedules")
+        parts.append("")
+        with open(extra) as f:
+            parts.append(f.read().strip())
+        parts.append("")
     reading = os.path.join(HERE, "reading.md")
     if os.path.exists(reading):
         with open(reading) as f:

@@ -366,6 +366,10 @@ def analyze(
       tfsched analyze train.pb --fetch train --algorithm tao --workers 4 --credit 4000000 --host-credit
       tfsched analyze train.pb --fetch train --workers 4 --partition auto --credit auto
       tfsched analyze train.pb --fetch train --placement placement.json --placement-ps 2
+      tfsched analyze graphs/__inference_step_7.worker_0.pb --trace tf2.trace.json --algorithm tao -o tao.json
+
+    A TensorFlow 2 function's graph is the one enable_functions(dump_graphs=DIR) wrote, and its
+    trace one of tfsched.trace_functions.
     """
     from tfsched.analysis import analyze as run_analysis
 
