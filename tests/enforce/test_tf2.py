@@ -252,29 +252,74 @@ def test_a_traced_convolutions_kernel_is_pulled_once_beside_its_control_edge(one
     assert not [t for t in trace.meta["unsized"] if "conv" in t], trace.meta["unsized"]
 
 
-def test_a_tao_schedule_from_a_functions_dumped_graph_and_trace_orders_its_calls(one_worker, tmp_path):
-    """TAO for TensorFlow 2, end to end: the pass writes the step function's graph as it got it
-    (``dump_graphs``) while ``trace_functions`` traces its calls; ``tfsched analyze`` orders that
-    graph by the trace (every transfer matched); the schedule, given to ``enable_functions``
-    with ``strict``, orders the step's gates as written, bit for bit vanilla's training, and a
-    second function it names nothing of (``probe``) is ordered by TIO, not failed."""
+def _tao_schedule(spec: dict, tmp_path) -> str:
+    """A TIO run that dumps the step function's graph (``dump_graphs``) while ``trace_functions``
+    traces its calls, then ``tfsched analyze`` of worker 0's graph by that trace: the TAO
+    schedule's path. Every transfer of the graph is matched (4 dense layers and the output's
+    kernels and biases, and the optimizer's step counter: 11 each way)."""
     from click.testing import CliRunner
 
     from tfsched.cli import main
-    from tfsched.ordering.schedule import load_schedule
 
-    first, second = tmp_path / "graphs", tmp_path / "gated"
-    trace = str(tmp_path / "tf2.trace.json")
-    run_client(one_worker.spec, {"dump_graphs": str(first)}, steps=1, trace=trace)
-    [graph] = [p for p in first.iterdir() if re.fullmatch(r"__inference_step_\d+\.worker_0\.pb", p.name)]
+    graphs, trace = tmp_path / "graphs", str(tmp_path / "tf2.trace.json")
+    run_client(spec, {"dump_graphs": str(graphs)}, steps=1, trace=trace)
+    [graph] = [p for p in graphs.iterdir() if re.fullmatch(r"__inference_step_\d+\.worker_0\.pb", p.name)]
     sched = str(tmp_path / "tao.json")
     done = CliRunner().invoke(
         main, ["analyze", str(graph), "--trace", trace, "--algorithm", "tao", "-o", sched, "--json"]
     )
     assert done.exit_code == 0, done.output
     traced = json.loads(done.output)["traced"]
-    assert traced["transfers_matched"] == traced["transfers_total"] == 22, traced  # 11 variables, each way
-    kwargs = {"schedule": sched, "algorithm": "tao", "strict": True, "dump_graphs": str(second)}
+    assert traced["transfers_matched"] == traced["transfers_total"] == 22, traced
+    return sched
+
+
+def _schedule_priorities(sched: str) -> dict:
+    """(PS task, pull or push, tensor) -> priority, as the schedule orders worker 0's calls."""
+    from tfsched.ordering.schedule import load_schedule
+
+    out = {}
+    for ch in load_schedule(sched)["channels"]:
+        pull = "/job:ps/" in ch["sender"]
+        for t in ch["transfers"]:
+            if t["kind"] != "control":
+                out[
+                    (
+                        ch["sender"] if pull else ch["receiver"],
+                        "pull" if pull else "push",
+                        t["key"].split(":", 1)[1],
+                    )
+                ] = t["priority"]
+    assert len(set(out.values())) > 5  # an order, not all tied
+    return out
+
+
+def _gate_priorities(path) -> dict:
+    """The same for the gates of a graph ``dump_graphs`` wrote as gated."""
+    import tensorflow as tf
+
+    gd = tf.compat.v1.GraphDef()
+    gd.ParseFromString(path.read_bytes())
+    out = {}
+    for n in gd.node:
+        if n.op == "TfschedGate":
+            pull = n.device.startswith("/job:ps/")
+            channel = n.attr["channel"].s.decode().split("->")
+            tensor = n.input[0] if ":" in n.input[0] else n.input[0] + ":0"
+            out[(channel[0] if pull else channel[1], "pull" if pull else "push", tensor)] = n.attr[
+                "priority"
+            ].i
+    return out
+
+
+def test_a_tao_schedule_from_a_functions_dumped_graph_and_trace_orders_its_calls(one_worker, tmp_path):
+    """TAO for TensorFlow 2, end to end: the schedule from a function's dumped graph and its
+    trace (``_tao_schedule``), given to ``enable_functions`` with ``strict``, orders the step's
+    gates as written, bit for bit vanilla's training, and a second function it names nothing of
+    (``probe``) is ordered by TIO, not failed."""
+    sched = _tao_schedule(one_worker.spec, tmp_path)
+    gated = tmp_path / "gated"
+    kwargs = {"schedule": sched, "algorithm": "tao", "strict": True, "dump_graphs": str(gated)}
     scheduled = run_client(one_worker.spec, kwargs, steps=8, probe=True)
     vanilla = run_client(one_worker.spec, None, steps=8, probe=True)
     for key in ("losses", "variables", "probe"):
@@ -282,32 +327,31 @@ def test_a_tao_schedule_from_a_functions_dumped_graph_and_trace_orders_its_calls
     ps = scheduled["stats"]["/job:ps/task:0"]
     assert ps["timeouts"] == 0 and ps["live_steps"] == 0 and ps["released"] > 0, ps
 
-    want = {
-        (ch["sender"], t["key"].split(":", 1)[1]): t["priority"]
-        for ch in load_schedule(sched)["channels"]
-        for t in ch["transfers"]
-        if t["kind"] != "control"
-    }
-    assert len(set(want.values())) > 5  # an order, not all tied
-    files = {p.name: p for p in second.iterdir()}
+    files = {p.name: p for p in gated.iterdir()}
     [step] = [n for n in files if re.fullmatch(r"__inference_step_\d+\.worker_0\.gated\.pb", n)]
-    got = {}
-    for n in _graph(files[step]).node:
-        if n.op == "TfschedGate":
-            got[(n.device.split("/device:")[0], n.input[0] if ":" in n.input[0] else n.input[0] + ":0")] = (
-                n.attr["priority"].i
-            )
-    assert got == want
+    assert _gate_priorities(files[step]) == _schedule_priorities(sched)
     [other] = [n for n in files if n.startswith("__inference_probe_") and n.endswith(".gated.pb")]
-    assert [n for n in _graph(files[other]).node if n.op == "TfschedGate" and "probe/" in n.name]
+    assert [key for key in _gate_priorities(files[other]) if "probe/" in key[2]]
 
 
-def _graph(path):
-    import tensorflow as tf
-
-    gd = tf.compat.v1.GraphDef()
-    gd.ParseFromString(path.read_bytes())
-    return gd
+def test_worker_0s_schedule_orders_every_workers_calls(tmp_path):
+    """Two workers: the schedule made from worker 0's graph gives worker 1's gates the same
+    priorities, each channel matched by its PS side (worker 1's tensors are named as worker
+    0's), and neither worker's gates time out."""
+    with LocalCluster(ps=1, workers=2) as c:
+        sched = _tao_schedule(c.spec, tmp_path)
+        gated = tmp_path / "gated"
+        kwargs = {"schedule": sched, "algorithm": "tao", "strict": True, "dump_graphs": str(gated)}
+        out = run_client(c.spec, kwargs, steps=16)
+    want = _schedule_priorities(sched)
+    for w in (0, 1):
+        [step] = [
+            p
+            for p in gated.iterdir()
+            if re.fullmatch(rf"__inference_step_\d+\.worker_{w}\.gated\.pb", p.name)
+        ]
+        assert _gate_priorities(step) == want, w
+    assert all(s["timeouts"] == 0 and s["live_steps"] == 0 for s in out["stats"].values()), out["stats"]
 
 
 @pytest.mark.parametrize(
