@@ -159,13 +159,15 @@ def assemble() -> None:
         with open(extra) as f:
             parts.append(f.read().strip())
         parts.append("")
-    extra = os.path.join(RESULTS, "tf2-vgg16-train-tao.md")  # tf2_strategy.py with tao and layer
-    if os.path.exists(extra):
+    # tf2_strategy.py with tao and layer, and TAO beside TIO with one window per task
+    tao = [os.path.join(RESULTS, f"tf2-vgg16-train-{x}.md") for x in ("tao", "tao-host")]
+    if any(os.path.exists(x) for x in tao):
         parts.append("### TensorFlow 2: TAO and layer schedules")
         parts.append("")
-        with open(extra) as f:
-            parts.append(f.read().strip())
-        parts.append("")
+        for extra in filter(os.path.exists, tao):
+            with open(extra) as f:
+                parts.append(f.read().strip())
+            parts.append("")
     reading = os.path.join(HERE, "reading.md")
     if os.path.exists(reading):
         with open(reading) as f:
