@@ -112,7 +112,8 @@ def coordinate(args: dict) -> dict:
     for _ in range(workers):
         coordinator.schedule(step)
     coordinator.join()
-    # a window twice the warm-up's (which instantiated the function) and 5 s unless given
+    # unless given: per timed step per worker, twice the warm-up (a step that also instantiated
+    # the function), and 5 s
     window = args.get("window_s") or 2 * (time.perf_counter() - start) * args["steps"] + 5
     start = time.perf_counter()
     if args.get("trace"):  # the same steps inside a profiling window (tfsched.trace_functions)

@@ -21,8 +21,8 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   ``fifo`` at once (ties in graph order), ``random`` at once with ties shuffled by a seed
   (the spread TicTac reports for unordered runs), ``counter`` when all messages of higher
   priority on its channel were released in this step (TicTac §5.1), ``queue`` as the
-  enforcement pass does for ByteScheduler's schedules: pulls (all ready at the start of a step)
-  by counters, pushes highest priority first among those ready (§4.2);
+  enforcement pass does for ByteScheduler's schedules: a channel of pulls (all ready at the start
+  of a step) by counters, a channel of pushes highest priority first among those ready (§4.2);
 * with a credit window (``counter`` and ``queue``, as the gates): the head of a channel's queue
   goes only if the bytes released and not yet acknowledged leave room for it, or nothing is in
   flight; the acknowledgement comes back one per-message overhead (plus latency) after arrival.

@@ -124,7 +124,8 @@ def match_trace(graph: CommGraph, trace: Trace, source: str = "<trace>") -> Matc
     slices forward (``forwarded_bytes``): its ops are the graph's, and its messages those the
     links carried, each timed from its gate's release (``oracle.fit``). Until the thirty-first
     session such a trace was an error, and a user of ``tfsched.enable`` had to turn it off to
-    trace.
+    trace. A trace of TensorFlow 2 calls (``tracing.functions``) matches a function's graph as
+    the pass got it (``is_function_graph``); beside another graph it is an error that says so.
     """
     if trace.meta.get("api") == FUNCTIONS_API and not is_function_graph(graph):
         raise TfschedError(
