@@ -252,11 +252,12 @@ def test_a_traced_convolutions_kernel_is_pulled_once_beside_its_control_edge(one
     assert not [t for t in trace.meta["unsized"] if "conv" in t], trace.meta["unsized"]
 
 
-def _tao_schedule(spec: dict, tmp_path) -> str:
+def _tao_schedule(spec: dict, tmp_path) -> tuple[str, str, str]:
     """A TIO run that dumps the step function's graph (``dump_graphs``) while ``trace_functions``
     traces its calls, then ``tfsched analyze`` of worker 0's graph by that trace: the TAO
-    schedule's path. Every transfer of the graph is matched (4 dense layers and the output's
-    kernels and biases, and the optimizer's step counter: 11 each way)."""
+    schedule's path, the trace's and the graph's. Every transfer of the graph is matched (4
+    dense layers and the output's kernels and biases, and the optimizer's step counter: 11
+    each way)."""
     from click.testing import CliRunner
 
     from tfsched.cli import main
@@ -271,7 +272,7 @@ def _tao_schedule(spec: dict, tmp_path) -> str:
     assert done.exit_code == 0, done.output
     traced = json.loads(done.output)["traced"]
     assert traced["transfers_matched"] == traced["transfers_total"] == 22, traced
-    return sched
+    return sched, trace, str(graph)
 
 
 def _schedule_priorities(sched: str) -> dict:
@@ -317,7 +318,25 @@ def test_a_tao_schedule_from_a_functions_dumped_graph_and_trace_orders_its_calls
     trace (``_tao_schedule``), given to ``enable_functions`` with ``strict``, orders the step's
     gates as written, bit for bit vanilla's training, and a second function it names nothing of
     (``probe``) is ordered by TIO, not failed."""
-    sched = _tao_schedule(one_worker.spec, tmp_path)
+    from click.testing import CliRunner
+
+    from tfsched.cli import main
+
+    sched, trace, graph = _tao_schedule(one_worker.spec, tmp_path)
+    # tfsched viz draws the trace beside the simulator's step of that graph, and gives each
+    # transfer the schedule's priority (the gates' and slices' read as the tensors they forward)
+    done = CliRunner().invoke(main, ["viz", trace, "--graph", graph, "-o", str(tmp_path / "step.png")])
+    assert done.exit_code == 0 and (tmp_path / "step.png").stat().st_size > 0, done.output
+    chrome = tmp_path / "step.chrome.json"
+    done = CliRunner().invoke(main, ["viz", trace, "--schedule", sched, "-o", str(chrome)])
+    assert done.exit_code == 0, done.output
+    drawn = [e["args"] for e in json.loads(chrome.read_text())["traceEvents"] if e.get("cat") == "transfer"]
+    data = [
+        x for x in drawn if "/ctrl/_" not in x["tensor"] and "GroupCrossDeviceControlEdges" not in x["tensor"]
+    ]
+    assert data and all(x["priority"] is not None for x in data), [x for x in data if x["priority"] is None][
+        :3
+    ]
     gated = tmp_path / "gated"
     kwargs = {"schedule": sched, "algorithm": "tao", "strict": True, "dump_graphs": str(gated)}
     scheduled = run_client(one_worker.spec, kwargs, steps=8, probe=True)
@@ -339,7 +358,7 @@ def test_worker_0s_schedule_orders_every_workers_calls(tmp_path):
     priorities, each channel matched by its PS side (worker 1's tensors are named as worker
     0's), and neither worker's gates time out."""
     with LocalCluster(ps=1, workers=2) as c:
-        sched = _tao_schedule(c.spec, tmp_path)
+        sched, _, _ = _tao_schedule(c.spec, tmp_path)
         gated = tmp_path / "gated"
         kwargs = {"schedule": sched, "algorithm": "tao", "strict": True, "dump_graphs": str(gated)}
         out = run_client(c.spec, kwargs, steps=16)
