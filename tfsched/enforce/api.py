@@ -225,8 +225,9 @@ def enable(
         saves the acknowledgements' CPU; it does not count the bytes already queued in the
         sender's socket). Tensors of other than plain data types (strings) are then not counted.
         Needs ``credit``.
-    dump_graphs : a directory (made if missing) on the host of the task that runs the pass (a
-        session's master; for functions, each worker): every graph with transfers between tasks is
+    dump_graphs : a directory (made if missing; a relative path is taken from this process's
+        working directory) on the host of the task that runs the pass (a session's master; for
+        functions, each worker): every graph with transfers between tasks is
         written there as the pass got it, placed, ``<graph>.<worker>.pb`` (what ``tfsched analyze``
         reads, with a trace of its steps; a function's graph is named after the function), and as
         gated, ``<graph>.<worker>.gated.pb``. Each file is written whole or not at all.
