@@ -629,6 +629,44 @@ def viz(trace_path, output, schedule, graph_path, fetches, tag_set, compare, ste
     click.echo(f"{output} written")
 
 
+def _check_tf2_bench(modes: tuple[str, ...]) -> None:
+    """What ``bench --api tf2`` cannot take: one usage line, before any work."""
+    from tfsched.bench.run import TUNED
+
+    ctx = click.get_current_context()
+    for name, why in (
+        ("tuned_path", "a tune file's settings were tuned on a session's graph"),
+        (
+            "shaped_loopback",
+            "TensorFlow 2's coordinator gives every task its cluster's addresses, past the relays",
+        ),
+        ("trace_steps", "a traced round of each mode runs whole"),
+        ("ps_placement", "the strategy places the variables round-robin"),
+    ):
+        if ctx.get_parameter_source(name) != ParameterSource.DEFAULT:
+            option = "--" + {"tuned_path": "tuned"}.get(name, name).replace("_", "-")
+            raise click.UsageError(f"{option} is not for --api tf2: {why}")
+    if TUNED in modes:
+        raise click.UsageError(
+            f"mode {TUNED} is not for --api tf2: a tune file's settings were tuned on a session's graph"
+        )
+
+
+def _bench_tf2(console, *, output, traces_dir, balance, **run) -> None:
+    """``bench --api tf2``'s run, results and summary (``tfsched.bench.tf2``)."""
+    from tfsched.bench import tf2
+    from tfsched.progress import progress_bar
+
+    with progress_bar(console, "benchmark") as (say, done):
+        summary = tf2.side_by_side(traces_dir=traces_dir, progress=say, done=done, **run)
+    summary["config"]["batch_balance"] = balance.to_json() if balance else None
+    md_path = tf2.write(summary, output)
+    click.echo(tf2.markdown(summary))
+    click.echo(f"results: {output}, {md_path}, {md_path[: -len('.md')]}.png")
+    if traces_dir:
+        click.echo(f"traced rounds: {traces_dir}/<mode>.trace.json (tfsched viz ...)")
+
+
 @main.command()
 @click.option(
     "--model",
@@ -717,6 +755,14 @@ def viz(trace_path, output, schedule, graph_path, fetches, tag_set, compare, ste
     help="Results (JSON, and a .md beside it).",
 )
 @_BENCH_PS_PLACEMENT_OPTION
+@click.option(
+    "--api",
+    type=click.Choice(["session", "tf2"]),
+    default="session",
+    show_default=True,
+    help="session: TF1 graphs in sessions, synchronous steps; tf2: TensorFlow 2's "
+    "ParameterServerStrategy with a ClusterCoordinator (enable_functions), asynchronous training.",
+)
 def bench(
     model,
     workers,
@@ -736,6 +782,7 @@ def bench(
     trace_steps,
     output,
     ps_placement,
+    api,
 ):
     """Vanilla TensorFlow vs tfsched on an emulated multi-host PS cluster, interleaved in one run.
 
@@ -746,6 +793,7 @@ def bench(
     Example:
       tfsched bench --model vgg16 --workers 4 --bandwidth 1Gbit --modes baseline,tio,tao -o vgg16.json
       tfsched bench --model vgg16 --workers 4 --modes baseline,tao+pc,tuned --tuned vgg16-tune.json
+      tfsched bench --api tf2 --model vgg16 --workers 4 --modes baseline,tio,tao+pc+host -o tf2.json
     """
     from rich.console import Console
 
@@ -756,6 +804,8 @@ def bench(
 
     if queue <= 0:
         raise click.BadParameter("must be a positive time", param_hint="--queue")
+    if api == "tf2":
+        _check_tf2_bench(modes)
     _check_loopback(loopback, shaped_loopback, latency, queue)  # before a batch size is measured
     if traces_dir:
         check_directory(traces_dir)
@@ -805,6 +855,25 @@ def bench(
             ) from None
         if batch_size < 1:
             raise click.BadParameter("must be at least 1", param_hint="--batch-size")
+    if api == "tf2":
+        _bench_tf2(
+            console,
+            model=model,
+            workers=workers,
+            ps=ps,
+            modes=modes,
+            steps=steps,
+            rounds=rounds,
+            batch_size=batch_size,
+            bandwidth_bps=None if loopback else bandwidth,
+            latency_s=latency,
+            queue_s=queue,
+            run_mode=run_mode,
+            traces_dir=traces_dir,
+            output=output,
+            balance=balance,
+        )
+        return
     tuned = None
     if tuned_doc is not None:
         tuned = tuned_mode(tuned_doc, tuned_path, batch_size=batch_size, **tuned_for)

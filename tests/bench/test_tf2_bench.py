@@ -1,0 +1,153 @@
+"""``tfsched bench --api tf2``: TensorFlow 2's ParameterServerStrategy on the emulated cluster."""
+
+import json
+import time
+
+import pytest
+
+from tests.cli.test_analyze import assert_one_line_error
+from tests.helpers import BENCH_SEQ32, cli
+from tfsched.bench import netns
+
+needs_namespaces = pytest.mark.skipif(
+    netns.available() is not None, reason=f"no network namespaces here: {netns.available()}"
+)
+
+
+def _model_bytes(model: str) -> int:
+    """What a worker pulls a step: every variable of the model, float32."""
+    from tfsched.models.keras import keras_model
+
+    built, _ = keras_model(model)
+    return 4 * sum(v.shape.num_elements() for v in built.variables)
+
+
+@pytest.mark.cluster
+@pytest.mark.tf
+@needs_namespaces
+def test_a_tf2_bench_run_fills_every_field_from_real_calls(tmp_path):
+    from tfsched.enforce.api import link_sizes
+
+    out, traces = tmp_path / "tf2.json", tmp_path / "traces"
+    modes = ["baseline", "tio", "tao+pc"]
+    p = cli(
+        *BENCH_SEQ32,
+        "--api",
+        "tf2",
+        "--modes",
+        ",".join(modes),
+        "--traces",
+        str(traces),
+        "-o",
+        str(out),
+        timeout=900,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    data = json.loads(out.read_text())
+    c = data["config"]
+    assert (c["api"], c["model"], c["mode"], c["workers"], c["bandwidth"]) == (
+        "tf2",
+        "seq32",
+        "train",
+        2,
+        "0.2 Gbit/s",
+    )
+    assert [r["mode"] for r in data["modes"]] == modes
+    pulled_mb = _model_bytes("seq32") / 1e6
+    for r in data["modes"]:
+        assert r["steps"] == 2 * 3 and r["throughput_steps_per_s"] > 0  # 2 workers x 3 steps, 1 round
+        assert r["per_round_vs_baseline"] == [pytest.approx(r["vs_baseline"])]
+        assert [x["steps"] for x in r["rounds"]] == [6] and r["rounds"][0]["wall_s"] > 0
+        t = r["traced"]
+        assert t["calls"] == len(t["call_times_s"]) >= 1 and t["p95_s"] >= t["p50_s"] > 0
+        # every variable pulled and its gradient pushed in a call, as the trace measured them
+        assert t["pulled_mb"] == pytest.approx(pulled_mb, rel=1e-6)
+        assert t["pushed_mb"] == pytest.approx(pulled_mb, rel=1e-6)
+        assert 0 < t["pulls_done_s"] < max(t["call_times_s"])
+        assert (traces / f"{r['mode']}.trace.json").exists() and t["trace"] == str(
+            traces / f"{r['mode']}.trace.json"
+        )
+    base, tio, tao = data["modes"]
+    assert base["vs_baseline"] == 1.0 and base["knobs"] == {} and tio["knobs"]["credit"] == 0
+    # +pc sized for the busiest channel: here the one PS's every variable
+    assert c["channel_params"] * 4 == _model_bytes("seq32")
+    assert (tao["knobs"]["partition"], tao["knobs"]["credit"]) == link_sizes(0.2e9, c["channel_params"])
+    # TAO ordered worker 0's step function from a traced round: every transfer matched
+    s = c["schedules"]["tao"]
+    assert s["transfers_total"] > 0 and s["transfers_matched"] == s["transfers_total"]
+    assert json.loads((traces / "tao.schedule.json").read_text())["algorithm"] == "tao"
+    md = out.with_suffix(".md").read_text()
+    assert all(f"| {m} |" in md for m in modes) and "asynchronous training" in md
+    assert out.with_suffix(".png").stat().st_size > 0
+
+
+@pytest.mark.cluster
+@pytest.mark.tf
+@needs_namespaces
+def test_a_tf2_inference_bench_pulls_and_pushes_nothing(tmp_path):
+    out = tmp_path / "inf.json"
+    p = cli(
+        *BENCH_SEQ32,
+        "--api",
+        "tf2",
+        "--mode",
+        "inference",
+        "--modes",
+        "baseline,tio",
+        "-o",
+        str(out),
+        timeout=900,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["config"]["mode"] == "inference" and data["config"]["schedules"] == {}
+    for r in data["modes"]:
+        assert r["traced"]["pulled_mb"] == pytest.approx(_model_bytes("seq32") / 1e6, rel=1e-6)
+        assert r["traced"]["pushed_mb"] == 0 and r["traced"]["trace"] is None  # no --traces: none kept
+    assert "inference" in out.with_suffix(".md").read_text()
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("--shaped-loopback",), "--shaped-loopback is not for --api tf2"),
+        (("--trace-steps", "2"), "--trace-steps is not for --api tf2"),
+        (("--ps-placement", "held", "--ps", "2"), "--ps-placement is not for --api tf2"),
+        (("--tuned", "t.json", "--modes", "baseline,tuned"), "--tuned is not for --api tf2"),
+        (("--modes", "baseline,tuned"), "mode tuned is not for --api tf2"),
+        (("--modes", "baseline,fifo"), "--modes"),
+    ],
+)
+def test_bench_tf2_refuses_what_it_cannot_run_before_it_starts(tmp_path, args, needle):
+    out = tmp_path / "b.json"
+    start = time.monotonic()
+    p = cli("bench", "--api", "tf2", "--model", "seq32", *args, "-o", str(out), timeout=120)
+    assert_one_line_error(p, needle)
+    assert time.monotonic() - start < 20 and not out.exists()
+
+
+def test_a_coordinator_that_fails_or_hangs_is_one_error_naming_its_mode():
+    from tfsched.bench.local import free_port
+    from tfsched.bench.tf2 import run_round
+    from tfsched.errors import TfschedError
+
+    with pytest.raises(TfschedError, match=r"^mode tio's coordinator failed: KeyError: 'bandwidth_bps'"):
+        run_round({"spec": {}}, "tio", timeout_s=120)
+    # a cluster nobody serves: the strategy waits for its tasks, the round's bound ends it
+    args = {
+        "spec": {"ps": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]},
+        "driver_host": "127.0.0.1",
+        "bandwidth_bps": None,
+        "channel_params": 1,
+        "model": "par32",
+        "image_size": None,
+        "batch_size": 2,
+        "run_mode": "train",
+        "steps": 1,
+    }
+    start = time.monotonic()
+    with pytest.raises(
+        TfschedError, match=r"^mode baseline's coordinator did not finish in 20 s \(/job:ps/task:0 gone\)$"
+    ):
+        run_round(args, "baseline", timeout_s=20, dead_tasks=lambda: ["/job:ps/task:0 gone"])
+    assert time.monotonic() - start < 40

@@ -1,0 +1,481 @@
+"""TensorFlow 2's ParameterServerStrategy, vanilla against tfsched (``tfsched bench --api tf2``).
+
+The same cluster (``--ps`` PS and ``--workers`` workers, each task its own host, its link shaped
+each way, as the session bench's) serves every mode; the modes alternate in rounds (baseline,
+tio, ..., baseline, ...). A round of a mode is one coordinator process, since the pass goes into
+a process's eager context (``tfsched.enable_functions``): it builds the built-in model as a Keras
+model (``tfsched.models.keras``) under the strategy, runs a warm-up step per worker, then times
+``steps`` steps per worker scheduled with a ``ClusterCoordinator``: asynchronous training, each
+worker pulls, computes and pushes at its own pace (``inference``: pulls and the forward pass).
+Throughput is the steps over the wall time from the first ``schedule`` to ``join``; "vs
+baseline" has a 95% interval from the paired rounds, as the session bench's.
+
+After the timed rounds one more round per mode runs inside a profiling window
+(``tfsched.trace_functions``), untimed: each mode's calls' times (p50, p95: a call is one worker's
+step), how long a call waited for its last pull, and what a call moved, from its trace.
+
+TIO orders each function from its own graph. For TAO and layer, one untimed round of TIO runs
+first with ``enable_functions(dump_graphs=...)`` inside a profiling window, and ``tfsched
+analyze`` orders worker 0's step function, as the pass got it, by that trace (``tao``) or by its
+layers (``layer``): the schedule every worker's step then runs with. ``+pc`` is sized as the
+session bench sizes it, for the busiest channel (``enforce.link_sizes``): here the parameters of
+the PS that holds the most, the strategy spreading the variables round-robin.
+
+What the session bench reports beside these and this one does not: the straggler effect and the
+synchronized steps' spread (asynchronous training has no synchronized step: no worker waits for
+another), and E and the simulator's prediction (the simulator lays out synchronous steps).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+
+from tfsched.errors import TfschedError
+
+FIRST_ROUND_TIMEOUT_S = 1800.0  # a coordinator round, before any has been timed
+STEP_FUNCTION = re.compile(r"__inference_step_\d+\.worker_0\.pb")  # worker 0's step, as dumped
+
+
+def channel_params(model: str, ps: int, image_size: int | None = None) -> int:
+    """The parameters of the PS holding the most of ``model``'s variables, spread as
+    ``ParameterServerStrategy`` spreads them without a partitioner: round-robin in creation
+    order. Every worker pulls them all each step, so it is the busiest channel's share."""
+    from tfsched.models.keras import keras_model
+
+    built, _ = keras_model(model, image_size=image_size)
+    held = [0] * ps
+    for i, v in enumerate(built.variables):
+        held[i % ps] += v.shape.num_elements()
+    return max(held)
+
+
+def coordinate(args: dict) -> dict:
+    """One coordinator (its own process): warm-up, then ``steps`` timed steps per worker."""
+    import tensorflow as tf
+    import tf_keras as keras
+
+    import tfsched
+    from tfsched.bench.local import free_port
+    from tfsched.bench.run import parse_mode
+    from tfsched.models.keras import keras_model
+
+    spec = parse_mode(args["mode"], args["bandwidth_bps"], args["channel_params"])
+    if spec.algorithm is not None:
+        kwargs = {}
+        if spec.algorithm != "tio":  # made by schedules() before the rounds
+            kwargs = {"schedule": args["schedules"][spec.algorithm], "algorithm": spec.algorithm}
+        if args.get("dump_graphs"):
+            kwargs["dump_graphs"] = args["dump_graphs"]
+        if spec.credit:
+            kwargs.update(partition=spec.partition, credit=spec.credit, host_credit=spec.host_credit)
+            kwargs["credit_return"] = spec.credit_return
+            if spec.ack_share is not None:
+                kwargs["ack_share"] = spec.ack_share
+        tfsched.enable_functions(**kwargs)
+    cluster = dict(args["spec"], chief=[f"{args['driver_host']}:{free_port()}"])
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(cluster), task_type="chief", task_id=0, rpc_layer="grpc"
+    )
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    train = args["run_mode"] == "train"
+    with strategy.scope():
+        model, shape = keras_model(args["model"], image_size=args["image_size"])
+        optimizer = keras.optimizers.SGD(0.01) if train else None
+    batch = args["batch_size"]
+
+    @tf.function
+    def step():
+        def replica():
+            # made on the worker: no input crosses the links
+            x = tf.random.stateless_uniform((batch, *shape), seed=[1, 2])
+            if not train:
+                return tf.reduce_mean(model(x, training=False))
+            y = tf.random.stateless_uniform((batch,), seed=[3, 4], maxval=10, dtype=tf.int32)
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(
+                    keras.losses.sparse_categorical_crossentropy(y, model(x, training=True))
+                )
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            return loss
+
+        return strategy.run(replica)
+
+    workers = len(args["spec"]["worker"])
+    start = time.perf_counter()
+    for _ in range(workers):
+        coordinator.schedule(step)
+    coordinator.join()
+    # unless given: per timed step per worker, twice the warm-up (a step that also instantiated
+    # the function), and 5 s
+    window = args.get("window_s") or 2 * (time.perf_counter() - start) * args["steps"] + 5
+    start = time.perf_counter()
+    if args.get("trace"):  # the same steps inside a profiling window (tfsched.trace_functions)
+        with tfsched.trace_functions(resolver, args["trace"], seconds=window, functions=[step]):
+            for _ in range(workers * args["steps"]):
+                coordinator.schedule(step)
+            coordinator.join()
+    else:
+        for _ in range(workers * args["steps"]):
+            coordinator.schedule(step)
+        coordinator.join()
+    return {"mode": args["mode"], "steps": workers * args["steps"], "wall_s": time.perf_counter() - start}
+
+
+def run_round(
+    args: dict, mode: str, timeout_s: float, dead_tasks: Callable[[], list[str]] | None = None
+) -> dict:
+    """One coordinator process of ``mode``; its record. A coordinator that fails or outlives
+    ``timeout_s`` is one TfschedError naming the mode, and the tasks that exited if any."""
+    from tfsched.bench.local import task_env
+
+    def failed(why: str) -> TfschedError:
+        dead = dead_tasks() if dead_tasks else []
+        return TfschedError(f"mode {mode}'s coordinator {why}" + (f" ({'; '.join(dead)})" if dead else ""))
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "tfsched.bench.tf2", json.dumps(dict(args, mode=mode))],
+            env=task_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired:
+        raise failed(f"did not finish in {timeout_s:.0f} s") from None
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or ["(nothing on stderr)"]
+        raise failed(f"failed: {tail[0][:300]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def call_times(path: str) -> dict:
+    """What a traced round's calls did: every call's time, their p50 and p95, the median time
+    from a call's start to its worker's last pull (every parameter arrived), and the median bytes
+    a call pulled and pushed and control edges (empty tensors) it sent."""
+    from tfsched.bench.run import percentile, spread
+    from tfsched.tracing.replay import scheduled_tensor
+    from tfsched.tracing.trace import Trace
+
+    trace = Trace.load(path)
+    if not trace.steps:
+        raise TfschedError(f"{path}: no call ran whole in the profiling window")
+    pulled = [0.0] * trace.steps
+    moved = {"pull": [0] * trace.steps, "push": [0] * trace.steps, "control": [0] * trace.steps}
+    for t in trace.transfers:
+        pull = "/job:ps/" in t.src and "/job:worker/" in t.dst
+        if "/ctrl/_" in t.tensor:  # a control edge's empty tensor (tracing.functions)
+            moved["control"][t.step] += 1
+        elif scheduled_tensor(t.tensor) and t.bytes:  # a parameter or gradient, not the pass's
+            moved["pull" if pull else "push"][t.step] += t.bytes
+            if pull:
+                pulled[t.step] = max(pulled[t.step], t.start_us + t.duration_us)
+    times = [t / 1e6 for t in trace.step_times_us]
+    return {
+        "calls": trace.steps,
+        "p50_s": percentile(times, 50),  # by nearest rank, as the session bench's
+        "p95_s": percentile(times, 95),
+        "p95_over_p50": spread(times),
+        "pulls_done_s": statistics.median(pulled) / 1e6,
+        "pulled_mb": statistics.median(moved["pull"]) / 1e6,
+        "pushed_mb": statistics.median(moved["push"]) / 1e6,
+        "control_edges": statistics.median(moved["control"]),
+        "call_times_s": [round(t, 6) for t in times],
+    }
+
+
+def schedules(args: dict, algorithms: list[str], out_dir: str, timeout_s: float, dead_tasks=None) -> dict:
+    """For TAO and layer: one untimed round of TIO that dumps the functions' graphs and traces a
+    step per worker, then ``tfsched analyze`` of worker 0's step function by that trace. Per
+    algorithm: its schedule file, the graph it ordered and how many transfers the trace matched."""
+    from tfsched.analysis import analyze
+
+    graphs, trace = os.path.join(out_dir, "graphs"), os.path.join(out_dir, "schedule-round.trace.json")
+    run_round(dict(args, dump_graphs=graphs, trace=trace, steps=1), "tio", timeout_s, dead_tasks)
+    step = [n for n in sorted(os.listdir(graphs)) if STEP_FUNCTION.fullmatch(n)]
+    if len(step) != 1:
+        raise TfschedError(f"{graphs} holds {len(step)} graphs of worker 0's step function, not one")
+    out = {}
+    for algorithm in algorithms:
+        result = analyze(os.path.join(graphs, step[0]), algorithm=algorithm, trace=trace)
+        path = os.path.join(out_dir, f"{algorithm}.schedule.json")
+        result.schedule.save(path)
+        m = result.trace_match
+        out[algorithm] = {
+            "file": path,
+            "graph": step[0],
+            "transfers_matched": m.transfers_matched,
+            "transfers_total": m.transfers_total,
+        }
+    return out
+
+
+def side_by_side(
+    model: str,
+    *,
+    workers: int = 2,
+    ps: int = 1,
+    modes: tuple[str, ...] = ("baseline", "tio"),
+    steps: int = 3,
+    rounds: int = 2,
+    batch_size: int = 4,
+    image_size: int | None = None,
+    bandwidth_bps: float | None = None,
+    latency_s: float = 0.0,
+    queue_s: float | None = None,
+    run_mode: str = "train",
+    traces_dir: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    done: Callable[[int, int], None] | None = None,
+) -> dict:
+    """Every mode ``rounds`` times, interleaved, on one cluster; then a traced round of each. The
+    run's summary (``write`` writes it): its config, and per mode its rounds, throughput, ratio
+    to the baseline and what its traced calls did. ``traces_dir``: where the traces, the dumped
+    graphs and the schedules go (a temporary directory, removed after, when None)."""
+    from tfsched.bench.netns import DEFAULT_QUEUE_S
+    from tfsched.bench.results import cpu_description, paired_ratio_ci
+    from tfsched.bench.run import host_cluster, parse_mode
+
+    if run_mode not in ("train", "inference"):
+        raise TfschedError(f"unknown mode {run_mode!r}; expected train or inference")
+    if "baseline" not in modes:
+        raise TfschedError("the modes must include baseline")
+    algorithms = sorted({parse_mode(m).algorithm for m in modes} - {None, "tio"})
+    if progress:
+        progress(f"sizing {model}'s channels")
+    params = channel_params(model, ps, image_size)
+    specs = {m: parse_mode(m, bandwidth_bps, params) for m in modes}
+    parts = (1 if algorithms else 0) + rounds * len(modes) + len(modes)
+    finished = 0
+
+    def tick(what: str | None = None) -> None:
+        nonlocal finished
+        if what is None:
+            finished += 1
+        elif progress:
+            progress(what)
+        if done:
+            done(finished, parts)
+
+    cluster = host_cluster(
+        ps=ps,
+        workers=workers,
+        bandwidth_bps=bandwidth_bps,
+        latency_s=latency_s,
+        queue_s=DEFAULT_QUEUE_S if queue_s is None else queue_s,
+        progress=progress,
+    )
+    made = None if traces_dir else tempfile.TemporaryDirectory(prefix="tfsched-bench-tf2-")
+    out_dir = traces_dir or made.name
+    os.makedirs(out_dir, exist_ok=True)
+    rounds_of: dict[str, list[dict]] = {m: [] for m in modes}
+    traced: dict[str, dict] = {}
+    try:
+        with cluster as c:
+            args = {
+                "spec": c.spec,
+                "driver_host": getattr(c, "driver_host", "127.0.0.1"),
+                "bandwidth_bps": bandwidth_bps,
+                "channel_params": params,
+                "model": model,
+                "image_size": image_size,
+                "batch_size": batch_size,
+                "run_mode": run_mode,
+                "steps": steps,
+            }
+            timeout = FIRST_ROUND_TIMEOUT_S
+            made_schedules = {}
+            if algorithms:
+                tick(
+                    f"ordering worker 0's step function ({', '.join(algorithms)}) from a traced round of tio"
+                )
+                made_schedules = schedules(args, algorithms, out_dir, timeout, c.dead_tasks)
+                args["schedules"] = {a: s["file"] for a, s in made_schedules.items()}
+                tick()
+            for r in range(rounds):
+                for m in modes:
+                    tick(f"round {r + 1}/{rounds}: {m}")
+                    rec = run_round(args, m, timeout, c.dead_tasks)
+                    rounds_of[m].append({"steps": rec["steps"], "wall_s": rec["wall_s"]})
+                    # a round's bound once one has run: five times the longest, and two minutes
+                    timeout = 5 * max(x["wall_s"] for rs in rounds_of.values() for x in rs) + 120
+                    tick()
+            for m in modes:  # untimed: the window's end is waited for
+                tick(f"tracing a round of {m}")
+                path = os.path.join(out_dir, f"{m}.trace.json")
+                window = 1.5 * statistics.median(x["wall_s"] for x in rounds_of[m]) + 5
+                run_round(dict(args, trace=path, window_s=window), m, timeout + window, c.dead_tasks)
+                traced[m] = dict(call_times(path), trace=path if traces_dir else None)
+                tick()
+    finally:
+        if made is not None:
+            made.cleanup()
+
+    def as_rounds(m: str):
+        return SimpleNamespace(rounds=[(x["steps"], x["wall_s"]) for x in rounds_of[m]])
+
+    def rate(xs: list[dict]) -> float:
+        return sum(x["steps"] for x in xs) / sum(x["wall_s"] for x in xs)
+
+    base = rate(rounds_of["baseline"])
+    rows = []
+    for m in modes:
+        ci = paired_ratio_ci(as_rounds(m), as_rounds("baseline")) if m != "baseline" else None
+        s = specs[m]
+        rows.append(
+            {
+                "mode": m,
+                "steps": sum(x["steps"] for x in rounds_of[m]),
+                "throughput_steps_per_s": rate(rounds_of[m]),
+                "vs_baseline": rate(rounds_of[m]) / base,
+                "vs_baseline_ci95": list(ci) if ci else None,
+                "per_round_vs_baseline": [
+                    (x["steps"] / x["wall_s"]) / (b["steps"] / b["wall_s"])
+                    for x, b in zip(rounds_of[m], rounds_of["baseline"], strict=True)
+                ],
+                "rounds": rounds_of[m],
+                "knobs": {
+                    "partition": s.partition,
+                    "credit": s.credit,
+                    "host_credit": s.host_credit,
+                    "ack_share": s.effective_ack_share,
+                    "credit_return": s.credit_return,
+                }
+                if s.algorithm is not None
+                else {},
+                "traced": traced[m],
+            }
+        )
+    config = {
+        "api": "tf2",
+        "model": model,
+        "mode": run_mode,
+        "workers": workers,
+        "ps": ps,
+        "batch_size": batch_size,
+        "image_size": image_size,
+        "steps": steps,
+        "rounds": rounds,
+        "bandwidth": f"{bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback",
+        "latency": f"{latency_s * 1e3:g} ms" if latency_s else None,
+        "queue": None if queue_s is None or queue_s == DEFAULT_QUEUE_S else f"{queue_s * 1e3:g} ms",
+        "channel_params": params,
+        "schedules": {a: dict(s, file=s["file"] if traces_dir else None) for a, s in made_schedules.items()},
+    }
+    return {
+        "benchmark": "tfsched bench --api tf2",
+        "config": config,
+        "machine": platform.platform(),
+        "cpu": cpu_description(),
+        "modes": rows,
+    }
+
+
+def markdown(summary: dict) -> str:
+    """The run as a Markdown table: each mode's throughput against the baseline's, per round,
+    and its traced calls."""
+    from tfsched.bench.results import ratio_text
+
+    c = summary["config"]
+    link = c["bandwidth"] + (f", {c['latency']} latency" if c.get("latency") else "")
+    what = "asynchronous training" if c["mode"] == "train" else "inference"
+    lines = [
+        f"**{c['model']}** (TensorFlow 2 ParameterServerStrategy, {what}, batch {c['batch_size']}), "
+        f"{c['ps']} PS x {c['workers']} workers, {link}, {c['rounds']} interleaved rounds of {c['steps']} steps "
+        "per worker; vs baseline: over all rounds (95% interval of the paired per-round ratios)",
+        "",
+        f"Processor: {summary['cpu']}.",
+        "",
+        "| mode | steps/s | vs baseline | per round | p50 call (s) | p95 call (s) | p95/p50 "
+        "| last pull, median (s) | MB pulled, pushed a call | control edges a call |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in summary["modes"]:
+        t = r["traced"]
+        per = ", ".join(f"{x:.2f}" for x in r["per_round_vs_baseline"])
+        lines.append(
+            f"| {r['mode']} | {r['throughput_steps_per_s']:.3f} | {ratio_text(r)} | {per} | {t['p50_s']:.3f} "
+            f"| {t['p95_s']:.3f} | {t['p95_over_p50']:.3f} | {t['pulls_done_s']:.3f} "
+            f"| {t['pulled_mb']:.2f}, {t['pushed_mb']:.2f} | {t['control_edges']:g} |"
+        )
+    lines += [
+        "",
+        "Call times from one more round of each mode, traced (a call is one worker's step; every call "
+        "that ran whole in the profiling window). Asynchronous training has no synchronized step, "
+        "so no straggler effect; the simulator, which lays out synchronous steps, is not run.",
+    ]
+    schedules = c.get("schedules") or {}
+    if schedules:
+        s = next(iter(schedules.values()))  # one graph and trace for all of them
+        lines += [
+            "",
+            f"{', '.join(schedules)}: worker 0's step function ({s['graph']}) ordered by a traced round "
+            f"of tio, {s['transfers_matched']} of its {s['transfers_total']} transfers traced.",
+        ]
+    knobs = {r["mode"]: r["knobs"] for r in summary["modes"] if "+pc" in r["mode"]}
+    if knobs:
+        k = next(iter(knobs.values()))
+        lines += ["", f"`+pc` here: partition {k['partition']:,}, credit {k['credit']:,} parameters."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict, png_path: str) -> None:
+    """Throughput per mode (bars, against baseline) and the traced calls' time CDF of every mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tfsched.io import write_atomic
+
+    c = summary["config"]
+    rows = summary["modes"]
+    fig, (bars, cdf) = plt.subplots(1, 2, figsize=(11, 4))
+    colors = ["0.6" if r["mode"] == "baseline" else f"C{i}" for i, r in enumerate(rows)]
+    bars.bar([r["mode"] for r in rows], [r["throughput_steps_per_s"] for r in rows], color=colors)
+    for i, r in enumerate(rows):
+        bars.text(
+            i, r["throughput_steps_per_s"], f"{r['vs_baseline']:.2f}x", ha="center", va="bottom", fontsize=8
+        )
+    bars.set_ylabel("steps/s (all workers)")
+    bars.set_title("throughput")
+    bars.tick_params(axis="x", rotation=30, labelsize=8)
+    for r, color in zip(rows, colors, strict=True):
+        xs = sorted(r["traced"]["call_times_s"])
+        cdf.step(xs, [(k + 1) / len(xs) for k in range(len(xs))], where="post", label=r["mode"], color=color)
+    cdf.set_xlabel("call time (s), traced round")
+    cdf.set_ylabel("fraction of calls")
+    cdf.set_title("call-time CDF")
+    cdf.legend(fontsize=8)
+    fig.suptitle(
+        f"{c['model']} ({c['mode']}, TensorFlow 2), {c['ps']} PS x {c['workers']} workers, {c['bandwidth']}"
+    )
+    fig.tight_layout()
+    write_atomic(png_path, lambda f: fig.savefig(f, format="png", dpi=110), binary=True)
+    plt.close(fig)
+
+
+def write(summary: dict, json_path: str) -> str:
+    """``<name>.json``, ``<name>.md`` and ``<name>.png``; returns the Markdown path."""
+    from tfsched.io import write_atomic
+
+    stem = json_path[: -len(".json")] if json_path.endswith(".json") else json_path
+    write_atomic(json_path, lambda f: json.dump(summary, f, indent=1))
+    write_atomic(stem + ".md", lambda f: f.write(markdown(summary)))
+    plot(summary, stem + ".png")
+    return stem + ".md"
+
+
+if __name__ == "__main__":  # a coordinator: python -m tfsched.bench.tf2 ARGS_JSON
+    print(json.dumps(coordinate(json.loads(sys.argv[1]))), flush=True)
