@@ -168,12 +168,28 @@ def assemble() -> None:
             with open(extra) as f:
                 parts.append(f.read().strip())
             parts.append("")
+    # tfsched bench --api tf2's own rows (their Markdown has no command: it is here)
+    for name, title in TF2_ROWS.items():
+        extra = os.path.join(RESULTS, f"{name}.md")
+        if os.path.exists(extra):
+            parts += [f"### {title}", "", f"```bash\n{TF2_COMMANDS[name]}\n```", ""]
+            with open(extra) as f:
+                parts.append(f.read().strip())
+            parts.append("")
     reading = os.path.join(HERE, "reading.md")
     if os.path.exists(reading):
         with open(reading) as f:
             parts.append(f.read().strip())
     with open(os.path.join(ROOT, "BENCHMARKS.md"), "w") as f:
         f.write("\n".join(parts) + "\n")
+
+
+TF2_ROWS = {"tf2-vgg16-inference": "TensorFlow 2: inference (`tfsched bench --api tf2`)"}
+TF2_COMMANDS = {
+    "tf2-vgg16-inference": "tfsched bench --api tf2 --model vgg16 --mode inference --workers 4 --bandwidth 1Gbit "
+    "--batch-size 397 --steps 3 --rounds 3 --modes baseline,tio,tao,tao+pc,tao+pc+host "
+    "-o benchmarks/results/tf2-vgg16-inference.json",
+}
 
 
 def main() -> None:

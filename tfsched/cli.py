@@ -855,23 +855,27 @@ def bench(
             ) from None
         if batch_size < 1:
             raise click.BadParameter("must be at least 1", param_hint="--batch-size")
+    # the cluster, links and rounds: both APIs' runs take them alike
+    cluster = dict(
+        workers=workers,
+        ps=ps,
+        steps=steps,
+        rounds=rounds,
+        batch_size=batch_size,
+        bandwidth_bps=None if loopback else bandwidth,
+        latency_s=latency,
+        queue_s=queue,
+    )
     if api == "tf2":
         _bench_tf2(
             console,
             model=model,
-            workers=workers,
-            ps=ps,
             modes=modes,
-            steps=steps,
-            rounds=rounds,
-            batch_size=batch_size,
-            bandwidth_bps=None if loopback else bandwidth,
-            latency_s=latency,
-            queue_s=queue,
             run_mode=run_mode,
             traces_dir=traces_dir,
             output=output,
             balance=balance,
+            **cluster,
         )
         return
     tuned = None
@@ -885,21 +889,14 @@ def bench(
     with progress_bar(console, "benchmark") as (say, done):
         results = cluster_side_by_side(
             model,
-            workers=workers,
-            ps=ps,
             modes=modes,
-            steps=steps,
-            rounds=rounds,
-            batch_size=batch_size,
-            bandwidth_bps=None if loopback else bandwidth,
-            latency_s=latency,
-            queue_s=queue,
             mode=run_mode,
             trace_steps=trace_steps,
             progress=say,
             done=done,
             relays=shaped_loopback,
             ps_placement=ps_placement,
+            **cluster,
         )
     config = {
         "model": model,

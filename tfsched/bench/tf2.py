@@ -412,8 +412,9 @@ def markdown(summary: dict) -> str:
     lines += [
         "",
         "Call times from one more round of each mode, traced (a call is one worker's step; every call "
-        "that ran whole in the profiling window). Asynchronous training has no synchronized step, "
-        "so no straggler effect; the simulator, which lays out synchronous steps, is not run.",
+        "that ran whole in the profiling window). The coordinator runs the calls asynchronously: no "
+        "synchronized step, so no straggler effect; the simulator, which lays out synchronous steps, "
+        "is not run.",
     ]
     schedules = c.get("schedules") or {}
     if schedules:

@@ -29,6 +29,9 @@ def keras_model(name: str, *, image_size: int | None = None, num_classes: int = 
     """
     if name not in MODELS:
         raise TfschedError(f"unknown model {name!r}; choose one of {', '.join(sorted(MODELS))}")
+    from tfsched.graph._tf import import_tensorflow
+
+    import_tensorflow()  # without its start-up chatter, before tf_keras imports it
     import tf_keras
 
     tf_keras.utils.set_random_seed(seed)
