@@ -191,3 +191,20 @@ def test_an_unknown_ps_placement_is_one_error():
         TfschedError, match="unknown ps_placement 'random'; expected one of bytes, held, round-robin"
     ):
         build_graph("seq32", ps_tasks=2, ps_placement="random")
+
+
+@pytest.mark.parametrize("model", ["alexnet", "transformer", "seq32", "par32"])
+def test_a_keras_model_has_the_session_graphs_variables(model):
+    """``models.keras`` rebuilds these of Keras layers for TensorFlow 2 (the others are the same
+    tf_keras applications): the tensors a step moves must be the session graph's, shape for shape."""
+    import tensorflow as tf
+
+    from tfsched.models.keras import keras_model
+
+    built = build_graph(model, batch_size=2)
+    with built.graph.as_default():
+        session = sorted(tuple(v.shape.as_list()) for v in tf.compat.v1.trainable_variables())
+    keras, shape = keras_model(model)
+    assert sorted(tuple(v.shape.as_list()) for v in keras.trainable_variables) == session
+    assert shape == (MODELS[model][1], MODELS[model][1], 3)
+    assert keras(tf.zeros((2, *shape))).shape == (2, 10)

@@ -32,6 +32,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -242,7 +243,7 @@ def side_by_side(
     """Every mode ``rounds`` times, interleaved, on one cluster; then a traced round of each. The
     run's summary (``write`` writes it): its config, and per mode its rounds, throughput, ratio
     to the baseline and what its traced calls did. ``traces_dir``: where the traces, the dumped
-    graphs and the schedules go (a temporary directory, removed after, when None)."""
+    graphs and the schedules go once the run has succeeded (None: nowhere)."""
     from tfsched.bench.netns import DEFAULT_QUEUE_S
     from tfsched.bench.results import cpu_description, paired_ratio_ci
     from tfsched.bench.run import host_cluster, parse_mode
@@ -276,9 +277,15 @@ def side_by_side(
         queue_s=DEFAULT_QUEUE_S if queue_s is None else queue_s,
         progress=progress,
     )
-    made = None if traces_dir else tempfile.TemporaryDirectory(prefix="tfsched-bench-tf2-")
-    out_dir = traces_dir or made.name
-    os.makedirs(out_dir, exist_ok=True)
+    # the run's traces, graphs and schedules, copied to traces_dir once it has succeeded: a run that
+    # fails leaves nothing there
+    made = tempfile.TemporaryDirectory(prefix="tfsched-bench-tf2-")
+    out_dir = made.name
+
+    def kept(path: str) -> str | None:
+        """Where ``path`` of the run's directory is once the run is over (None: not kept)."""
+        return os.path.join(traces_dir, os.path.relpath(path, out_dir)) if traces_dir else None
+
     rounds_of: dict[str, list[dict]] = {m: [] for m in modes}
     traced: dict[str, dict] = {}
     try:
@@ -316,11 +323,15 @@ def side_by_side(
                 path = os.path.join(out_dir, f"{m}.trace.json")
                 window = 1.5 * statistics.median(x["wall_s"] for x in rounds_of[m]) + 5
                 run_round(dict(args, trace=path, window_s=window), m, timeout + window, c.dead_tasks)
-                traced[m] = dict(call_times(path), trace=path if traces_dir else None)
+                traced[m] = dict(call_times(path), trace=kept(path))
                 tick()
+        if traces_dir:
+            try:
+                shutil.copytree(out_dir, traces_dir, dirs_exist_ok=True)
+            except OSError as e:
+                raise TfschedError(f"{traces_dir}: cannot write the run's traces ({e})") from None
     finally:
-        if made is not None:
-            made.cleanup()
+        made.cleanup()
 
     def as_rounds(m: str):
         return SimpleNamespace(rounds=[(x["steps"], x["wall_s"]) for x in rounds_of[m]])
@@ -371,7 +382,7 @@ def side_by_side(
         "latency": f"{latency_s * 1e3:g} ms" if latency_s else None,
         "queue": None if queue_s is None or queue_s == DEFAULT_QUEUE_S else f"{queue_s * 1e3:g} ms",
         "channel_params": params,
-        "schedules": {a: dict(s, file=s["file"] if traces_dir else None) for a, s in made_schedules.items()},
+        "schedules": {a: dict(s, file=kept(s["file"])) for a, s in made_schedules.items()},
     }
     return {
         "benchmark": "tfsched bench --api tf2",
