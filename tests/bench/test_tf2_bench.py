@@ -1,6 +1,7 @@
 """``tfsched bench --api tf2``: TensorFlow 2's ParameterServerStrategy on the emulated cluster."""
 
 import json
+import os
 import re
 import time
 
@@ -154,3 +155,29 @@ def test_a_coordinator_that_fails_or_hangs_is_one_error_naming_its_mode():
     ):
         run_round(args, "baseline", timeout_s=20, dead_tasks=lambda: ["/job:ps/task:0 gone"])
     assert time.monotonic() - start < 40
+
+
+@pytest.mark.cluster
+@pytest.mark.tf
+def test_a_tf2_run_that_fails_leaves_nothing_in_its_traces_directory(tmp_path, monkeypatch):
+    from tfsched.bench import tf2
+    from tfsched.errors import TfschedError
+
+    made = []
+    real = tf2.run_round
+
+    def run_round(args, mode, timeout_s, dead_tasks=None):
+        made.append(os.path.dirname(args.get("trace") or args.get("dump_graphs") or ""))
+        if args.get("trace") and mode == "tio":  # the traced round of the second mode fails
+            raise TfschedError(f"mode {mode}'s coordinator failed: as asked")
+        return real(args, mode, timeout_s, dead_tasks)
+
+    monkeypatch.setattr(tf2, "run_round", run_round)
+    traces = tmp_path / "traces"
+    with pytest.raises(TfschedError, match="as asked"):
+        tf2.side_by_side(
+            "par32", workers=1, modes=("baseline", "tio"), steps=1, rounds=1, traces_dir=str(traces)
+        )
+    assert not traces.exists()  # the baseline's trace was made, in the run's own directory
+    dirs = {d for d in made if d}  # the run's own directory, gone too
+    assert dirs and not any(os.path.exists(d) for d in dirs)
