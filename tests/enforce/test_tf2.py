@@ -29,10 +29,15 @@ def run_client(
     trace: str | None = None,
     window: float = 8.0,
     conv: bool = False,
+    bn: bool = False,
+    tf_keras: bool = False,
     probe: bool = False,
 ) -> dict:
     args = {"spec": spec, "kwargs": kwargs, "steps": steps, "layers": layers, "width": width}
-    args.update(fail_at=fail_at, fit=fit, connect=connect, trace=trace, window=window, conv=conv, probe=probe)
+    args.update(
+        fail_at=fail_at, fit=fit, connect=connect, trace=trace, window=window, conv=conv, probe=probe, bn=bn
+    )
+    args.update(tf_keras=tf_keras)
     done = subprocess.run(
         [sys.executable, CLIENT, json.dumps(args)],
         env=task_env(),
@@ -250,6 +255,36 @@ def test_a_traced_convolutions_kernel_is_pulled_once_beside_its_control_edge(one
         controls = [t for t in moved if re.search(r"conv.*/ReadVariableOp/ctrl/_\d+:0$", t.tensor)]
         assert controls and all(t.bytes == 0 for t in controls), (k, [t.tensor for t in moved])
     assert not [t for t in trace.meta["unsized"] if "conv" in t], trace.meta["unsized"]
+
+
+def test_a_traced_batch_normalizations_two_gradients_are_two_tensors_with_their_bytes(one_worker, tmp_path):
+    """A batch normalization's gradient op sends two of its outputs to the PS (the scale's and
+    the offset's gradients, 16 floats each), which the Python graph hands to the optimizer
+    through identities that the instantiated function no longer has. Vanilla's trace names each
+    by its own output, with its bytes, and neither as a control edge: before, both were taken
+    for the op's first output (the activations' gradient, 8 x 8 x 8 x 16 floats), the second
+    as a control edge."""
+    from tfsched.tracing.trace import Trace
+
+    path = str(tmp_path / "bn.trace.json")
+    out = run_client(
+        one_worker.spec, None, steps=1, layers=2, width=16, conv=True, bn=True, tf_keras=True, trace=path
+    )
+    assert len(out["losses"]) > 3
+    trace = Trace.load(path)
+    assert trace.steps >= 3
+    for k in range(trace.steps):
+        pushed = {t.tensor: t.bytes for t in trace.transfers if t.step == k and "/job:worker/" in t.src}
+        bn = {t: b for t, b in pushed.items() if "FusedBatchNormGrad" in t}
+        assert sorted(t.rpartition(":")[2] for t in bn) == ["1", "1", "2", "2"], (
+            k,
+            str(sorted(pushed.items())),
+        )
+        assert set(bn.values()) == {4 * 16}, (k, bn)
+        # every trainable variable's gradient, once: 2 kernels and biases, 2 scales and offsets, the output's
+        gradients = sorted(b for t, b in pushed.items() if b and "/ctrl/" not in t)
+        kernels = [4 * 3 * 3 * 3 * 16, 4 * 3 * 3 * 16 * 16, 4 * 8 * 8 * 16 * 10]
+        assert gradients == sorted([*kernels, 4 * 10, *[4 * 16] * 6]), (k, pushed)
 
 
 def _tao_schedule(spec: dict, tmp_path) -> tuple[str, str, str]:

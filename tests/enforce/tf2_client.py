@@ -16,6 +16,7 @@ with every other test.
 """
 
 import hashlib
+import importlib
 import json
 import sys
 import time
@@ -41,9 +42,11 @@ def main(args: dict) -> dict:
     if args.get("fit"):
         return fit(args, strategy)
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-    model, rs = make_model(tf.keras, strategy, args)
+    # tf.keras is Keras 3's; with tf_keras, tf_keras's model and optimizer (as tfsched bench --api tf2)
+    keras = importlib.import_module("tf_keras") if args.get("tf_keras") else tf.keras
+    model, rs = make_model(keras, strategy, args)
     with strategy.scope():
-        optimizer = tf.keras.optimizers.SGD(0.01)
+        optimizer = keras.optimizers.SGD(0.01)
 
     @tf.function
     def step(x, y, ok):
@@ -127,7 +130,8 @@ def input_shape(args: dict) -> tuple:
 
 def make_model(keras, strategy, args: dict):
     """``args["layers"]`` dense layers of ``args["width"]`` (or, with ``conv``, convolutions of
-    ``args["width"]`` channels) and one of 10, made by ``keras`` under
+    ``args["width"]`` channels, with ``bn`` each followed by a batch normalization) and one of
+    10, made by ``keras`` under
     the strategy, and a random state that set their variables: the same start in every run (the
     initializers' seeds are not)."""
     import numpy as np
@@ -139,6 +143,8 @@ def make_model(keras, strategy, args: dict):
                 keras.layers.Conv2D(width, 3, padding="same", activation="tanh")
                 for _ in range(args["layers"])
             ]
+            if args.get("bn"):  # a batch normalization after each (fused: its inputs are 4-D)
+                layers = [x for conv in layers for x in (conv, keras.layers.BatchNormalization())]
             layers.append(keras.layers.Flatten())
         else:
             layers = [keras.layers.Dense(width, activation="tanh") for _ in range(args["layers"])]
