@@ -184,11 +184,17 @@ def assemble() -> None:
         f.write("\n".join(parts) + "\n")
 
 
-TF2_ROWS = {"tf2-vgg16-inference": "TensorFlow 2: inference (`tfsched bench --api tf2`)"}
+TF2_ROWS = {
+    "tf2-vgg16-inference": "TensorFlow 2: inference (`tfsched bench --api tf2`)",
+    "tf2-resnet50-train": "TensorFlow 2: ResNet-50 training (`tfsched bench --api tf2`)",
+}
 TF2_COMMANDS = {
     "tf2-vgg16-inference": "tfsched bench --api tf2 --model vgg16 --mode inference --workers 4 --bandwidth 1Gbit "
     "--batch-size 397 --steps 3 --rounds 3 --modes baseline,tio,tao,tao+pc,tao+pc+host "
     "-o benchmarks/results/tf2-vgg16-inference.json",
+    "tf2-resnet50-train": "tfsched bench --api tf2 --model resnet50 --mode train --workers 4 --bandwidth 1Gbit "
+    "--batch-size 161 --steps 3 --rounds 3 --modes baseline,tio,tao,tao+pc,tao+pc+host "
+    "-o benchmarks/results/tf2-resnet50-train.json",
 }
 
 
