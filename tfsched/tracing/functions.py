@@ -188,19 +188,16 @@ _IDENTITIES = frozenset({"Identity", "IdentityN", "Snapshot"})
 
 def _past_identities(tensor, sent: str):
     """The tensor ``tensor`` is, past the identities that hand it on, up to node ``sent`` (which
-    may be an identity itself: an optimizer's ``IdentityN`` of the gradients). The partitioner names the
-    consumer of a send as the instantiated function has it, where Grappler has removed them: the
-    gradient of a batch normalization's scale reaches the optimizer's update through an
+    may be an identity itself: an optimizer's ``IdentityN`` of the gradients). The partitioner
+    names the consumer of a send as the instantiated function has it, where Grappler has removed
+    them: the gradient of a batch normalization's scale reaches tf_keras's optimizer through an
     ``Identity`` in the Python graph, and without looking past it the trace took the node's
-    first output for both of its two sends to the PS (the activations' gradient: ResNet-50's
-    vanilla calls pushed 2.5 times their bytes, and every second send counted as a control
-    edge)."""
-    seen = 0
-    while (
-        tensor.op.name != sent and tensor.op.type in _IDENTITIES and seen < 1000
-    ):  # bounded: a malformed graph
+    first output (the activations' gradient) for both of its sends to the PS, and the second
+    for a control edge."""
+    for _ in range(1000):  # bounded, against a malformed graph
+        if tensor.op.name == sent or tensor.op.type not in _IDENTITIES:
+            break
         tensor = tensor.op.inputs[tensor.value_index if tensor.op.type == "IdentityN" else 0]
-        seen += 1
     return tensor
 
 
