@@ -204,7 +204,8 @@ def schedules(args: dict, algorithms: list[str], out_dir: str, timeout_s: float,
 
     graphs, trace = os.path.join(out_dir, "graphs"), os.path.join(out_dir, "schedule-round.trace.json")
     run_round(dict(args, dump_graphs=graphs, trace=trace, steps=1), "tio", timeout_s, dead_tasks)
-    step = [n for n in sorted(os.listdir(graphs)) if STEP_FUNCTION.fullmatch(n)]
+    dumped = sorted(os.listdir(graphs)) if os.path.isdir(graphs) else []  # none: the pass wrote nothing
+    step = [n for n in dumped if STEP_FUNCTION.fullmatch(n)]
     if len(step) != 1:
         raise TfschedError(f"{graphs} holds {len(step)} graphs of worker 0's step function, not one")
     out = {}
