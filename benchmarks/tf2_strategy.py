@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     from tfsched.bench.run import parse_modes
     from tfsched.cli import BUILTIN_MODELS
     from tfsched.errors import TfschedError
+    from tfsched.io import write_atomic
     from tfsched.units import parse_bandwidth
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -61,10 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     except TfschedError as e:
         raise SystemExit(f"tf2_strategy: {e}") from None
     command = "python benchmarks/tf2_strategy.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    with open(md) as f:
-        text = f.read()
-    with open(md, "w") as f:
-        f.write(text.replace("\n\n", f"\n\n```bash\n{command}\n```\n\n", 1))
+    text = tf2.markdown(summary).replace("\n\n", f"\n\n```bash\n{command}\n```\n\n", 1)
+    write_atomic(md, lambda f: f.write(text))  # the Markdown with its command, whole or not at all
     print(tf2.markdown(summary))
     return 0
 

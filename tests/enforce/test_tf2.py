@@ -34,10 +34,8 @@ def run_client(
     probe: bool = False,
 ) -> dict:
     args = {"spec": spec, "kwargs": kwargs, "steps": steps, "layers": layers, "width": width}
-    args.update(
-        fail_at=fail_at, fit=fit, connect=connect, trace=trace, window=window, conv=conv, probe=probe, bn=bn
-    )
-    args.update(tf_keras=tf_keras)
+    args.update(fail_at=fail_at, fit=fit, connect=connect, trace=trace, window=window, conv=conv, probe=probe)
+    args.update(bn=bn, tf_keras=tf_keras)
     done = subprocess.run(
         [sys.executable, CLIENT, json.dumps(args)],
         env=task_env(),

@@ -253,32 +253,52 @@ def glance(summaries: dict[str, dict]) -> str:
 
 def plot(results: dict[str, ModeResult], summary: dict, png_path: str) -> None:
     """Throughput per mode (bars, against baseline) and the step-time CDF of every mode."""
+    c = summary["config"]
+    plot_modes(
+        {m: r.throughput for m, r in results.items()},
+        {m: r.step_times for m, r in results.items()},
+        ("step time (s)", "fraction of steps", "step-time CDF"),
+        f"{c['model']} ({c['mode']}), {c['ps']} PS x {c['workers']} workers, {c['bandwidth']}",
+        png_path,
+    )
+
+
+def plot_modes(
+    throughput: dict[str, float],
+    times: dict[str, list[float]],
+    cdf_labels: tuple[str, str, str],
+    title: str,
+    png_path: str,
+) -> None:
+    """Throughput per mode (bars, each against the baseline's) beside the CDF of each mode's
+    ``times``, labelled ``cdf_labels`` (x, y, title); written whole to ``png_path`` or not at
+    all. The session bench draws its steps so, ``bench.tf2`` its traced calls."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    c = summary["config"]
     fig, (bars, cdf) = plt.subplots(1, 2, figsize=(11, 4))
-    names = list(results)
-    tput = [results[m].throughput for m in names]
+    names = list(throughput)
+    tput = [throughput[m] for m in names]
     colors = ["0.6" if m == "baseline" else f"C{i}" for i, m in enumerate(names)]
     bars.bar(names, tput, color=colors)
-    base = results["baseline"].throughput if "baseline" in results else 0
+    base = throughput.get("baseline", 0)
     for i, v in enumerate(tput):
         bars.text(i, v, f"{v / base:.2f}x" if base else "", ha="center", va="bottom", fontsize=8)
     bars.set_ylabel("steps/s (all workers)")
     bars.set_title("throughput")
     bars.tick_params(axis="x", rotation=30, labelsize=8)
     for i, m in enumerate(names):
-        xs = sorted(results[m].step_times)
+        xs = sorted(times[m])
         if xs:
             cdf.step(xs, [(k + 1) / len(xs) for k in range(len(xs))], where="post", label=m, color=colors[i])
-    cdf.set_xlabel("step time (s)")
-    cdf.set_ylabel("fraction of steps")
-    cdf.set_title("step-time CDF")
+    xlabel, ylabel, cdf_title = cdf_labels
+    cdf.set_xlabel(xlabel)
+    cdf.set_ylabel(ylabel)
+    cdf.set_title(cdf_title)
     cdf.legend(fontsize=8)
-    fig.suptitle(f"{c['model']} ({c['mode']}), {c['ps']} PS x {c['workers']} workers, {c['bandwidth']}")
+    fig.suptitle(title)
     fig.tight_layout()
     write_atomic(png_path, lambda f: fig.savefig(f, format="png", dpi=110), binary=True)
     plt.close(fig)

@@ -445,38 +445,17 @@ def markdown(summary: dict) -> str:
 
 def plot(summary: dict, png_path: str) -> None:
     """Throughput per mode (bars, against baseline) and the traced calls' time CDF of every mode."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from tfsched.io import write_atomic
+    from tfsched.bench.results import plot_modes
 
     c = summary["config"]
     rows = summary["modes"]
-    fig, (bars, cdf) = plt.subplots(1, 2, figsize=(11, 4))
-    colors = ["0.6" if r["mode"] == "baseline" else f"C{i}" for i, r in enumerate(rows)]
-    bars.bar([r["mode"] for r in rows], [r["throughput_steps_per_s"] for r in rows], color=colors)
-    for i, r in enumerate(rows):
-        bars.text(
-            i, r["throughput_steps_per_s"], f"{r['vs_baseline']:.2f}x", ha="center", va="bottom", fontsize=8
-        )
-    bars.set_ylabel("steps/s (all workers)")
-    bars.set_title("throughput")
-    bars.tick_params(axis="x", rotation=30, labelsize=8)
-    for r, color in zip(rows, colors, strict=True):
-        xs = sorted(r["traced"]["call_times_s"])
-        cdf.step(xs, [(k + 1) / len(xs) for k in range(len(xs))], where="post", label=r["mode"], color=color)
-    cdf.set_xlabel("call time (s), traced round")
-    cdf.set_ylabel("fraction of calls")
-    cdf.set_title("call-time CDF")
-    cdf.legend(fontsize=8)
-    fig.suptitle(
-        f"{c['model']} ({c['mode']}, TensorFlow 2), {c['ps']} PS x {c['workers']} workers, {c['bandwidth']}"
+    plot_modes(
+        {r["mode"]: r["throughput_steps_per_s"] for r in rows},
+        {r["mode"]: r["traced"]["call_times_s"] for r in rows},
+        ("call time (s), traced round", "fraction of calls", "call-time CDF"),
+        f"{c['model']} ({c['mode']}, TensorFlow 2), {c['ps']} PS x {c['workers']} workers, {c['bandwidth']}",
+        png_path,
     )
-    fig.tight_layout()
-    write_atomic(png_path, lambda f: fig.savefig(f, format="png", dpi=110), binary=True)
-    plt.close(fig)
 
 
 def write(summary: dict, json_path: str) -> str:
