@@ -56,7 +56,13 @@ def machine_slots(alone, together, workers: int) -> float:
 
 
 def machine_slots_from_cpu(
-    alone, *, cpu_s_per_step: float, comm_cpu_s_per_byte: float, workers: int, cores: int
+    alone,
+    *,
+    cpu_s_per_step: float,
+    comm_cpu_s_per_byte: float,
+    workers: int,
+    cores: int,
+    work_s: float | None = None,
 ) -> float | None:
     """The work the machine does at once, in lone-worker ops, from the CPU it spent: the baseline
     used ``cpu_s_per_step`` CPU seconds per synchronized step (measured over its rounds), of
@@ -78,8 +84,16 @@ def machine_slots_from_cpu(
     Tried in the ninth session: ResNet-50 training came out -24% to -4% (-17% to -3% without it,
     in the row re-run the same day), Inception-v3 training -30% to -20% (-19% to -5%
     without it), and par32 training stayed +34% to +64%.
+
+    ``work_s``: the op seconds of a step as the simulator counts them (its oracle's times), in
+    place of the trace's mean, so that the simulated machine is busy for as long as the measured
+    one was. The TensorFlow 2 bench passes it (``tf2.predict_calls``): its oracle takes each op's
+    fastest traced time, 14% to 15% under the mean on VGG16 inference (0.939 slots against
+    1.098, 0.967 against 1.113), and with the mean the modes at the cores' limit ran 11% to 15%
+    faster than the CPU they spent allowed; -5% to +1% with this
+    (``benchmarks/results/tf2-vgg16-inference*-repredicted.md``, two runs).
     """
-    work = _op_seconds(alone)
+    work = _op_seconds(alone) if work_s is None else work_s
     moved = sum(t.bytes for t in alone.transfers) / max(alone.steps, 1)
     spent = cpu_s_per_step - comm_cpu_s_per_byte * moved * workers
     if cpu_s_per_step <= 0 or work <= 0 or spent <= 0:
@@ -97,6 +111,28 @@ def _by_rank(iterations: list[list[float]]) -> list[float]:
 
     workers = max(map(len, iterations), default=0)
     return mean_by_rank([it for it in iterations if it and len(it) == workers])
+
+
+def scheduled_runs(sg, schedule, spec, *, ack_slot_s: float = 0.0, latency_s: float = 0.0) -> list:
+    """``sim.seeded_runs`` of ``sg`` as the pass enforces ``schedule`` with the sizes of ``spec``
+    (``run.parse_mode``'s, in parameters): the pulls a gate releases together race to the wire,
+    all but those a credit window acknowledges (``sim.engine``'s ``race``), a mean over seeds as
+    for the baseline's ties. ``latency_s``: what each arrival and acknowledgement is delayed."""
+    from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
+    from tfsched.sim import POLICY_OF_MODE, seeded_runs
+
+    return seeded_runs(
+        sg,
+        POLICY_OF_MODE[schedule.mode],
+        race=True,
+        credit_bytes=spec.credit * PARAM_BYTES or None,
+        min_acked_bytes=MIN_ACKED_BYTES,
+        host_credit=spec.host_credit,
+        ack_share=spec.effective_ack_share,
+        credit_return=spec.credit_return,
+        ack_slot_s=ack_slot_s,
+        latency_s=latency_s,
+    )
 
 
 def annotate(
@@ -120,11 +156,11 @@ def annotate(
 
     ``overhead_s``: every link's per-message overhead instead of the trace's fit (a what-if for
     ``benchmarks/channel_overhead.py``; the bench leaves it to the fit)."""
-    from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
+    from tfsched.analysis import PARAM_BYTES
     from tfsched.graph import load_comm_graph
     from tfsched.oracle.oracle import LinkModel, TimeOracle
     from tfsched.ordering import carry_over, order
-    from tfsched.sim import POLICY_OF_MODE, build_sim_graph, finish_by_rank, seeded_runs, step_bounds
+    from tfsched.sim import build_sim_graph, finish_by_rank, seeded_runs, step_bounds
     from tfsched.tracing.match import oracle_for
     from tfsched.tracing.replay import graph_that_ran
 
@@ -186,20 +222,7 @@ def annotate(
             sg = build_sim_graph(
                 graph, oracle, schedule, workers=workers, partition_bytes=spec.partition * PARAM_BYTES or None
             )
-            # the pulls a gate releases together race to the wire, all but those a credit window
-            # acknowledges (sim.engine ``race``): a mean over seeds, as for the baseline's ties
-            runs = seeded_runs(
-                sg,
-                POLICY_OF_MODE[schedule.mode],
-                race=True,
-                credit_bytes=spec.credit * PARAM_BYTES or None,
-                min_acked_bytes=MIN_ACKED_BYTES,
-                host_credit=spec.host_credit,
-                ack_share=spec.effective_ack_share,
-                credit_return=spec.credit_return,
-                ack_slot_s=ack_slot_s,
-                latency_s=2 * latency_s,
-            )
+            runs = scheduled_runs(sg, schedule, spec, ack_slot_s=ack_slot_s, latency_s=2 * latency_s)
         # The simulator's step is the slowest worker's; so is a synchronous iteration. The mean
         # over every worker's steps was the measure until the seventh session: it put the
         # early-served workers of one window per task (whose steps end first) into the

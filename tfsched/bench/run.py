@@ -294,7 +294,7 @@ class ModeResult:
         }
 
 
-def _cpu_seconds() -> tuple[float, float] | None:
+def cpu_seconds() -> tuple[float, float] | None:
     """(busy, all) CPU seconds of this machine since boot, from /proc/stat; None without it."""
     try:
         with open("/proc/stat") as f:
@@ -416,9 +416,9 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float]:
             steps = 0
             while steps < COMM_STEPS or (busy["whole"] < COMM_MIN_CPU_S and steps < COMM_MAX_STEPS):
                 for name, fetch in (("cut", cut), ("whole", whole)):
-                    before = _cpu_seconds()
+                    before = cpu_seconds()
                     sess.run(fetch, options=options)
-                    after = _cpu_seconds()
+                    after = cpu_seconds()
                     if not before or not after:
                         return 0.0, 0.0
                     busy[name] += after[0] - before[0]
@@ -577,7 +577,7 @@ def run_side_by_side(
                 for k in range(n):
                     if barrier.wait(timeout=step_timeout_s) == 0 and k == 0:
                         started.append(time.perf_counter())
-                        cpu.append(_cpu_seconds())
+                        cpu.append(cpu_seconds())
                     md = tf.compat.v1.RunMetadata() if traced and w == 0 else None
                     t, mono = time.perf_counter(), time.monotonic()
                     sess.run(built.train_op, options=trace_options if md else run_options, run_metadata=md)
@@ -599,7 +599,7 @@ def run_side_by_side(
         for t in threads:
             t.join()
         wall = time.perf_counter() - started[0] if started else 0.0
-        end = _cpu_seconds()
+        end = cpu_seconds()
         if cpu and cpu[0] and end:
             box["cpu"] = (end[0] - cpu[0][0], end[1] - cpu[0][1])
         if errors:

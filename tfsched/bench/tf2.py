@@ -14,16 +14,18 @@ After the timed rounds one more round per mode runs inside a profiling window
 (``tfsched.trace_functions``), untimed: each mode's calls' times (p50, p95: a call is one worker's
 step), how long a call waited for its last pull, and what a call moved, from its trace.
 
-TIO orders each function from its own graph. For TAO and layer, one untimed round of TIO runs
-first with ``enable_functions(dump_graphs=...)`` inside a profiling window, and ``tfsched
-analyze`` orders worker 0's step function, as the pass got it, by that trace (``tao``) or by its
-layers (``layer``): the schedule every worker's step then runs with. ``+pc`` is sized as the
+Before the rounds, one untimed round of TIO runs worker 0 alone (the other workers idle) with
+``enable_functions(dump_graphs=...)`` inside a profiling window (``solo_round``). TIO orders each
+function from its own graph; for TAO and layer, ``tfsched analyze`` orders worker 0's step
+function, as the pass got it, by that trace (``tao``) or by its layers (``layer``): the schedule
+every worker's step then runs with. The same graph and trace give the simulator's prediction of
+each mode's calls (``predict_calls``), made after the rounds. ``+pc`` is sized as the
 session bench sizes it, for the busiest channel (``enforce.link_sizes``): here the parameters of
 the PS that holds the most, the strategy spreading the variables round-robin.
 
-What the session bench reports beside these and this one does not: the straggler effect and the
-synchronized steps' spread (asynchronous training has no synchronized step: no worker waits for
-another), and E and the simulator's prediction (the simulator lays out synchronous steps).
+What the session bench reports beside these and this one does not: the straggler effect, the
+synchronized steps' spread and E (asynchronous training has no synchronized step: no worker waits
+for another, and TicTac's bounds are of one).
 """
 
 from __future__ import annotations
@@ -67,23 +69,26 @@ def coordinate(args: dict) -> dict:
 
     import tfsched
     from tfsched.bench.local import free_port
-    from tfsched.bench.run import parse_mode
+    from tfsched.bench.run import cpu_seconds, parse_mode
     from tfsched.models.keras import keras_model
 
-    spec = parse_mode(args["mode"], args["bandwidth_bps"], args["channel_params"])
-    if spec.algorithm is not None:
+    mode = parse_mode(args["mode"], args["bandwidth_bps"], args["channel_params"])
+    if mode.algorithm is not None:
         kwargs = {}
-        if spec.algorithm != "tio":  # made by schedules() before the rounds
-            kwargs = {"schedule": args["schedules"][spec.algorithm], "algorithm": spec.algorithm}
+        if mode.algorithm != "tio":  # made by solo_round() before the rounds
+            kwargs = {"schedule": args["schedules"][mode.algorithm], "algorithm": mode.algorithm}
         if args.get("dump_graphs"):
             kwargs["dump_graphs"] = args["dump_graphs"]
-        if spec.credit:
-            kwargs.update(partition=spec.partition, credit=spec.credit, host_credit=spec.host_credit)
-            kwargs["credit_return"] = spec.credit_return
-            if spec.ack_share is not None:
-                kwargs["ack_share"] = spec.ack_share
+        if mode.credit:
+            kwargs.update(partition=mode.partition, credit=mode.credit, host_credit=mode.host_credit)
+            kwargs["credit_return"] = mode.credit_return
+            if mode.ack_share is not None:
+                kwargs["ack_share"] = mode.ack_share
         tfsched.enable_functions(**kwargs)
-    cluster = dict(args["spec"], chief=[f"{args['driver_host']}:{free_port()}"])
+    spec = dict(args["spec"])
+    if args.get("solo"):  # worker 0 alone, the other workers idle (left out of the coordinator's cluster)
+        spec["worker"] = spec["worker"][:1]
+    cluster = dict(spec, chief=[f"{args['driver_host']}:{free_port()}"])
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(cluster), task_type="chief", task_id=0, rpc_layer="grpc"
     )
@@ -113,7 +118,7 @@ def coordinate(args: dict) -> dict:
 
         return strategy.run(replica)
 
-    workers = len(args["spec"]["worker"])
+    workers = len(spec["worker"])
     start = time.perf_counter()
     for _ in range(workers):
         coordinator.schedule(step)
@@ -121,6 +126,7 @@ def coordinate(args: dict) -> dict:
     # unless given: per timed step per worker, twice the warm-up (a step that also instantiated
     # the function), and 5 s
     window = args.get("window_s") or 2 * (time.perf_counter() - start) * args["steps"] + 5
+    cpu = cpu_seconds()  # the machine's, every task's: they all run on it
     start = time.perf_counter()
     if args.get("trace"):  # the same steps inside a profiling window (tfsched.trace_functions)
         with tfsched.trace_functions(resolver, args["trace"], seconds=window, functions=[step]):
@@ -131,7 +137,10 @@ def coordinate(args: dict) -> dict:
         for _ in range(workers * args["steps"]):
             coordinator.schedule(step)
         coordinator.join()
-    return {"mode": args["mode"], "steps": workers * args["steps"], "wall_s": time.perf_counter() - start}
+    wall = time.perf_counter() - start
+    end = cpu_seconds()
+    busy = round(end[0] - cpu[0], 3) if cpu and end else None
+    return {"mode": args["mode"], "steps": workers * args["steps"], "wall_s": wall, "cpu_s": busy}
 
 
 def run_round(
@@ -196,31 +205,192 @@ def call_times(path: str) -> dict:
     }
 
 
-def schedules(args: dict, algorithms: list[str], out_dir: str, timeout_s: float, dead_tasks=None) -> dict:
-    """For TAO and layer: one untimed round of TIO that dumps the functions' graphs and traces a
-    step per worker, then ``tfsched analyze`` of worker 0's step function by that trace. Per
-    algorithm: its schedule file, the graph it ordered and how many transfers the trace matched."""
+SOLO_STEPS = 2  # worker 0's traced steps alone, as the session bench's (run.SOLO_STEPS)
+
+
+def solo_round(args: dict, algorithms: list[str], out_dir: str, timeout_s: float, dead_tasks=None) -> dict:
+    """One untimed round of TIO with worker 0 alone (the other workers idle), its functions'
+    graphs dumped and ``SOLO_STEPS`` of its steps traced: the op times alone that TAO orders by
+    and the simulator predicts from (as the session bench's traced steps of worker 0 alone).
+    Then ``tfsched analyze`` orders worker 0's step function, as the pass got it, by that trace
+    for each of ``algorithms``. Its step function's graph, the trace, and per algorithm its
+    schedule file and how many transfers the trace matched."""
     from tfsched.analysis import analyze
 
-    graphs, trace = os.path.join(out_dir, "graphs"), os.path.join(out_dir, "schedule-round.trace.json")
-    run_round(dict(args, dump_graphs=graphs, trace=trace, steps=1), "tio", timeout_s, dead_tasks)
+    graphs, trace = os.path.join(out_dir, "graphs"), os.path.join(out_dir, "solo-round.trace.json")
+    run_round(
+        dict(args, dump_graphs=graphs, trace=trace, steps=SOLO_STEPS, solo=True), "tio", timeout_s, dead_tasks
+    )
     dumped = sorted(os.listdir(graphs)) if os.path.isdir(graphs) else []  # none: the pass wrote nothing
     step = [n for n in dumped if STEP_FUNCTION.fullmatch(n)]
     if len(step) != 1:
         raise TfschedError(f"{graphs} holds {len(step)} graphs of worker 0's step function, not one")
-    out = {}
+    graph = os.path.join(graphs, step[0])
+    schedules = {}
     for algorithm in algorithms:
-        result = analyze(os.path.join(graphs, step[0]), algorithm=algorithm, trace=trace)
+        result = analyze(graph, algorithm=algorithm, trace=trace)
         path = os.path.join(out_dir, f"{algorithm}.schedule.json")
         result.schedule.save(path)
         m = result.trace_match
-        out[algorithm] = {
+        schedules[algorithm] = {
             "file": path,
             "graph": step[0],
             "transfers_matched": m.transfers_matched,
             "transfers_total": m.transfers_total,
         }
-    return out
+    return {"graph": graph, "trace": trace, "schedules": schedules}
+
+
+def predict_calls(
+    rows: list[dict],
+    *,
+    graph_path: str,
+    solo_trace: str,
+    baseline_trace: str,
+    workers: int,
+    steps: int,
+    bandwidth_bps: float | None,
+    latency_s: float,
+    channel_params: int,
+    work: str = "simulated",
+) -> None:
+    """The simulator's prediction of each mode's throughput, beside the measured one
+    (``row["predicted"]``: ``steps_per_s``, its ``error`` against the timed rounds', the mean
+    simulated ``call_s`` and the ``machine_slots`` it ran with).
+
+    Asynchronous training is laid out as it runs: each of the ``workers`` runs ``steps`` calls of
+    worker 0's step function one after another, none waiting for another worker (the simulator's
+    steps end at a barrier of their own worker's run only), all sharing the PS's links and, every
+    task on this machine, its cores. As the session bench predicts (``bench.predict``): op times
+    of worker 0 alone (``solo_round``), the links at their shaped rate with the fit's per-message
+    overhead, and the work the machine does at once from the CPU the baseline's rounds spent a
+    call (``predict.machine_slots_from_cpu``; the bytes' own CPU is not measured here and stays
+    in the ops' share). Each mode as its pass enforced it: its order made again from the same
+    graph and trace, its partition and credit, the released tensors racing for a channel. Inference
+    calls have no gradients to push and are laid out the same way.
+
+    The throughput, not the traced calls' times, is what the prediction is held to: a traced
+    round runs under the profiler, which takes its share of the cores (VGG16 inference with one
+    window per task: 5.67 s a call traced, 5.01 s a call from the timed rounds' throughput), and a
+    round's calls end apart, so the mean call is not the round's time over its calls.
+
+    Measured (forty-third session, ``benchmarks/results/tf2-vgg16-inference.md`` and
+    ``tf2-resnet50-train.md``): VGG16 inference -13% to +1% of the measured steps/s, the modes at
+    the cores' limit within 1%; ResNet-50 training -20% to -11%. The simulated workers start
+    together and, being alike, stay in step: all pull at once, compute at once and push at once,
+    where the real ones drift apart within a few calls and one's pulls share the PS's links with
+    another's pushes (ResNet-50's baseline call: 6.05 s simulated, 4.71 s traced).
+
+    ``work``: what a call's ops cost in the machine's share of the cores: ``simulated``, the op
+    times the simulator runs (each op's fastest traced time), or ``traced``, the trace's mean, as
+    the session bench takes it (a what-if for ``benchmarks/repredict_tf2.py``).
+    """
+    if work not in ("simulated", "traced"):
+        raise TfschedError(f"work must be simulated or traced, got {work!r}")
+    import copy
+    from dataclasses import replace
+
+    from tfsched.analysis import PARAM_BYTES
+    from tfsched.bench.predict import machine_slots, machine_slots_from_cpu, scheduled_runs
+    from tfsched.bench.run import parse_mode
+    from tfsched.graph import load_comm_graph
+    from tfsched.oracle.oracle import LinkModel, TimeOracle
+    from tfsched.ordering import order
+    from tfsched.sim import build_sim_graph, seeded_runs
+    from tfsched.tracing.match import oracle_for
+    from tfsched.tracing.trace import Trace
+
+    graph = load_comm_graph(graph_path)
+    alone = Trace.load(solo_trace)
+    # the oracle analyze ordered TAO by (solo_round), and the simulator's: at the shaped rate, the
+    # machine shared
+    ordering = oracle_for(graph, alone, "min", fallback=TimeOracle.from_cost_model(graph, link=LinkModel()))
+    oracle = copy.deepcopy(ordering)
+    base = next(r for r in rows if r["mode"] == "baseline")
+    cpu = [x.get("cpu_s") for x in base["rounds"]]
+    per_call = sum(cpu) / base["steps"] if all(c is not None for c in cpu) else 0.0
+    cores = os.cpu_count() or 1
+    oracle.machine_slots = machine_slots_from_cpu(
+        alone,
+        cpu_s_per_step=per_call * workers,
+        comm_cpu_s_per_byte=0.0,
+        workers=workers,
+        cores=cores,
+        work_s=sum(oracle.compute(n) for n in graph.graph) if work == "simulated" else None,
+    ) or machine_slots(alone, Trace.load(baseline_trace), workers)
+    if bandwidth_bps:
+        oracle.set_links(bandwidth_bps=bandwidth_bps)
+    plain = build_sim_graph(graph, oracle, None, workers=workers, steps=steps)
+    for r in rows:
+        spec = parse_mode(r["mode"], bandwidth_bps, channel_params)
+        spec = replace(spec, partition=r["knobs"].get("partition", 0), credit=r["knobs"].get("credit", 0))
+        if spec.algorithm is None:
+            runs = seeded_runs(plain, "random", latency_s=2 * latency_s)
+        else:
+            schedule = order(graph, spec.algorithm, ordering)
+            sg = build_sim_graph(
+                graph,
+                oracle,
+                schedule,
+                workers=workers,
+                steps=steps,
+                partition_bytes=spec.partition * PARAM_BYTES or None,
+            )
+            runs = scheduled_runs(sg, schedule, spec, latency_s=2 * latency_s)
+        # the coordinator's call and its answer cross the worker's link, as the session driver's
+        driver_s = 2 * latency_s
+        calls = [t + driver_s for run in runs for ts in run.step_times().values() for t in ts]
+        # as the rounds are timed: every worker's calls, from the first call's start to the last's end
+        rate = statistics.fmean(workers * steps / (run.makespan + steps * driver_s) for run in runs)
+        r["predicted"] = {
+            "steps_per_s": rate,
+            "error": rate / r["throughput_steps_per_s"] - 1,
+            "call_s": statistics.fmean(calls),
+            "machine_slots": oracle.machine_slots,
+        }
+
+
+def _rows(modes, specs, rounds_of: dict[str, list[dict]], traced: dict[str, dict]) -> list[dict]:
+    """Each mode's row of the summary: its rounds, throughput, ratio to the baseline (with the
+    paired 95% interval), sizes in force and traced calls."""
+    from tfsched.bench.results import paired_ratio_ci
+
+    def as_rounds(m: str):
+        return SimpleNamespace(rounds=[(x["steps"], x["wall_s"]) for x in rounds_of[m]])
+
+    def rate(xs: list[dict]) -> float:
+        return sum(x["steps"] for x in xs) / sum(x["wall_s"] for x in xs)
+
+    base = rate(rounds_of["baseline"])
+    rows = []
+    for m in modes:
+        ci = paired_ratio_ci(as_rounds(m), as_rounds("baseline")) if m != "baseline" else None
+        s = specs[m]
+        rows.append(
+            {
+                "mode": m,
+                "steps": sum(x["steps"] for x in rounds_of[m]),
+                "throughput_steps_per_s": rate(rounds_of[m]),
+                "vs_baseline": rate(rounds_of[m]) / base,
+                "vs_baseline_ci95": list(ci) if ci else None,
+                "per_round_vs_baseline": [
+                    (x["steps"] / x["wall_s"]) / (b["steps"] / b["wall_s"])
+                    for x, b in zip(rounds_of[m], rounds_of["baseline"], strict=True)
+                ],
+                "rounds": rounds_of[m],
+                "knobs": {
+                    "partition": s.partition,
+                    "credit": s.credit,
+                    "host_credit": s.host_credit,
+                    "ack_share": s.effective_ack_share,
+                    "credit_return": s.credit_return,
+                }
+                if s.algorithm is not None
+                else {},
+                "traced": traced[m],
+            }
+        )
+    return rows
 
 
 def side_by_side(
@@ -246,7 +416,7 @@ def side_by_side(
     to the baseline and what its traced calls did. ``traces_dir``: where the traces, the dumped
     graphs and the schedules go once the run has succeeded (None: nowhere)."""
     from tfsched.bench.netns import DEFAULT_QUEUE_S
-    from tfsched.bench.results import cpu_description, paired_ratio_ci
+    from tfsched.bench.results import cpu_description
     from tfsched.bench.run import host_cluster, parse_mode
 
     if run_mode not in ("train", "inference"):
@@ -258,7 +428,7 @@ def side_by_side(
         progress(f"sizing {model}'s channels")
     params = channel_params(model, ps, image_size)
     specs = {m: parse_mode(m, bandwidth_bps, params) for m in modes}
-    parts = (1 if algorithms else 0) + rounds * len(modes) + len(modes)
+    parts = 1 + rounds * len(modes) + len(modes) + 1
     finished = 0
 
     def tick(what: str | None = None) -> None:
@@ -303,19 +473,19 @@ def side_by_side(
                 "steps": steps,
             }
             timeout = FIRST_ROUND_TIMEOUT_S
-            made_schedules = {}
-            if algorithms:
-                tick(
-                    f"ordering worker 0's step function ({', '.join(algorithms)}) from a traced round of tio"
-                )
-                made_schedules = schedules(args, algorithms, out_dir, timeout, c.dead_tasks)
-                args["schedules"] = {a: s["file"] for a, s in made_schedules.items()}
-                tick()
+            ordered = f" and ordering it ({', '.join(algorithms)})" if algorithms else ""
+            tick(f"tracing worker 0's step function alone{ordered}")
+            solo = solo_round(args, algorithms, out_dir, timeout, c.dead_tasks)
+            made_schedules = solo["schedules"]
+            args["schedules"] = {a: s["file"] for a, s in made_schedules.items()}
+            tick()
             for r in range(rounds):
                 for m in modes:
                     tick(f"round {r + 1}/{rounds}: {m}")
                     rec = run_round(args, m, timeout, c.dead_tasks)
-                    rounds_of[m].append({"steps": rec["steps"], "wall_s": rec["wall_s"]})
+                    rounds_of[m].append(
+                        {"steps": rec["steps"], "wall_s": rec["wall_s"], "cpu_s": rec["cpu_s"]}
+                    )
                     # a round's bound once one has run: five times the longest, and two minutes
                     timeout = 5 * max(x["wall_s"] for rs in rounds_of.values() for x in rs) + 120
                     tick()
@@ -326,6 +496,20 @@ def side_by_side(
                 run_round(dict(args, trace=path, window_s=window), m, timeout + window, c.dead_tasks)
                 traced[m] = dict(call_times(path), trace=kept(path))
                 tick()
+        rows = _rows(modes, specs, rounds_of, traced)
+        tick("simulating every mode's calls")
+        predict_calls(
+            rows,
+            graph_path=solo["graph"],
+            solo_trace=solo["trace"],
+            baseline_trace=os.path.join(out_dir, "baseline.trace.json"),
+            workers=workers,
+            steps=steps,
+            bandwidth_bps=bandwidth_bps,
+            latency_s=latency_s,
+            channel_params=params,
+        )
+        tick()
         if traces_dir:
             try:
                 shutil.copytree(out_dir, traces_dir, dirs_exist_ok=True)
@@ -334,41 +518,6 @@ def side_by_side(
     finally:
         made.cleanup()
 
-    def as_rounds(m: str):
-        return SimpleNamespace(rounds=[(x["steps"], x["wall_s"]) for x in rounds_of[m]])
-
-    def rate(xs: list[dict]) -> float:
-        return sum(x["steps"] for x in xs) / sum(x["wall_s"] for x in xs)
-
-    base = rate(rounds_of["baseline"])
-    rows = []
-    for m in modes:
-        ci = paired_ratio_ci(as_rounds(m), as_rounds("baseline")) if m != "baseline" else None
-        s = specs[m]
-        rows.append(
-            {
-                "mode": m,
-                "steps": sum(x["steps"] for x in rounds_of[m]),
-                "throughput_steps_per_s": rate(rounds_of[m]),
-                "vs_baseline": rate(rounds_of[m]) / base,
-                "vs_baseline_ci95": list(ci) if ci else None,
-                "per_round_vs_baseline": [
-                    (x["steps"] / x["wall_s"]) / (b["steps"] / b["wall_s"])
-                    for x, b in zip(rounds_of[m], rounds_of["baseline"], strict=True)
-                ],
-                "rounds": rounds_of[m],
-                "knobs": {
-                    "partition": s.partition,
-                    "credit": s.credit,
-                    "host_credit": s.host_credit,
-                    "ack_share": s.effective_ack_share,
-                    "credit_return": s.credit_return,
-                }
-                if s.algorithm is not None
-                else {},
-                "traced": traced[m],
-            }
-        )
     config = {
         "api": "tf2",
         "model": model,
@@ -410,8 +559,9 @@ def markdown(summary: dict) -> str:
         f"Processor: {summary['cpu']}.",
         "",
         "| mode | steps/s | vs baseline | per round | p50 call (s) | p95 call (s) | p95/p50 "
-        "| last pull, median (s) | MB pulled, pushed a call | control edges a call |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| last pull, median (s) | MB pulled, pushed a call | control edges a call "
+        "| simulated steps/s | sim. error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary["modes"]:
         t = r["traced"]
@@ -419,22 +569,24 @@ def markdown(summary: dict) -> str:
         lines.append(
             f"| {r['mode']} | {r['throughput_steps_per_s']:.3f} | {ratio_text(r)} | {per} | {t['p50_s']:.3f} "
             f"| {t['p95_s']:.3f} | {t['p95_over_p50']:.3f} | {t['pulls_done_s']:.3f} "
-            f"| {t['pulled_mb']:.2f}, {t['pushed_mb']:.2f} | {t['control_edges']:g} |"
+            f"| {t['pulled_mb']:.2f}, {t['pushed_mb']:.2f} | {t['control_edges']:g} "
+            f"| {r['predicted']['steps_per_s']:.3f} | {r['predicted']['error']:+.0%} |"
         )
     lines += [
         "",
         "Call times from one more round of each mode, traced (a call is one worker's step; every call "
         "that ran whole in the profiling window). The coordinator runs the calls asynchronously: no "
-        "synchronized step, so no straggler effect; the simulator, which lays out synchronous steps, "
-        "is not run.",
+        "synchronized step, so no straggler effect and no E. Simulated: every worker running "
+        f"{c['steps']} calls one after another, none waiting for another, from the op times of worker 0 "
+        "traced alone before the rounds; its error is against the timed rounds' steps/s.",
     ]
     schedules = c.get("schedules") or {}
     if schedules:
         s = next(iter(schedules.values()))  # one graph and trace for all of them
         lines += [
             "",
-            f"{', '.join(schedules)}: worker 0's step function ({s['graph']}) ordered by a traced round "
-            f"of tio, {s['transfers_matched']} of its {s['transfers_total']} transfers traced.",
+            f"{', '.join(schedules)}: worker 0's step function ({s['graph']}) ordered by its "
+            f"steps traced alone (a round of tio), {s['transfers_matched']} of its {s['transfers_total']} transfers traced.",
         ]
     knobs = {r["mode"]: r["knobs"] for r in summary["modes"] if "+pc" in r["mode"]}
     if knobs:

@@ -1,0 +1,109 @@
+"""Predict a saved ``tfsched bench --api tf2`` run again, beside its measured throughput.
+
+A run with ``--traces DIR -o RUN.json`` keeps what its prediction needs: worker 0's step function
+as the pass got it and its steps traced alone (``DIR/graphs``, ``DIR/solo-round.trace.json``),
+the baseline's traced round, and in ``RUN.json`` each mode's rounds (their throughput and the
+machine's CPU). This runs ``bench.tf2.predict_calls`` on them again, with the machine's share of
+the cores from the op times the simulator runs (as the bench does) and from the trace's mean op
+times (as the session bench takes them), so a change to the prediction is measured on one run.
+
+    python benchmarks/repredict_tf2.py RUN.json DIR --name tf2-vgg16-inference
+
+Writes ``benchmarks/results/<name>-repredicted.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _results import machine, run_dir_errors, write  # noqa: E402
+
+WORKS = ("simulated", "traced")
+
+
+def repredict(run_json: str, run_dir: str) -> tuple[dict, list[dict]]:
+    """The run's config, and per mode its measured steps/s and the prediction of each ``WORKS``."""
+    from tfsched.bench.tf2 import STEP_FUNCTION, predict_calls
+    from tfsched.errors import TfschedError
+    from tfsched.units import parse_bandwidth, parse_duration
+
+    with open(run_json) as f:
+        try:
+            doc = json.load(f)
+        except ValueError as e:
+            raise TfschedError(f"{run_json}: not JSON ({e})") from None
+    config = doc.get("config", {}) if isinstance(doc, dict) else {}
+    if config.get("api") != "tf2":
+        raise TfschedError(f"{run_json}: not a tfsched bench --api tf2 result (no config.api tf2)")
+    graphs = os.path.join(run_dir, "graphs")
+    step = [n for n in sorted(os.listdir(graphs)) if STEP_FUNCTION.fullmatch(n)]
+    if len(step) != 1:
+        raise TfschedError(f"{graphs} holds {len(step)} graphs of worker 0's step function, not one")
+    bandwidth = None if config["bandwidth"] == "loopback" else parse_bandwidth(config["bandwidth"])
+    predicted = {}
+    for work in WORKS:
+        rows = copy.deepcopy(doc["modes"])
+        predict_calls(
+            rows,
+            graph_path=os.path.join(graphs, step[0]),
+            solo_trace=os.path.join(run_dir, "solo-round.trace.json"),
+            baseline_trace=os.path.join(run_dir, "baseline.trace.json"),
+            workers=config["workers"],
+            steps=config["steps"],
+            bandwidth_bps=bandwidth,
+            latency_s=parse_duration(config["latency"].replace(" ", "")) if config.get("latency") else 0.0,
+            channel_params=config["channel_params"],
+            work=work,
+        )
+        predicted[work] = {r["mode"]: r["predicted"] for r in rows}
+    rows = [
+        {
+            "mode": m["mode"],
+            "measured_steps_per_s": m["throughput_steps_per_s"],
+            **{f"predicted_{w}": predicted[w][m["mode"]] for w in WORKS},
+        }
+        for m in doc["modes"]
+    ]
+    return config, rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run_json", help="the run's -o file")
+    ap.add_argument("run_dir", help="the run's --traces directory")
+    ap.add_argument("--name", required=True, help="results/<name>-repredicted.{json,md}")
+    args = ap.parse_args()
+    with run_dir_errors():
+        config, rows = repredict(args.run_json, args.run_dir)
+    slots = {w: rows[0][f"predicted_{w}"]["machine_slots"] for w in WORKS}
+    md = [
+        f"**{config['model']}** (TensorFlow 2, {config['mode']}, batch {config['batch_size']}), {config['ps']} PS x "
+        f"{config['workers']} workers, {config['bandwidth']}: measured steps/s and the simulator's, with the "
+        "machine's share of the cores from the op times it runs (each op's fastest traced time; "
+        f"{slots['simulated']:.3f} slots) and from the trace's mean op times ({slots['traced']:.3f} slots)",
+        "",
+        "| mode | steps/s | simulated, op times run | error | simulated, mean op times | error |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {r['mode']} | {r['measured_steps_per_s']:.3f} "
+            + " ".join(
+                f"| {r[f'predicted_{w}']['steps_per_s']:.3f} | {r[f'predicted_{w}']['error']:+.0%}"
+                for w in WORKS
+            )
+            + " |"
+            for r in rows
+        ),
+        "",
+        f"`python benchmarks/repredict_tf2.py RUN.json DIR --name {args.name}` on the run's `-o` file and "
+        "`--traces` directory (not kept in the repository).",
+    ]
+    write(f"{args.name}-repredicted", {"config": config, "machine": machine(), "modes": rows}, md)
+
+
+if __name__ == "__main__":
+    main()
