@@ -184,9 +184,8 @@ def test_a_tf2_run_that_fails_leaves_nothing_in_its_traces_directory(tmp_path, m
 
     def run_round(args, mode, timeout_s, dead_tasks=None):
         made.append(os.path.dirname(args.get("trace") or args.get("dump_graphs") or ""))
-        if (
-            args.get("trace") and mode == "tio" and not args.get("solo")
-        ):  # the second mode's traced round fails
+        # the second mode's traced round fails (worker 0's solo round is a round of tio too)
+        if args.get("trace") and mode == "tio" and not args.get("solo"):
             raise TfschedError(f"mode {mode}'s coordinator failed: as asked")
         return real(args, mode, timeout_s, dead_tasks)
 

@@ -63,7 +63,9 @@ def channel_params(model: str, ps: int, image_size: int | None = None) -> int:
 
 
 def coordinate(args: dict) -> dict:
-    """One coordinator (its own process): warm-up, then ``steps`` timed steps per worker."""
+    """One coordinator (its own process): warm-up, then ``steps`` timed steps per worker (worker 0
+    alone with ``solo``). Its record: the steps, their wall time and the machine's busy CPU
+    seconds over them (``cpu_s``, None without /proc/stat)."""
     import tensorflow as tf
     import tf_keras as keras
 
