@@ -207,9 +207,6 @@ def call_times(path: str) -> dict:
     }
 
 
-SOLO_STEPS = 2  # worker 0's traced steps alone, as the session bench's (run.SOLO_STEPS)
-
-
 def solo_round(args: dict, algorithms: list[str], out_dir: str, timeout_s: float, dead_tasks=None) -> dict:
     """One untimed round of TIO with worker 0 alone (the other workers idle), its functions'
     graphs dumped and ``SOLO_STEPS`` of its steps traced: the op times alone that TAO orders by
@@ -218,6 +215,7 @@ def solo_round(args: dict, algorithms: list[str], out_dir: str, timeout_s: float
     for each of ``algorithms``. Its step function's graph, the trace, and per algorithm its
     schedule file and how many transfers the trace matched."""
     from tfsched.analysis import analyze
+    from tfsched.bench.run import SOLO_STEPS  # as many as the session bench traces alone
 
     graphs, trace = os.path.join(out_dir, "graphs"), os.path.join(out_dir, "solo-round.trace.json")
     run_round(
@@ -273,8 +271,9 @@ def predict_calls(
 
     The throughput, not the traced calls' times, is what the prediction is held to: a traced
     round runs under the profiler, which takes its share of the cores (VGG16 inference with one
-    window per task: 5.67 s a call traced, 5.01 s a call from the timed rounds' throughput), and a
-    round's calls end apart, so the mean call is not the round's time over its calls.
+    window per task: 5.52 s a call traced, 4.97 s a call from the timed rounds' throughput,
+    ``benchmarks/results/tf2-vgg16-inference.json``), and a round's calls end apart, so the mean
+    call is not the round's time over its calls.
 
     Measured (forty-third session, ``benchmarks/results/tf2-vgg16-inference.md`` and
     ``tf2-resnet50-train.md``): VGG16 inference -13% to +1% of the measured steps/s, the modes at
@@ -323,13 +322,16 @@ def predict_calls(
     if bandwidth_bps:
         oracle.set_links(bandwidth_bps=bandwidth_bps)
     plain = build_sim_graph(graph, oracle, None, workers=workers, steps=steps)
+    orders = {}  # algorithm -> its schedule, made once for all its modes
     for r in rows:
         spec = parse_mode(r["mode"], bandwidth_bps, channel_params)
         spec = replace(spec, partition=r["knobs"].get("partition", 0), credit=r["knobs"].get("credit", 0))
         if spec.algorithm is None:
             runs = seeded_runs(plain, "random", latency_s=2 * latency_s)
         else:
-            schedule = order(graph, spec.algorithm, ordering)
+            if spec.algorithm not in orders:
+                orders[spec.algorithm] = order(graph, spec.algorithm, ordering)
+            schedule = orders[spec.algorithm]
             sg = build_sim_graph(
                 graph,
                 oracle,
