@@ -3,7 +3,9 @@
 A bench run with ``--traces DIR -o DIR/bench.json`` keeps everything the prediction needs: the
 baseline's traced steps (with and without the other workers), the machine's CPU per step and
 per byte, and each mode's measured synchronized steps. This runs ``bench.predict.annotate``
-on them again, so a change to the simulator is measured on the same run, not on a new one.
+on them again, so a change to the simulator is measured on the same run, not on a new one, and
+once more with the machine's share of the cores from the trace's mean op times (``annotate``'s
+``work="traced"``, the measure until the forty-fourth session) beside it.
 
     python benchmarks/repredict.py DIR --name resnet50-inference-traced
 
@@ -23,7 +25,7 @@ from _results import machine, run_dir_errors, run_graph, run_title, write  # noq
 
 def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
     """The run in ``run_dir`` predicted again: its config and a row per mode. ``what_if``:
-    more of ``annotate``'s arguments (``overhead_s``)."""
+    more of ``annotate``'s arguments (``overhead_s``, ``work``)."""
     from tfsched.bench.predict import annotate
     from tfsched.bench.run import ModeResult, placed_mode, split_placed
     from tfsched.tracing.trace import Trace
@@ -91,18 +93,28 @@ def main() -> None:
     args = ap.parse_args()
     with run_dir_errors():
         config, rows = repredict(args.run_dir)
+        # the machine's share of the cores from the trace's mean op times, as until the
+        # forty-fourth session (annotate's work): what the change to the op times it ran made
+        _, mean_rows = repredict(args.run_dir, work="traced")
+    for r, m in zip(rows, mean_rows, strict=True):
+        r["predicted_mean_ops_s"], r["error_mean_ops"] = m["predicted_now_s"], m["error_now"]
     md = [
         f"{run_title(config)}: the run's predictions and the simulator's now",
         "",
         "| mode | slowest worker (s) | predicted then (s) | error then | predicted now (s) | error now "
-        "| E then | E now |",
-        "|---|---|---|---|---|---|---|---|",
+        "| now, mean op times (s) | error | E then | E now |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *(
             f"| {r['mode']} | {r['measured_s']:.4f} | {r['predicted_then_s']:.4f} | {r['error_then']:+.0%} "
             f"| {r['predicted_now_s']:.4f} | {r['error_now']:+.0%} "
+            f"| {r['predicted_mean_ops_s']:.4f} | {r['error_mean_ops']:+.0%} "
             f"| {r['efficiency_then']:.2f} | {r['efficiency_now']:.2f} |"
             for r in rows
         ),
+        "",
+        "now: the machine's share of the cores from the op seconds the simulator runs (each op's "
+        "fastest traced time); now, mean op times: from the trace's mean op seconds, as until the "
+        "forty-fourth session.",
     ]
     write(f"{args.name}-repredicted", {"config": config, "machine": machine(), "modes": rows}, md)
 

@@ -54,6 +54,26 @@ def test_machine_slots_from_the_cpu_the_baseline_spent():
     assert machine_slots_from_cpu(alone, cpu_s_per_step=4.0, **kw) is None
 
 
+def test_machine_slots_from_the_op_seconds_the_simulator_runs():
+    # The same machine (20 CPU s a step, 4 of them the bytes'), its lone ops counted as the
+    # simulator runs them, 1.6 s a step where the trace's mean says 2 s: 16 CPU s did 4 x 1.6 s
+    # of simulated ops, so the cores run 0.8 of them at once, not 1.0.
+    alone = _trace(1.0, recv=False)
+    alone.transfers = [TransferRecord(s, "e", "v:0", 1_000_000, PS, W, 0.0, 1.0) for s in range(2)]
+    kw = {"comm_cpu_s_per_byte": 1e-6, "workers": 4, "cores": 2}
+    assert machine_slots_from_cpu(alone, cpu_s_per_step=20.0, work_s=1.6, **kw) == pytest.approx(0.8)
+    assert machine_slots_from_cpu(alone, cpu_s_per_step=20.0, work_s=None, **kw) == pytest.approx(1.0)
+    assert machine_slots_from_cpu(alone, cpu_s_per_step=20.0, work_s=0.0, **kw) is None
+
+
+def test_annotate_refuses_an_unknown_work_measure():
+    from tfsched.bench.predict import annotate
+    from tfsched.errors import TfschedError
+
+    with pytest.raises(TfschedError, match="work must be one of simulated, traced, got 'mean'"):
+        annotate({}, graph_path="g.pb", fetches=[], workers=4, bandwidth_bps=None, work="mean")
+
+
 @pytest.mark.tf
 @pytest.mark.cluster
 def test_the_graph_that_ran_is_what_grappler_made_of_the_saved_one(tmp_path):

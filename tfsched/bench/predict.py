@@ -28,6 +28,16 @@ import statistics
 from dataclasses import replace
 
 from tfsched.bench.run import ModeResult, parse_mode
+from tfsched.errors import TfschedError
+
+# what a step's ops cost in the machine's share of the cores (``annotate``'s ``work``)
+WORKS = ("simulated", "traced")
+
+
+def check_work(work: str) -> None:
+    """One error line for a ``work`` that is not one of ``WORKS``."""
+    if work not in WORKS:
+        raise TfschedError(f"work must be one of {', '.join(WORKS)}, got {work!r}")
 
 
 def _op_seconds(trace, device_part: str = "") -> float:
@@ -87,11 +97,17 @@ def machine_slots_from_cpu(
 
     ``work_s``: the op seconds of a step as the simulator counts them (its oracle's times), in
     place of the trace's mean, so that the simulated machine is busy for as long as the measured
-    one was. The TensorFlow 2 bench passes it (``tf2.predict_calls``): its oracle takes each op's
-    fastest traced time, 14% to 15% under the mean on VGG16 inference (0.939 slots against
-    1.098, 0.967 against 1.113), and with the mean the modes at the cores' limit ran 11% to 15%
-    faster than the CPU they spent allowed; -5% to +1% with this
-    (``benchmarks/results/tf2-vgg16-inference*-repredicted.md``, two runs).
+    one was. Both benches pass it (``tf2.predict_calls`` since the forty-third session,
+    ``annotate`` since the forty-fourth): their oracles take each op's fastest traced time, 14%
+    to 15% under the mean on VGG16 inference (TensorFlow 2: 0.939 slots against 1.098, 0.967
+    against 1.113), and with the mean the modes at the cores' limit ran faster than the CPU they
+    spent allowed: TensorFlow 2 +11% to +15% in throughput, -5% to +1% with this
+    (``benchmarks/results/tf2-vgg16-inference*-repredicted.md``, two runs); the session bench
+    -8% to -10% in step time, -4% to -5% with this (``bench-vgg16-inference-s44-repredicted.md``).
+    The modes below the limit came out 2 to 5 points slower than with the mean (that run's
+    baseline +9% against +7%; VGG16 training on two PS +4% against -1%,
+    ``bench-vgg16-train-2ps-held-traced-repredicted.md``): the CPU spent beside the ops is
+    charged to them, right at the limit, too much where concurrent ops leave cores idle.
     """
     work = _op_seconds(alone) if work_s is None else work_s
     moved = sum(t.bytes for t in alone.transfers) / max(alone.steps, 1)
@@ -144,6 +160,7 @@ def annotate(
     bandwidth_bps: float | None,
     latency_s: float = 0.0,
     overhead_s: float | None = None,
+    work: str = "simulated",
 ) -> None:
     """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace).
 
@@ -155,7 +172,14 @@ def annotate(
     fits to the traced step): -3% to -5% on VGG16 at 20 ms per link.
 
     ``overhead_s``: every link's per-message overhead instead of the trace's fit (a what-if for
-    ``benchmarks/channel_overhead.py``; the bench leaves it to the fit)."""
+    ``benchmarks/channel_overhead.py``; the bench leaves it to the fit).
+
+    ``work``: what a step's ops cost in the machine's share of the cores
+    (``machine_slots_from_cpu``): ``simulated``, the op seconds the simulator runs (each op's
+    fastest traced time, summed over the graph it lays out), so that the simulated machine is
+    busy as long as the measured one was; or ``traced``, the lone trace's mean op seconds, as
+    until the forty-fourth session (a what-if for ``benchmarks/repredict.py``)."""
+    check_work(work)
     from tfsched.analysis import PARAM_BYTES
     from tfsched.graph import load_comm_graph
     from tfsched.oracle.oracle import LinkModel, TimeOracle
@@ -184,6 +208,7 @@ def annotate(
             comm_cpu_s_per_byte=base.comm_cpu_s_per_byte,
             workers=workers,
             cores=cores,
+            work_s=sum(oracle.compute(n) for n in graph.graph) if work == "simulated" else None,
         )
         oracle.machine_slots = from_cpu or machine_slots(base.solo_trace, base.trace, workers)
         # a slot is the cores one lone worker's ops kept busy: the machine's cores / its slots

@@ -284,15 +284,16 @@ def predict_calls(
 
     ``work``: what a call's ops cost in the machine's share of the cores: ``simulated``, the op
     times the simulator runs (each op's fastest traced time), or ``traced``, the trace's mean, as
-    the session bench takes it (a what-if for ``benchmarks/repredict_tf2.py``).
+    the session bench took it until the forty-fourth session (a what-if for
+    ``benchmarks/repredict_tf2.py``).
     """
-    if work not in ("simulated", "traced"):
-        raise TfschedError(f"work must be simulated or traced, got {work!r}")
+    from tfsched.bench.predict import check_work, machine_slots, machine_slots_from_cpu, scheduled_runs
+
+    check_work(work)
     import copy
     from dataclasses import replace
 
     from tfsched.analysis import PARAM_BYTES
-    from tfsched.bench.predict import machine_slots, machine_slots_from_cpu, scheduled_runs
     from tfsched.bench.run import parse_mode
     from tfsched.graph import load_comm_graph
     from tfsched.oracle.oracle import LinkModel, TimeOracle
