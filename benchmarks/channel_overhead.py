@@ -1,9 +1,11 @@
 """A kept bench run predicted again with every message's overhead set, beside the trace's fit.
 
-The simulator serves a channel's messages one after another, each paying its per-message
-overhead (fitted to worker 0's baseline traced alone) before its bytes flow. Where one channel
-carries a host's link at a time (one window per sending task), that overhead sets the link's
-rate; where several run at once, they hide it. This re-predicts the run (``repredict``) with
+Until the forty-fourth session the simulator served a channel's messages one after another,
+each paying its per-message overhead (fitted to worker 0's baseline traced alone) before its
+bytes flowed. Where one channel carries a host's link at a time (one window per sending task),
+that overhead set the link's rate; where several run at once, they hid it. (Since then a message
+pays it before it waits for the channel, ``sim.engine``; this run is what showed the need.) This
+re-predicts the run (``repredict``) with
 the fit's overhead and with each of ``--overheads``, and shows what the traces say of the
 channels from the PS to worker 0: the fit (worker 0 alone), and every busy period above 1 MB
 in each mode's traced steps (how fast one channel ran).

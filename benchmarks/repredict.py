@@ -4,8 +4,9 @@ A bench run with ``--traces DIR -o DIR/bench.json`` keeps everything the predict
 baseline's traced steps (with and without the other workers), the machine's CPU per step and
 per byte, and each mode's measured synchronized steps. This runs ``bench.predict.annotate``
 on them again, so a change to the simulator is measured on the same run, not on a new one, and
-once more with the machine's share of the cores from the trace's mean op times (``annotate``'s
-``work="traced"``, the measure until the forty-fourth session) beside it.
+once more for each of the forty-fourth session's what-ifs (``WHAT_IFS``: each message's
+overhead holding its channel, as until then, ``overlap=False``; the machine's share of the
+cores from the op seconds the simulator runs, ``annotate``'s ``work="simulated"``) beside it.
 
     python benchmarks/repredict.py DIR --name resnet50-inference-traced
 
@@ -25,7 +26,7 @@ from _results import machine, run_dir_errors, run_graph, run_title, write  # noq
 
 def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
     """The run in ``run_dir`` predicted again: its config and a row per mode. ``what_if``:
-    more of ``annotate``'s arguments (``overhead_s``, ``work``)."""
+    more of ``annotate``'s arguments (``overhead_s``, ``work``, ``overlap``)."""
     from tfsched.bench.predict import annotate
     from tfsched.bench.run import ModeResult, placed_mode, split_placed
     from tfsched.tracing.trace import Trace
@@ -86,6 +87,17 @@ def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
     return config, rows
 
 
+# what-ifs of the forty-fourth session (annotate's arguments), each beside the prediction now
+WHAT_IFS = {
+    "serial_channel": ({"overlap": False}, "each message's overhead holding its channel, as until then"),
+    "simulated_ops": (
+        {"work": "simulated"},
+        "the machine's share of the cores from the op seconds the simulator runs (as the TensorFlow 2 "
+        "bench takes it; tried then and not kept)",
+    ),
+}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", help="a bench run's --traces directory, with its bench.json")
@@ -93,28 +105,28 @@ def main() -> None:
     args = ap.parse_args()
     with run_dir_errors():
         config, rows = repredict(args.run_dir)
-        # the machine's share of the cores from the trace's mean op times, as until the
-        # forty-fourth session (annotate's work): what the change to the op times it ran made
-        _, mean_rows = repredict(args.run_dir, work="traced")
-    for r, m in zip(rows, mean_rows, strict=True):
-        r["predicted_mean_ops_s"], r["error_mean_ops"] = m["predicted_now_s"], m["error_now"]
+        undone = {key: repredict(args.run_dir, **kw)[1] for key, (kw, _) in WHAT_IFS.items()}
+    for key, other in undone.items():
+        for r, o in zip(rows, other, strict=True):
+            r[f"predicted_{key}_s"], r[f"error_{key}"] = o["predicted_now_s"], o["error_now"]
     md = [
         f"{run_title(config)}: the run's predictions and the simulator's now",
         "",
         "| mode | slowest worker (s) | predicted then (s) | error then | predicted now (s) | error now "
-        "| now, mean op times (s) | error | E then | E now |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        + "".join(f"| {key.replace('_', ' ')} (s) | error " for key in WHAT_IFS)
+        + "| E then | E now |",
+        "|---|---|---|---|---|---" + "|---|---" * len(WHAT_IFS) + "|---|---|",
         *(
             f"| {r['mode']} | {r['measured_s']:.4f} | {r['predicted_then_s']:.4f} | {r['error_then']:+.0%} "
             f"| {r['predicted_now_s']:.4f} | {r['error_now']:+.0%} "
-            f"| {r['predicted_mean_ops_s']:.4f} | {r['error_mean_ops']:+.0%} "
-            f"| {r['efficiency_then']:.2f} | {r['efficiency_now']:.2f} |"
+            + "".join(f"| {r[f'predicted_{key}_s']:.4f} | {r[f'error_{key}']:+.0%} " for key in WHAT_IFS)
+            + f"| {r['efficiency_then']:.2f} | {r['efficiency_now']:.2f} |"
             for r in rows
         ),
         "",
-        "now: the machine's share of the cores from the op seconds the simulator runs (each op's "
-        "fastest traced time); now, mean op times: from the trace's mean op seconds, as until the "
-        "forty-fourth session.",
+        "now: the simulator as it is; "
+        + "; ".join(f"{key.replace('_', ' ')}: as now but with {what}" for key, (_, what) in WHAT_IFS.items())
+        + " (the forty-fourth session's what-ifs).",
     ]
     write(f"{args.name}-repredicted", {"config": config, "machine": machine(), "modes": rows}, md)
 

@@ -142,16 +142,43 @@ class TestSimulate:
         sizes = [sg.nbytes[i] for i, k in enumerate(sg.kind) if k == 1]
         assert sizes == [833_344, 833_344, 833_312]
         assert all(s % 64 == 0 for s in sizes[:-1]) and sum(sizes) == 2_500_000
-        assert simulate(sg).step_time == pytest.approx(2.5 + 3 * 0.001)
+        # the slices pay their overheads at once, before they wait for the channel
+        assert simulate(sg).step_time == pytest.approx(2.5 + 0.001)
+        # TicTac's channel: each slice's overhead holds the channel as its bytes do
+        assert simulate(sg, overlap=False).step_time == pytest.approx(2.5 + 3 * 0.001)
+
+    def test_a_window_of_slices_keeps_the_link_full_past_their_overheads(self):
+        # A 4 MB tensor in four 1 MB slices (1 s each on the wire, 0.5 s of overhead each), two in
+        # flight at a time: each next slice pays its overhead while the one before it is on the
+        # wire, so the link is busy from the first overhead on (as one window per sending task
+        # serving one worker at a time measured on VGG16, BENCHMARKS.md's reading)
+        g = chain_graph(1, [1_000_000])
+        o = oracle_with({}, bandwidth_bps=8e6, overhead_s=0.5)
+        sg = build_sim_graph(g, o, order(g, "tio"), partition_bytes=1_000_000)
+        assert [sg.nbytes[i] for i in range(len(sg)) if sg.kind[i] == 1] == [1_000_000] * 4
+        for host_credit in (False, True):
+            kw = {"credit_bytes": 2_000_000, "host_credit": host_credit}
+            assert simulate(sg, "counter", **kw).step_time == pytest.approx(0.5 + 4.0)
+            # TicTac's channel: the link idles for every slice's overhead
+            assert simulate(sg, "counter", overlap=False, **kw).step_time == pytest.approx(4 * 1.5)
 
     def test_counter_policy_keeps_credit_and_waits_for_acks(self):
         g = chain_graph(3, [1000] * 3)  # 4000-byte pulls
         o = oracle_with({}, bandwidth_bps=8e6, overhead_s=0.001)  # 4 ms per message + 1 ms
         sg = build_sim_graph(g, o, order(g, "tio"))
         free = simulate(sg, "counter").step_time
+        # released together, the pulls pay their overheads at once, then 4 ms each on the wire
+        assert free == pytest.approx(0.001 + 3 * 0.004)
         one_at_a_time = simulate(sg, "counter", credit_bytes=4000).step_time
-        # each next pull waits for the previous one's acknowledgement (one more overhead)
-        assert one_at_a_time == pytest.approx(free + 2 * 0.001)
+        # each next pull is released once the previous one's acknowledgement is back (one more
+        # overhead after it arrived), and pays its own overhead before the wire
+        assert one_at_a_time == pytest.approx(3 * (0.001 + 0.004) + 2 * 0.001)
+        # TicTac's channel pays every overhead on the wire, so the window adds only the acks'
+        serial = simulate(sg, "counter", overlap=False).step_time
+        assert serial == pytest.approx(3 * (0.001 + 0.004))
+        assert simulate(sg, "counter", credit_bytes=4000, overlap=False).step_time == pytest.approx(
+            serial + 2 * 0.001
+        )
 
     def test_one_window_per_sender_serves_one_worker_after_the_other(self):
         # One PS, two workers each pulling 1 MB (1 s alone on the link) and computing 1 s with it.
@@ -177,7 +204,8 @@ class TestSimulate:
         sg = build_sim_graph(g, o, order(g, "tio"))
         free = simulate(sg, "counter").step_time
         acked = simulate(sg, "counter", credit_bytes=4000, min_acked_bytes=4000).step_time
-        assert acked == pytest.approx(free + 2 * 0.001)  # one at a time, each waits for an ack
+        # one at a time, each waits for an ack and then pays its own overhead
+        assert acked == pytest.approx(3 * (0.001 + 0.004) + 2 * 0.001) and acked > free
         # under the pass's floor (kMinAckedElements): ordered, never held for credit
         assert simulate(sg, "counter", credit_bytes=4000, min_acked_bytes=4001).step_time == pytest.approx(
             free
@@ -188,7 +216,9 @@ class TestSimulate:
         o = oracle_with({}, bandwidth_bps=8e6, overhead_s=0.001)
         sg = build_sim_graph(g, o, order(g, "tio"))
         free = simulate(sg, "counter").step_time
-        assert simulate(sg, "counter", credit_bytes=6000).step_time == pytest.approx(free + 2 * 0.001)
+        one_at_a_time = 3 * (0.001 + 0.004) + 2 * 0.001  # as under a 4000-byte window
+        assert simulate(sg, "counter", credit_bytes=6000).step_time == pytest.approx(one_at_a_time)
+        assert one_at_a_time > free
         # acknowledged from 6000/1 bytes: the pulls are under it, and never held for credit
         assert simulate(sg, "counter", credit_bytes=6000, ack_share=1).step_time == pytest.approx(free)
         for bad in (0, True, 2.0):
@@ -203,9 +233,13 @@ class TestSimulate:
             free = simulate(sg, "counter", latency_s=latency).step_time
             acked = simulate(sg, "counter", credit_bytes=4000, latency_s=latency).step_time
             sent = simulate(sg, "counter", credit_bytes=4000, latency_s=latency, credit_return="sent")
-            # an acknowledgement is one more overhead and a round trip; a send's end is at the sender
-            assert acked == pytest.approx(free + 2 * (0.001 + 2 * latency))
-            assert sent.step_time == pytest.approx(free)
+            # together: the overheads at once, 4 ms each on the wire, the last one latency away
+            assert free == pytest.approx(0.001 + 3 * 0.004 + latency)
+            # one at a time, each with its overhead and its arrival's latency; an acknowledgement
+            # is one more overhead and latency before the next is released, a send's end is at
+            # the sender
+            assert acked == pytest.approx(3 * (0.005 + latency) + 2 * (0.001 + latency))
+            assert sent.step_time == pytest.approx(3 * 0.005 + latency)
         with pytest.raises(TfschedError, match="credit_return must be one of ack, sent"):
             simulate(sg, "counter", credit_bytes=4000, credit_return="received")
         with pytest.raises(TfschedError, match="ack_slot_s"):
@@ -243,11 +277,16 @@ class TestSimulate:
         g = chain_graph(4, [1000, 50_000, 200, 9000])
         o = oracle_with({f"f{i}": 0.01 for i in range(4)}, bandwidth_bps=8e6, overhead_s=0.001)
         sg = build_sim_graph(g, o, order(g, "tio"))
-        b = step_bounds(sg)
-        for policy in ("fifo", "counter"):
-            t = simulate(sg, policy).step_time
-            assert b.lower - 1e-12 <= t <= b.upper + 1e-12
-            assert 0.0 <= b.efficiency(t) <= 1.0
+        for overlap in (True, False):
+            b = step_bounds(sg, overlap=overlap)
+            for policy in ("fifo", "counter"):
+                t = simulate(sg, policy, overlap=overlap).step_time
+                assert b.lower - 1e-12 <= t <= b.upper + 1e-12
+                assert 0.0 <= b.efficiency(t) <= 1.0
+        # the channel's bytes (240,800 at 1 MB/s) and one overhead before them, or all four's
+        wire = 4 * 60_200 / 1e6  # float32
+        assert step_bounds(sg).lower == pytest.approx(wire + 0.001, rel=1e-3)
+        assert step_bounds(sg, overlap=False).lower == pytest.approx(wire + 4 * 0.001, rel=1e-3)
 
     def test_bounds_hold_on_a_machine_slower_than_one_op(self):
         # four workers of a chain on a machine that does a quarter of an op's worth at once

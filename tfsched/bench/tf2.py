@@ -280,7 +280,10 @@ def predict_calls(
     the cores' limit within 1%; ResNet-50 training -20% to -11%. The simulated workers start
     together and, being alike, stay in step: all pull at once, compute at once and push at once,
     where the real ones drift apart within a few calls and one's pulls share the PS's links with
-    another's pushes (ResNet-50's baseline call: 6.05 s simulated, 4.71 s traced).
+    another's pushes (ResNet-50's baseline call: 6.05 s simulated, 4.71 s traced). Re-predicted
+    with the forty-fourth session's channel (a message's overhead paid before it waits for the
+    channel, ``sim.engine``): ResNet-50 training -9% to +4%, one window per task +4% (was -20%),
+    VGG16 inference as before (``benchmarks/results/tf2-*-repredicted.md``).
 
     ``work``: what a call's ops cost in the machine's share of the cores: ``simulated``, the op
     times the simulator runs (each op's fastest traced time), or ``traced``, the trace's mean, as

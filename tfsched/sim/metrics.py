@@ -34,11 +34,12 @@ class Bounds:
         return (self.upper - self.lower) / self.lower if self.lower > 0 else 0.0
 
 
-def step_bounds(sg: SimGraph, steps: int = 1) -> Bounds:
+def step_bounds(sg: SimGraph, steps: int = 1, *, overlap: bool = True) -> Bounds:
     """Bounds per step of a simulated graph.
 
     Resources, as the simulator has them: each task's compute (op times over the ops it runs at
-    once), each channel (its messages one after another: overhead + bytes / bandwidth), each host
+    once), each channel (its messages' bytes one after another, after the first one's overhead;
+    with ``overlap=False``, as ``simulate``'s, every message's overhead + bytes / bandwidth), each host
     link direction (its bytes over its capacity: measured, or the largest channel rate on it;
     overheads do not use the wire), and the machine when every task computes on it. The upper
     bound runs everything one after another, each op at the machine's rate where that is under
@@ -52,6 +53,7 @@ def step_bounds(sg: SimGraph, steps: int = 1) -> Bounds:
     link_bytes: dict[str, float] = defaultdict(float)
     link_rate: dict[str, float] = defaultdict(float)
     delay: dict[str, float] = defaultdict(float)  # task -> its dispatch delay in a step
+    first: dict[str, float] = {}  # with overlap: channel -> the least overhead of its messages
     total = 0.0
     for i, kind in enumerate(sg.kind):
         if kind == DELAY:
@@ -64,12 +66,18 @@ def step_bounds(sg: SimGraph, steps: int = 1) -> Bounds:
             total += sg.duration[i] / min(1.0, sg.machine_slots or 1.0)
         elif kind == MESSAGE:
             wire = sg.nbytes[i] / sg.bandwidth[i] if math.isfinite(sg.bandwidth[i]) else 0.0
-            busy["channel:" + sg.resource[i]] += sg.overhead[i] + wire
+            if overlap:  # the messages pay their overheads at once, before the channel
+                busy["channel:" + sg.resource[i]] += wire
+                first[sg.resource[i]] = min(first.get(sg.resource[i], math.inf), sg.overhead[i])
+            else:
+                busy["channel:" + sg.resource[i]] += sg.overhead[i] + wire
             total += sg.overhead[i] + wire
             src, dst = sg.resource[i].split("->")
             for link in ("up:" + src, "down:" + dst):
                 link_bytes[link] += sg.nbytes[i]
                 link_rate[link] = max(link_rate[link], sg.bandwidth[i])
+    for ch, overhead in first.items():  # each step's first message pays one before any bytes
+        busy["channel:" + ch] += overhead * steps
     if sg.machine_slots:  # every task computes on the same machine, which also moves the bytes
         work = sum(sg.duration[i] for i, k in enumerate(sg.kind) if k == COMPUTE)
         moved = sum(sg.nbytes[i] for i, k in enumerate(sg.kind) if k == MESSAGE)
