@@ -5,8 +5,7 @@ as the pass got it and its steps traced alone (``DIR/graphs``, ``DIR/solo-round.
 the baseline's traced round, and in ``RUN.json`` each mode's rounds (their throughput and the
 machine's CPU). This runs ``bench.tf2.predict_calls`` on them again, with the machine's share of
 the cores from the op times the simulator runs (as the bench does) and from the trace's mean op
-times (as the session bench took them until the forty-fourth session), so a change to the
-prediction is measured on one run.
+times (as the session bench takes them), so a change to the prediction is measured on one run.
 
     python benchmarks/repredict_tf2.py RUN.json DIR --name tf2-vgg16-inference
 

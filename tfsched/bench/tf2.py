@@ -287,8 +287,7 @@ def predict_calls(
 
     ``work``: what a call's ops cost in the machine's share of the cores: ``simulated``, the op
     times the simulator runs (each op's fastest traced time), or ``traced``, the trace's mean, as
-    the session bench took it until the forty-fourth session (a what-if for
-    ``benchmarks/repredict_tf2.py``).
+    the session bench takes it (a what-if for ``benchmarks/repredict_tf2.py``).
     """
     from tfsched.bench.predict import check_work, machine_slots, machine_slots_from_cpu, scheduled_runs
 
