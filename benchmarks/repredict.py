@@ -5,8 +5,9 @@ baseline's traced steps (with and without the other workers), the machine's CPU 
 per byte, and each mode's measured synchronized steps. This runs ``bench.predict.annotate``
 on them again, so a change to the simulator is measured on the same run, not on a new one, and
 once more for each of the forty-fourth session's what-ifs (``WHAT_IFS``: each message's
-overhead holding its channel, as until then, ``overlap=False``; the machine's share of the
-cores from the op seconds the simulator runs, ``annotate``'s ``work="simulated"``) beside it.
+overhead holding its channel, as until then, ``overlap=False``; the links shared unequally
+between the workers, ``worker_weight``; the machine's share of the cores from the op seconds
+the simulator runs, ``annotate``'s ``work="simulated"``) beside it.
 
     python benchmarks/repredict.py DIR --name resnet50-inference-traced
 
@@ -26,7 +27,7 @@ from _results import machine, run_dir_errors, run_graph, run_title, write  # noq
 
 def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
     """The run in ``run_dir`` predicted again: its config and a row per mode. ``what_if``:
-    more of ``annotate``'s arguments (``overhead_s``, ``work``, ``overlap``)."""
+    more of ``annotate``'s arguments (``overhead_s``, ``work``, ``overlap``, ``worker_weight``)."""
     from tfsched.bench.predict import annotate
     from tfsched.bench.run import ModeResult, placed_mode, split_placed
     from tfsched.tracing.trace import Trace
@@ -90,6 +91,11 @@ def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
 # what-ifs of the forty-fourth session (annotate's arguments), each beside the prediction now
 WHAT_IFS = {
     "serial_channel": ({"overlap": False}, "each message's overhead holding its channel, as until then"),
+    "unequal_links": (
+        {"worker_weight": 0.7},
+        "the links shared unequally between the workers, worker k's flows weighing 0.7 ** k "
+        "(TCP's flows need not share a link evenly; a sensitivity, not a fit)",
+    ),
     "simulated_ops": (
         {"work": "simulated"},
         "the machine's share of the cores from the op seconds the simulator runs (as the TensorFlow 2 "

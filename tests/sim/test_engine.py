@@ -198,6 +198,27 @@ class TestSimulate:
         with pytest.raises(TfschedError, match="needs a credit"):
             simulate(sg, "counter", host_credit=True)
 
+    def test_links_shared_unequally_between_the_workers(self):
+        # One PS, two workers each pulling 1 MB (1 s alone on the link) and computing 1 s with it.
+        nodes = var("w", (250_000,)) + [op("a", ["w/read"], device=W0), op("b", ["w/read"], device=W1)]
+        g = build_comm_graph(nodes, fetches=["a", "b"])
+        sg = build_sim_graph(g, oracle_with({"a": 1.0, "b": 1.0}, bandwidth_bps=8e6), order(g, "tio"))
+        ends = {sg.name[i]: i for i in range(len(sg)) if sg.name[i] in ("a", "b")}
+
+        def finish(**kw):
+            r = simulate(sg, "fifo", record=True, **kw)
+            return [r.ends[ends["a"]], r.ends[ends["b"]]]
+
+        # shared evenly, both pulls end at 2 s
+        assert finish() == pytest.approx([3.0, 3.0])
+        # worker 1's flow weighing half worker 0's: worker 0 has 2/3 of the link until its pull
+        # ends at 1.5 s, and worker 1's still ends at 2 s (the link was full throughout), so
+        # worker 0's compute overlaps worker 1's pull
+        assert finish(worker_weight=0.5) == pytest.approx([2.5, 3.0])
+        for bad in (0.0, 1.5):
+            with pytest.raises(TfschedError, match="worker_weight must be in"):
+                simulate(sg, "fifo", worker_weight=bad)
+
     def test_messages_not_acknowledged_take_no_credit(self):
         g = chain_graph(3, [1000] * 3)  # 4000-byte pulls
         o = oracle_with({}, bandwidth_bps=8e6, overhead_s=0.001)

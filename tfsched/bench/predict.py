@@ -125,13 +125,20 @@ def _by_rank(iterations: list[list[float]]) -> list[float]:
 
 
 def scheduled_runs(
-    sg, schedule, spec, *, ack_slot_s: float = 0.0, latency_s: float = 0.0, overlap: bool = True
+    sg,
+    schedule,
+    spec,
+    *,
+    ack_slot_s: float = 0.0,
+    latency_s: float = 0.0,
+    overlap: bool = True,
+    worker_weight: float = 1.0,
 ) -> list:
     """``sim.seeded_runs`` of ``sg`` as the pass enforces ``schedule`` with the sizes of ``spec``
     (``run.parse_mode``'s, in parameters): the pulls a gate releases together race to the wire,
     all but those a credit window acknowledges (``sim.engine``'s ``race``), a mean over seeds as
     for the baseline's ties. ``latency_s``: what each arrival and acknowledgement is delayed;
-    ``overlap``: ``sim.simulate``'s."""
+    ``overlap`` and ``worker_weight``: ``sim.simulate``'s."""
     from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
     from tfsched.sim import POLICY_OF_MODE, seeded_runs
 
@@ -147,6 +154,7 @@ def scheduled_runs(
         ack_slot_s=ack_slot_s,
         latency_s=latency_s,
         overlap=overlap,
+        worker_weight=worker_weight,
     )
 
 
@@ -161,6 +169,7 @@ def annotate(
     overhead_s: float | None = None,
     work: str = "traced",
     overlap: bool = True,
+    worker_weight: float = 1.0,
 ) -> None:
     """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace).
 
@@ -185,7 +194,8 @@ def annotate(
     against 10.0%), so the session bench keeps the mean.
 
     ``overlap``: ``sim.simulate``'s (False: each message's overhead holds its channel, as until
-    the forty-fourth session)."""
+    the forty-fourth session). ``worker_weight``: ``sim.simulate``'s, a what-if of links shared
+    unequally between the workers (``benchmarks/repredict.py``)."""
     check_work(work)
     from tfsched.analysis import PARAM_BYTES
     from tfsched.graph import load_comm_graph
@@ -241,7 +251,9 @@ def annotate(
             credit=res.knobs.get("credit", spec.credit),
         )
         if spec.algorithm is None:
-            runs = seeded_runs(plain, "random", latency_s=2 * latency_s, overlap=overlap)
+            runs = seeded_runs(
+                plain, "random", latency_s=2 * latency_s, overlap=overlap, worker_weight=worker_weight
+            )
         else:
             # the order the pass was given, as mode_configs made it: from the graph, and a timing-aware
             # one from the trace of worker 0 alone (the cost model for the ops it did not time)
@@ -255,7 +267,13 @@ def annotate(
                 graph, oracle, schedule, workers=workers, partition_bytes=spec.partition * PARAM_BYTES or None
             )
             runs = scheduled_runs(
-                sg, schedule, spec, ack_slot_s=ack_slot_s, latency_s=2 * latency_s, overlap=overlap
+                sg,
+                schedule,
+                spec,
+                ack_slot_s=ack_slot_s,
+                latency_s=2 * latency_s,
+                overlap=overlap,
+                worker_weight=worker_weight,
             )
         # The simulator's step is the slowest worker's; so is a synchronous iteration. The mean
         # over every worker's steps was the measure until the seventh session: it put the
