@@ -12,6 +12,15 @@ from tfsched.ordering.schedule import Schedule
 from tfsched.sim import build_sim_graph, simulate, simulate_schedule, step_bounds
 
 
+def _two_workers_pulling_one_variable():
+    """One PS, two workers each pulling 1 MB (1 s alone on the link) and computing 1 s with it:
+    the simulated graph, and the ids of the two workers' ops by name (a, b)."""
+    nodes = var("w", (250_000,)) + [op("a", ["w/read"], device=W0), op("b", ["w/read"], device=W1)]
+    g = build_comm_graph(nodes, fetches=["a", "b"])
+    sg = build_sim_graph(g, oracle_with({"a": 1.0, "b": 1.0}, bandwidth_bps=8e6), order(g, "tio"))
+    return sg, {sg.name[i]: i for i in range(len(sg)) if sg.name[i] in ("a", "b")}
+
+
 class TestSimulate:
     def test_single_transfer_is_overhead_plus_bytes_over_bandwidth(self):
         g = chain_graph(1, [250_000])  # 1 MB
@@ -181,11 +190,7 @@ class TestSimulate:
         )
 
     def test_one_window_per_sender_serves_one_worker_after_the_other(self):
-        # One PS, two workers each pulling 1 MB (1 s alone on the link) and computing 1 s with it.
-        nodes = var("w", (250_000,)) + [op("a", ["w/read"], device=W0), op("b", ["w/read"], device=W1)]
-        g = build_comm_graph(nodes, fetches=["a", "b"])
-        sg = build_sim_graph(g, oracle_with({"a": 1.0, "b": 1.0}, bandwidth_bps=8e6), order(g, "tio"))
-        ends = {sg.name[i]: i for i in range(len(sg)) if sg.name[i] in ("a", "b")}
+        sg, ends = _two_workers_pulling_one_variable()
 
         def finish(**kw):
             r = simulate(sg, "counter", credit_bytes=1_000_000, record=True, **kw)
@@ -199,11 +204,7 @@ class TestSimulate:
             simulate(sg, "counter", host_credit=True)
 
     def test_links_shared_unequally_between_the_workers(self):
-        # One PS, two workers each pulling 1 MB (1 s alone on the link) and computing 1 s with it.
-        nodes = var("w", (250_000,)) + [op("a", ["w/read"], device=W0), op("b", ["w/read"], device=W1)]
-        g = build_comm_graph(nodes, fetches=["a", "b"])
-        sg = build_sim_graph(g, oracle_with({"a": 1.0, "b": 1.0}, bandwidth_bps=8e6), order(g, "tio"))
-        ends = {sg.name[i]: i for i in range(len(sg)) if sg.name[i] in ("a", "b")}
+        sg, ends = _two_workers_pulling_one_variable()
 
         def finish(**kw):
             r = simulate(sg, "fifo", record=True, **kw)
