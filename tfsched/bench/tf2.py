@@ -289,13 +289,11 @@ def predict_calls(
     times the simulator runs (each op's fastest traced time), or ``traced``, the trace's mean, as
     the session bench takes it (a what-if for ``benchmarks/repredict_tf2.py``).
     """
-    from tfsched.bench.predict import check_work, machine_slots, machine_slots_from_cpu, scheduled_runs
-
-    check_work(work)
     import copy
     from dataclasses import replace
 
     from tfsched.analysis import PARAM_BYTES
+    from tfsched.bench.predict import check_work, machine_slots, machine_slots_from_cpu, scheduled_runs
     from tfsched.bench.run import parse_mode
     from tfsched.graph import load_comm_graph
     from tfsched.oracle.oracle import LinkModel, TimeOracle
@@ -304,6 +302,7 @@ def predict_calls(
     from tfsched.tracing.match import oracle_for
     from tfsched.tracing.trace import Trace
 
+    check_work(work)
     graph = load_comm_graph(graph_path)
     alone = Trace.load(solo_trace)
     # the oracle analyze ordered TAO by (solo_round), and the simulator's: at the shaped rate, the

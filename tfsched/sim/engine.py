@@ -23,7 +23,7 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   forty-fourth session the overhead held the channel as the bytes do (TicTac's model of a
   transfer, ``overlap=False``): where one channel carries a host's link at a time (one window
   per sending task, which serves one worker after another), the link then idled for every
-  4 MB slice's overhead (7.8 ms to 10.8 ms fitted on VGG16, against 32 ms of bytes), and the
+  4 MB slice's overhead (10.8 ms fitted on VGG16 training, against 32 ms of bytes), and the
   simulator put that mode 13% to 14% slow, where a traced step showed the channel near the
   link's rate (BENCHMARKS.md's reading); with several channels at once the others hid it.
   Re-predicted on seven kept traced runs (``benchmarks/repredict.py``): one window per task on
@@ -294,7 +294,8 @@ def simulate(
     # heap of (random key, id)
     wire: dict[str, deque] = defaultdict(deque)
     pool: dict[str, list] = defaultdict(list)
-    in_service: dict[str, int] = {}  # channel -> message whose overhead or bytes are being served
+    # channel -> the message it serves: its bytes (with overlap), or its overhead and then its bytes
+    in_service: dict[str, int] = {}
     flows: dict[int, float] = {}  # message -> bytes left (data phase)
     rates: dict[int, float] = {}
     events: list = []  # (time, seq, kind, id)
