@@ -4,10 +4,11 @@ A bench run with ``--traces DIR -o DIR/bench.json`` keeps everything the predict
 baseline's traced steps (with and without the other workers), the machine's CPU per step and
 per byte, and each mode's measured synchronized steps. This runs ``bench.predict.annotate``
 on them again, so a change to the simulator is measured on the same run, not on a new one, and
-once more for each of the forty-fourth session's what-ifs (``WHAT_IFS``: each message's
-overhead holding its channel, as until then, ``overlap=False``; the links shared unequally
-between the workers, ``worker_weight``; the machine's share of the cores from the op seconds
-the simulator runs, ``annotate``'s ``work="simulated"``) beside it.
+once more for each what-if (``WHAT_IFS``: each message's overhead holding its channel, as
+until the forty-fourth session, ``overlap=False``; the links shared evenly between the
+workers' flows, as until the forty-fifth, ``worker_weight=1``, or unequally by a set weight;
+the machine's share of the cores from the op seconds the simulator runs, ``annotate``'s
+``work="simulated"``) beside it.
 
     python benchmarks/repredict.py DIR --name resnet50-inference-traced
 
@@ -82,24 +83,33 @@ def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
             "efficiency_now": results[m["mode"]].measured["efficiency_E"],
             "finish_by_rank_s": m.get("finish_by_rank_s"),
             "predicted_finish_by_rank_now_s": results[m["mode"]].measured["predicted_finish_by_rank_s"],
+            "worker_weight_now": results[m["mode"]].measured["worker_weight"],
         }
         for m in doc["modes"]
     ]
     return config, rows
 
 
-# what-ifs of the forty-fourth session (annotate's arguments), each beside the prediction now
+# what-ifs (annotate's arguments), each beside the prediction now
 WHAT_IFS = {
-    "serial_channel": ({"overlap": False}, "each message's overhead holding its channel, as until then"),
+    "serial_channel": (
+        {"overlap": False},
+        "each message's overhead holding its channel, as until the forty-fourth session",
+    ),
     "unequal_links": (
         {"worker_weight": 0.7},
         "the links shared unequally between the workers, worker k's flows weighing 0.7 ** k "
         "(TCP's flows need not share a link evenly; a sensitivity, not a fit)",
     ),
+    "even_links": (
+        {"worker_weight": 1.0},
+        "the links shared evenly between the workers' flows, as until the forty-fifth session (now: "
+        "as unequally as makes the simulated baseline's workers stagger as the measured ones did)",
+    ),
     "simulated_ops": (
         {"work": "simulated"},
         "the machine's share of the cores from the op seconds the simulator runs (as the TensorFlow 2 "
-        "bench takes it; tried then and not kept)",
+        "bench takes it; tried in the forty-fourth session and not kept)",
     ),
 }
 
@@ -115,24 +125,27 @@ def main() -> None:
     for key, other in undone.items():
         for r, o in zip(rows, other, strict=True):
             r[f"predicted_{key}_s"], r[f"error_{key}"] = o["predicted_now_s"], o["error_now"]
+            r[f"predicted_finish_by_rank_{key}_s"] = o["predicted_finish_by_rank_now_s"]
+            r[f"worker_weight_{key}"] = o["worker_weight_now"]
     md = [
         f"{run_title(config)}: the run's predictions and the simulator's now",
         "",
-        "| mode | slowest worker (s) | predicted then (s) | error then | predicted now (s) | error now "
+        "| mode | slowest worker (s) | predicted then (s) | error then | predicted now (s) | error now | link weight "
         + "".join(f"| {key.replace('_', ' ')} (s) | error " for key in WHAT_IFS)
         + "| E then | E now |",
-        "|---|---|---|---|---|---" + "|---|---" * len(WHAT_IFS) + "|---|---|",
+        "|---|---|---|---|---|---|---" + "|---|---" * len(WHAT_IFS) + "|---|---|",
         *(
             f"| {r['mode']} | {r['measured_s']:.4f} | {r['predicted_then_s']:.4f} | {r['error_then']:+.0%} "
-            f"| {r['predicted_now_s']:.4f} | {r['error_now']:+.0%} "
+            f"| {r['predicted_now_s']:.4f} | {r['error_now']:+.0%} | {r['worker_weight_now']:.3f} "
             + "".join(f"| {r[f'predicted_{key}_s']:.4f} | {r[f'error_{key}']:+.0%} " for key in WHAT_IFS)
             + f"| {r['efficiency_then']:.2f} | {r['efficiency_now']:.2f} |"
             for r in rows
         ),
         "",
-        "now: the simulator as it is; "
+        "now: the simulator as it is (link weight: worker k's flows weigh its k-th power, fitted to the "
+        "baseline's measured stagger); "
         + "; ".join(f"{key.replace('_', ' ')}: as now but with {what}" for key, (_, what) in WHAT_IFS.items())
-        + " (the forty-fourth session's what-ifs).",
+        + ".",
     ]
     write(f"{args.name}-repredicted", {"config": config, "machine": machine(), "modes": rows}, md)
 

@@ -8,6 +8,7 @@ import pytest
 
 from tests.helpers import BENCH_SEQ32, cli
 from tfsched.bench import netns
+from tfsched.bench.predict import FIT_LOW
 
 pytestmark = [
     pytest.mark.cluster,
@@ -271,6 +272,7 @@ def test_bench_command_writes_every_field(tmp_path):
             "prediction_error",
             "finish_by_rank_s",
             "predicted_finish_by_rank_s",
+            "worker_weight",
         ):
             assert r[key] is not None, key
         # the two workers by when they finished, measured and simulated; the last is the step
@@ -292,6 +294,15 @@ def test_bench_command_writes_every_field(tmp_path):
     assert "partition" not in data["modes"][0]
     assert (data["modes"][2]["partition"], data["modes"][2]["credit"]) == (20_000, 40_000)
     md = out.with_suffix(".md").read_text()
+    # the simulated links shared as unequally as the baseline's workers staggered, for every mode
+    base = data["modes"][0]
+    assert {r["worker_weight"] for r in data["modes"]} == {base["worker_weight"]}
+    assert FIT_LOW <= base["worker_weight"] <= 1 and f"w = {base['worker_weight']:.2f} (1: evenly)" in md
+    if FIT_LOW < base["worker_weight"] < 1:  # fitted, not at an end: the simulated stagger is the measured
+        measured, simulated = (
+            base[k][0] / base[k][1] for k in ("finish_by_rank_s", "predicted_finish_by_rank_s")
+        )
+        assert simulated == pytest.approx(measured, abs=0.05)
     assert f"`tio+p20000+c40000`: the best setting of `tfsched tune` ({tmp_path / 'tune.json'})." in md
     assert "| baseline |" in md and "| tio |" in md
     # TAO ordered from op times traced on this cluster, and says so

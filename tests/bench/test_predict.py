@@ -74,6 +74,42 @@ def test_annotate_refuses_an_unknown_work_measure():
         annotate({}, graph_path="g.pb", fetches=[], workers=4, bandwidth_bps=None, work="mean")
 
 
+def test_the_links_share_fitted_to_the_measured_stagger():
+    """Two workers (between-graph replicas) each pulling 1 MB over the PS's link and computing
+    1 s: shared evenly, both steps end at 3 s; with worker 1's flow weighing w of worker 0's,
+    worker 0's pull ends at (1 + w) s and its step at (2 + w) s. The fit finds the w a measured
+    stagger implies."""
+    from tests.helpers import chain_graph, oracle_with
+    from tfsched.bench.predict import FIT_LOW, fit_worker_weight
+    from tfsched.sim import build_sim_graph, simulate
+
+    sg = build_sim_graph(chain_graph(1, [250_000]), oracle_with({"f0": 1.0}, bandwidth_bps=8e6), workers=2)
+    tried = []
+
+    def runs_of(w: float) -> list:
+        tried.append(w)
+        return [simulate(sg, "fifo", worker_weight=w)]
+
+    assert fit_worker_weight(runs_of, [2.5, 3.0], tol=0.001) == pytest.approx(0.5, abs=0.001)
+    assert fit_worker_weight(runs_of, [2.8, 3.0], tol=0.001) == pytest.approx(0.8, abs=0.001)
+    # a latency in the measurement (the driver's call) shifts the simulated steps alike
+    assert fit_worker_weight(runs_of, [2.7, 3.2], offset_s=0.2, tol=0.001) == pytest.approx(0.5, abs=0.001)
+    # measured as even as the even share: no weight; more staggered than any tried: the lowest
+    assert fit_worker_weight(runs_of, [3.0, 3.0]) == 1.0
+    assert fit_worker_weight(runs_of, [1.0, 3.0]) == FIT_LOW
+    assert fit_worker_weight(runs_of, [3.0]) == 1.0  # one worker: nothing to share
+    assert all(FIT_LOW <= w <= 1.0 for w in tried)
+
+
+def test_annotate_refuses_a_worker_weight_out_of_range():
+    from tfsched.bench.predict import annotate
+    from tfsched.errors import TfschedError
+
+    for bad in (0.0, 1.5, "fitted"):
+        with pytest.raises(TfschedError, match="worker_weight must be in"):
+            annotate({}, graph_path="g.pb", fetches=[], workers=4, bandwidth_bps=None, worker_weight=bad)
+
+
 @pytest.mark.tf
 @pytest.mark.cluster
 def test_the_graph_that_ran_is_what_grappler_made_of_the_saved_one(tmp_path):

@@ -230,6 +230,20 @@ def test_the_table_says_what_tao_was_ordered_from():
     assert "TAO ordered from worker 0's op times, traced alone before the rounds." in markdown(new)
 
 
+def test_the_table_says_how_the_simulated_links_were_shared():
+    def run(**measured) -> dict:
+        modes = {}
+        for name in ("baseline", "tao+pc", "baseline@held"):
+            modes[name] = ModeResult(name, step_times=[1.0], rounds=[(1, 1.0)], steps=1, wall_s=1.0)
+            modes[name].measured = measured.get(name.partition("@")[2], {})
+        return summarize(modes, {**CONFIG, "ps": 2, "ps_placement": ["bytes", "held"]})
+
+    # not predicted (no traced baseline), or a file from before the forty-fifth session
+    assert "links shared" not in markdown(run())
+    shared = markdown(run(**{"": {"worker_weight": 0.861}, "held": {"worker_weight": 1.0}}))
+    assert "worker k's flows weigh w^k, w = 0.86, 1.00 (MODE@held) (1: evenly)." in shared
+
+
 def _tune_doc(**config) -> dict:
     base = {
         "model": "seq32",

@@ -184,6 +184,19 @@ def markdown(summary: dict) -> str:
                 else ")."
             ),
         ]
+    # how the simulated links were shared (bench.predict.fit_worker_weight): since the forty-fifth
+    # session, per placement
+    weights = {
+        split_placed(r["mode"])[1]: r["worker_weight"] for r in summary["modes"] if "worker_weight" in r
+    }
+    if weights:
+        lines += [
+            "",
+            "Simulated with the links shared as unequally as the baseline's workers staggered: worker k's "
+            "flows weigh w^k, w = "
+            + ", ".join(f"{w:.2f}" + (f" (MODE@{where})" if where else "") for where, w in weights.items())
+            + " (1: evenly).",
+        ]
     # TAO's op times (bench.run.mode_configs): a trace since the seventeenth session
     timed = [r for r in summary["modes"] if split_placed(r["mode"])[0].split("+")[0] in TIMED]
     if timed:

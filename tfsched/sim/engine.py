@@ -13,9 +13,11 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   and only flows wanting more than the machine slow down);
 * each host has one full-duplex NIC: an uplink and a downlink of the link's bandwidth, or of
   what a trace measured the host's channels carrying together (``TimeOracle.host_bps``);
-  concurrent flows share a link max-min fairly (TCP's steady state; ``worker_weight`` weights
-  the workers' flows unequally, a what-if: most unordered modes' predictions move by 9 to 21
-  points at 0.7, BENCHMARKS.md's reading);
+  concurrent flows share a link max-min fairly (TCP's steady state), or with ``worker_weight``
+  the workers' flows unequally: the bench fits it to the stagger of its baseline's workers
+  (``bench.predict.fit_worker_weight``; measured flows leaving an idle link do not end together,
+  ``benchmarks/link_sharing.py``), which took the mean error over 27 modes of five traced runs
+  from 7.9% to 5.5% (BENCHMARKS.md's reading);
 * a channel (sender task, receiver task) is one HTTP/2 connection: a message handed to it
   pays its per-message overhead (its own RPC's cost, at once with the other messages'), then
   waits for the channel, whose messages' bytes go out one after another (a small tensor
@@ -219,8 +221,8 @@ def simulate(
 ) -> SimResult:
     """Run the simulation; see the module docstring for the model. ``overlap=False``: a message's
     overhead holds its channel as its bytes do (TicTac's model of a transfer, and this one's
-    until the forty-fourth session). ``worker_weight`` (a what-if, 1 by default): the links
-    share their bytes unequally between the workers, the flows to and from worker k weighing
+    until the forty-fourth session). ``worker_weight`` (1, evenly, by default): the links share
+    their bytes unequally between the workers, the flows to and from worker k weighing
     ``worker_weight ** k`` (``_max_min_rates``), as TCP's flows need not share a link evenly."""
     if not 0 < worker_weight <= 1:
         raise TfschedError(f"worker_weight must be in (0, 1], got {worker_weight!r}")
