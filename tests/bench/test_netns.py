@@ -302,7 +302,8 @@ def test_bench_command_writes_every_field(tmp_path):
         measured, simulated = (
             base[k][0] / base[k][1] for k in ("finish_by_rank_s", "predicted_finish_by_rank_s")
         )
-        assert simulated == pytest.approx(measured, abs=0.05)
+        # to the bisection's step, or a step of the seeded runs' stagger where their order changes
+        assert simulated == pytest.approx(measured, abs=0.1)
     assert f"`tio+p20000+c40000`: the best setting of `tfsched tune` ({tmp_path / 'tune.json'})." in md
     assert "| baseline |" in md and "| tio |" in md
     # TAO ordered from op times traced on this cluster, and says so
