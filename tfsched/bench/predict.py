@@ -244,12 +244,12 @@ def annotate(
     flows (``sim.simulate``'s); ``FIT``, the default since the forty-fifth session: the weight at
     which the simulated baseline's workers stagger as the measured ones did
     (``fit_worker_weight``), for every mode (each mode's ``measured["worker_weight"]``); 1 shares
-    them evenly, as until then. Re-predicted on five traced runs of that session
-    (``benchmarks/repredict.py``), the mean error over their 27 modes went from 7.9% to 5.5%
-    (the largest 18% to 14%): Seq-32 training's +10% to +13% became -5% to -8%, Par-32's +0% to
-    +15% became -5% to +5%, Inception-v3 inference's baseline +18% became +8%; VGG16 inference's
-    fit is 0.98 (its simulated workers already stagger as the measured ones did) and its baseline
-    stays +14%."""
+    them evenly, as until then. Re-predicted on six traced runs of that session
+    (``benchmarks/repredict.py``), the mean error over their 34 modes went from 7.6% to 5.7%
+    (the largest 18% to 14%; a set weight of 0.7, 8.8% and 28%): Seq-32 training's +10% to +13%
+    became -5% to -8%, Par-32's +0% to +15% became -5% to +5%, Inception-v3 inference's baseline
+    +18% became +8%; VGG16's fit is 0.98 in inference and 1.00 in training (their simulated
+    workers already stagger as the measured ones did), and its inference baseline stays +14%."""
     check_work(work)
     if worker_weight != FIT and not (isinstance(worker_weight, float | int) and 0 < worker_weight <= 1):
         raise TfschedError(f"worker_weight must be in (0, 1] or {FIT!r}, got {worker_weight!r}")

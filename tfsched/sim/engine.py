@@ -16,8 +16,8 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   concurrent flows share a link max-min fairly (TCP's steady state), or with ``worker_weight``
   the workers' flows unequally: the bench fits it to the stagger of its baseline's workers
   (``bench.predict.fit_worker_weight``; measured flows leaving an idle link do not end together,
-  ``benchmarks/link_sharing.py``), which took the mean error over 27 modes of five traced runs
-  from 7.9% to 5.5% (BENCHMARKS.md's reading);
+  ``benchmarks/link_sharing.py``), which took the mean error over 34 modes of six traced runs
+  from 7.6% to 5.7% (BENCHMARKS.md's reading);
 * a channel (sender task, receiver task) is one HTTP/2 connection: a message handed to it
   pays its per-message overhead (its own RPC's cost, at once with the other messages'), then
   waits for the channel, whose messages' bytes go out one after another (a small tensor
