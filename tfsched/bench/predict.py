@@ -300,8 +300,14 @@ def annotate(
     bounds = step_bounds(plain, overlap=overlap)
     driver_s = 2 * latency_s  # the driver's call there and back, across the worker's link
 
+    baseline_by_weight: dict[float, list] = {}  # the fit's runs, kept: its end is often one it tried
+
     def baseline_runs(weight: float) -> list:
-        return seeded_runs(plain, "random", latency_s=2 * latency_s, overlap=overlap, worker_weight=weight)
+        if weight not in baseline_by_weight:
+            baseline_by_weight[weight] = seeded_runs(
+                plain, "random", latency_s=2 * latency_s, overlap=overlap, worker_weight=weight
+            )
+        return baseline_by_weight[weight]
 
     if worker_weight == FIT:
         worker_weight = fit_worker_weight(baseline_runs, _by_rank(base.iterations), offset_s=driver_s)
