@@ -328,8 +328,7 @@ int64_t HostLink::Held(const Channel* c) {
   return it == held_.end() ? 0 : it->second;
 }
 
-StepGates::StepGates(int64_t step_id)
-    : seq_(step_seq.fetch_add(1)), keyed_(true), step_id_(step_id) {
+StepGates::StepGates(int64_t step_id, int64_t seq) : seq_(seq), keyed_(true), step_id_(step_id) {
   GlobalStats().live_steps.fetch_add(1);
   GlobalStats().steps.fetch_add(1);
 }
@@ -398,23 +397,31 @@ void Forget(int64_t step_id, int64_t seq, bool from_callback) {
 }
 }  // namespace
 
-StepGates* KeyedStep(int64_t step_id, bool create, tensorflow::CancellationManager* cm) {
+absl::Status KeyedStep(int64_t step_id, bool create, tensorflow::CancellationManager* cm,
+                       StepGates** gates) {
+  *gates = nullptr;
   mutex_lock l(keyed_mu);
   auto& steps = KeyedSteps();
   auto it = steps.find(step_id);
   if (it != steps.end()) {
     it->second.gates->Ref();
-    return it->second.gates;
+    *gates = it->second.gates;
+    return absl::OkStatus();
   }
-  if (!create) return nullptr;
-  auto* out = new StepGates(step_id);  // the caller's reference
+  if (!create) return absl::OkStatus();
+  // The callback first, the state once it is registered: a call cancelled already gets none. The
+  // callback holds the key, not the state: the state may be gone when it fires; fired before the
+  // state is in the registry, it waits for keyed_mu, held here until it is.
+  const int64_t seq = step_seq.fetch_add(1);
   const tensorflow::CancellationToken token = cm->get_cancellation_token();
-  // The callback holds the key, not the state: the state may be gone when it fires.
-  if (cm->RegisterCallback(token, [step_id, seq = out->seq()] { Forget(step_id, seq, true); })) {
-    out->Ref();  // the registry's
-    steps.emplace(step_id, Keyed{out, cm, token});
-  }  // else the call was cancelled already: not kept, the caller's reference is the only one
-  return out;
+  if (!cm->RegisterCallback(token, [step_id, seq] { Forget(step_id, seq, true); })) {
+    return absl::CancelledError("tfsched gate: step cancelled");
+  }
+  auto* out = new StepGates(step_id, seq);  // the registry's reference
+  steps.emplace(step_id, Keyed{out, cm, token});
+  out->Ref();  // the caller's
+  *gates = out;
+  return absl::OkStatus();
 }
 
 void ForgetIfFinished(StepGates* gates) {

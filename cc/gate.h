@@ -161,7 +161,8 @@ class StepGates : public tensorflow::ResourceBase {
  public:
   // In the step's container (the default), or kept by KeyedStep for step `step_id`.
   StepGates();
-  explicit StepGates(int64_t step_id);
+  // `seq`: its place in seq()'s order, drawn by KeyedStep before it makes the state.
+  StepGates(int64_t step_id, int64_t seq);
   ~StepGates() override;
   std::string DebugString() const override { return "tfsched step gates"; }
   // `gates`: how many gates the channel has in the graph (0: not known here, as for an ack);
@@ -187,12 +188,16 @@ class StepGates : public tensorflow::ResourceBase {
 
 // The state of step `step_id` for kernels whose step container every step shares (TensorFlow 2's
 // eager functions: KernelAndDeviceFunc runs each call in the context's container or its own, so
-// the container would carry one step's counters into the next). A reference for the caller, or
-// null if the step has none and `create` is false. `cm`, the call's cancellation manager, forgets
-// a state made here when it fires: when the call fails or is cancelled, and when the call ends
+// the container would carry one step's counters into the next). In `gates`, a reference for the
+// caller, or null if the step has none and `create` is false. Cancelled, with no state made, if the
+// call was cancelled already (a gate the executor ran after its call failed: a state made then
+// would be one no gate of the call could ever share). `cm`, the call's cancellation manager,
+// forgets a state made here when it fires: when the call fails or is cancelled, and when the call
+// ends
 // (~CancellationManager runs the callbacks still registered), once every gate of the call in this
 // process has run, as a session's step container is cleaned up.
-StepGates* KeyedStep(int64_t step_id, bool create, tensorflow::CancellationManager* cm);
+absl::Status KeyedStep(int64_t step_id, bool create, tensorflow::CancellationManager* cm,
+                       StepGates** gates);
 // Drops KeyedStep's reference to `gates` once its step has finished (no-op for other states).
 void ForgetIfFinished(StepGates* gates);
 

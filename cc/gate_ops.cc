@@ -208,13 +208,13 @@ class SentBuffer : public tensorflow::TensorBuffer {
 // new; or, where that container is not the step's own but shared by every step (TensorFlow 2's
 // functions: its step id is not this step's), by step id (KeyedStep), and then null if there is
 // none and `create_keyed` is false, or if the step has no cancellation manager to end it (never
-// so for a function's call: the runtime makes one if the caller gave none).
+// so for a function's call: the runtime makes one if the caller gave none); Cancelled if that call
+// was cancelled before its state was made.
 absl::Status StepState(OpKernelContext* ctx, bool create_keyed, StepGates** gates) {
   tensorflow::ScopedStepContainer* container = ctx->step_container();
   if (container->StepId() != ctx->step_id()) {
     tensorflow::CancellationManager* cm = ctx->cancellation_manager();
-    *gates = KeyedStep(ctx->step_id(), create_keyed && cm != nullptr, cm);
-    return absl::OkStatus();
+    return KeyedStep(ctx->step_id(), create_keyed && cm != nullptr, cm, gates);
   }
   return container->LookupOrCreate<StepGates>(ctx->resource_manager(), "tfsched_gates", gates,
                                               [](StepGates** g) {
@@ -252,7 +252,12 @@ class TfschedGateOp : public AsyncOpKernel {
     Stats& stats = GlobalStats();
     auto w = std::make_shared<Waiter>();
     if (ctx->step_container() != nullptr) {
-      OP_REQUIRES_OK_ASYNC(ctx, StepState(ctx, true, &w->gates), done);
+      const absl::Status state = StepState(ctx, true, &w->gates);
+      if (absl::IsCancelled(state)) {  // its call failed before it ran: it went, cancelled
+        stats.released.fetch_add(1);
+        stats.cancelled.fetch_add(1);
+      }
+      OP_REQUIRES_OK_ASYNC(ctx, state, done);
     }
     if (w->gates == nullptr) {
       // No state can be kept for this step (no per-step container, or a shared one and no

@@ -50,6 +50,21 @@ def failing_body(x):  # no automatic control dependencies: the last gate waits f
 failing = tf.compat.v1.wrap_function(failing_body, [tf.TensorSpec([], tf.float32)])
 
 
+def slow():
+    time.sleep(0.5)
+    return 0.0
+
+
+def late_body(x):  # as failing_body, but the last gate's input comes after the call failed
+    first = gate(x, "g->h", 0, 3, 60000)
+    bad = tf.strings.to_number(tf.strings.as_string(first) + "?")
+    later = tf.py_function(slow, [], tf.float32)
+    return gate(x + bad, "g->h", 1, 3, 60000) + gate(x + later, "g->h", 2, 3, 60000)
+
+
+late = tf.compat.v1.wrap_function(late_body, [tf.TensorSpec([], tf.float32)])
+
+
 def counters():
     keys = ("released", "waited", "timeouts", "cancelled", "live_steps", "steps")
     return {k: v for k, v in stats().items() if k in keys}
@@ -68,6 +83,14 @@ except tf.errors.InvalidArgumentError:
     out["error"] = "InvalidArgumentError"
 out["failed_s"] = time.monotonic() - start
 out["failed"] = counters()
+start = time.monotonic()
+try:
+    late(tf.constant(1.0))
+    out["late_error"] = None
+except tf.errors.InvalidArgumentError:
+    out["late_error"] = "InvalidArgumentError"
+time.sleep(1.0)  # the executor runs the late gate after the call returned its error
+out["late"] = counters()
 out["values"] = values
 print(json.dumps(out))
 """
@@ -93,3 +116,10 @@ def test_each_call_has_its_own_state_freed_when_done_ended_or_failed():
     assert failed["steps"] - partial["steps"] == 1 and failed["live_steps"] == 0
     assert failed["cancelled"] - partial["cancelled"] == 1
     assert failed["timeouts"] == start["timeouts"]
+    # a gate the executor runs after its call failed (its input came later): it makes no state of
+    # its own (one no other gate of the call could share), it goes at once, cancelled
+    late = out["late"]
+    assert out["late_error"] == "InvalidArgumentError"
+    assert late["steps"] - failed["steps"] == 1 and late["live_steps"] == 0
+    assert late["released"] - failed["released"] == 2 and late["cancelled"] - failed["cancelled"] == 1
+    assert late["timeouts"] == start["timeouts"]
