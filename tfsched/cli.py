@@ -71,10 +71,13 @@ _PS_PLACEMENT_OPTION = click.option(
 
 def _ps_placements(ctx, param, value) -> tuple[str, ...]:
     """bench's --ps-placement: one placement, or several, comma-separated, each once."""
+    from tfsched.bench.tf2 import TF2_PS_PLACEMENTS
+
     names = tuple(v.strip() for v in value.split(",") if v.strip())
+    known = PS_PLACEMENTS + tuple(p for p in TF2_PS_PLACEMENTS if p not in PS_PLACEMENTS)
     for name in names:
-        if name not in PS_PLACEMENTS:
-            raise click.BadParameter(f"{name!r} is not one of {', '.join(PS_PLACEMENTS)}")
+        if name not in known:
+            raise click.BadParameter(f"{name!r} is not one of {', '.join(known)}")
     if not names or len(set(names)) != len(names):
         raise click.BadParameter(f"expected distinct placements, comma-separated (got {value!r})")
     return names
@@ -87,7 +90,9 @@ _BENCH_PS_PLACEMENT_OPTION = click.option(
     callback=_ps_placements,
     help="How the built-in model's variables are spread over the PS (bytes, held or round-robin, as "
     "trace's). Several, comma-separated (bytes,held), run every mode on each placement in the same "
-    "rounds: the first's modes under their names, the others' as MODE@PLACEMENT.",
+    "rounds: the first's modes under their names, the others' as MODE@PLACEMENT. --api tf2: one, "
+    "round-robin (the strategy's own, its default there) or min-size (the strategy's "
+    "variable_partitioner: MinSizePartitioner, shards of at least 256 KiB, at most one per PS).",
 )
 
 
@@ -629,9 +634,11 @@ def viz(trace_path, output, schedule, graph_path, fetches, tag_set, compare, ste
     click.echo(f"{output} written")
 
 
-def _check_tf2_bench(modes: tuple[str, ...]) -> None:
-    """What ``bench --api tf2`` cannot take: one usage line, before any work."""
+def _check_tf2_bench(modes: tuple[str, ...], ps_placement: tuple[str, ...]) -> str:
+    """What ``bench --api tf2`` cannot take: one usage line, before any work. Its placement of the
+    variables (the strategy's round-robin unless --ps-placement says)."""
     from tfsched.bench.run import TUNED
+    from tfsched.bench.tf2 import TF2_PS_PLACEMENTS
 
     ctx = click.get_current_context()
     for name, why in (
@@ -641,7 +648,6 @@ def _check_tf2_bench(modes: tuple[str, ...]) -> None:
             "TensorFlow 2's coordinator gives every task its cluster's addresses, past the relays",
         ),
         ("trace_steps", "a traced round of each mode runs whole"),
-        ("ps_placement", "the strategy places the variables round-robin"),
     ):
         if ctx.get_parameter_source(name) != ParameterSource.DEFAULT:
             option = "--" + {"tuned_path": "tuned"}.get(name, name).replace("_", "-")
@@ -650,6 +656,14 @@ def _check_tf2_bench(modes: tuple[str, ...]) -> None:
         raise click.UsageError(
             f"mode {TUNED} is not for --api tf2: a tune file's settings were tuned on a session's graph"
         )
+    if ctx.get_parameter_source("ps_placement") == ParameterSource.DEFAULT:
+        return "round-robin"
+    if len(ps_placement) > 1 or ps_placement[0] not in TF2_PS_PLACEMENTS:
+        raise click.UsageError(
+            f"--ps-placement {','.join(ps_placement)} is not for --api tf2: the strategy places the "
+            f"variables round-robin, whole or split first; one of {', '.join(TF2_PS_PLACEMENTS)}"
+        )
+    return ps_placement[0]
 
 
 def _bench_tf2(console, *, output, traces_dir, balance, **run) -> None:
@@ -805,7 +819,12 @@ def bench(
     if queue <= 0:
         raise click.BadParameter("must be a positive time", param_hint="--queue")
     if api == "tf2":
-        _check_tf2_bench(modes)
+        tf2_placement = _check_tf2_bench(modes, ps_placement)
+    elif any(p not in PS_PLACEMENTS for p in ps_placement):
+        raise click.UsageError(
+            "--ps-placement min-size is TensorFlow 2's variable_partitioner: for --api tf2 (here: "
+            f"{', '.join(PS_PLACEMENTS)})"
+        )
     _check_loopback(loopback, shaped_loopback, latency, queue)  # before a batch size is measured
     if traces_dir:
         check_directory(traces_dir)
@@ -872,6 +891,7 @@ def bench(
             model=model,
             modes=modes,
             run_mode=run_mode,
+            ps_placement=tf2_placement,
             traces_dir=traces_dir,
             output=output,
             balance=balance,

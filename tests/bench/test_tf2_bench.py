@@ -132,7 +132,8 @@ def test_a_tf2_inference_bench_pulls_and_pushes_nothing(tmp_path):
     [
         (("--shaped-loopback",), "--shaped-loopback is not for --api tf2"),
         (("--trace-steps", "2"), "--trace-steps is not for --api tf2"),
-        (("--ps-placement", "held", "--ps", "2"), "--ps-placement is not for --api tf2"),
+        (("--ps-placement", "held", "--ps", "2"), "--ps-placement held is not for --api tf2"),
+        (("--ps-placement", "round-robin,min-size", "--ps", "2"), "is not for --api tf2"),
         (("--tuned", "t.json", "--modes", "baseline,tuned"), "--tuned is not for --api tf2"),
         (("--modes", "baseline,tuned"), "mode tuned is not for --api tf2"),
         (("--modes", "baseline,fifo"), "--modes"),
@@ -163,6 +164,7 @@ def test_a_coordinator_that_fails_or_hangs_is_one_error_naming_its_mode():
         "image_size": None,
         "batch_size": 2,
         "run_mode": "train",
+        "ps_placement": "round-robin",
         "steps": 1,
     }
     start = time.monotonic()

@@ -475,7 +475,11 @@ class TestBadInput:
         # bench takes several placements, each once, on 2 PS or more (before any cluster starts)
         bench = ("bench", "--model", "seq32", "--loopback", "--batch-size", "2", "-o", str(out))
         p = run(*bench, "--ps", "2", "--ps-placement", "bytes,even")
-        assert_one_line_error(p, "--ps-placement", "'even' is not one of bytes, held, round-robin")
+        assert_one_line_error(p, "--ps-placement", "'even' is not one of bytes, held, round-robin, min-size")
+        p = run(*bench, "--ps", "2", "--ps-placement", "bytes,min-size")  # TensorFlow 2's partitioner
+        assert_one_line_error(
+            p, "--ps-placement min-size is TensorFlow 2's variable_partitioner: for --api tf2"
+        )
         p = run(*bench, "--ps", "2", "--ps-placement", "held,held")
         assert_one_line_error(
             p, "--ps-placement", "expected distinct placements, comma-separated (got 'held,held')"

@@ -32,10 +32,12 @@ def run_client(
     bn: bool = False,
     tf_keras: bool = False,
     probe: bool = False,
+    shards: int = 0,
+    held: dict | None = None,
 ) -> dict:
     args = {"spec": spec, "kwargs": kwargs, "steps": steps, "layers": layers, "width": width}
     args.update(fail_at=fail_at, fit=fit, connect=connect, trace=trace, window=window, conv=conv, probe=probe)
-    args.update(bn=bn, tf_keras=tf_keras)
+    args.update(bn=bn, tf_keras=tf_keras, shards=shards, held=held)
     done = subprocess.run(
         [sys.executable, CLIENT, json.dumps(args)],
         env=task_env(),
@@ -107,20 +109,50 @@ def test_a_connected_clusters_functions_train_bitwise_identical(one_worker):
         assert ps["released"] >= 10 * steps and worker["released"] >= 10 * steps, (kwargs, ps, worker)
 
 
-def test_two_ps_one_state_per_call_on_the_worker():
-    """Two PS: the strategy spreads the variables over both, so the worker's part of a call pushes
-    to two tasks. It keeps one state per call there, none left after, and training is vanilla's
-    bit for bit."""
+@pytest.mark.parametrize("shards", [0, 2])
+def test_two_ps_one_state_per_call_on_the_worker(shards):
+    """Two PS: the strategy spreads the variables over both, whole, or (``shards``, its
+    ``variable_partitioner``) every variable split in two, a shard on each PS, read and updated
+    as a ``ShardedVariable``. The worker's part of a call pushes to two tasks. It keeps one state
+    per call there, none left after, and training is vanilla's bit for bit."""
     steps = 8
     with LocalCluster(ps=2, workers=1) as c:
-        vanilla = run_client(c.spec, None, steps=steps)
-        scheduled = run_client(c.spec, {"partition": 20_000, "credit": 40_000}, steps=steps)
+        # tf_keras with shards: a Keras 3 variable cannot hold a ShardedVariable (it has no handle)
+        keras = {"shards": shards, "tf_keras": shards > 0}
+        vanilla = run_client(c.spec, None, steps=steps, **keras)
+        scheduled = run_client(c.spec, {"partition": 20_000, "credit": 40_000}, steps=steps, **keras)
     assert scheduled["losses"] == vanilla["losses"] and scheduled["variables"] == vanilla["variables"]
+    # the 4 hidden layers' and the output layer's kernel and bias: 10 variables, or 20 shards
+    held = scheduled["held_by"]
+    assert held == vanilla["held_by"] and len(held) == 10 * (shards or 1)
+    assert held.count("/job:ps/replica:0/task:0") == held.count("/job:ps/replica:0/task:1"), held
     worker = scheduled["stats"]["/job:worker/task:0"]
     assert worker["steps"] == steps, worker
     for device, s in scheduled["stats"].items():
         assert s["live_steps"] == 0 and s["timeouts"] == 0, (device, s)
         assert s["released"] > 0, (device, s)  # both PS send, and the worker sends to both
+    # each of a call's pulls and pushes went through a gate: a shard is a transfer of its own
+    assert sum(s["released"] for s in scheduled["stats"].values()) >= 2 * len(held) * steps
+
+
+def test_the_tf2_bench_knows_where_the_strategy_puts_a_built_in_models_parameters():
+    """``tfsched bench --api tf2``'s busiest channel (``channel_params``, which sizes ``+pc``) is the
+    largest share of the parameters a PS holds once a real strategy made the model: whole
+    variables round-robin, or split by ``MinSizePartitioner`` first (``--ps-placement min-size``;
+    the Transformer's embedding and feed-forward kernels are split, its biases and norms are not)."""
+    from tfsched.bench.tf2 import channel_params
+
+    with LocalCluster(ps=2, workers=1) as c:
+        held = {
+            p: run_client(c.spec, None, steps=0, held={"model": "transformer", "ps_placement": p})["held"]
+            for p in ("round-robin", "min-size")
+        }
+    for placement, by_task in held.items():
+        assert sorted(by_task) == ["/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"], by_task
+        assert channel_params("transformer", 2, ps_placement=placement) == max(by_task.values()), placement
+    # the same parameters, spread more evenly when split
+    assert sum(held["min-size"].values()) == sum(held["round-robin"].values())
+    assert max(held["min-size"].values()) < max(held["round-robin"].values())
 
 
 def test_two_workers_calls_at_once_leave_no_state():

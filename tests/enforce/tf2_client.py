@@ -9,7 +9,10 @@ its pushes went and the first layer's kernel's never comes): the line then holds
 and how long the calls took to end. With ``fit``, Keras's ``model.fit`` runs the steps instead;
 with ``connect``, no strategy: a function of the coordinator's own (``connect``); with ``trace``,
 calls inside a profiling window (``traced``); with ``probe``, one call of a second function after
-the steps (``probe``).
+the steps (``probe``); with ``shards`` N, the strategy splits every variable into N shards
+(``variable_partitioner``: ``ShardedVariable``s, their shards spread over the PS round-robin);
+with ``held`` (a model and a bench placement), no steps: the parameters each PS holds of the
+built-in model made under the strategy as ``tfsched bench --api tf2`` makes it.
 
 A process of its own: the pass goes into the process's eager context, which a test process shares
 with every other test.
@@ -38,7 +41,16 @@ def main(args: dict) -> dict:
     )
     if args.get("connect"):
         return connect(args, resolver)
-    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    partitioner = None
+    if args.get("shards"):
+        partitioner = tf.distribute.experimental.partitioners.FixedShardsPartitioner(args["shards"])
+    if args.get("held"):  # the bench's placement (its partitioner) of a built-in model
+        from tfsched.bench.tf2 import variable_partitioner
+
+        partitioner = variable_partitioner(args["held"]["ps_placement"], len(spec["ps"]))
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+    if args.get("held"):
+        return held(args["held"]["model"], strategy)
     if args.get("fit"):
         return fit(args, strategy)
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
@@ -86,11 +98,31 @@ def main(args: dict) -> dict:
     out = {
         "losses": [float(np.float32(r.fetch())) for r in losses],
         "variables": hashlib.sha256(blob).hexdigest(),
+        # where the variables the steps trained live, each by its task (a shard by its own)
+        "held_by": sorted(task_of(v) for v in model.trainable_variables),
     }
     if args.get("probe"):
         out["probe"] = float(np.float32(coordinator.schedule(probe(tf, model)).fetch()))
     out["stats"] = growth(before, counters(args, settle=True))
     return out
+
+
+def task_of(v) -> str:
+    """The task holding variable ``v`` (a Keras 3 variable: the TensorFlow variable it wraps)."""
+    return (v.device if hasattr(v, "device") else v.value.device).split("/device:")[0]
+
+
+def held(name: str, strategy) -> dict:
+    """The built-in model ``name`` made under the strategy, as ``tfsched bench --api tf2`` makes
+    it: the parameters each PS holds."""
+    from tfsched.models.keras import keras_model
+
+    with strategy.scope():
+        model, _ = keras_model(name)
+    out = {}
+    for v in model.variables:
+        out[task_of(v)] = out.get(task_of(v), 0) + v.shape.num_elements()
+    return {"held": out}
 
 
 def probe(tf, model):

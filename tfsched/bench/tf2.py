@@ -21,7 +21,8 @@ function, as the pass got it, by that trace (``tao``) or by its layers (``layer`
 every worker's step then runs with. The same graph and trace give the simulator's prediction of
 each mode's calls (``predict_calls``), made after the rounds. ``+pc`` is sized as the
 session bench sizes it, for the busiest channel (``enforce.link_sizes``): here the parameters of
-the PS that holds the most, the strategy spreading the variables round-robin.
+the PS that holds the most, the strategy spreading the variables round-robin, whole or (``--ps-placement
+min-size``) split by its ``variable_partitioner`` first (``channel_params``).
 
 What the session bench reports beside these and this one does not: the straggler effect, the
 synchronized steps' spread and E (asynchronous training has no synchronized step: no worker waits
@@ -31,6 +32,7 @@ for another, and TicTac's bounds are of one).
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import re
@@ -49,16 +51,69 @@ FIRST_ROUND_TIMEOUT_S = 1800.0  # a coordinator round, before any has been timed
 STEP_FUNCTION = re.compile(r"__inference_step_\d+\.worker_0\.pb")  # worker 0's step, as dumped
 
 
-def channel_params(model: str, ps: int, image_size: int | None = None) -> int:
+# How ``--api tf2`` spreads the variables over the PS: the strategy's own round-robin of whole
+# variables, or every variable first split by TensorFlow 2's ``MinSizePartitioner`` (its shards then
+# round-robin): the strategy's ``variable_partitioner``, as TensorFlow's guide sets it.
+TF2_PS_PLACEMENTS = ("round-robin", "min-size")
+MIN_SHARD_BYTES = 256 << 10  # the guide's min_shard_bytes
+
+
+def variable_partitioner(ps_placement: str, ps: int):
+    """The strategy's ``variable_partitioner`` for ``ps_placement`` over ``ps`` PS (None: whole
+    variables)."""
+    if ps_placement not in TF2_PS_PLACEMENTS:
+        raise TfschedError(
+            f"unknown ps_placement {ps_placement!r} for --api tf2; expected one of {', '.join(TF2_PS_PLACEMENTS)}"
+        )
+    if ps_placement == "round-robin" or ps < 2:
+        return None
+    import tensorflow as tf
+
+    return tf.distribute.experimental.partitioners.MinSizePartitioner(
+        min_shard_bytes=MIN_SHARD_BYTES, max_shards=ps
+    )
+
+
+def shard_sizes(shape, dtype, partitioner) -> list[int]:
+    """The parameters of each variable ``ParameterServerStrategy`` makes of one of ``shape`` and
+    ``dtype`` with ``partitioner`` (its ``_create_variable``: a scalar or a single partition stays
+    whole; otherwise at most one shard per row of the first axis, the rows dealt out evenly, the
+    first shards one row more).
+
+    >>> import tensorflow as tf
+    >>> shard_sizes((10, 3), tf.float32, tf.distribute.experimental.partitioners.FixedShardsPartitioner(4))
+    [9, 9, 6, 6]
+    """
+    dims = [int(d) for d in shape]
+    whole = [math.prod(dims)]
+    if partitioner is None or not dims:
+        return whole
+    import tensorflow as tf
+
+    parts = min(int(partitioner(shape=tf.TensorShape(dims), dtype=dtype)[0]), dims[0])
+    if parts <= 1:
+        return whole
+    row = math.prod(dims[1:])
+    base, extra = divmod(dims[0], parts)
+    return [(base + (1 if i < extra else 0)) * row for i in range(parts)]
+
+
+def channel_params(
+    model: str, ps: int, image_size: int | None = None, ps_placement: str = "round-robin"
+) -> int:
     """The parameters of the PS holding the most of ``model``'s variables, spread as
-    ``ParameterServerStrategy`` spreads them without a partitioner: round-robin in creation
-    order. Every worker pulls them all each step, so it is the busiest channel's share."""
+    ``ParameterServerStrategy`` spreads them with ``ps_placement``'s partitioner: each variable,
+    or each of its shards, to the next PS round-robin in creation order. Every worker pulls them
+    all each step, so it is the busiest channel's share."""
     from tfsched.models.keras import keras_model
 
+    partitioner = variable_partitioner(ps_placement, ps)
     built, _ = keras_model(model, image_size=image_size)
-    held = [0] * ps
-    for i, v in enumerate(built.variables):
-        held[i % ps] += v.shape.num_elements()
+    held, made = [0] * ps, 0
+    for v in built.variables:
+        for size in shard_sizes(v.shape, v.dtype, partitioner):
+            held[made % ps] += size
+            made += 1
     return max(held)
 
 
@@ -94,7 +149,9 @@ def coordinate(args: dict) -> dict:
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(cluster), task_type="chief", task_id=0, rpc_layer="grpc"
     )
-    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    strategy = tf.distribute.experimental.ParameterServerStrategy(
+        resolver, variable_partitioner=variable_partitioner(args["ps_placement"], len(spec["ps"]))
+    )
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     train = args["run_mode"] == "train"
     with strategy.scope():
@@ -413,14 +470,17 @@ def side_by_side(
     latency_s: float = 0.0,
     queue_s: float | None = None,
     run_mode: str = "train",
+    ps_placement: str = "round-robin",
     traces_dir: str | None = None,
     progress: Callable[[str], None] | None = None,
     done: Callable[[int, int], None] | None = None,
 ) -> dict:
     """Every mode ``rounds`` times, interleaved, on one cluster; then a traced round of each. The
     run's summary (``write`` writes it): its config, and per mode its rounds, throughput, ratio
-    to the baseline and what its traced calls did. ``traces_dir``: where the traces, the dumped
-    graphs and the schedules go once the run has succeeded (None: nowhere)."""
+    to the baseline and what its traced calls did. ``ps_placement`` (``TF2_PS_PLACEMENTS``): whole
+    variables round-robin over the PS, or split by ``MinSizePartitioner`` first. ``traces_dir``:
+    where the traces, the dumped graphs and the schedules go once the run has succeeded (None:
+    nowhere)."""
     from tfsched.bench.netns import DEFAULT_QUEUE_S
     from tfsched.bench.results import cpu_description
     from tfsched.bench.run import host_cluster, parse_mode
@@ -432,7 +492,7 @@ def side_by_side(
     algorithms = sorted({parse_mode(m).algorithm for m in modes} - {None, "tio"})
     if progress:
         progress(f"sizing {model}'s channels")
-    params = channel_params(model, ps, image_size)
+    params = channel_params(model, ps, image_size, ps_placement)
     specs = {m: parse_mode(m, bandwidth_bps, params) for m in modes}
     parts = 1 + rounds * len(modes) + len(modes) + 1
     finished = 0
@@ -476,6 +536,7 @@ def side_by_side(
                 "image_size": image_size,
                 "batch_size": batch_size,
                 "run_mode": run_mode,
+                "ps_placement": ps_placement,
                 "steps": steps,
             }
             timeout = FIRST_ROUND_TIMEOUT_S
@@ -530,6 +591,7 @@ def side_by_side(
         "mode": run_mode,
         "workers": workers,
         "ps": ps,
+        "ps_placement": ps_placement,
         "batch_size": batch_size,
         "image_size": image_size,
         "steps": steps,
@@ -557,9 +619,16 @@ def markdown(summary: dict) -> str:
     c = summary["config"]
     link = c["bandwidth"] + (f", {c['latency']} latency" if c.get("latency") else "")
     what = "asynchronous training" if c["mode"] == "train" else "inference"
+    spread = ""
+    if c["ps"] > 1:  # runs before the option have no ps_placement: they were round-robin
+        spread = {
+            "round-robin": " (whole variables round-robin)",
+            "min-size": f" (each variable split by MinSizePartitioner, shards of at least "
+            f"{MIN_SHARD_BYTES // 1024} KiB and at most one per PS, the shards round-robin)",
+        }[c.get("ps_placement", "round-robin")]
     lines = [
         f"**{c['model']}** (TensorFlow 2 ParameterServerStrategy, {what}, batch {c['batch_size']}), "
-        f"{c['ps']} PS x {c['workers']} workers, {link}, {c['rounds']} interleaved rounds of {c['steps']} steps "
+        f"{c['ps']} PS{spread} x {c['workers']} workers, {link}, {c['rounds']} interleaved rounds of {c['steps']} steps "
         "per worker; vs baseline: over all rounds (95% interval of the paired per-round ratios)",
         "",
         f"Processor: {summary['cpu']}.",
