@@ -187,6 +187,8 @@ def assemble() -> None:
 TF2_ROWS = {
     "tf2-vgg16-inference": "TensorFlow 2: inference (`tfsched bench --api tf2`)",
     "tf2-resnet50-train": "TensorFlow 2: ResNet-50 training (`tfsched bench --api tf2`)",
+    "tf2-vgg16-inference-2ps": "TensorFlow 2: inference on two PS, the variables split "
+    "(`tfsched bench --api tf2 --ps-placement min-size`)",
 }
 TF2_COMMANDS = {
     "tf2-vgg16-inference": "tfsched bench --api tf2 --model vgg16 --mode inference --workers 4 --bandwidth 1Gbit "
@@ -195,6 +197,10 @@ TF2_COMMANDS = {
     "tf2-resnet50-train": "tfsched bench --api tf2 --model resnet50 --mode train --workers 4 --bandwidth 1Gbit "
     "--batch-size 161 --steps 3 --rounds 3 --modes baseline,tio,tao,tao+pc,tao+pc+host "
     "-o benchmarks/results/tf2-resnet50-train.json",
+    # the forty-sixth session's: the strategy's variable_partitioner, at the 1 PS row's batch
+    "tf2-vgg16-inference-2ps": "tfsched bench --api tf2 --model vgg16 --mode inference --ps 2 --workers 4 "
+    "--bandwidth 1Gbit --batch-size 397 --steps 3 --rounds 3 --ps-placement min-size "
+    "--modes baseline,tio,tao,tao+pc,tao+pc+host -o benchmarks/results/tf2-vgg16-inference-2ps.json",
 }
 
 
