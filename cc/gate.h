@@ -193,9 +193,8 @@ class StepGates : public tensorflow::ResourceBase {
 // call was cancelled already (a gate the executor ran after its call failed: a state made then
 // would be one no gate of the call could ever share). `cm`, the call's cancellation manager,
 // forgets a state made here when it fires: when the call fails or is cancelled, and when the call
-// ends
-// (~CancellationManager runs the callbacks still registered), once every gate of the call in this
-// process has run, as a session's step container is cleaned up.
+// ends (~CancellationManager runs the callbacks still registered), once every gate of the call in
+// this process has run, as a session's step container is cleaned up.
 absl::Status KeyedStep(int64_t step_id, bool create, tensorflow::CancellationManager* cm,
                        StepGates** gates);
 // Drops KeyedStep's reference to `gates` once its step has finished (no-op for other states).
