@@ -26,14 +26,15 @@ def progress_bar(console, what: str) -> Iterator[tuple[Callable[[str], None], Ca
     'benchmark: round 1/2: tio (1/4 done)\\n'
     """
     if not console.is_terminal:
-        start, parts = time.monotonic(), [""]
+        start, parts = time.monotonic(), ""
 
         def say(text: str) -> None:
-            line = f"[{time.monotonic() - start:7.1f} s] {what}: {text}{parts[0]}"
+            line = f"[{time.monotonic() - start:7.1f} s] {what}: {text}{parts}"
             console.print(line, markup=False, highlight=False, soft_wrap=True)
 
         def done(k: int, n: int) -> None:
-            parts[0] = f" ({k}/{n} done)"
+            nonlocal parts
+            parts = f" ({k}/{n} done)"
 
         yield say, done
         return

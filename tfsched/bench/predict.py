@@ -23,6 +23,7 @@ does at once comes from the CPU the baseline spent per step where it was measure
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 from collections.abc import Callable
@@ -300,14 +301,9 @@ def annotate(
     bounds = step_bounds(plain, overlap=overlap)
     driver_s = 2 * latency_s  # the driver's call there and back, across the worker's link
 
-    baseline_by_weight: dict[float, list] = {}  # the fit's runs, kept: its end is often one it tried
-
+    @functools.cache  # the fit's runs, kept: the weight it ends on is often one it tried
     def baseline_runs(weight: float) -> list:
-        if weight not in baseline_by_weight:
-            baseline_by_weight[weight] = seeded_runs(
-                plain, "random", latency_s=2 * latency_s, overlap=overlap, worker_weight=weight
-            )
-        return baseline_by_weight[weight]
+        return seeded_runs(plain, "random", latency_s=2 * latency_s, overlap=overlap, worker_weight=weight)
 
     if worker_weight == FIT:
         worker_weight = fit_worker_weight(baseline_runs, _by_rank(base.iterations), offset_s=driver_s)
