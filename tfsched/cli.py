@@ -83,6 +83,14 @@ def _ps_placements(ctx, param, value) -> tuple[str, ...]:
     return names
 
 
+_run_mode_option = click.option(
+    "--mode",
+    "run_mode",
+    type=click.Choice(["train", "inference"]),
+    default="train",
+    show_default=True,
+    help="A built-in model's training steps, or its forward passes (inference).",
+)
 _BENCH_PS_PLACEMENT_OPTION = click.option(
     "--ps-placement",
     default="bytes",
@@ -634,29 +642,24 @@ def viz(trace_path, output, schedule, graph_path, fetches, tag_set, compare, ste
     click.echo(f"{output} written")
 
 
-def _check_tf2_bench(modes: tuple[str, ...], ps_placement: tuple[str, ...]) -> str:
-    """What ``bench --api tf2`` cannot take: one usage line, before any work. Its placement of the
-    variables (the strategy's round-robin unless --ps-placement says)."""
-    from tfsched.bench.run import TUNED
+def _refuse_for_tf2(refused: tuple[tuple[str, str], ...]) -> None:
+    """One usage line for the first of ``refused`` (a parameter's name, why ``--api tf2`` cannot
+    take it) that the command line set."""
+    ctx = click.get_current_context()
+    for name, why in refused:
+        if ctx.get_parameter_source(name) != ParameterSource.DEFAULT:
+            option = "--" + {"tuned_path": "tuned", "graph_path": "graph", "fetches": "fetch"}.get(
+                name, name
+            ).replace("_", "-")
+            raise click.UsageError(f"{option} is not for --api tf2: {why}")
+
+
+def _tf2_placement(ps_placement: tuple[str, ...]) -> str:
+    """``--api tf2``'s one placement of the variables (the strategy's round-robin unless
+    --ps-placement says)."""
     from tfsched.bench.tf2 import TF2_PS_PLACEMENTS
 
-    ctx = click.get_current_context()
-    for name, why in (
-        ("tuned_path", "a tune file's settings were tuned on a session's graph"),
-        (
-            "shaped_loopback",
-            "TensorFlow 2's coordinator gives every task its cluster's addresses, past the relays",
-        ),
-        ("trace_steps", "a traced round of each mode runs whole"),
-    ):
-        if ctx.get_parameter_source(name) != ParameterSource.DEFAULT:
-            option = "--" + {"tuned_path": "tuned"}.get(name, name).replace("_", "-")
-            raise click.UsageError(f"{option} is not for --api tf2: {why}")
-    if TUNED in modes:
-        raise click.UsageError(
-            f"mode {TUNED} is not for --api tf2: a tune file's settings were tuned on a session's graph"
-        )
-    if ctx.get_parameter_source("ps_placement") == ParameterSource.DEFAULT:
+    if click.get_current_context().get_parameter_source("ps_placement") == ParameterSource.DEFAULT:
         return "round-robin"
     if len(ps_placement) > 1 or ps_placement[0] not in TF2_PS_PLACEMENTS:
         raise click.UsageError(
@@ -666,7 +669,38 @@ def _check_tf2_bench(modes: tuple[str, ...], ps_placement: tuple[str, ...]) -> s
     return ps_placement[0]
 
 
-def _bench_tf2(console, *, output, traces_dir, balance, **run) -> None:
+_RELAYS_PAST = "TensorFlow 2's coordinator gives every task its cluster's addresses, past the relays"
+
+
+def _check_tf2_bench(ps_placement: tuple[str, ...]) -> str:
+    """What ``bench --api tf2`` cannot take: one usage line, before any work. Its placement of the
+    variables (``_tf2_placement``)."""
+    _refuse_for_tf2(
+        (("shaped_loopback", _RELAYS_PAST), ("trace_steps", "a traced round of each mode runs whole"))
+    )
+    return _tf2_placement(ps_placement)
+
+
+def _check_tf2_tune(ps_placement: str) -> str:
+    """What ``tune --api tf2`` cannot take: one usage line, before any work. Its placement of the
+    variables (``_tf2_placement``)."""
+    own = "a built-in model, built by the strategy (tfsched.models.keras)"
+    _refuse_for_tf2(
+        (
+            ("graph_path", own),
+            ("fetches", own),
+            ("init", own),
+            ("tag_set", own),
+            ("shaped_loopback", _RELAYS_PAST),
+            ("prescreen", "the simulator's pre-screen is of a session's graph"),
+            ("sync", "a coordinator's steps are asynchronous"),
+            ("settle", "each trial is a coordinator of its own, its setting in force from its first step"),
+        )
+    )
+    return _tf2_placement((ps_placement,))
+
+
+def _bench_tf2(console, *, output, traces_dir, balance, tuned, **run) -> None:
     """``bench --api tf2``'s run, results and summary (``tfsched.bench.tf2``)."""
     from tfsched.bench import tf2
     from tfsched.progress import progress_bar
@@ -674,6 +708,7 @@ def _bench_tf2(console, *, output, traces_dir, balance, **run) -> None:
     with progress_bar(console, "benchmark") as (say, done):
         summary = tf2.side_by_side(traces_dir=traces_dir, progress=say, done=done, **run)
     summary["config"]["batch_balance"] = balance.to_json() if balance else None
+    summary["config"]["tuned"] = tuned
     md_path = tf2.write(summary, output)
     click.echo(tf2.markdown(summary))
     click.echo(f"results: {output}, {md_path}, {md_path[: -len('.md')]}.png")
@@ -721,7 +756,8 @@ def _bench_tf2(console, *, output, traces_dir, balance, **run) -> None:
     "tuned_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="A `tfsched tune -o` file, tuned for this model, cluster, link and batch size: mode tuned "
+    help="A `tfsched tune -o` file, tuned for this model, cluster, link, batch size, --api and --mode: "
+    "mode tuned "
     "runs its best setting (its algorithm, partition and credit, and +host, +aN, +sent as tuned).",
 )
 @click.option(
@@ -740,9 +776,7 @@ def _bench_tf2(console, *, output, traces_dir, balance, **run) -> None:
     show_default=True,
     help="Per worker; auto: computation about equal to communication on the link (TicTac's method).",
 )
-@click.option(
-    "--mode", "run_mode", type=click.Choice(["train", "inference"]), default="train", show_default=True
-)
+@_run_mode_option
 @_loopback_option
 @_shaped_loopback_option
 @click.option(
@@ -819,7 +853,7 @@ def bench(
     if queue <= 0:
         raise click.BadParameter("must be a positive time", param_hint="--queue")
     if api == "tf2":
-        tf2_placement = _check_tf2_bench(modes, ps_placement)
+        tf2_placement = _check_tf2_bench(ps_placement)
     elif any(p not in PS_PLACEMENTS for p in ps_placement):
         raise click.UsageError(
             "--ps-placement min-size is TensorFlow 2's variable_partitioner: for --api tf2 (here: "
@@ -842,7 +876,15 @@ def bench(
         raise click.UsageError("several --ps-placement need --ps 2 or more")
     link = "loopback" if loopback else f"{bandwidth / 1e9:g} Gbit/s"
     # a tuned setting runs on every placement; the file's must be the first's
-    tuned_for = dict(model=model, workers=workers, ps=ps, bandwidth=link, ps_placement=ps_placement[0])
+    tuned_for = dict(
+        model=model,
+        workers=workers,
+        ps=ps,
+        bandwidth=link,
+        ps_placement=tf2_placement if api == "tf2" else ps_placement[0],
+        api=api,
+        run_mode=run_mode,
+    )
     tuned_doc = None
     if tuned_path is not None:
         from tfsched.tune.run import read_tune_file
@@ -885,6 +927,12 @@ def bench(
         latency_s=latency,
         queue_s=queue,
     )
+    tuned = None
+    if tuned_doc is not None:
+        tuned = tuned_mode(tuned_doc, tuned_path, batch_size=batch_size, **tuned_for)
+        if tuned in modes:
+            raise click.BadParameter(f"{TUNED} is {tuned} here, which is listed too", param_hint="--modes")
+        modes = tuple(tuned if m == TUNED else m for m in modes)
     if api == "tf2":
         _bench_tf2(
             console,
@@ -895,15 +943,10 @@ def bench(
             traces_dir=traces_dir,
             output=output,
             balance=balance,
+            tuned={"file": tuned_path, "mode": tuned} if tuned else None,
             **cluster,
         )
         return
-    tuned = None
-    if tuned_doc is not None:
-        tuned = tuned_mode(tuned_doc, tuned_path, batch_size=batch_size, **tuned_for)
-        if tuned in modes:
-            raise click.BadParameter(f"{TUNED} is {tuned} here, which is listed too", param_hint="--modes")
-        modes = tuple(tuned if m == TUNED else m for m in modes)
     from tfsched.progress import progress_bar
 
     with progress_bar(console, "benchmark") as (say, done):
@@ -974,7 +1017,15 @@ def bench(
 @_tag_set_option
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
 @_PS_OPTION
-@_PS_PLACEMENT_OPTION
+@click.option(
+    "--ps-placement",
+    type=click.Choice((*PS_PLACEMENTS, "min-size")),
+    default="bytes",
+    show_default=True,
+    help="How the built-in model's variables are spread over the PS, as trace's (bytes, held, "
+    "round-robin). --api tf2: round-robin (the strategy's own, its default there) or min-size (the "
+    "strategy's variable_partitioner: MinSizePartitioner, as bench --api tf2).",
+)
 @click.option(
     "--bandwidth",
     default="1Gbit",
@@ -1039,6 +1090,16 @@ def bench(
     "(default: the workers run free, as asynchronous training does).",
 )
 @click.option("--batch-size", type=click.IntRange(min=1), default=4, show_default=True)
+@_run_mode_option
+@click.option(
+    "--api",
+    type=click.Choice(["session", "tf2"]),
+    default="session",
+    show_default=True,
+    help="session: TF1 graphs in sessions, every worker switched at one step of one training; tf2: "
+    "TensorFlow 2's ParameterServerStrategy, each trial a ClusterCoordinator of its own on the same "
+    "cluster (asynchronous training, as bench --api tf2), vanilla TensorFlow measured before and after.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "-o",
@@ -1076,6 +1137,8 @@ def tune(
     no_defaults,
     sync,
     batch_size,
+    run_mode,
+    api,
     seed,
     output,
 ):
@@ -1087,10 +1150,16 @@ def tune(
     sized for the model and link; after the trials the leaders are measured again, and the
     leader with the best mean throughput is applied at the end.
 
+    With --api tf2 (TensorFlow 2's ParameterServerStrategy), each trial is a coordinator of its own
+    on the same cluster, as a round of bench --api tf2, and vanilla TensorFlow runs before and after
+    the trials; the result says the best setting's gain and the enable_functions call that puts it
+    in force, and bench --api tf2 --tuned FILE runs it beside the other modes.
+
     \b
     Example:
       tfsched tune --model vgg16 --workers 4 --bandwidth 1Gbit --trials 12 -o vgg16-tune.json
       tfsched tune --model vgg16 --workers 4 --algorithm tao --host-credit -o vgg16-tune.json
+      tfsched tune --api tf2 --model vgg16 --mode inference --workers 4 --host-credit -o tf2-tune.json
     """
     from rich.console import Console
 
@@ -1102,6 +1171,14 @@ def tune(
     if model is not None and graph_path is not None:
         raise click.UsageError("give either --model or --graph")
     _check_ps_placement(graph_path)
+    if api == "tf2":
+        ps_placement = _check_tf2_tune(ps_placement)
+    elif ps_placement == "min-size":
+        raise click.UsageError(
+            "--ps-placement min-size is TensorFlow 2's variable_partitioner: for --api tf2"
+        )
+    if graph_path is not None and run_mode != "train":
+        raise click.UsageError("--mode is a built-in model's: a saved graph runs its --fetch")
     if partition and not credit_only:
         raise click.UsageError("--partition fixes the partition size of --credit-only; add it")
     check_writable(output)  # not after the trials
@@ -1117,43 +1194,61 @@ def tune(
             if msg.startswith("trial"):
                 console.print(msg)
 
-        result = tune_cluster(
-            model,
-            graph_path=graph_path,
-            fetches=list(fetches) or None,
-            init=init,
-            tag_set=tag_set,
+        both = dict(
             workers=workers,
             ps=ps,
             ps_placement=ps_placement,
             bandwidth_bps=None if loopback else bandwidth,
             latency_s=latency,
-            relays=shaped_loopback,
             algorithm=algorithm,
+            run_mode=run_mode,
             batch_size=batch_size,
             trials=trials,
-            settle=settle,
             measure=measure,
             search=search,
             seed=seed,
-            prescreen_keep=prescreen,
             space=space,
             host_credit=host_credit,
             ack_share=ack_share,
             credit_return=credit_return,
             confirm=confirm,
             from_defaults=not no_defaults,
-            sync=sync,
             progress=progress,
         )
+        if api == "tf2":
+            from tfsched.tune.tf2 import tune_tf2
+
+            result = tune_tf2(model, **both)
+        else:
+            result = tune_cluster(
+                model,
+                graph_path=graph_path,
+                fetches=list(fetches) or None,
+                init=init,
+                tag_set=tag_set,
+                relays=shaped_loopback,
+                settle=settle,
+                prescreen_keep=prescreen,
+                sync=sync,
+                **both,
+            )
     doc = result.to_json()
     write_atomic(output, lambda f: json.dump(doc, f, indent=1))
     b = result.best
-    click.echo(
+    line = (
         f"best: partition {b.partition:,} credit {b.credit:,} parameters, "
         f"{result.best_value:.3f} steps/s (mean of {doc['best']['measurements']} measurements) over "
-        f"{len(result.history)} trials; applied on {len(result.applied)} workers"
+        f"{len(result.history)} trials"
     )
+    if api == "tf2":
+        c = doc["config"]
+        vanilla = ", ".join(f"{v:.3f}" for v in c["baseline_steps_per_s"])
+        click.echo(
+            f"{line}: {c['best_vs_baseline']:.3f}x vanilla TensorFlow's steps/s ({vanilla}, before and after)"
+        )
+        click.echo(f"in force with: {c['enable']}")
+    else:
+        click.echo(f"{line}; applied on {len(result.applied)} workers")
     click.echo(f"results: {output}")
 
 

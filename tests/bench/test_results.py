@@ -286,6 +286,17 @@ def test_a_tune_files_best_setting_is_a_bench_mode(tmp_path):
         parse_modes("baseline,tuned")
     # an earlier file records no batch size: nothing to check it against
     assert tuned_mode(_tune_doc(), "t.json", **{**where, "batch_size": 64}) == "tao+p131072+c569173"
+    # a file of the TensorFlow 2 tuner runs in the TensorFlow 2 bench, in the mode it was tuned in;
+    # files that say neither are a session's, trained
+    tf2 = _tune_doc(api="tf2", mode="inference")
+    assert tuned_mode(tf2, "t.json", **where, api="tf2", run_mode="inference") == "tao+p131072+c569173"
+    for doc, run, why in (
+        (tf2, {}, "api tf2, mode inference, not api session, mode train"),
+        (_tune_doc(), {"api": "tf2"}, "api session, not api tf2"),
+        (_tune_doc(), {"run_mode": "inference"}, "mode train, not mode inference"),
+    ):
+        with pytest.raises(TfschedError, match=f"^t.json: tuned for {why}$"):
+            tuned_mode(doc, "t.json", **where, **run)
 
 
 def test_a_tune_file_for_another_run_is_one_error_naming_it(tmp_path):

@@ -104,7 +104,12 @@ def test_a_tf2_bench_run_fills_every_field_from_real_calls(tmp_path):
 @pytest.mark.tf
 @needs_namespaces
 def test_a_tf2_inference_bench_pulls_and_pushes_nothing(tmp_path):
-    out = tmp_path / "inf.json"
+    """With a setting ``tfsched tune --api tf2`` tuned for this run (mode tuned)."""
+    out, tuned = tmp_path / "inf.json", tmp_path / "tf2-tune.json"
+    config = {"api": "tf2", "model": "seq32", "mode": "inference", "workers": 2, "ps": 1}
+    config.update(bandwidth="0.2 Gbit/s", batch_size=4, algorithm="tio", host_credit=True)
+    best = {"partition": 2**19, "credit": 2**20, "throughput_steps_per_s": 9.0}
+    tuned.write_text(json.dumps({"schema": "tfsched.tune/1", "config": config, "best": best}))
     p = cli(
         *BENCH_SEQ32,
         "--api",
@@ -112,7 +117,9 @@ def test_a_tf2_inference_bench_pulls_and_pushes_nothing(tmp_path):
         "--mode",
         "inference",
         "--modes",
-        "baseline,tio",
+        "baseline,tuned",
+        "--tuned",
+        str(tuned),
         "-o",
         str(out),
         timeout=900,
@@ -120,6 +127,13 @@ def test_a_tf2_inference_bench_pulls_and_pushes_nothing(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     data = json.loads(out.read_text())
     assert data["config"]["mode"] == "inference" and data["config"]["schedules"] == {}
+    # the tuned setting ran as the tuner measured it
+    mode = "tio+p524288+c1048576+host"
+    assert [r["mode"] for r in data["modes"]] == ["baseline", mode]
+    assert data["config"]["tuned"] == {"file": str(tuned), "mode": mode}
+    knobs = data["modes"][1]["knobs"]
+    assert (knobs["partition"], knobs["credit"], knobs["host_credit"]) == (2**19, 2**20, True)
+    assert f"`{mode}`: the best setting of `tfsched tune`" in out.with_suffix(".md").read_text()
     for r in data["modes"]:
         assert r["traced"]["pulled_mb"] == pytest.approx(_model_bytes("seq32") / 1e6, rel=1e-6)
         assert r["traced"]["pushed_mb"] == 0 and r["traced"]["trace"] is None  # no --traces: none kept
@@ -134,8 +148,7 @@ def test_a_tf2_inference_bench_pulls_and_pushes_nothing(tmp_path):
         (("--trace-steps", "2"), "--trace-steps is not for --api tf2"),
         (("--ps-placement", "held", "--ps", "2"), "--ps-placement held is not for --api tf2"),
         (("--ps-placement", "round-robin,min-size", "--ps", "2"), "is not for --api tf2"),
-        (("--tuned", "t.json", "--modes", "baseline,tuned"), "--tuned is not for --api tf2"),
-        (("--modes", "baseline,tuned"), "mode tuned is not for --api tf2"),
+        (("--modes", "baseline,tuned"), "mode tuned needs --tuned FILE"),
         (("--modes", "baseline,fifo"), "--modes"),
     ],
 )

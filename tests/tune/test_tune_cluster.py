@@ -48,7 +48,8 @@ def test_tuning_run_applies_the_best_setting_on_every_worker():
 
 
 def test_tuning_on_links_shaped_by_relays():
-    """Without root: the tuner's cluster on loopback, each host's link shaped by relays."""
+    """Without root: the tuner's cluster on loopback, each host's link shaped by relays; the
+    model's forward passes (inference) tuned."""
     from tfsched.bench.relay import Links
     from tfsched.tune.run import tune_cluster
 
@@ -56,7 +57,7 @@ def test_tuning_on_links_shaped_by_relays():
     reserve = Links.reserve
 
     def counted(self, src, dst, nbytes):
-        seen.append((src, dst))
+        seen.append((src, dst, nbytes))
         return reserve(self, src, dst, nbytes)
 
     Links.reserve = counted
@@ -68,6 +69,7 @@ def test_tuning_on_links_shaped_by_relays():
             bandwidth_bps=200e6,
             latency_s=0.001,
             relays=True,
+            run_mode="inference",
             trials=2,
             confirm=1,
             settle=1,
@@ -79,9 +81,12 @@ def test_tuning_on_links_shaped_by_relays():
         Links.reserve = reserve
     config = r.to_json()["config"]
     assert config["bandwidth"] == "0.2 Gbit/s" and config["links"] == "relays" and config["latency"] == "1 ms"
+    assert config["mode"] == "inference"
     assert set(r.applied) == {"/job:worker/task:0", "/job:worker/task:1"} and r.best_value > 0
-    # the pulls went through the PS's uplink to both workers
-    assert {(("ps", 0), ("worker", 0)), (("ps", 0), ("worker", 1))} <= set(seen)
+    # the pulls went through the PS's uplink to both workers, and no gradient came back
+    assert {(("ps", 0), ("worker", 0)), (("ps", 0), ("worker", 1))} <= {(src, dst) for src, dst, _ in seen}
+    # (Seq-32's gradients are 8.4 MB a step; the workers send the PS requests and graphs only)
+    assert sum(n for src, dst, n in seen if src[0] == "worker" and dst[0] == "ps") < 2e6
     # unshaped loopback has no latency to add: one error line, before any cluster starts
     p = cli("tune", "--loopback", "--latency", "1ms", timeout=60)
     assert p.returncode == 2 and "--loopback has neither" in p.stderr and "Traceback" not in p.stderr

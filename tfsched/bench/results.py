@@ -125,6 +125,12 @@ def _placed(ps_placement: str | list[str]) -> str:
     return f" (variables placed {first}; " + ", ".join(f"as MODE@{p} {p}" for p in others) + ")"
 
 
+def tuned_lines(config: dict) -> list[str]:
+    """bench --tuned: which mode ran the tune file's best setting (none without)."""
+    t = config.get("tuned")
+    return ["", f"`{t['mode']}`: the best setting of `tfsched tune` ({t['file']})."] if t else []
+
+
 def markdown(summary: dict) -> str:
     c = summary["config"]
     link = f"{c['bandwidth']}" + (f", {c['latency']} latency" if c.get("latency") else "")
@@ -225,9 +231,7 @@ def markdown(summary: dict) -> str:
                 for w, t in zip(sizes, texts, strict=True)
             ]
         lines += ["", "`+pc` here: " + "; ".join(dict.fromkeys(texts)) + "."]
-    # bench --tuned: which mode ran the tune file's best setting
-    if c.get("tuned"):
-        lines += ["", f"`{c['tuned']['mode']}`: the best setting of `tfsched tune` ({c['tuned']['file']})."]
+    lines += tuned_lines(c)
     return "\n".join(lines) + "\n"
 
 

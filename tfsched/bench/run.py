@@ -134,6 +134,23 @@ def parse_modes(value: str, *, tuned: bool = False) -> tuple[str, ...]:
     return modes
 
 
+def setting_mode(config: dict, setting: dict) -> str:
+    """The bench mode that runs ``setting`` (its ``partition``, 0: none, and ``credit``) as a
+    tuner measured it with ``config`` (a tune file's: its algorithm, and ``+host``, ``+aN`` and
+    ``+sent`` where it tuned with them).
+
+    >>> setting_mode({"algorithm": "tao", "host_credit": True}, {"partition": 0, "credit": 500})
+    'tao+c500+host'
+    """
+    name = str(config.get("algorithm"))
+    name += f"+p{setting['partition']}" if setting["partition"] else ""
+    name += f"+c{setting['credit']}"
+    name += "+host" if config.get("host_credit") else ""
+    name += f"+a{config['ack_share']}" if config.get("ack_share") else ""
+    name += "+sent" if config.get("credit_return") == "sent" else ""
+    return name
+
+
 def tuned_mode(
     doc: dict,
     path: str,
@@ -144,15 +161,19 @@ def tuned_mode(
     bandwidth: str,
     batch_size: int | None,
     ps_placement: str = "bytes",
+    api: str = "session",
+    run_mode: str = "train",
 ) -> str:
     """The bench mode of a tune file's best setting (``tfsched.tune.run.read_tune_file``): its
     algorithm, ``+pN`` (unless it tuned no partitioning), ``+cN``, and ``+host``, ``+aN`` and
     ``+sent`` as it tuned with them, so that the bench runs what the tuner measured.
 
     The file must have been tuned for this model, cluster and link (``bandwidth`` as the
-    results label it: ``1 Gbit/s`` or ``loopback``), and for ``batch_size`` where it records
-    one (None: not known yet), and on several PS for ``ps_placement`` where it records one; a
-    setting tuned elsewhere is one TfschedError line naming it.
+    results label it: ``1 Gbit/s`` or ``loopback``), with this ``api`` (``session`` or ``tf2``:
+    the TensorFlow 2 tuner's files say so, the others are a session's) and ``run_mode`` (files
+    that record none trained), and for ``batch_size`` where it records one (None: not known
+    yet), and on several PS for ``ps_placement`` where it records one; a setting tuned elsewhere
+    is one TfschedError line naming it.
     """
     c, b = doc["config"], doc["best"]
     if c.get("model") is None:
@@ -162,18 +183,15 @@ def tuned_mode(
         want["batch_size"] = batch_size
     if ps > 1 and c.get("ps_placement") is not None:
         want["ps_placement"] = ps_placement
-    off = [k for k, v in want.items() if c.get(k) != v]
+    want.update(api=api, mode=run_mode)
+    had = dict(c, api=c.get("api", "session"), mode=c.get("mode", "train"))
+    off = [k for k, v in want.items() if had.get(k) != v]
     if off:
         raise TfschedError(
-            f"{path}: tuned for {', '.join(f'{k} {c.get(k)}' for k in off)}, "
+            f"{path}: tuned for {', '.join(f'{k} {had.get(k)}' for k in off)}, "
             f"not {', '.join(f'{k} {want[k]}' for k in off)}"
         )
-    name = str(c.get("algorithm"))
-    name += f"+p{b['partition']}" if b["partition"] else ""
-    name += f"+c{b['credit']}"
-    name += "+host" if c.get("host_credit") else ""
-    name += f"+a{c['ack_share']}" if c.get("ack_share") else ""
-    name += "+sent" if c.get("credit_return") == "sent" else ""
+    name = setting_mode(c, b)
     try:
         parse_mode(name)
     except TfschedError as e:

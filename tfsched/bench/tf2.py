@@ -202,6 +202,19 @@ def coordinate(args: dict) -> dict:
     return {"mode": args["mode"], "steps": workers * args["steps"], "wall_s": wall, "cpu_s": busy}
 
 
+def round_args(cluster, **run) -> dict:
+    """What every coordinator of a run on ``cluster`` is given (``coordinate``'s ``args``): the
+    cluster's tasks and the driver's host, and ``run``: ``bandwidth_bps``, ``channel_params``,
+    ``model``, ``image_size``, ``batch_size``, ``run_mode``, ``ps_placement`` and ``steps``."""
+    return {"spec": cluster.spec, "driver_host": getattr(cluster, "driver_host", "127.0.0.1"), **run}
+
+
+def round_timeout(walls: list[float]) -> float:
+    """A round's bound once rounds have run (``walls``: their wall times): five times the longest,
+    and two minutes; before any, ``FIRST_ROUND_TIMEOUT_S``."""
+    return 5 * max(walls) + 120 if walls else FIRST_ROUND_TIMEOUT_S
+
+
 def run_round(
     args: dict, mode: str, timeout_s: float, dead_tasks: Callable[[], list[str]] | None = None
 ) -> dict:
@@ -527,18 +540,17 @@ def side_by_side(
     traced: dict[str, dict] = {}
     try:
         with cluster as c:
-            args = {
-                "spec": c.spec,
-                "driver_host": getattr(c, "driver_host", "127.0.0.1"),
-                "bandwidth_bps": bandwidth_bps,
-                "channel_params": params,
-                "model": model,
-                "image_size": image_size,
-                "batch_size": batch_size,
-                "run_mode": run_mode,
-                "ps_placement": ps_placement,
-                "steps": steps,
-            }
+            args = round_args(
+                c,
+                bandwidth_bps=bandwidth_bps,
+                channel_params=params,
+                model=model,
+                image_size=image_size,
+                batch_size=batch_size,
+                run_mode=run_mode,
+                ps_placement=ps_placement,
+                steps=steps,
+            )
             timeout = FIRST_ROUND_TIMEOUT_S
             ordered = f" and ordering it ({', '.join(algorithms)})" if algorithms else ""
             tick(f"tracing worker 0's step function alone{ordered}")
@@ -553,8 +565,7 @@ def side_by_side(
                     rounds_of[m].append(
                         {"steps": rec["steps"], "wall_s": rec["wall_s"], "cpu_s": rec["cpu_s"]}
                     )
-                    # a round's bound once one has run: five times the longest, and two minutes
-                    timeout = 5 * max(x["wall_s"] for rs in rounds_of.values() for x in rs) + 120
+                    timeout = round_timeout([x["wall_s"] for rs in rounds_of.values() for x in rs])
                     tick()
             for m in modes:  # untimed: the window's end is waited for
                 tick(f"tracing a round of {m}")
@@ -614,7 +625,7 @@ def side_by_side(
 def markdown(summary: dict) -> str:
     """The run as a Markdown table: each mode's throughput against the baseline's, per round,
     and its traced calls."""
-    from tfsched.bench.results import ratio_text
+    from tfsched.bench.results import ratio_text, tuned_lines
 
     c = summary["config"]
     link = c["bandwidth"] + (f", {c['latency']} latency" if c.get("latency") else "")
@@ -667,7 +678,7 @@ def markdown(summary: dict) -> str:
     if knobs:
         k = next(iter(knobs.values()))
         lines += ["", f"`+pc` here: partition {k['partition']:,}, credit {k['credit']:,} parameters."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + tuned_lines(c)) + "\n"
 
 
 def plot(summary: dict, png_path: str) -> None:

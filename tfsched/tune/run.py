@@ -143,6 +143,7 @@ def tune_cluster(
     relays: bool = False,
     latency_s: float = 0.0,
     algorithm: str = "tio",
+    run_mode: str = "train",
     batch_size: int = 4,
     image_size: int | None = None,
     trials: int = 8,
@@ -167,7 +168,8 @@ def tune_cluster(
     The hosts' links are ``bandwidth_bps`` each way, emulated with namespaces (root), or with
     ``relays`` shaped on loopback in this process (``bench.relay``); None: loopback unshaped.
     ``ps_placement``: ``build_graph``'s, how a built-in model's variables are spread over ``ps``
-    PS tasks.
+    PS tasks. ``run_mode``: a built-in model's training steps, or its forward passes
+    (``inference``: pulls only).
 
     ``host_credit`` tunes the credit as one window per sending task (``enable(host_credit=True)``);
     ``ack_share``: the credit acknowledges transfers of at least credit/ack_share parameters
@@ -214,6 +216,10 @@ def tune_cluster(
         raise TfschedError("give either a built-in model or --graph")
     if model is not None and (fetches or init or tag_set):
         raise TfschedError("--fetch, --init and --tag-set go with --graph; a built-in model has its own")
+    if run_mode not in ("train", "inference"):
+        raise TfschedError(f"unknown mode {run_mode!r}; expected train or inference")
+    if graph_path is not None and run_mode != "train":
+        raise TfschedError("a saved graph runs its own fetches: --mode is for a built-in model")
     if trials < 1 or measure < 1 or settle < 0:
         raise TfschedError("trials and measured steps must be at least 1, settle steps not negative")
     space = space or Space()
@@ -225,13 +231,15 @@ def tune_cluster(
         def builder(w: int):
             b = build_graph(
                 model,
+                mode=run_mode,
                 worker_task=w,
                 ps_tasks=ps,
                 batch_size=batch_size,
                 image_size=image_size,
                 ps_placement=ps_placement,
             )
-            return b.graph, [b.train_op], b.init_op, b
+            # inference: the step's output computed, not fetched (an op, as the train op)
+            return b.graph, [b.train_op if b.train_op is not None else b.loss.op], b.init_op, b
 
     else:
         from tfsched.tracing.run import load_user_graph
@@ -418,6 +426,7 @@ def tune_cluster(
             "model": model,
             "graph": graph_path,
             **({"tag_set": tag_set} if tag_set else {}),
+            "mode": run_mode,
             "workers": workers,
             "ps": ps,
             **({"ps_placement": ps_placement} if model is not None and ps > 1 else {}),

@@ -1,0 +1,120 @@
+"""``tfsched tune --api tf2``: trials of TensorFlow 2's ParameterServerStrategy on a real cluster."""
+
+import ast
+import json
+import statistics
+
+import pytest
+
+from tests.cli.test_analyze import assert_one_line_error
+from tests.helpers import cli
+
+
+@pytest.mark.tf
+@pytest.mark.cluster
+def test_a_tf2_tuning_run_measures_each_setting_in_a_coordinator_of_its_own(tmp_path):
+    from tfsched.bench.run import tuned_mode
+    from tfsched.bench.tf2 import channel_params
+    from tfsched.enforce.api import link_sizes
+    from tfsched.errors import TfschedError
+    from tfsched.tune.run import read_tune_file
+    from tfsched.tune.search import Setting, Space
+
+    out = tmp_path / "tune.json"
+    p = cli(
+        "tune",
+        *("--api", "tf2", "--model", "seq32", "--workers", "2", "--loopback", "--batch-size", "4"),
+        *("--trials", "2", "--confirm", "1", "--measure", "1", "-o", str(out)),
+        timeout=900,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = read_tune_file(str(out))
+    c, trials = doc["config"], doc["trials"]
+    assert (c["api"], c["model"], c["mode"], c["workers"], c["bandwidth"]) == (
+        "tf2",
+        "seq32",
+        "train",
+        2,
+        "loopback",
+    )
+    # the first trial is ByteScheduler's setting for the strategy's busiest PS (all of Seq-32 on
+    # the one PS), on the search's grid; then the model's trial; then the leader once more
+    params = channel_params("seq32", 1)
+    space = Space()
+    defaults = space.setting(space.params(Setting(*link_sizes(None, params))))
+    assert c["channel_params"] == params and c["defaults"] == defaults.to_json()
+    assert Setting.from_json(trials[0]) == defaults
+    assert [t["confirm"] for t in trials] == [False, False, True]
+    leader = max(trials[:2], key=lambda t: t["value"])
+    assert Setting.from_json(trials[2]) == Setting.from_json(leader)
+    best = doc["best"]
+    runs = [t["value"] for t in trials if Setting.from_json(t) == Setting.from_json(best)]
+    assert Setting.from_json(best) == Setting.from_json(leader) and len(runs) == best["measurements"] == 2
+    assert best["throughput_steps_per_s"] == pytest.approx(statistics.mean(runs))
+    # vanilla TensorFlow before and after the trials, on the same cluster: a round each
+    assert len(c["baseline_steps_per_s"]) == 2 and min(c["baseline_steps_per_s"]) > 0
+    assert c["best_vs_baseline"] == pytest.approx(
+        best["throughput_steps_per_s"] / statistics.mean(c["baseline_steps_per_s"])
+    )
+    assert len(c["round_s"]) == 2 + len(trials) and min(c["round_s"]) > 0
+    # what a user's coordinator calls to train with it, said on the terminal and in the file
+    call = ast.parse(c["enable"], mode="eval").body
+    assert ast.unparse(call.func) == "tfsched.enable_functions"
+    kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+    assert kwargs == {k: v for k, v in best.items() if k in ("partition", "credit") and v}
+    assert f"in force with: {c['enable']}" in p.stdout and "x vanilla TensorFlow's steps/s" in p.stdout
+    # bench --api tf2 --tuned runs it as tuned; the session bench, which it was not tuned for, refuses it
+    where = {"model": "seq32", "workers": 2, "ps": 1, "bandwidth": "loopback", "batch_size": 4}
+    mode = tuned_mode(doc, str(out), **where, api="tf2")
+    assert mode == "tio" + (f"+p{best['partition']}" if best["partition"] else "") + f"+c{best['credit']}"
+    with pytest.raises(TfschedError, match=r"tune.json: tuned for api tf2, not api session$"):
+        tuned_mode(doc, str(out), **where)
+    with pytest.raises(TfschedError, match=r"tune.json: tuned for mode train, not mode inference$"):
+        tuned_mode(doc, str(out), **where, api="tf2", run_mode="inference")
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("--graph", "g.pb"), "--graph is not for --api tf2: a built-in model"),
+        (("--fetch", "train"), "--fetch is not for --api tf2"),
+        (("--sync",), "--sync is not for --api tf2: a coordinator's steps are asynchronous"),
+        (("--settle", "2"), "--settle is not for --api tf2"),
+        (("--prescreen", "2"), "--prescreen is not for --api tf2"),
+        (("--shaped-loopback",), "--shaped-loopback is not for --api tf2"),
+        (("--ps", "2", "--ps-placement", "bytes"), "--ps-placement bytes is not for --api tf2"),
+    ],
+)
+def test_tune_tf2_refuses_what_it_cannot_run_before_it_starts(tmp_path, args, needle):
+    out = tmp_path / "t.json"
+    p = cli("tune", "--api", "tf2", *args, "-o", str(out), timeout=120)
+    assert_one_line_error(p, needle)
+    assert not out.exists()
+
+
+def test_the_session_tuner_refuses_what_is_tensorflow_2s_or_a_built_in_models(tmp_path):
+    out = tmp_path / "t.json"
+    p = cli("tune", "--ps", "2", "--ps-placement", "min-size", "-o", str(out), timeout=120)
+    assert_one_line_error(p, "--ps-placement min-size is TensorFlow 2's variable_partitioner: for --api tf2")
+    p = cli("tune", "--graph", "g.pb", "--fetch", "train", "--mode", "inference", "-o", str(out), timeout=120)
+    assert_one_line_error(p, "--mode is a built-in model's: a saved graph runs its --fetch")
+    assert not out.exists()
+
+
+def test_a_session_tune_file_in_a_tf2_bench_is_one_error_naming_it(tmp_path):
+    path = tmp_path / "session-tune.json"
+    doc = {
+        "schema": "tfsched.tune/1",
+        "config": {"model": "seq32", "workers": 2, "ps": 1, "bandwidth": "loopback", "algorithm": "tio"},
+        "best": {"partition": 0, "credit": 1_000_000},
+    }
+    path.write_text(json.dumps(doc))
+    out = tmp_path / "b.json"
+    p = cli(
+        "bench",
+        *("--api", "tf2", "--model", "seq32", "--workers", "2", "--loopback", "--batch-size", "4"),
+        *("--modes", "baseline,tuned", "--tuned", str(path), "-o", str(out)),
+        timeout=120,
+    )
+    assert_one_line_error(p, "session-tune.json: tuned for api session, not api tf2")
+    assert not out.exists()
