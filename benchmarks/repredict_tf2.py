@@ -1,8 +1,8 @@
 """Predict a saved ``tfsched bench --api tf2`` run again, beside its measured throughput.
 
 A run with ``--traces DIR -o RUN.json`` keeps what its prediction needs: worker 0's step function
-as the pass got it and its steps traced alone (``DIR/graphs``, ``DIR/solo-round.trace.json``),
-the baseline's traced round, and in ``RUN.json`` each mode's rounds (their throughput and the
+as the pass got it and its steps traced alone (``DIR/graphs``, ``DIR/solo-round.trace.json``;
+for another placement of a run of several, in ``DIR/at-PLACEMENT``), the baseline's traced round, and in ``RUN.json`` each mode's rounds (their throughput and the
 machine's CPU). This runs ``bench.tf2.predict_calls`` on them again, with the machine's share of
 the cores from the op times the simulator runs (as the bench does) and from the trace's mean op
 times (as the session bench takes them), so a change to the prediction is measured on one run.
@@ -28,7 +28,7 @@ from tfsched.bench.predict import WORKS  # noqa: E402
 
 def repredict(run_json: str, run_dir: str) -> tuple[dict, list[dict]]:
     """The run's config, and per mode its measured steps/s and the prediction of each ``WORKS``."""
-    from tfsched.bench.tf2 import STEP_FUNCTION, predict_calls
+    from tfsched.bench.tf2 import predict_placements
     from tfsched.errors import TfschedError
     from tfsched.units import parse_bandwidth, parse_duration
 
@@ -40,24 +40,23 @@ def repredict(run_json: str, run_dir: str) -> tuple[dict, list[dict]]:
     config = doc.get("config", {}) if isinstance(doc, dict) else {}
     if config.get("api") != "tf2":
         raise TfschedError(f"{run_json}: not a tfsched bench --api tf2 result (no config.api tf2)")
-    graphs = os.path.join(run_dir, "graphs")
-    step = [n for n in sorted(os.listdir(graphs)) if STEP_FUNCTION.fullmatch(n)]
-    if len(step) != 1:
-        raise TfschedError(f"{graphs} holds {len(step)} graphs of worker 0's step function, not one")
+    # a run of several placements says each one's channel; a run of one (or before the option) its own
+    placed = config.get("ps_placement") or "round-robin"
+    placements = (placed,) if isinstance(placed, str) else tuple(placed)
+    params = {p: at["channel_params"] for p, at in (config.get("placements") or {}).items()}
     bandwidth = None if config["bandwidth"] == "loopback" else parse_bandwidth(config["bandwidth"])
     predicted = {}
     for work in WORKS:
         rows = copy.deepcopy(doc["modes"])
-        predict_calls(
+        predict_placements(
             rows,
-            graph_path=os.path.join(graphs, step[0]),
-            solo_trace=os.path.join(run_dir, "solo-round.trace.json"),
-            baseline_trace=os.path.join(run_dir, "baseline.trace.json"),
+            run_dir,
+            placements,
+            channel_params=params or {placements[0]: config["channel_params"]},
             workers=config["workers"],
             steps=config["steps"],
             bandwidth_bps=bandwidth,
             latency_s=parse_duration(config["latency"].replace(" ", "")) if config.get("latency") else 0.0,
-            channel_params=config["channel_params"],
             work=work,
         )
         predicted[work] = {r["mode"]: r["predicted"] for r in rows}

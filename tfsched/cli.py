@@ -98,9 +98,9 @@ _BENCH_PS_PLACEMENT_OPTION = click.option(
     callback=_ps_placements,
     help="How the built-in model's variables are spread over the PS (bytes, held or round-robin, as "
     "trace's). Several, comma-separated (bytes,held), run every mode on each placement in the same "
-    "rounds: the first's modes under their names, the others' as MODE@PLACEMENT. --api tf2: one, "
-    "round-robin (the strategy's own, its default there) or min-size (the strategy's "
-    "variable_partitioner: MinSizePartitioner, shards of at least 256 KiB, at most one per PS).",
+    "rounds: the first's modes under their names, the others' as MODE@PLACEMENT. --api tf2: "
+    "round-robin (the strategy's own, its default there), min-size (the strategy's "
+    "variable_partitioner: MinSizePartitioner, shards of at least 256 KiB, at most one per PS), or both.",
 )
 
 
@@ -654,36 +654,36 @@ def _refuse_for_tf2(refused: tuple[tuple[str, str], ...]) -> None:
             raise click.UsageError(f"{option} is not for --api tf2: {why}")
 
 
-def _tf2_placement(ps_placement: tuple[str, ...]) -> str:
-    """``--api tf2``'s one placement of the variables (the strategy's round-robin unless
+def _tf2_placements(ps_placement: tuple[str, ...]) -> tuple[str, ...]:
+    """``--api tf2``'s placements of the variables (the strategy's round-robin unless
     --ps-placement says)."""
     from tfsched.bench.tf2 import TF2_PS_PLACEMENTS
 
     if click.get_current_context().get_parameter_source("ps_placement") == ParameterSource.DEFAULT:
-        return "round-robin"
-    if len(ps_placement) > 1 or ps_placement[0] not in TF2_PS_PLACEMENTS:
+        return ("round-robin",)
+    if any(p not in TF2_PS_PLACEMENTS for p in ps_placement):
         raise click.UsageError(
             f"--ps-placement {','.join(ps_placement)} is not for --api tf2: the strategy places the "
-            f"variables round-robin, whole or split first; one of {', '.join(TF2_PS_PLACEMENTS)}"
+            f"variables round-robin, whole or split first; of {', '.join(TF2_PS_PLACEMENTS)}"
         )
-    return ps_placement[0]
+    return ps_placement
 
 
 _RELAYS_PAST = "TensorFlow 2's coordinator gives every task its cluster's addresses, past the relays"
 
 
-def _check_tf2_bench(ps_placement: tuple[str, ...]) -> str:
-    """What ``bench --api tf2`` cannot take: one usage line, before any work. Its placement of the
-    variables (``_tf2_placement``)."""
+def _check_tf2_bench(ps_placement: tuple[str, ...]) -> tuple[str, ...]:
+    """What ``bench --api tf2`` cannot take: one usage line, before any work. Its placements of the
+    variables (``_tf2_placements``)."""
     _refuse_for_tf2(
         (("shaped_loopback", _RELAYS_PAST), ("trace_steps", "a traced round of each mode runs whole"))
     )
-    return _tf2_placement(ps_placement)
+    return _tf2_placements(ps_placement)
 
 
 def _check_tf2_tune(ps_placement: str) -> str:
     """What ``tune --api tf2`` cannot take: one usage line, before any work. Its placement of the
-    variables (``_tf2_placement``)."""
+    variables (``_tf2_placements``)."""
     own = "a built-in model, built by the strategy (tfsched.models.keras)"
     _refuse_for_tf2(
         (
@@ -697,7 +697,7 @@ def _check_tf2_tune(ps_placement: str) -> str:
             ("settle", "each trial is a coordinator of its own, its setting in force from its first step"),
         )
     )
-    return _tf2_placement((ps_placement,))
+    return _tf2_placements((ps_placement,))[0]
 
 
 def _bench_tf2(console, *, output, traces_dir, balance, tuned, **run) -> None:
@@ -853,7 +853,7 @@ def bench(
     if queue <= 0:
         raise click.BadParameter("must be a positive time", param_hint="--queue")
     if api == "tf2":
-        tf2_placement = _check_tf2_bench(ps_placement)
+        tf2_placements = _check_tf2_bench(ps_placement)
     elif any(p not in PS_PLACEMENTS for p in ps_placement):
         raise click.UsageError(
             "--ps-placement min-size is TensorFlow 2's variable_partitioner: for --api tf2 (here: "
@@ -881,7 +881,7 @@ def bench(
         workers=workers,
         ps=ps,
         bandwidth=link,
-        ps_placement=tf2_placement if api == "tf2" else ps_placement[0],
+        ps_placement=tf2_placements[0] if api == "tf2" else ps_placement[0],
         api=api,
         run_mode=run_mode,
     )
@@ -939,7 +939,7 @@ def bench(
             model=model,
             modes=modes,
             run_mode=run_mode,
-            ps_placement=tf2_placement,
+            ps_placement=tf2_placements,
             traces_dir=traces_dir,
             output=output,
             balance=balance,

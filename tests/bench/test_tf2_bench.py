@@ -147,7 +147,7 @@ def test_a_tf2_inference_bench_pulls_and_pushes_nothing(tmp_path):
         (("--shaped-loopback",), "--shaped-loopback is not for --api tf2"),
         (("--trace-steps", "2"), "--trace-steps is not for --api tf2"),
         (("--ps-placement", "held", "--ps", "2"), "--ps-placement held is not for --api tf2"),
-        (("--ps-placement", "round-robin,min-size", "--ps", "2"), "is not for --api tf2"),
+        (("--ps-placement", "round-robin,min-size"), "several --ps-placement need --ps 2 or more"),
         (("--modes", "baseline,tuned"), "mode tuned needs --tuned FILE"),
         (("--modes", "baseline,fifo"), "--modes"),
     ],
@@ -213,3 +213,63 @@ def test_a_tf2_run_that_fails_leaves_nothing_in_its_traces_directory(tmp_path, m
     assert not traces.exists()  # worker 0's solo round and the baseline's traced round were made, elsewhere
     dirs = {d for d in made if d}  # the run's own directory, gone too
     assert dirs and not any(os.path.exists(d) for d in dirs)
+
+
+@pytest.mark.cluster
+@pytest.mark.tf
+def test_two_placements_run_in_the_same_rounds_each_from_its_own_graph(tmp_path, monkeypatch):
+    """``--ps-placement round-robin,min-size``: every mode on each placement, interleaved."""
+    from tfsched.bench import tf2
+
+    ran = []
+    real = tf2.run_round
+
+    def run_round(args, mode, timeout_s, dead_tasks=None):
+        ran.append((mode, args["ps_placement"], args["channel_params"], bool(args.get("solo"))))
+        return real(args, mode, timeout_s, dead_tasks)
+
+    monkeypatch.setattr(tf2, "run_round", run_round)
+    traces = tmp_path / "traces"
+    summary = tf2.side_by_side(
+        "par32",
+        workers=1,
+        ps=2,
+        modes=("baseline", "tao"),
+        steps=1,
+        rounds=1,
+        ps_placement=("round-robin", "min-size"),
+        traces_dir=str(traces),
+    )
+    rows = {r["mode"]: r for r in summary["modes"]}
+    assert list(rows) == ["baseline", "tao", "baseline@min-size", "tao@min-size"]
+    params = {p: tf2.channel_params("par32", 2, None, p) for p in ("round-robin", "min-size")}
+    # each placement's solo round first, then the rounds interleaved, then a traced round of each
+    assert [(m, p, solo) for m, p, _, solo in ran] == [
+        ("tio", "round-robin", True),
+        ("tio", "min-size", True),
+        *[(m, p, False) for _ in range(2) for p in ("round-robin", "min-size") for m in ("baseline", "tao")],
+    ]
+    assert all(n == params[p] for _, p, n, _ in ran)
+    c = summary["config"]
+    assert c["ps_placement"] == ["round-robin", "min-size"] and c["channel_params"] == params["round-robin"]
+    for p, where in (("round-robin", traces), ("min-size", traces / "at-min-size")):
+        at = c["placements"][p]
+        assert at["channel_params"] == params[p]
+        # TAO ordered each placement's step function from its own solo round, every transfer traced
+        s = at["schedules"]["tao"]
+        assert s["file"] == str(where / "tao.schedule.json") and os.path.exists(s["file"])
+        assert s["transfers_matched"] == s["transfers_total"] > 0
+        assert tf2.step_graph(str(where / "graphs")).startswith(str(where))
+    for name, r in rows.items():
+        assert (
+            r["traced"]["trace"] == str(traces / f"{name}.trace.json") and r["predicted"]["steps_per_s"] > 0
+        )
+        assert r["knobs"] == {} if name.startswith("baseline") else r["knobs"]["credit"] == 0
+    # every mode against the first placement's baseline
+    assert rows["baseline"]["vs_baseline"] == 1.0
+    assert rows["baseline@min-size"]["vs_baseline"] == pytest.approx(
+        rows["baseline@min-size"]["throughput_steps_per_s"] / rows["baseline"]["throughput_steps_per_s"]
+    )
+    md = tf2.markdown(summary)
+    assert "| tao@min-size |" in md and "MODE@P: min-size, each variable split by MinSizePartitioner" in md
+    assert "tao (variables placed min-size): worker 0's step function" in md

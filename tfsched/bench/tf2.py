@@ -277,6 +277,16 @@ def call_times(path: str) -> dict:
     }
 
 
+def step_graph(graphs: str) -> str:
+    """Worker 0's step function among the graphs the pass dumped to ``graphs`` (one, or one
+    TfschedError line)."""
+    dumped = sorted(os.listdir(graphs)) if os.path.isdir(graphs) else []  # none: the pass wrote nothing
+    step = [n for n in dumped if STEP_FUNCTION.fullmatch(n)]
+    if len(step) != 1:
+        raise TfschedError(f"{graphs} holds {len(step)} graphs of worker 0's step function, not one")
+    return os.path.join(graphs, step[0])
+
+
 def solo_round(args: dict, algorithms: list[str], out_dir: str, timeout_s: float, dead_tasks=None) -> dict:
     """One untimed round of TIO with worker 0 alone (the other workers idle), its functions'
     graphs dumped and ``SOLO_STEPS`` of its steps traced: the op times alone that TAO orders by
@@ -291,11 +301,7 @@ def solo_round(args: dict, algorithms: list[str], out_dir: str, timeout_s: float
     run_round(
         dict(args, dump_graphs=graphs, trace=trace, steps=SOLO_STEPS, solo=True), "tio", timeout_s, dead_tasks
     )
-    dumped = sorted(os.listdir(graphs)) if os.path.isdir(graphs) else []  # none: the pass wrote nothing
-    step = [n for n in dumped if STEP_FUNCTION.fullmatch(n)]
-    if len(step) != 1:
-        raise TfschedError(f"{graphs} holds {len(step)} graphs of worker 0's step function, not one")
-    graph = os.path.join(graphs, step[0])
+    graph = step_graph(graphs)
     schedules = {}
     for algorithm in algorithms:
         result = analyze(graph, algorithm=algorithm, trace=trace)
@@ -304,7 +310,7 @@ def solo_round(args: dict, algorithms: list[str], out_dir: str, timeout_s: float
         m = result.trace_match
         schedules[algorithm] = {
             "file": path,
-            "graph": step[0],
+            "graph": os.path.basename(graph),
             "transfers_matched": m.transfers_matched,
             "transfers_total": m.transfers_total,
         }
@@ -324,7 +330,8 @@ def predict_calls(
     channel_params: int,
     work: str = "simulated",
 ) -> None:
-    """The simulator's prediction of each mode's throughput, beside the measured one
+    """The simulator's prediction of each mode's throughput, beside the measured one, for the
+    rows of one placement of the variables (``MODE`` or ``MODE@PLACEMENT``; ``predict_placements``)
     (``row["predicted"]``: ``steps_per_s``, its ``error`` against the timed rounds', the mean
     simulated ``call_s`` and the ``machine_slots`` it ran with).
 
@@ -364,7 +371,7 @@ def predict_calls(
 
     from tfsched.analysis import PARAM_BYTES
     from tfsched.bench.predict import check_work, machine_slots, machine_slots_from_cpu, scheduled_runs
-    from tfsched.bench.run import parse_mode
+    from tfsched.bench.run import parse_mode, split_placed
     from tfsched.graph import load_comm_graph
     from tfsched.oracle.oracle import LinkModel, TimeOracle
     from tfsched.ordering import order
@@ -379,7 +386,7 @@ def predict_calls(
     # machine shared
     ordering = oracle_for(graph, alone, "min", fallback=TimeOracle.from_cost_model(graph, link=LinkModel()))
     oracle = copy.deepcopy(ordering)
-    base = next(r for r in rows if r["mode"] == "baseline")
+    base = next(r for r in rows if split_placed(r["mode"])[0] == "baseline")
     cpu = [x.get("cpu_s") for x in base["rounds"]]
     per_call = sum(cpu) / base["steps"] if all(c is not None for c in cpu) else 0.0
     cores = os.cpu_count() or 1
@@ -396,7 +403,7 @@ def predict_calls(
     plain = build_sim_graph(graph, oracle, None, workers=workers, steps=steps)
     orders = {}  # algorithm -> its schedule, made once for all its modes
     for r in rows:
-        spec = parse_mode(r["mode"], bandwidth_bps, channel_params)
+        spec = parse_mode(split_placed(r["mode"])[0], bandwidth_bps, channel_params)
         spec = replace(spec, partition=r["knobs"].get("partition", 0), credit=r["knobs"].get("credit", 0))
         if spec.algorithm is None:
             runs = seeded_runs(plain, "random", latency_s=2 * latency_s)
@@ -469,6 +476,34 @@ def _rows(modes, specs, rounds_of: dict[str, list[dict]], traced: dict[str, dict
     return rows
 
 
+def placement_dir(run_dir: str, placement: str, first: str) -> str:
+    """Where a run keeps worker 0's solo round, dumped graphs and schedules for ``placement``:
+    the run's directory for its ``first`` placement, ``at-PLACEMENT`` in it for another."""
+    return run_dir if placement == first else os.path.join(run_dir, f"at-{placement}")
+
+
+def predict_placements(
+    rows: list[dict], run_dir: str, placements: tuple[str, ...], *, channel_params: dict[str, int], **run
+) -> None:
+    """``predict_calls`` for each of the run's ``placements``: its modes' rows (``MODE@PLACEMENT``
+    but the first's) from its own graph, solo trace and traced baseline, as ``side_by_side`` keeps
+    them in ``run_dir`` (``placement_dir``). ``run``: ``predict_calls``' other arguments."""
+    from tfsched.bench.run import placed_mode, split_placed
+
+    for p in placements:
+        at = None if p == placements[0] else p
+        here = placement_dir(run_dir, p, placements[0])
+        graphs = os.path.join(here, "graphs")
+        predict_calls(
+            [r for r in rows if split_placed(r["mode"])[1] == at],
+            graph_path=step_graph(graphs),
+            solo_trace=os.path.join(here, "solo-round.trace.json"),
+            baseline_trace=os.path.join(run_dir, f"{placed_mode('baseline', at)}.trace.json"),
+            channel_params=channel_params[p],
+            **run,
+        )
+
+
 def side_by_side(
     model: str,
     *,
@@ -483,7 +518,7 @@ def side_by_side(
     latency_s: float = 0.0,
     queue_s: float | None = None,
     run_mode: str = "train",
-    ps_placement: str = "round-robin",
+    ps_placement: str | tuple[str, ...] = "round-robin",
     traces_dir: str | None = None,
     progress: Callable[[str], None] | None = None,
     done: Callable[[int, int], None] | None = None,
@@ -491,23 +526,37 @@ def side_by_side(
     """Every mode ``rounds`` times, interleaved, on one cluster; then a traced round of each. The
     run's summary (``write`` writes it): its config, and per mode its rounds, throughput, ratio
     to the baseline and what its traced calls did. ``ps_placement`` (``TF2_PS_PLACEMENTS``): whole
-    variables round-robin over the PS, or split by ``MinSizePartitioner`` first. ``traces_dir``:
-    where the traces, the dumped graphs and the schedules go once the run has succeeded (None:
-    nowhere)."""
+    variables round-robin over the PS, or split by ``MinSizePartitioner`` first; several (on two
+    PS or more) run every mode on each in the same rounds, the first's modes under their names,
+    the others' as ``MODE@PLACEMENT`` (the session bench's naming), each placement's ordered,
+    sized and predicted from its own graph and solo round, every mode against the first's
+    baseline. ``traces_dir``: where the traces, the dumped graphs and the schedules go once the
+    run has succeeded (None: nowhere)."""
     from tfsched.bench.netns import DEFAULT_QUEUE_S
     from tfsched.bench.results import cpu_description
-    from tfsched.bench.run import host_cluster, parse_mode
+    from tfsched.bench.run import host_cluster, parse_mode, placed_mode
 
     if run_mode not in ("train", "inference"):
         raise TfschedError(f"unknown mode {run_mode!r}; expected train or inference")
     if "baseline" not in modes:
         raise TfschedError("the modes must include baseline")
+    placements = (ps_placement,) if isinstance(ps_placement, str) else tuple(ps_placement)
+    if not placements or len(set(placements)) != len(placements):
+        raise TfschedError(f"expected distinct placements, got {', '.join(placements) or 'none'}")
+    if len(placements) > 1 and ps < 2:
+        raise TfschedError("several placements need two PS or more")
+    first = placements[0]
+
+    def at(p: str) -> str | None:
+        return None if p == first else p
+
     algorithms = sorted({parse_mode(m).algorithm for m in modes} - {None, "tio"})
     if progress:
         progress(f"sizing {model}'s channels")
-    params = channel_params(model, ps, image_size, ps_placement)
-    specs = {m: parse_mode(m, bandwidth_bps, params) for m in modes}
-    parts = 1 + rounds * len(modes) + len(modes) + 1
+    params = {p: channel_params(model, ps, image_size, p) for p in placements}
+    runs = [(placed_mode(m, at(p)), m, p) for p in placements for m in modes]  # (name, mode, placement)
+    specs = {name: parse_mode(m, bandwidth_bps, params[p]) for name, m, p in runs}
+    parts = len(placements) + rounds * len(runs) + len(runs) + 1
     finished = 0
 
     def tick(what: str | None = None) -> None:
@@ -536,56 +585,62 @@ def side_by_side(
         """Where ``path`` of the run's directory is once the run is over (None: not kept)."""
         return os.path.join(traces_dir, os.path.relpath(path, out_dir)) if traces_dir else None
 
-    rounds_of: dict[str, list[dict]] = {m: [] for m in modes}
+    rounds_of: dict[str, list[dict]] = {name: [] for name, _, _ in runs}
     traced: dict[str, dict] = {}
+    made_schedules: dict[str, dict] = {}
     try:
         with cluster as c:
-            args = round_args(
-                c,
-                bandwidth_bps=bandwidth_bps,
-                channel_params=params,
-                model=model,
-                image_size=image_size,
-                batch_size=batch_size,
-                run_mode=run_mode,
-                ps_placement=ps_placement,
-                steps=steps,
-            )
+            args = {
+                p: round_args(
+                    c,
+                    bandwidth_bps=bandwidth_bps,
+                    channel_params=params[p],
+                    model=model,
+                    image_size=image_size,
+                    batch_size=batch_size,
+                    run_mode=run_mode,
+                    ps_placement=p,
+                    steps=steps,
+                )
+                for p in placements
+            }
             timeout = FIRST_ROUND_TIMEOUT_S
             ordered = f" and ordering it ({', '.join(algorithms)})" if algorithms else ""
-            tick(f"tracing worker 0's step function alone{ordered}")
-            solo = solo_round(args, algorithms, out_dir, timeout, c.dead_tasks)
-            made_schedules = solo["schedules"]
-            args["schedules"] = {a: s["file"] for a, s in made_schedules.items()}
-            tick()
+            for p in placements:
+                where = f", variables placed {p}" if len(placements) > 1 else ""
+                tick(f"tracing worker 0's step function alone{ordered}{where}")
+                here = placement_dir(out_dir, p, first)
+                os.makedirs(here, exist_ok=True)
+                made_schedules[p] = solo_round(args[p], algorithms, here, timeout, c.dead_tasks)["schedules"]
+                args[p]["schedules"] = {a: s["file"] for a, s in made_schedules[p].items()}
+                tick()
             for r in range(rounds):
-                for m in modes:
-                    tick(f"round {r + 1}/{rounds}: {m}")
-                    rec = run_round(args, m, timeout, c.dead_tasks)
-                    rounds_of[m].append(
+                for name, m, p in runs:
+                    tick(f"round {r + 1}/{rounds}: {name}")
+                    rec = run_round(args[p], m, timeout, c.dead_tasks)
+                    rounds_of[name].append(
                         {"steps": rec["steps"], "wall_s": rec["wall_s"], "cpu_s": rec["cpu_s"]}
                     )
                     timeout = round_timeout([x["wall_s"] for rs in rounds_of.values() for x in rs])
                     tick()
-            for m in modes:  # untimed: the window's end is waited for
-                tick(f"tracing a round of {m}")
-                path = os.path.join(out_dir, f"{m}.trace.json")
-                window = 1.5 * statistics.median(x["wall_s"] for x in rounds_of[m]) + 5
-                run_round(dict(args, trace=path, window_s=window), m, timeout + window, c.dead_tasks)
-                traced[m] = dict(call_times(path), trace=kept(path))
+            for name, m, p in runs:  # untimed: the window's end is waited for
+                tick(f"tracing a round of {name}")
+                path = os.path.join(out_dir, f"{name}.trace.json")
+                window = 1.5 * statistics.median(x["wall_s"] for x in rounds_of[name]) + 5
+                run_round(dict(args[p], trace=path, window_s=window), m, timeout + window, c.dead_tasks)
+                traced[name] = dict(call_times(path), trace=kept(path))
                 tick()
-        rows = _rows(modes, specs, rounds_of, traced)
+        rows = _rows([name for name, _, _ in runs], specs, rounds_of, traced)
         tick("simulating every mode's calls")
-        predict_calls(
+        predict_placements(
             rows,
-            graph_path=solo["graph"],
-            solo_trace=solo["trace"],
-            baseline_trace=os.path.join(out_dir, "baseline.trace.json"),
+            out_dir,
+            placements,
+            channel_params=params,
             workers=workers,
             steps=steps,
             bandwidth_bps=bandwidth_bps,
             latency_s=latency_s,
-            channel_params=params,
         )
         tick()
         if traces_dir:
@@ -596,13 +651,17 @@ def side_by_side(
     finally:
         made.cleanup()
 
+    def schedules(p: str) -> dict:
+        return {a: dict(s, file=kept(s["file"])) for a, s in made_schedules[p].items()}
+
     config = {
         "api": "tf2",
         "model": model,
         "mode": run_mode,
         "workers": workers,
         "ps": ps,
-        "ps_placement": ps_placement,
+        # one placement as before; several: the first's modes under their names, MODE@P the others'
+        "ps_placement": first if len(placements) == 1 else list(placements),
         "batch_size": batch_size,
         "image_size": image_size,
         "steps": steps,
@@ -610,8 +669,14 @@ def side_by_side(
         "bandwidth": f"{bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback",
         "latency": f"{latency_s * 1e3:g} ms" if latency_s else None,
         "queue": None if queue_s is None or queue_s == DEFAULT_QUEUE_S else f"{queue_s * 1e3:g} ms",
-        "channel_params": params,
-        "schedules": {a: dict(s, file=kept(s["file"])) for a, s in made_schedules.items()},
+        # the first placement's, as a run of one; every placement's in placements
+        "channel_params": params[first],
+        "schedules": schedules(first),
+        **(
+            {"placements": {p: {"channel_params": params[p], "schedules": schedules(p)} for p in placements}}
+            if len(placements) > 1
+            else {}
+        ),
     }
     return {
         "benchmark": "tfsched bench --api tf2",
@@ -626,17 +691,23 @@ def markdown(summary: dict) -> str:
     """The run as a Markdown table: each mode's throughput against the baseline's, per round,
     and its traced calls."""
     from tfsched.bench.results import ratio_text, tuned_lines
+    from tfsched.bench.run import split_placed
 
     c = summary["config"]
     link = c["bandwidth"] + (f", {c['latency']} latency" if c.get("latency") else "")
     what = "asynchronous training" if c["mode"] == "train" else "inference"
     spread = ""
     if c["ps"] > 1:  # runs before the option have no ps_placement: they were round-robin
-        spread = {
-            "round-robin": " (whole variables round-robin)",
-            "min-size": f" (each variable split by MinSizePartitioner, shards of at least "
-            f"{MIN_SHARD_BYTES // 1024} KiB and at most one per PS, the shards round-robin)",
-        }[c.get("ps_placement", "round-robin")]
+        told = {
+            "round-robin": "whole variables round-robin",
+            "min-size": f"each variable split by MinSizePartitioner, shards of at least "
+            f"{MIN_SHARD_BYTES // 1024} KiB and at most one per PS, the shards round-robin",
+        }
+        placed = c.get("ps_placement", "round-robin")
+        if isinstance(placed, str):
+            spread = f" ({told[placed]})"
+        else:
+            spread = f" ({told[placed[0]]}; MODE@P: " + "; ".join(f"{p}, {told[p]}" for p in placed[1:]) + ")"
     lines = [
         f"**{c['model']}** (TensorFlow 2 ParameterServerStrategy, {what}, batch {c['batch_size']}), "
         f"{c['ps']} PS{spread} x {c['workers']} workers, {link}, {c['rounds']} interleaved rounds of {c['steps']} steps "
@@ -666,18 +737,26 @@ def markdown(summary: dict) -> str:
         f"{c['steps']} calls one after another, none waiting for another, from the op times of worker 0 "
         "traced alone before the rounds; its error is against the timed rounds' steps/s.",
     ]
-    schedules = c.get("schedules") or {}
-    if schedules:
-        s = next(iter(schedules.values()))  # one graph and trace for all of them
-        lines += [
-            "",
-            f"{', '.join(schedules)}: worker 0's step function ({s['graph']}) ordered by its "
-            f"steps traced alone (a round of tio), {s['transfers_matched']} of its {s['transfers_total']} transfers traced.",
-        ]
-    knobs = {r["mode"]: r["knobs"] for r in summary["modes"] if "+pc" in r["mode"]}
-    if knobs:
-        k = next(iter(knobs.values()))
-        lines += ["", f"`+pc` here: partition {k['partition']:,}, credit {k['credit']:,} parameters."]
+    placements = c.get("placements") or {None: c}  # a run of one placement: the config's own
+    first = next(iter(placements))
+    for p, at in placements.items():
+        where = f" (variables placed {p})" if p is not None else ""
+        schedules = at.get("schedules") or {}
+        if schedules:
+            s = next(iter(schedules.values()))  # one graph and trace for all of them
+            lines += [
+                "",
+                f"{', '.join(schedules)}{where}: worker 0's step function ({s['graph']}) ordered by its "
+                f"steps traced alone (a round of tio), {s['transfers_matched']} of its {s['transfers_total']} transfers traced.",
+            ]
+        mine = (split_placed(r["mode"]) + (r["knobs"],) for r in summary["modes"])
+        knobs = [k for mode, placed, k in mine if "+pc" in mode and placed == (None if p == first else p)]
+        if knobs:
+            k = knobs[0]
+            lines += [
+                "",
+                f"`+pc`{where or ' here'}: partition {k['partition']:,}, credit {k['credit']:,} parameters.",
+            ]
     return "\n".join(lines + tuned_lines(c)) + "\n"
 
 
