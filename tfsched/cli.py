@@ -1247,6 +1247,12 @@ def tune(
             f"{line}: {c['best_vs_baseline']:.3f}x vanilla TensorFlow's steps/s ({vanilla}, before and after)"
         )
         click.echo(f"in force with: {c['enable']}")
+        if c["algorithm"] != "tio":
+            click.echo(
+                f"SCHEDULE.json: tfsched analyze GRAPH --trace TRACE --algorithm {c['algorithm']} "
+                "-o SCHEDULE.json, GRAPH the step function as the pass got it "
+                "(enable_functions(dump_graphs=DIR)), TRACE its calls (tfsched.trace_functions)"
+            )
     else:
         click.echo(f"{line}; applied on {len(result.applied)} workers")
     click.echo(f"results: {output}")
