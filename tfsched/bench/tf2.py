@@ -749,8 +749,10 @@ def markdown(summary: dict) -> str:
                 f"{', '.join(schedules)}{where}: worker 0's step function ({s['graph']}) ordered by its "
                 f"steps traced alone (a round of tio), {s['transfers_matched']} of its {s['transfers_total']} transfers traced.",
             ]
-        mine = (split_placed(r["mode"]) + (r["knobs"],) for r in summary["modes"])
-        knobs = [k for mode, placed, k in mine if "+pc" in mode and placed == (None if p == first else p)]
+        at_p = None if p == first else p
+        knobs = [
+            r["knobs"] for r in summary["modes"] if "+pc" in r["mode"] and split_placed(r["mode"])[1] == at_p
+        ]
         if knobs:
             k = knobs[0]
             lines += [

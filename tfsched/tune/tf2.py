@@ -83,7 +83,6 @@ def tune_tf2(
     if ack_share is not None:
         check_ack_share(ack_share)
     check_credit_return(credit_return)
-    tf2.variable_partitioner(ps_placement, ps)  # an unknown placement: one line, before any cluster
     space = space or Space()
     started = time.monotonic()
     knobs = {
@@ -96,7 +95,7 @@ def tune_tf2(
 
     if progress:
         progress(f"sizing {model}'s channels")
-    params = tf2.channel_params(model, ps, image_size, ps_placement)
+    params = tf2.channel_params(model, ps, image_size, ps_placement)  # an unknown placement: one line
     found = SEARCHES[search](space, seed=seed)
     defaults = None
     if from_defaults:  # ByteScheduler's setting for this link and model, on the search's grid
