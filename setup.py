@@ -35,6 +35,6 @@ setup(
         "grpcio>=1.60",
     ],
     # The style test runs both formatters; clang-format is pinned (its output changes by version).
-    extras_require={"test": ["pytest>=8", "ruff>=0.5", "clang-format==19.1.7"]},
+    extras_require={"test": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.5", "clang-format==19.1.7"]},
     entry_points={"console_scripts": ["tfsched=tfsched.cli:main"]},
 )

@@ -115,7 +115,8 @@ def _placement_line(placement, path: str) -> str:
 
 
 def print_placement(placement, path: str, console: Console | None = None) -> None:
-    (console or Console()).print(_placement_line(placement, path))
+    # soft-wrapped: the terminal wraps it, never inside the path (which rich would fold at its width)
+    (console or Console()).print(_placement_line(placement, path), soft_wrap=True)
 
 
 def print_analysis(
@@ -210,4 +211,4 @@ def print_analysis(
     if outside:
         console.print(outside)
     if output:
-        console.print(f"schedule written to [bold]{output}[/]")
+        console.print(f"schedule written to [bold]{output}[/]", soft_wrap=True)

@@ -290,4 +290,8 @@ def counters(args: dict, settle: bool) -> dict:
 
 
 if __name__ == "__main__":
+    import faulthandler
+
+    # a client that hangs prints every thread's stack and ends before run_client's 300 s bound
+    faulthandler.dump_traceback_later(280, exit=True)
     print(json.dumps(main(json.loads(sys.argv[1]))), flush=True)

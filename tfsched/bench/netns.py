@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -95,29 +96,45 @@ def _names(kind: str) -> list[str]:
     return [n for n in names if n.startswith(PREFIX)]
 
 
-def reap_orphans() -> int:
-    """Remove the namespaces, bridges and veths of runs whose process is gone; returns how many.
+def orphans(kind: str) -> list[str]:
+    """The namespaces (``kind`` "netns") or links ("link") of runs whose process is gone.
 
     A run names what it makes with its tag (its pid modulo 100,000): a tag no live process has
-    belongs to a run killed before it could clean up (SIGKILL, the OOM killer). Those are not
-    only clutter: a run's subnet is 10.213.<pid % 250>, and a dead run's bridge keeps its
-    address and route, so a later run whose pid fell on the same subnet would send its
-    cluster's traffic to the dead bridge. A live run's are kept, a concurrent one's too.
-    """
+    belongs to a run killed before it could clean up (SIGKILL, the OOM killer)."""
     live = {f"{int(pid) % 100000:05d}" for pid in os.listdir("/proc") if pid.isdigit()}
 
     def orphan(name: str) -> bool:
         tag = name[len(PREFIX) : len(PREFIX) + 5]
         return tag.isdigit() and tag not in live
 
+    return list(filter(orphan, _names(kind)))
+
+
+def reap_orphans() -> int:
+    """Remove the namespaces, bridges and veths of runs whose process is gone (``orphans``);
+    returns how many. Those are not only clutter: a dead run's bridge keeps its subnet's address
+    and route, so a later run on the same subnet would send its cluster's traffic to the dead
+    bridge. A live run's are kept, a concurrent one's too.
+    """
     removed = 0
-    for name in filter(orphan, _names("netns")):
+    for name in orphans("netns"):
         _ip("ip", "netns", "del", name, check=False)  # takes its veth (and the peer) with it
         removed += 1
-    for name in filter(orphan, _names("link")):  # the bridges, and a veth left half-made
+    for name in orphans("link"):  # the bridges, and a veth left half-made
         _ip("ip", "link", "del", name, check=False)
         removed += 1
     return removed
+
+
+def _subnet(pid: int) -> str:
+    """A run's subnet, 10.213.<n>: n is ``pid`` modulo 250, or the next n whose bridge address no
+    interface holds (two runs at once whose pids agree modulo 250 would otherwise share one)."""
+    shown = _ip("ip", "-o", "-4", "addr", "show", check=False).stdout
+    held = {int(n) for n in re.findall(r"\binet 10\.213\.(\d+)\.254/", shown)}
+    free = next((k % 250 for k in range(pid, pid + 250) if k % 250 not in held), None)
+    if free is None:
+        raise TfschedError("network emulation: every subnet 10.213.<n>.0/24 is in use")
+    return f"10.213.{free}"
 
 
 def cleanup_stale() -> int:
@@ -187,7 +204,7 @@ class EmulatedCluster(TaskHandles):
             raise TfschedError(f"the links' queue must be a positive time, got {self.queue_s!r} s")
         reap_orphans()  # a dead run's bridge could hold this run's subnet
         self._tag = f"{os.getpid() % 100000:05d}"
-        subnet = f"10.213.{os.getpid() % 250}"
+        subnet = _subnet(os.getpid())
         self.driver_host = f"{subnet}.254"  # the bridge's own address
         if threading.current_thread() is threading.main_thread():
             self._old_sigterm = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run __exit__
