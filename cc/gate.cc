@@ -268,7 +268,7 @@ bool HostLink::ArriveOrWait(const std::shared_ptr<Waiter>& w) {
       Grant(w.get());
       return true;
     }
-    waiting_.emplace(std::make_pair(w->gates->seq(), w->priority), w);
+    waiting_.emplace(w->host_key, w);
     Pump(&ready);
   }
   bool go = false;
@@ -306,7 +306,7 @@ void HostLink::Forget(const Channel* c, std::vector<std::shared_ptr<Waiter>>* re
 
 bool HostLink::Withdraw(const std::shared_ptr<Waiter>& w) {
   mutex_lock l(mu_);
-  auto range = waiting_.equal_range(std::make_pair(w->gates->seq(), w->priority));
+  auto range = waiting_.equal_range(w->host_key);
   for (auto it = range.first; it != range.second; ++it) {
     if (it->second == w) {
       waiting_.erase(it);

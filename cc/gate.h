@@ -10,7 +10,8 @@
 // this task's transport (ReturnSoon, when gRPC lets go of the tensor); a tensor larger than the
 // credit still goes when nothing else is in flight, so a small credit never deadlocks.
 // With `host` set, a channel's credit is not its own: every channel of the sending task shares one
-// window (HostLink), and the steps of all workers are served in the order they reached this task.
+// window (HostLink), and the steps of all workers are served in the order they reached this task
+// or, with `host_order` "priority", all at once in lockstep, priority by priority.
 // Waiting gates are callbacks, not blocked threads. Every wait ends: by its turn, by the timeout
 // (fail open: the tensor goes, the event is counted), or by the step's cancellation. The state of
 // a step lives in the step's container and is freed with it; where every step runs in one shared
@@ -58,6 +59,9 @@ struct Waiter {
   // acknowledgements). `host_granted` is set under the host's lock once the window took it.
   HostLink* host = nullptr;
   bool host_granted = false;
+  // Its place in the window's queue: (step sequence, priority), the oldest step first; or, with
+  // host_order "priority", (priority, step sequence), every step's next tensor in turn.
+  std::pair<int64_t, int64_t> host_key{0, 0};
   Clock::time_point since;
   Clock::time_point deadline;
   // Called exactly once, outside any lock.
@@ -119,7 +123,10 @@ class Channel {
 // workers' steps pull from one PS at once, the PS serves one worker's step after the other instead
 // of splitting its link between all of them: the first worker computes (and pushes, on the PS's
 // other direction) while the next one pulls. Work-conserving: a step whose next tensor has not
-// arrived does not hold the window.
+// arrived does not hold the window. With host_order "priority" (a waiter's host_key), the window
+// takes the highest priority of all the steps instead: each step's next tensor in turn, so that the
+// workers' pulls end together (TicTac's lockstep; no worker waits for the others at the barrier
+// as long), at the cost of the overlap that serving the steps one after the other buys.
 class HostLink {
  public:
   // The window of sending task `sender` (process-wide, never freed).
@@ -145,7 +152,7 @@ class HostLink {
   tensorflow::mutex mu_;
   int64_t in_flight_ = 0;
   std::unordered_map<const Channel*, int64_t> held_;
-  // (step sequence, priority) -> parked waiter: the oldest step first, then its priority order.
+  // Waiter::host_key -> parked waiter.
   std::multimap<std::pair<int64_t, int64_t>, std::shared_ptr<Waiter>> waiting_;
 };
 

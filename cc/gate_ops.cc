@@ -37,6 +37,7 @@ REGISTER_OP("TfschedGate")
     .Attr("ordered: bool = true")
     .Attr("credit: int >= 0 = 0")
     .Attr("host: bool = false")
+    .Attr("host_order: {'steps', 'priority'} = 'steps'")
     .Attr("credit_return: {'ack', 'sent'} = 'ack'")
     .SetIsStateful()  // must not be constant-folded, deduplicated or pruned by the optimizers
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
@@ -57,6 +58,8 @@ credit: at most this many parameters released and not acknowledged on the channe
   TfschedSetCredit overrides it while training runs.
 host: the credit is one window for every channel of the sending task, and the window serves the
   steps in the order they reached this task (the oldest step's tensors first).
+host_order: with `host`, "steps" (the oldest step's tensors first) or "priority" (the highest
+  priority of every step first, ties by age: the steps in lockstep).
 credit_return: "ack": a TfschedAck on the receiver returns the credit (ByteScheduler's); "sent":
   the credit comes back once this task's transport is done with the tensor (no acknowledgement
   RPC; plain data types only).
@@ -236,6 +239,9 @@ class TfschedGateOp : public AsyncOpKernel {
     bool host = false;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("host", &host));
     if (host && credit_ > 0) host_ = HostLink::For(channel_.substr(0, channel_.find("->")));
+    std::string host_order;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("host_order", &host_order));
+    by_priority_ = host_order == "priority";
     std::string credit_return;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("credit_return", &credit_return));
     sent_ = credit_ > 0 && credit_return == "sent";
@@ -280,6 +286,8 @@ class TfschedGateOp : public AsyncOpKernel {
     w->ordered = ordered_;
     w->credit = credit_;
     w->host = host_;
+    w->host_key = by_priority_ ? std::make_pair(priority_, w->gates->seq())
+                               : std::make_pair(w->gates->seq(), priority_);
     w->since = Clock::now();
     w->deadline = timeout_ms_ > 0 ? w->since + std::chrono::milliseconds(timeout_ms_)
                                   : Clock::time_point::max();
@@ -362,6 +370,7 @@ class TfschedGateOp : public AsyncOpKernel {
   bool ordered_ = true;
   int64_t credit_ = 0;
   HostLink* host_ = nullptr;  // the sending task's shared window, if the pass asked for one
+  bool by_priority_ = false;  // host_order "priority": the window serves the steps in lockstep
   bool sent_ = false;         // the credit comes back when the tensor was sent (SentBuffer)
 };
 

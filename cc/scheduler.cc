@@ -551,6 +551,11 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
   if (auto it = params.find("partition"); it != params.end()) partition_ = it->second.i();
   if (auto it = params.find("credit"); it != params.end()) credit_ = it->second.i();
   if (auto it = params.find("host_credit"); it != params.end()) host_credit_ = it->second.b();
+  if (auto it = params.find("host_order"); it != params.end() && !it->second.s().empty())
+    host_order_ = it->second.s();
+  if (host_order_ != "steps" && host_order_ != "priority")
+    return absl::InvalidArgumentError(
+        absl::StrCat("tfsched: unknown host_order '", host_order_, "' (steps or priority)"));
   if (auto it = params.find("ack_share"); it != params.end()) ack_share_ = it->second.i();
   if (auto it = params.find("credit_return"); it != params.end() && !it->second.s().empty())
     credit_return_ = it->second.s();
@@ -895,6 +900,7 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
       attr["ordered"].set_b(!(mode_ == "queue" && t.kind == "push"));
       attr["credit"].set_i(acked ? credit : 0);
       attr["host"].set_b(host_credit_);
+      if (host_credit_ && host_order_ != "steps") attr["host_order"].set_s(host_order_);
       if (acked && sent) attr["credit_return"].set_s("sent");
       gates.push_back(name);
       added.push_back(std::move(gate));

@@ -28,6 +28,8 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   //               channel (0, default: no acknowledgements, no limit; -1: AutoSizes')
   //   sizes_bandwidth_bps: float, the link AutoSizes sizes for (0, default: 1 Gbit/s's sizes)
   //   host_credit: bool, the credit is one window for every channel of the sending task
+  //   host_order: "steps" (default): the window serves the oldest step first; "priority": the
+  //               highest priority of every step first (the steps in lockstep)
   //   ack_share:  int >= 1, the credit acknowledges transfers of at least credit/ack_share
   //               parameters (default 8)
   //   credit_return: "ack" (default): the receiver acknowledges each counted transfer
@@ -62,7 +64,8 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   int64_t partition_ = 0;  // -1: AutoSizes'
   int64_t credit_ = 0;     // -1: AutoSizes'
   double sizes_bandwidth_bps_ = 0;
-  bool host_credit_ = false;  // one credit window per sending task, steps served in turn
+  bool host_credit_ = false;          // one credit window per sending task, steps served in turn
+  std::string host_order_ = "steps";  // or "priority": the window's steps in lockstep
   // acknowledge transfers of at least credit / ack_share_ parameters (and kMinAckedElements)
   int64_t ack_share_ = 8;
   std::string credit_return_ = "ack";

@@ -15,7 +15,7 @@ from tfsched.oracle.oracle import DEFAULT_BANDWIDTH_BPS, DEFAULT_OVERHEAD_S, Lin
 from tfsched.ordering import order
 from tfsched.ordering.schedule import Schedule
 from tfsched.sim import POLICY_OF_MODE, build_sim_graph, mean_step_time, step_bounds
-from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_credit_return
+from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_credit_return, check_host_order
 from tfsched.units import is_count
 
 
@@ -34,6 +34,7 @@ class Prediction:
     partition: int = 0
     credit: int = 0
     host_credit: bool = False  # the credit is one window per sending task
+    host_order: str = "steps"  # what that window serves first ("priority": the steps in lockstep)
     ack_share: int = DEFAULT_ACK_SHARE  # the credit acknowledges transfers of at least credit/ack_share
     credit_return: str = "ack"  # "sent": the credit comes back when the sender has sent a transfer
     priority_only_s: float | None = None
@@ -52,6 +53,7 @@ class Prediction:
                 partition=self.partition,
                 credit=self.credit,
                 host_credit=self.host_credit,
+                host_order=self.host_order,
                 ack_share=self.ack_share,
                 credit_return=self.credit_return,
                 priority_only_s=self.priority_only_s,
@@ -171,6 +173,7 @@ def predict(
     partition: int = 0,
     credit: int = 0,
     host_credit: bool = False,
+    host_order: str = "steps",
     ack_share: int = DEFAULT_ACK_SHARE,
     credit_return: str = "ack",
 ) -> Prediction:
@@ -184,13 +187,15 @@ def predict(
     ``credit`` (parameters, as the enforcement pass takes them) apply to the scheduled run only;
     then the same order without them is simulated too (``priority_only_s``). ``host_credit``:
     the credit is one window per sending task, as ``tfsched.enable(..., host_credit=True)``
-    enforces it. ``ack_share``: the credit acknowledges transfers of at least credit/ack_share
-    parameters (``enable(..., ack_share=N)``). ``credit_return``: when the credit comes back
+    enforces it, serving the steps in turn or, with ``host_order="priority"``, in lockstep.
+    ``ack_share``: the credit acknowledges transfers of at least credit/ack_share parameters
+    (``enable(..., ack_share=N)``). ``credit_return``: when the credit comes back
     (``enable(..., credit_return=...)``); each task has a machine of its own here, so an
     acknowledgement costs its time on the wire, not the cores'.
     """
     if host_credit and not credit:
         raise TfschedError("host_credit needs a credit (the window it makes one per sending task)")
+    check_host_order(host_order, host_credit)
     if ack_share != DEFAULT_ACK_SHARE and not credit:
         raise TfschedError("ack_share needs a credit (the window that acknowledges)")
     if check_credit_return(credit_return) != "ack" and not credit:
@@ -213,6 +218,7 @@ def predict(
             credit_bytes=credit * PARAM_BYTES or None,
             min_acked_bytes=MIN_ACKED_BYTES,
             host_credit=host_credit,
+            host_order=host_order,
             ack_share=ack_share,
             credit_return=credit_return,
         )
@@ -229,6 +235,7 @@ def predict(
         partition=partition,
         credit=credit,
         host_credit=host_credit,
+        host_order=host_order,
         ack_share=ack_share,
         credit_return=credit_return,
         priority_only_s=priority_only,
@@ -252,6 +259,7 @@ def analyze(
     partition: int | str = 0,
     credit: int | str = 0,
     host_credit: bool = False,
+    host_order: str = "steps",
     ack_share: int = DEFAULT_ACK_SHARE,
     credit_return: str = "ack",
 ) -> Analysis:
@@ -332,6 +340,7 @@ def analyze(
         partition=partition,
         credit=credit,
         host_credit=host_credit,
+        host_order=host_order,
         ack_share=ack_share,
         credit_return=credit_return,
     )
@@ -395,6 +404,7 @@ def analyze_graph(
     partition: int = 0,
     credit: int = 0,
     host_credit: bool = False,
+    host_order: str = "steps",
     ack_share: int = DEFAULT_ACK_SHARE,
     credit_return: str = "ack",
 ) -> Analysis:
@@ -419,6 +429,7 @@ def analyze_graph(
             partition=partition,
             credit=credit,
             host_credit=host_credit,
+            host_order=host_order,
             ack_share=ack_share,
             credit_return=credit_return,
         ),

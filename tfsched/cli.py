@@ -16,6 +16,7 @@ from click.core import ParameterSource
 
 from tfsched.errors import TfschedError
 from tfsched.models.build import PS_PLACEMENTS
+from tfsched.sim.engine import HOST_ORDERS
 
 # The built-in models (tfsched.models.MODELS), listed here so that --help needs no import of them.
 BUILTIN_MODELS = [
@@ -328,6 +329,14 @@ _tag_set_option = click.option(
     help="Predict with the credit as one window per sending task (needs --credit; "
     "tfsched.enable(..., host_credit=True)).",
 )
+@click.option(
+    "--host-order",
+    type=click.Choice(HOST_ORDERS),
+    default="steps",
+    show_default=True,
+    help="What --host-credit's window serves first: the oldest step's tensors (steps) or every "
+    "step's highest priority, the steps in lockstep (priority; enable(..., host_order=...)).",
+)
 @_ack_share_option
 @_credit_return_option
 @click.option(
@@ -362,6 +371,7 @@ def analyze(
     partition,
     credit,
     host_credit,
+    host_order,
     ack_share,
     credit_return,
     placement_path,
@@ -396,6 +406,8 @@ def analyze(
         check_writable(path)  # before the analysis, not after it
     if host_credit and not credit:
         raise click.UsageError("--host-credit needs --credit N (the window it makes one per sending task)")
+    if host_order != "steps" and not host_credit:
+        raise click.UsageError("--host-order orders --host-credit's window: give --host-credit too")
     if ack_share is not None and not credit:
         raise click.UsageError("--ack-share needs --credit N (the window that acknowledges)")
     if credit_return != "ack" and not credit:
@@ -415,6 +427,7 @@ def analyze(
         partition=partition,
         credit=credit,
         host_credit=host_credit,
+        host_order=host_order,
         **({} if ack_share is None else {"ack_share": ack_share}),
         credit_return=credit_return,
     )
@@ -749,7 +762,8 @@ def _bench_tf2(console, *, output, traces_dir, balance, tuned, **run) -> None:
     help="Comma-separated: baseline, tio, tao, layer; +pc adds ByteScheduler's partitioning and credit, "
     "kept to the model and the link (tio+pc; tfsched.enforce.link_sizes), +pN / +cN set them "
     "(tao+p500000+c2000000), +host makes the credit one window per sending task that serves the "
-    "workers in turn (tao+pc+host); tuned: the best setting of --tuned FILE.",
+    "workers in turn (tao+pc+host), +lockstep one that serves every worker's next tensor by "
+    "priority, the workers in lockstep (tao+pc+lockstep); tuned: the best setting of --tuned FILE.",
 )
 @click.option(
     "--tuned",

@@ -86,12 +86,14 @@ def run_demo(
                 partition=spec.partition,
                 credit=spec.credit,
                 host_credit=spec.host_credit,
+                host_order=spec.host_order,
                 ack_share=spec.effective_ack_share,
                 credit_return=spec.credit_return,
             )
             labels[m] = (
                 f"{labels[spec.algorithm].split(' (')[0]}, partition {spec.partition:,}, credit {spec.credit:,}"
                 + (" (one window per sending task)" if spec.host_credit else "")
+                + (", in lockstep" if spec.host_order == "priority" else "")
             )
     for alg, a in results.items():
         p = a.prediction

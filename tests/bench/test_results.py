@@ -94,6 +94,15 @@ def test_mode_grammar():
     )
     with pytest.raises(TfschedError, match=r"\+sent needs a credit"):
         parse_mode("tao+p1000000+sent")
+    # one window per sending task, serving the steps in turn or in lockstep
+    host, lockstep = parse_mode("tao+pc+host"), parse_mode("tao+pc+lockstep")
+    assert (host.host_credit, host.host_order) == (True, "steps")
+    assert (lockstep.host_credit, lockstep.host_order) == (True, "priority")
+    assert (parse_mode("tao+pc").host_credit, parse_mode("tao+pc").host_order) == (False, "steps")
+    with pytest.raises(TfschedError, match=r"\+lockstep needs a credit"):
+        parse_mode("tao+lockstep")
+    with pytest.raises(TfschedError, match=r"\+host and \+lockstep are two orders of one window"):
+        parse_mode("tao+pc+host+lockstep")
     for bad in ("fifo", "tio+q3", "tio+p0", "tio+p-1", "tio+pc5", "tio+pc+a0", "tio+pc+a"):
         with pytest.raises(TfschedError):
             parse_mode(bad)

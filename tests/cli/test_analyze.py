@@ -119,6 +119,22 @@ class TestAnalyze:
         text = run(*base, "--credit", "100000", "--host-credit")
         assert text.returncode == 0 and "credit 100,000 per sending task" in text.stdout
         assert_one_line_error(run(*base, "--host-credit"), "--host-credit needs --credit")
+        # the window in lockstep: predicted on its own, said in the table, refused without the window
+        p = run(*base, "--credit", "100000", "--host-credit", "--host-order", "priority", "--json")
+        assert p.returncode == 0, p.stderr
+        lockstep = json.loads(p.stdout)["prediction"]
+        assert lockstep["host_order"] == "priority" and pr["host_order"] == "steps"
+        # the pulls of both workers end together: neither computes while the other pulls, as
+        # when they are served in turn (slower here, where that overlap is most of the gain)
+        assert (
+            lockstep["scheduled_s"] > pr["scheduled_s"] and lockstep["lower_bound_s"] == pr["lower_bound_s"]
+        )
+        text = run(*base, "--credit", "100000", "--host-credit", "--host-order", "priority")
+        assert text.returncode == 0 and "lockstep" in text.stdout  # the table's row (wrapped in its cell)
+        assert_one_line_error(
+            run(*base, "--credit", "100000", "--host-order", "priority"), "--host-credit too"
+        )
+        assert_one_line_error(run(*base, "--host-order", "fair"), "--host-order")
 
     def test_acknowledgement_share(self, seq_graph_file):
         base = ["analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2"]

@@ -337,9 +337,11 @@ def _together(targets, builts, config, steps):
     return out, values, graphs
 
 
-def test_host_credit_serves_one_workers_step_after_the_other(cluster):
+def test_host_credit_serves_one_workers_step_after_the_other_or_both_in_lockstep(cluster):
     """With one window per PS, a PS sends all of one worker's acknowledged tensors of a step before
-    any of the other's; with a window per channel, the two workers' pulls interleave."""
+    any of the other's; with a window per channel, the two workers' pulls interleave; with one
+    window per PS in lockstep (host_order "priority"), they interleave in priority order: each
+    worker's next tensor in turn."""
 
     targets = [cluster.target("worker", w) for w in (0, 1)]
 
@@ -348,40 +350,64 @@ def test_host_credit_serves_one_workers_step_after_the_other(cluster):
 
     _, vanilla, _ = _together(targets, builts(), _config(), 1)
 
-    def switches(steps, graphs):
-        """Per step and PS: how often the acknowledged releases change from one worker to the other."""
+    def releases(steps, graphs):
+        """Per step and PS: the acknowledged releases in the order they ended, as (priority, worker).
+        The first step left out: each worker's first reaches the PS when its graph is registered,
+        one well after the other (the window, work-conserving, serves the first alone then)."""
         out = []
-        for stats in steps:
+        for stats in steps[1:]:
             by_ps = {}
             for w, (st, pgs) in enumerate(zip(stats, graphs, strict=True)):
                 gates = {g.name: g for g in _nodes(pgs, "TfschedGate") if g.attr["credit"].i > 0}
                 for name, (_, end) in _times(st, set(gates)).items():
                     ps = gates[name].attr["channel"].s.decode().split("->")[0]
-                    by_ps.setdefault(ps, []).append((end, w))
+                    by_ps.setdefault(ps, []).append((end, gates[name].attr["priority"].i, w))
             assert len(by_ps) == 2 and all(len(r) == 2 * 16 for r in by_ps.values())
-            for released in by_ps.values():
-                order = [w for _, w in sorted(released)]
-                out.append(sum(a != b for a, b in itertools.pairwise(order)))
+            # the order means something: a channel's 16 gates have priorities of their own
+            assert all(len({p for _, p, w in r if w == 0}) >= 8 for r in by_ps.values())
+            out += [[(p, w) for _, p, w in sorted(r)] for r in by_ps.values()]
         return out
 
+    def switches(order):
+        """How often the releases change from one worker to the other."""
+        return sum(a[1] != b[1] for a, b in itertools.pairwise(order))
+
+    def inversions(order):
+        """Pairs of the two workers' releases out of priority order (the later priority first)."""
+        return sum(a[0] > b[0] for a, b in itertools.combinations(order, 2) if a[1] != b[1])
+
     outcomes = {}
-    for host in (False, True):
-        steps, values, graphs = _together(targets, builts(), _config(credit=WEIGHT, host_credit=host), 5)
+    settings = {
+        "channel": {},
+        "steps": {"host_credit": True},
+        "lockstep": {"host_credit": True, "host_order": "priority"},
+    }
+    for name, kwargs in settings.items():
+        steps, values, graphs = _together(targets, builts(), _config(credit=WEIGHT, **kwargs), 5)
         # pulls only: every worker's output is bitwise what vanilla TensorFlow gives
         assert [np.float32(v[0]).tobytes() for v in values] == [np.float32(v[0]).tobytes() for v in vanilla]
-        outcomes[host] = switches(steps, graphs)
+        outcomes[name] = releases(steps, graphs)
         for device in ("/job:ps/task:0", "/job:ps/task:1"):
             s = settled_stats(targets[0], device)
             assert s["timeouts"] == 0 and s["live_steps"] == 0
+    switched = {name: [switches(o) for o in orders] for name, orders in outcomes.items()}
+    inverted = {name: [inversions(o) for o in orders] for name, orders in outcomes.items()}
     # One window serves the steps in turn: the older step's tensors go first, and the younger's only
     # while the older's next has not reached the window (work-conserving). With every gate invoked
     # in time that is at most one early tensor, so at most 2 switches; on a loaded machine a gate
     # the executor runs late lets one more through now and then (seen: 3 to 5 in one of 10), so
     # most steps, not all, are held to that.
-    assert statistics.median(outcomes[True]) <= 2
+    assert statistics.median(switched["steps"]) <= 2
     # One window per channel splits each PS between the workers: their releases interleave.
-    assert statistics.median(outcomes[False]) > 4
-    assert sum(outcomes[True]) * 3 < sum(outcomes[False])
+    assert statistics.median(switched["channel"]) > 4
+    assert sum(switched["steps"]) * 3 < sum(switched["channel"])
+    # In lockstep they interleave too, and in priority order across both workers: no later tensor
+    # of one before an earlier one of the other but where a gate ran late (work-conserving), far
+    # fewer than served in turn (every tensor of the first worker before the second's) or split
+    # by two windows
+    assert statistics.median(switched["lockstep"]) > 4
+    assert statistics.median(inverted["lockstep"]) <= 8
+    assert sum(inverted["lockstep"]) * 4 < min(sum(inverted["steps"]), sum(inverted["channel"]))
 
 
 def test_host_credit_needs_a_credit():
@@ -389,6 +415,10 @@ def test_host_credit_needs_a_credit():
 
     with pytest.raises(TfschedError, match="host_credit needs a credit"):
         tfsched.enable(host_credit=True, credit=0)
+    with pytest.raises(TfschedError, match="host_order 'priority' orders the window per sending task"):
+        tfsched.enable(credit=WEIGHT, host_order="priority")
+    with pytest.raises(TfschedError, match="host_order must be one of steps, priority, got 'fair'"):
+        tfsched.enable(credit=WEIGHT, host_credit=True, host_order="fair")
 
 
 def test_ack_share_is_checked():

@@ -355,7 +355,13 @@ def _train_sync_replicas(cluster, config, steps: int, sparse: bool = False):
 
 
 @pytest.mark.parametrize(
-    "settings", [{}, {"partition": 8192, "credit": 16384, "host_credit": True}], ids=["tio", "pc-host"]
+    "settings",
+    [
+        {},
+        {"partition": 8192, "credit": 16384, "host_credit": True},
+        {"partition": 8192, "credit": 16384, "host_credit": True, "host_order": "priority"},
+    ],
+    ids=["tio", "pc-host", "pc-lockstep"],
 )
 def test_sync_replicas_optimizer_trains_bitwise_identical(cluster, settings):
     """TF1's synchronous PS training (``SyncReplicasOptimizer``): every push into the PS's

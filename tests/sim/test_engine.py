@@ -203,6 +203,28 @@ class TestSimulate:
         with pytest.raises(TfschedError, match="needs a credit"):
             simulate(sg, "counter", host_credit=True)
 
+    def test_a_lockstep_window_serves_every_workers_next_tensor_in_turn(self):
+        # Two workers' steps (between-graph replication) each pull two 1 MB variables (1 s each
+        # alone on the PS's link), the first needed first: one window for the PS, one tensor in
+        # flight
+        g = chain_graph(2, [250_000, 250_000])
+        first, second = sorted(g.transfers, key=lambda t: t.variable)
+        s = Schedule("tio", {first: 0, second: 1}, mode="counter")
+        sg = build_sim_graph(g, oracle_with({}, bandwidth_bps=8e6), s, workers=2)
+
+        def finish(**kw):
+            r = simulate(sg, "counter", credit_bytes=1_000_000, host_credit=True, **kw)
+            return sorted(r.run_finish.values())
+
+        # in turn: worker 0's u and v, then worker 1's: 2 s and 4 s
+        assert finish() == pytest.approx([2.0, 4.0])
+        # in lockstep: both u's, then both v's: the workers end 1 s apart, not 2
+        assert finish(host_order="priority") == pytest.approx([3.0, 4.0])
+        with pytest.raises(TfschedError, match="needs host_credit"):
+            simulate(sg, "counter", credit_bytes=1_000_000, host_order="priority")
+        with pytest.raises(TfschedError, match="host_order must be one of steps, priority"):
+            simulate(sg, "counter", credit_bytes=1_000_000, host_credit=True, host_order="fair")
+
     def test_links_shared_unequally_between_the_workers(self):
         sg, ends = _two_workers_pulling_one_variable()
 

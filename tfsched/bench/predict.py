@@ -196,6 +196,7 @@ def scheduled_runs(
         credit_bytes=spec.credit * PARAM_BYTES or None,
         min_acked_bytes=MIN_ACKED_BYTES,
         host_credit=spec.host_credit,
+        host_order=spec.host_order,
         ack_share=spec.effective_ack_share,
         credit_return=spec.credit_return,
         ack_slot_s=ack_slot_s,

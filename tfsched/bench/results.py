@@ -219,7 +219,7 @@ def markdown(summary: dict) -> str:
     sized = [
         r
         for r in summary["modes"]
-        if {"pc"} <= set(split_placed(r["mode"])[0].split("+")[1:]) <= {"pc", "host"}
+        if {"pc"} <= set(split_placed(r["mode"])[0].split("+")[1:]) <= {"pc", "host", "lockstep"}
     ]
     # per placement (each sized for its own busiest channel), said once where they all agree
     sizes = {split_placed(r["mode"])[1]: (r["partition"], r["credit"]) for r in sized if r.get("partition")}

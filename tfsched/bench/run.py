@@ -38,7 +38,9 @@ class ModeSpec:
     most parameters a channel carries in a step; 10,000,000 and 40,000,000 at 10 Gbit/s;
     ``bandwidth_bps`` is the link, None for loopback), ``+pN`` and
     ``+cN`` set either one (``tao+p500000+c2000000``); ``+host`` makes the credit one window per
-    sending task, workers served in turn (``tao+pc+host``); ``+aN`` acknowledges transfers of at
+    sending task, workers served in turn (``tao+pc+host``); ``+lockstep`` makes it one window per
+    sending task that serves every worker's next tensor by priority, the workers in lockstep
+    (``tao+pc+lockstep``: ``enable(host_credit=True, host_order="priority")``); ``+aN`` acknowledges transfers of at
     least credit/N parameters (``tao+pc+a32``; default ``DEFAULT_ACK_SHARE``, 8); ``+sent``
     returns the credit when the sender has sent a tensor, with no acknowledgement
     (``enable(credit_return="sent")``). ``tfsched bench --tuned FILE`` turns the mode ``tuned``
@@ -50,6 +52,7 @@ class ModeSpec:
     partition: int = 0
     credit: int = 0
     host_credit: bool = False
+    host_order: str = "steps"  # "priority" (+lockstep): the window's workers in lockstep
     ack_share: int | None = None  # None: the pass's default
     credit_return: str = "ack"  # "sent": no acknowledgements (enable(credit_return=...))
 
@@ -66,15 +69,18 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
     alg, *knobs = name.split("+")
     if alg not in ALGORITHMS:
         raise TfschedError(
-            f"unknown mode {name!r}: expected baseline or one of {', '.join(ALGORITHMS)} [+pc][+pN][+cN][+host][+aN][+sent]"
+            f"unknown mode {name!r}: expected baseline or one of {', '.join(ALGORITHMS)} [+pc][+pN][+cN][+host|+lockstep][+aN][+sent]"
         )
     partition = credit = 0
     host = False
+    host_order = "steps"
     ack_share = None
     credit_return = "ack"
     for k in knobs:
-        if k == "host":
-            host = True
+        if k in ("host", "lockstep"):
+            if host:
+                raise TfschedError(f"unknown mode {name!r}: +host and +lockstep are two orders of one window")
+            host, host_order = True, "priority" if k == "lockstep" else "steps"
         elif k == "sent":
             credit_return = "sent"
         elif k == "pc":
@@ -88,12 +94,14 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
                 ack_share = int(k[1:])
         else:
             raise TfschedError(
-                f"unknown mode {name!r}: {k!r} is not pc, pN, cN (N parameters > 0), host, aN (N > 0) or sent"
+                f"unknown mode {name!r}: {k!r} is not pc, pN, cN (N parameters > 0), host, lockstep, aN (N > 0) "
+                "or sent"
             )
-    for knob, given in (("+host", host), ("+aN", ack_share), ("+sent", credit_return != "ack")):
+    window = "+lockstep" if host_order == "priority" else "+host"
+    for knob, given in ((window, host), ("+aN", ack_share), ("+sent", credit_return != "ack")):
         if given and not credit:
             raise TfschedError(f"unknown mode {name!r}: {knob} needs a credit (+pc or +cN)")
-    return ModeSpec(name, alg, partition, credit, host, ack_share, credit_return)
+    return ModeSpec(name, alg, partition, credit, host, host_order, ack_share, credit_return)
 
 
 TUNED = "tuned"  # the mode that runs a tune file's best setting (tuned_mode)
@@ -247,7 +255,7 @@ class ModeResult:
     # share, see predict.machine_slots_from_cpu)
     comm_cpu_s_per_message: float = 0.0
     measured: dict = field(default_factory=dict)  # E, bounds, the simulator's prediction (predict.py)
-    # partition, credit (parameters), host_credit, ack_share, credit_return
+    # partition, credit (parameters), host_credit, host_order, ack_share, credit_return
     knobs: dict = field(default_factory=dict)
 
     @property
@@ -370,6 +378,7 @@ def mode_configs(
             "partition": spec.partition,
             "credit": spec.credit,
             "host_credit": spec.host_credit,
+            "host_order": spec.host_order,
             "ack_share": spec.ack_share,
             "credit_return": spec.credit_return,
             "timeout_ms": timeout_ms,
@@ -907,6 +916,7 @@ def cluster_side_by_side(
                     "partition": spec.partition,
                     "credit": spec.credit,
                     "host_credit": spec.host_credit,
+                    "host_order": spec.host_order,
                     "ack_share": spec.effective_ack_share,
                     "credit_return": spec.credit_return,
                 }

@@ -138,6 +138,7 @@ def coordinate(args: dict) -> dict:
             kwargs["dump_graphs"] = args["dump_graphs"]
         if mode.credit:
             kwargs.update(partition=mode.partition, credit=mode.credit, host_credit=mode.host_credit)
+            kwargs["host_order"] = mode.host_order
             kwargs["credit_return"] = mode.credit_return
             if mode.ack_share is not None:
                 kwargs["ack_share"] = mode.ack_share
@@ -465,6 +466,7 @@ def _rows(modes, specs, rounds_of: dict[str, list[dict]], traced: dict[str, dict
                     "partition": s.partition,
                     "credit": s.credit,
                     "host_credit": s.host_credit,
+                    "host_order": s.host_order,
                     "ack_share": s.effective_ack_share,
                     "credit_return": s.credit_return,
                 }

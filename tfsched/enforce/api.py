@@ -10,7 +10,7 @@ from tfsched.graph.devices import check_job_name
 
 # the pass's defaults (scheduler.h) and how the credit comes back (the pass's credit_return): the
 # receiver's acknowledgement, or the sender's transport done with the tensor
-from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_ack_share, check_credit_return
+from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_ack_share, check_credit_return, check_host_order
 from tfsched.units import is_count
 
 OPTIMIZER_NAME = "TfschedScheduler"
@@ -183,6 +183,7 @@ def enable(
     partition: int | None = None,
     credit: int | None = None,
     host_credit: bool = False,
+    host_order: str = "steps",
     ack_share: int | None = None,
     credit_return: str = "ack",
     bandwidth_bps: float | None = None,
@@ -214,6 +215,11 @@ def enable(
         the workers' steps in the order they reach the task: a PS then sends one worker its
         parameters after the other, so the first computes and pushes while the next pulls (an
         improvement over ByteScheduler, measured in BENCHMARKS.md). Needs ``credit``.
+    host_order : with ``host_credit``, what the window serves first: ``"steps"`` (default), the
+        oldest step's tensors, as above; or ``"priority"``, every step's highest-priority tensor
+        (ties: the oldest step's), so that the workers pull in lockstep and their pulls end
+        together: less time waiting for each other at a synchronous step's barrier (TicTac's
+        straggler effect), without the overlap of serving them in turn.
     ack_share : the credit acknowledges transfers of at least ``credit / ack_share`` parameters
         (and 16,384); the smaller ones are ordered but released without waiting for credit, so
         they race for the wire (each acknowledgement is one more RPC). Default
@@ -255,6 +261,7 @@ def enable(
         raise TfschedError("fetches choose what of graph= a step runs; give graph= too")
     if host_credit and not credit:
         raise TfschedError("host_credit needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
+    check_host_order(host_order, host_credit)
     if ack_share is not None:
         check_ack_share(ack_share)
         if not credit:
@@ -310,6 +317,7 @@ def enable(
     opt.parameter_map["credit"].i = credit
     opt.parameter_map["sizes_bandwidth_bps"].f = bandwidth_bps or 0.0
     opt.parameter_map["host_credit"].b = host_credit
+    opt.parameter_map["host_order"].s = host_order.encode()
     opt.parameter_map["ack_share"].i = DEFAULT_ACK_SHARE if ack_share is None else ack_share
     opt.parameter_map["credit_return"].s = credit_return.encode()
     if dump_graphs is not None:
@@ -333,7 +341,7 @@ def enable_functions(**kwargs):
     and free it when the call ends, fails or is cancelled.
 
     ``kwargs`` are ``enable``'s: ``algorithm="tio"`` (the default, from the graph alone),
-    ``partition``, ``credit``, ``host_credit``, ``ack_share``, ``credit_return``,
+    ``partition``, ``credit``, ``host_credit``, ``host_order``, ``ack_share``, ``credit_return``,
     ``bandwidth_bps``, ``timeout_ms``, ``ps_job``, ``strict``, ``dump_graphs``, and ``schedule``
     with its ``algorithm``: a ``tfsched analyze -o`` file made from a function's graph as the pass
     got it (``dump_graphs``) and a trace of its calls (``trace_functions``). The schedule orders

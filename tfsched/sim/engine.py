@@ -65,8 +65,10 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   measured;
 * with ``host_credit`` (the pass's ``host_credit``, cc/gate.h HostLink): the credit is one window
   per sending task; an acknowledged message that its channel let go waits there, and the window
-  takes the oldest step's (then the first worker's) highest-priority message first. Its channel's
-  counter moves on only once the window took it;
+  takes the oldest step's (then the first worker's) highest-priority message first, or with
+  ``host_order="priority"`` the highest-priority message of every step first (ties: the oldest
+  step's, then the first worker's), the steps in lockstep. Its channel's counter moves on only
+  once the window took it;
 * with ``credit_return="sent"`` (the pass's ``credit_return``, cc/gate_ops.cc SentBuffer): a
   message's credit comes back when its last byte leaves the sender, with no acknowledgement
   (the pass returns it a little earlier, once gRPC has written the bytes to the kernel: the
@@ -98,6 +100,9 @@ from tfsched.units import is_count
 POLICIES = ("fifo", "random", "counter", "queue")
 # when a message's credit comes back (the pass's credit_return, enforce.api.enable)
 CREDIT_RETURNS = ("ack", "sent")
+# what a window per sending task serves first (the pass's host_order, enforce.api.enable): the
+# oldest step's messages, or every step's highest priority (the steps in lockstep)
+HOST_ORDERS = ("steps", "priority")
 # the pseudo-resource that runs the acknowledgements' CPU on a shared machine, and how many at once
 ACKS = "acks"
 _ACKS_AT_ONCE = 1 << 30
@@ -113,6 +118,18 @@ def check_credit_return(credit_return) -> str:
     if credit_return not in CREDIT_RETURNS:
         raise TfschedError(f"credit_return must be one of {', '.join(CREDIT_RETURNS)}, got {credit_return!r}")
     return credit_return
+
+
+def check_host_order(host_order, host_credit: bool) -> str:
+    """``host_order`` if it is one of ``HOST_ORDERS`` and, other than "steps", has the window per
+    sending task (``host_credit``) it orders; else one TfschedError line."""
+    if host_order not in HOST_ORDERS:
+        raise TfschedError(f"host_order must be one of {', '.join(HOST_ORDERS)}, got {host_order!r}")
+    if host_order != "steps" and not host_credit:
+        raise TfschedError(
+            f"host_order {host_order!r} orders the window per sending task: it needs host_credit"
+        )
+    return host_order
 
 
 def check_ack_share(ack_share) -> int:
@@ -212,6 +229,7 @@ def simulate(
     seed: int = 0,
     record: bool = False,
     host_credit: bool = False,
+    host_order: str = "steps",
     race: bool = False,
     ack_share: int = DEFAULT_ACK_SHARE,
     credit_return: str = "ack",
@@ -227,6 +245,7 @@ def simulate(
     if not 0 < worker_weight <= 1:
         raise TfschedError(f"worker_weight must be in (0, 1], got {worker_weight!r}")
     check_credit_return(credit_return)
+    lockstep = check_host_order(host_order, host_credit) == "priority"
     if not ack_slot_s >= 0:
         raise TfschedError(f"ack_slot_s must be a non-negative number of seconds, got {ack_slot_s!r}")
     if policy not in POLICIES:
@@ -285,7 +304,8 @@ def simulate(
     waiting: dict[tuple, list] = defaultdict(list)  # gate -> heap of (rank or key, tiebreak, id)
     fifo_waiting: dict[tuple, list] = defaultdict(list)  # gate -> heap of (ready time, tiebreak, id)
     inflight: dict[tuple, int] = defaultdict(int)  # gate -> bytes released but not yet received
-    # host_credit: sending task -> heap of ((step, worker), order, tiebreak, id), and its bytes in flight
+    # host_credit: sending task -> heap of ((step, worker), order, tiebreak, id) (with lockstep,
+    # (order, (step, worker), tiebreak, id)), and its bytes in flight
     host_waiting: dict[str, list] = defaultdict(list)
     host_inflight: dict[str, int] = defaultdict(int)
     windowed = [host_credit and a for a in acked]  # messages the task's window takes
@@ -469,7 +489,9 @@ def simulate(
                     break
                 if windowed[i]:  # its turn on the channel; now the task's window decides
                     heapq.heappop(heap)
-                    heapq.heappush(host_waiting[gate[0]], ((sg.step[i], sg.worker[i]), order, tiebreak[i], i))
+                    age = (sg.step[i], sg.worker[i])
+                    key = (order, age) if lockstep else (age, order)
+                    heapq.heappush(host_waiting[gate[0]], (*key, tiebreak[i], i))
                     todo.extend(pump_host(gate[0]))
                     continue
                 if acked[i] and inflight[gate] > 0 and inflight[gate] + sg.nbytes[i] > credit_bytes:
