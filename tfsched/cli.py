@@ -16,7 +16,6 @@ from click.core import ParameterSource
 
 from tfsched.errors import TfschedError
 from tfsched.models.build import PS_PLACEMENTS
-from tfsched.sim.engine import HOST_ORDERS
 
 # The built-in models (tfsched.models.MODELS), listed here so that --help needs no import of them.
 BUILTIN_MODELS = [
@@ -175,6 +174,8 @@ _ack_share_option = click.option(
 # When a credit window's credit comes back (analyze: needs --credit; tune: its trials'); the
 # choices are sim.engine.CREDIT_RETURNS, listed here so that --help needs no import of it.
 CREDIT_RETURN_CHOICES = ("ack", "sent")
+# What a window per sending task serves first (analyze --host-order): sim.engine.HOST_ORDERS, as above
+HOST_ORDER_CHOICES = ("steps", "priority")
 _credit_return_option = click.option(
     "--credit-return",
     type=click.Choice(CREDIT_RETURN_CHOICES),
@@ -331,7 +332,7 @@ _tag_set_option = click.option(
 )
 @click.option(
     "--host-order",
-    type=click.Choice(HOST_ORDERS),
+    type=click.Choice(HOST_ORDER_CHOICES),
     default="steps",
     show_default=True,
     help="What --host-credit's window serves first: the oldest step's tensors (steps) or every "

@@ -168,10 +168,10 @@ class TestAnalyze:
         text = run(*base, "--credit", "100000", "--credit-return", "sent")
         assert text.returncode == 0 and "credit returned when sent" in text.stdout
         assert_one_line_error(run(*base, "--credit-return", "sent"), "--credit-return needs --credit")
-        from tfsched.cli import CREDIT_RETURN_CHOICES
-        from tfsched.sim.engine import CREDIT_RETURNS
+        from tfsched.cli import CREDIT_RETURN_CHOICES, HOST_ORDER_CHOICES
+        from tfsched.sim.engine import CREDIT_RETURNS, HOST_ORDERS
 
-        assert CREDIT_RETURN_CHOICES == CREDIT_RETURNS
+        assert CREDIT_RETURN_CHOICES == CREDIT_RETURNS and HOST_ORDER_CHOICES == HOST_ORDERS
 
     def test_saved_model(self, seq_graph_file, seq_saved_model, tmp_path):
         from google.protobuf import text_format

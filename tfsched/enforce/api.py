@@ -218,8 +218,9 @@ def enable(
     host_order : with ``host_credit``, what the window serves first: ``"steps"`` (default), the
         oldest step's tensors, as above; or ``"priority"``, every step's highest-priority tensor
         (ties: the oldest step's), so that the workers pull in lockstep and their pulls end
-        together: less time waiting for each other at a synchronous step's barrier (TicTac's
-        straggler effect), without the overlap of serving them in turn.
+        together, without the overlap of serving them in turn. Measured on VGG16 training
+        (BENCHMARKS.md): no gain (1.006x, 0.997x), and the straggler effect not reliably lower
+        (0.050 against 0.103, then 0.097 against 0.110); not for speed.
     ack_share : the credit acknowledges transfers of at least ``credit / ack_share`` parameters
         (and 16,384); the smaller ones are ordered but released without waiting for credit, so
         they race for the wire (each acknowledgement is one more RPC). Default
