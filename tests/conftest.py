@@ -1,10 +1,37 @@
+import fcntl
 import os
+import tempfile
 
 import pytest
 
 from tfsched.bench.local import free_port  # noqa: F401  (tests import it from here)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+@pytest.fixture(autouse=True)
+def _alone_or_together(request):
+    """Under pytest-xdist (README's ``pytest -n 2``) a test marked ``alone`` runs with no other test
+    at once: it holds the run's lock exclusively, every other test holds it shared. A test that
+    waits for it alone holds the turnstile meanwhile, so tests that keep coming do not pass it
+    (flock grants a shared lock to a newcomer while an exclusive one waits). One test at a time,
+    as without xdist, there is nothing to wait for."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        yield
+        return
+    base = os.path.join(tempfile.gettempdir(), f"tfsched-tests-{run}")
+    alone = request.node.get_closest_marker("alone") is not None
+    with open(base + ".turnstile", "a") as turnstile, open(base + ".lock", "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")
