@@ -171,7 +171,7 @@ def test_two_workers_calls_at_once_leave_no_state():
 
 
 # Run beside another test under xdist it failed twice in three rehearsals (once a client hung for
-# 300 s, once a later call's whole state was counted as the failed call's); alone, never
+# 300 s, once the failed run counted a whole call per state: most likely a later call's); alone, never
 @pytest.mark.alone
 def test_a_failed_call_frees_its_state_on_every_task():
     """A call that fails in its backward pass, on the worker, leaves no gate state on any task
