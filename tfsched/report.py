@@ -188,7 +188,7 @@ def print_analysis(
         summary.add_row(f"scheduled ({s.algorithm}, priority only)", f"{p.priority_only_s:.4f}")
         knobs = ", ".join(f"{k} {v:,}" for k, v in (("partition", p.partition), ("credit", p.credit)) if v)
         knobs += " per sending task" if p.host_credit else ""
-        knobs += ", its steps in lockstep" if p.host_credit and p.host_order == "priority" else ""
+        knobs += ", its steps in lockstep" if p.host_order == "priority" else ""  # implies host_credit
         knobs += f", ack from credit/{p.ack_share}" if p.credit and p.ack_share != DEFAULT_ACK_SHARE else ""
         knobs += ", credit returned when sent" if p.credit and p.credit_return == "sent" else ""
         summary.add_row(f"scheduled ({s.algorithm}, {knobs})", f"{p.scheduled_s:.4f}")

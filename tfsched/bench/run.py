@@ -61,6 +61,18 @@ class ModeSpec:
     def effective_ack_share(self) -> int:
         return DEFAULT_ACK_SHARE if self.ack_share is None else self.ack_share
 
+    @property
+    def knobs(self) -> dict:
+        """The settings in force, as a results file records them for a mode."""
+        return {
+            "partition": self.partition,
+            "credit": self.credit,
+            "host_credit": self.host_credit,
+            "host_order": self.host_order,
+            "ack_share": self.effective_ack_share,
+            "credit_return": self.credit_return,
+        }
+
 
 def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: int | None = None) -> ModeSpec:
     from tfsched.enforce.api import link_sizes
@@ -914,14 +926,7 @@ def cluster_side_by_side(
             plain, key = split_placed(name)
             spec = parse_mode(plain, bandwidth_bps, saved[key][2])
             if spec.algorithm is not None:
-                res.knobs = {
-                    "partition": spec.partition,
-                    "credit": spec.credit,
-                    "host_credit": spec.host_credit,
-                    "host_order": spec.host_order,
-                    "ack_share": spec.effective_ack_share,
-                    "credit_return": spec.credit_return,
-                }
+                res.knobs = spec.knobs
         if measure:
             from tfsched.bench.predict import annotate
 

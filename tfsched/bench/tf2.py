@@ -462,16 +462,7 @@ def _rows(modes, specs, rounds_of: dict[str, list[dict]], traced: dict[str, dict
                     for x, b in zip(rounds_of[m], rounds_of["baseline"], strict=True)
                 ],
                 "rounds": rounds_of[m],
-                "knobs": {
-                    "partition": s.partition,
-                    "credit": s.credit,
-                    "host_credit": s.host_credit,
-                    "host_order": s.host_order,
-                    "ack_share": s.effective_ack_share,
-                    "credit_return": s.credit_return,
-                }
-                if s.algorithm is not None
-                else {},
+                "knobs": s.knobs if s.algorithm is not None else {},
                 "traced": traced[m],
             }
         )
