@@ -9,6 +9,7 @@ import pytest
 from tests.helpers import BENCH_SEQ32, cli
 from tfsched.bench import netns
 from tfsched.bench.predict import FIT_LOW
+from tfsched.bench.stagger import PHASES
 
 pytestmark = [
     pytest.mark.cluster,
@@ -287,6 +288,8 @@ def test_bench_command_writes_every_field(tmp_path):
         assert r["predicted_s"] == pytest.approx(r["iteration_mean_s"] * (1 + r["prediction_error"]))
         # the machine's CPU over the timed rounds: some per step, never more than it had
         assert r["cpu_s_per_step"] > 0 and 0 < r["cpu_busy"] <= 1
+        # every worker of the traced steps: how far apart they reached each phase (bench.stagger)
+        assert set(r["stagger"]) == set(PHASES) and all(0 <= r["stagger"][p] < 1 for p in PHASES), r
     # what moving a byte costs the machine, measured once with the baseline
     assert data["modes"][0]["comm_cpu_s_per_byte"] > 0 and "comm_cpu_s_per_byte" not in data["modes"][1]
     assert 0 < data["modes"][0]["comm_cpu_s_per_message"] < 1
@@ -306,6 +309,7 @@ def test_bench_command_writes_every_field(tmp_path):
         assert simulated == pytest.approx(measured, abs=0.1)
     assert f"`tio+p20000+c40000`: the best setting of `tfsched tune` ({tmp_path / 'tune.json'})." in md
     assert "| baseline |" in md and "| tio |" in md
+    assert "| mode | last parameter in | computed | last gradient out | step ended |" in md
     # TAO ordered from op times traced on this cluster, and says so
     assert data["modes"][3]["ordered_from"] and not any("ordered_from" in r for r in data["modes"][:3])
     assert "TAO ordered from worker 0's op times, traced alone before the rounds." in md

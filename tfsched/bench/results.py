@@ -8,6 +8,7 @@ import platform
 import re
 
 from tfsched.bench.run import TIMED, ModeResult, placed_mode, split_placed, spread
+from tfsched.bench.stagger import PHASES
 from tfsched.io import write_atomic
 
 
@@ -131,6 +132,25 @@ def tuned_lines(config: dict) -> list[str]:
     return ["", f"`{t['mode']}`: the best setting of `tfsched tune` ({t['file']})."] if t else []
 
 
+def stagger_lines(summary: dict) -> list[str]:
+    """The straggler effect by phase (``bench.stagger``), where the traced steps measured it
+    (files from before the forty-ninth session have none)."""
+    rows = [r for r in summary["modes"] if r.get("stagger")]
+    if not rows:
+        return []
+    lines = [
+        "",
+        f"Where the workers part, over the traced step{'s' if summary['config'].get('trace_steps', 1) > 1 else ''}"
+        " of each mode (every worker traced; the latest worker minus the earliest, over the step):",
+        "",
+        "| mode | last parameter in | computed | last gradient out | step ended |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['mode']} | " + " | ".join(_number(r["stagger"].get(p)) for p in PHASES) + " |")
+    return lines
+
+
 def markdown(summary: dict) -> str:
     c = summary["config"]
     link = f"{c['bandwidth']}" + (f", {c['latency']} latency" if c.get("latency") else "")
@@ -177,6 +197,7 @@ def markdown(summary: dict) -> str:
         "as its slowest worker (how steady the training step is; the workers' stagger within a step "
         "is the straggler effect).",
     ]
+    lines += stagger_lines(summary)
     # the graph the simulator laid out (tracing.replay.graph_that_ran): since the twenty-ninth session
     laid = next((r["simulated_graph"] for r in summary["modes"] if r.get("simulated_graph")), None)
     if laid and laid["from"] == "ran":

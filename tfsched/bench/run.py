@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tfsched.bench.netns import DEFAULT_QUEUE_S
+from tfsched.bench.stagger import mean_spreads, worker_phases
 from tfsched.errors import TfschedError, cause_line
 from tfsched.sim.engine import DEFAULT_ACK_SHARE
 from tfsched.tracing.collector import trace_of
@@ -269,6 +270,8 @@ class ModeResult:
     # share, see predict.machine_slots_from_cpu)
     comm_cpu_s_per_message: float = 0.0
     measured: dict = field(default_factory=dict)  # E, bounds, the simulator's prediction (predict.py)
+    # with the traced steps: per phase, how far apart the workers reached it (bench.stagger)
+    stagger: dict = field(default_factory=dict)
     # partition, credit (parameters), host_credit, host_order, ack_share, credit_return
     knobs: dict = field(default_factory=dict)
 
@@ -312,6 +315,7 @@ class ModeResult:
             # straggler effect)
             "iteration_p95_over_p50": spread(its),
             "straggler": self.straggler,
+            **({"stagger": self.stagger} if self.stagger else {}),
             "steps": self.steps,
             "throughput_steps_per_s": self.throughput,
             "p50_s": self.percentile(50),
@@ -619,7 +623,7 @@ def run_side_by_side(
                     if barrier.wait(timeout=step_timeout_s) == 0 and k == 0:
                         started.append(time.perf_counter())
                         cpu.append(cpu_seconds())
-                    md = tf.compat.v1.RunMetadata() if traced and w == 0 else None
+                    md = tf.compat.v1.RunMetadata() if traced else None
                     t, mono = time.perf_counter(), time.monotonic()
                     sess.run(built.train_op, options=trace_options if md else run_options, run_metadata=md)
                     dt = time.perf_counter() - t
@@ -628,6 +632,9 @@ def run_side_by_side(
                         if step_log is not None and round_ is not None:
                             step_log.append(StepRecord(mode, round_, k, w, mono, time.monotonic()))
                     if md is not None:
+                        with lock:
+                            box.setdefault("steps", {}).setdefault(k, {})[w] = md
+                    if md is not None and w == 0:
                         box.setdefault("mds", []).append(md)
                         box["graph"] = built.graph
             except BaseException as e:  # noqa: BLE001 - re-raised below
@@ -720,6 +727,12 @@ def run_side_by_side(
                 with RpcLogging(log_tasks):
                     _, _, box = synchronized(mode, trace_steps, 0, traced=True)
                 results[mode].trace = trace_of(box["mds"], box["graph"], {"mode": mode, "worker": 0})
+                results[mode].stagger = mean_spreads(
+                    [
+                        {w: worker_phases(md, f"/job:worker/replica:0/task:{w}") for w, md in step.items()}
+                        for _, step in sorted(box["steps"].items())
+                    ]
+                )
                 part_done(rounds * len(configs) + list(configs).index(mode) + 1)
             bases = [m for m in configs if split_placed(m)[0] == "baseline"]
             for base_mode in bases:

@@ -1,0 +1,111 @@
+"""The straggler effect by phase, from every worker's traced step (bench.stagger)."""
+
+import pytest
+
+from tfsched.bench.stagger import PHASES, mean_spreads, phase_spreads, worker_phases
+from tfsched.errors import TfschedError
+
+PS = "/job:ps/replica:0/task:0/device:CPU:0"
+W1 = "/job:worker/replica:0/task:1/device:CPU:0"
+
+
+def _metadata(nodes):
+    """A RunMetadata whose step stats hold ``nodes``: (device, node name, label, start us, end us)."""
+    from tensorflow.core.protobuf import config_pb2
+
+    md = config_pb2.RunMetadata()
+    devices = {}
+    for device, name, label, start, end in nodes:
+        if device not in devices:
+            devices[device] = md.step_stats.dev_stats.add(device=device)
+        devices[device].node_stats.add(
+            node_name=name,
+            timeline_label=label,
+            all_start_micros=start,
+            op_start_rel_micros=0,
+            op_end_rel_micros=end - start,
+            all_end_rel_micros=end - start,
+        )
+    return md
+
+
+def _worker_step(offset: int = 0):
+    """Worker 1's step: a pull, a conv, a gradient pushed, and what the pass adds after them."""
+    t = 1_000_000_000 + offset
+    return _metadata(
+        [
+            (W1, "_SOURCE", "_SOURCE = NoOp()", t, t),
+            (
+                W1,
+                "RecvTensor",
+                f"[4.0MB] [1Mb/s] edge_3_conv/ReadVariableOp from {PS} to {W1}",
+                t + 10,
+                t + 400_000,
+            ),
+            (W1, "conv", "conv = Conv2D(x, conv/ReadVariableOp)", t + 400_000, t + 900_000),
+            (W1, "grad", "grad = Conv2DBackpropFilter(x, y)", t + 900_000, t + 1_500_000),
+            # the gate waits on the window past the last computation: no computing
+            (
+                W1,
+                "grad/tfsched_gate_to_ps_0",
+                "grad/tfsched_gate_to_ps_0 = TfschedGate(grad)",
+                t + 1_500_000,
+                t + 1_700_000,
+            ),
+            (
+                PS,
+                "RecvTensor",
+                f"[4.0MB] [1Mb/s] edge_7_grad/tfsched_gate_to_ps_0 from {W1} to {PS}",
+                t + 1_700_000,
+                t + 2_000_000,
+            ),
+            # its acknowledgement comes back later, and is no tensor of the step
+            (
+                W1,
+                "RecvTensor",
+                f"[8B] [1Mb/s] edge_9_grad/tfsched_gate_to_ps_0/ack from {PS} to {W1}",
+                t + 2_000_000,
+                t + 2_100_000,
+            ),
+            (PS, "apply", "apply = ResourceApplyGradientDescent(w, lr, grad)", t + 2_000_000, t + 2_300_000),
+        ]
+    )
+
+
+def test_a_workers_phases_come_from_its_own_transfers_and_computation():
+    phases = worker_phases(_worker_step(), "/job:worker/replica:0/task:1")
+    assert phases == pytest.approx(
+        {"started": 1000.0, "pulled": 1000.4, "computed": 1001.5, "pushed": 1002.0, "ended": 1002.3}
+    )
+    # the step of another worker is refused, in one line
+    with pytest.raises(TfschedError, match="no op on /job:worker/replica:0/task:0"):
+        worker_phases(_worker_step(), "/job:worker/replica:0/task:0")
+
+
+def test_an_inference_step_has_no_push():
+    md = _metadata(
+        [
+            (W1, "RecvTensor", f"[4.0MB] [1Mb/s] edge_3_conv/ReadVariableOp from {PS} to {W1}", 10, 400_000),
+            (W1, "conv", "conv = Conv2D(x, conv/ReadVariableOp)", 400_000, 900_000),
+        ]
+    )
+    phases = worker_phases(md, "/job:worker/replica:0/task:1")
+    assert phases["pushed"] is None and phases["computed"] == pytest.approx(0.9)
+    steps = [{0: phases, 1: dict(phases, computed=1.0, ended=1.0)}]
+    assert mean_spreads(steps)["pushed"] is None
+    assert mean_spreads(steps)["computed"] == pytest.approx(0.1 / (1.0 - 10e-6))
+
+
+def test_spreads_are_over_each_steps_own_time_and_averaged():
+    early = {"started": 0.0, "pulled": 1.0, "computed": 2.0, "pushed": 3.0, "ended": 4.0}
+    late = {p: t + 0.4 for p, t in early.items()}
+    # two workers 0.4 s apart in every phase of a 4.4 s step: each spread 0.4 / 4.4
+    assert phase_spreads({0: early, 1: late}) == pytest.approx({p: 0.4 / 4.4 for p in PHASES})
+    # a step whose workers end together but pulled 1 s apart, in a 4 s step
+    together = dict(early, pulled=2.0)
+    second = phase_spreads({0: early, 1: together})
+    assert second["pulled"] == pytest.approx(0.25) and second["ended"] == 0.0
+    means = mean_spreads([{0: early, 1: late}, {0: early, 1: together}, {0: early}])
+    assert means["pulled"] == pytest.approx((0.4 / 4.4 + 0.25) / 2)
+    assert means["ended"] == pytest.approx(0.4 / 4.4 / 2)
+    assert mean_spreads([{0: early}]) == {p: None for p in PHASES}

@@ -1,0 +1,92 @@
+"""Where the workers of a synchronized step part: the straggler effect by phase.
+
+The straggler effect (``ModeResult.straggler``) says how far apart the workers end a step, not
+why. Every worker's traced step (its ``RunMetadata``, the PS's part of it included) says when it
+got its last parameter, finished computing, had its last gradient received and ended, on the
+machine's one wall clock: every task of an emulated cluster runs on this machine. How far apart
+the workers are at each of these points, over the step's time, shows which phase staggers them:
+
+- ``pulled``: the end of the last transfer into the worker (its parameters);
+- ``computed``: the end of its last op that computes (gates, transfers and no-ops aside);
+- ``pushed``: the end of the last transfer out of it (its gradients; None in inference);
+- ``ended``: the end of the last op of its step on any task (the PS's updates included).
+
+What the pass adds (acknowledgements, credit) is no tensor of the step and is left out.
+
+>>> spreads = phase_spreads({
+...     0: {"started": 0.0, "pulled": 4.0, "computed": 8.0, "pushed": 8.5, "ended": 8.6},
+...     1: {"started": 0.1, "pulled": 4.1, "computed": 8.4, "pushed": 9.9, "ended": 10.0},
+... })
+>>> {p: round(s, 3) for p, s in spreads.items()}
+{'pulled': 0.01, 'computed': 0.04, 'pushed': 0.14, 'ended': 0.14}
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from tfsched.errors import TfschedError
+from tfsched.graph.devices import task_of
+from tfsched.tracing.collector import parse_run_metadata
+from tfsched.tracing.replay import scheduled_tensor
+
+PHASES = ("pulled", "computed", "pushed", "ended")
+# ops that wait rather than compute: transfers, the pass's gates and protocol, control joins
+_WAITS = {"_Send", "_Recv", "_HostSend", "_HostRecv", "NoOp", "TfschedGate", "TfschedAck", "TfschedCredit"}
+
+
+def worker_phases(run_metadata, task: str) -> dict[str, float | None]:
+    """When worker ``task``'s traced step (``"/job:worker/replica:0/task:1"``) started and
+    reached each of ``PHASES``, in seconds of the machine's wall clock; a phase it has no
+    record of (no gradient sent in inference) is None.
+
+    One error line if the step has no op on ``task`` (the metadata of another worker's step).
+    """
+    ops, transfers, wall_us = parse_run_metadata(run_metadata, 0)
+    t0 = min(
+        ns.all_start_micros
+        for d in run_metadata.step_stats.dev_stats
+        for ns in d.node_stats
+        if ns.all_start_micros > 0
+    )
+    mine = [o for o in ops if task_of(o.device) == task]
+    if not mine:
+        raise TfschedError(f"the traced step has no op on {task}")
+    computing = [o.start_us + o.duration_us for o in mine if o.op and o.op not in _WAITS]
+    carried = [t for t in transfers if scheduled_tensor(t.tensor) is not None]
+    into = [t.start_us + t.duration_us for t in carried if task_of(t.dst) == task != task_of(t.src)]
+    out = [t.start_us + t.duration_us for t in carried if task_of(t.src) == task != task_of(t.dst)]
+
+    def at(times: list[float]) -> float | None:
+        return (t0 + max(times)) / 1e6 if times else None
+
+    return {
+        "started": t0 / 1e6,
+        "pulled": at(into),
+        "computed": at(computing),
+        "pushed": at(out),
+        "ended": (t0 + wall_us) / 1e6,
+    }
+
+
+def phase_spreads(step: dict[int, dict[str, float | None]]) -> dict[str, float | None]:
+    """Per phase, how far apart the workers of one synchronized step reached it (latest minus
+    earliest) over the step's time (the first start to the last end); None where a worker has
+    no record of it."""
+    span = max(p["ended"] for p in step.values()) - min(p["started"] for p in step.values())
+    spreads = {}
+    for phase in PHASES:
+        times = [p[phase] for p in step.values()]
+        spreads[phase] = (max(times) - min(times)) / span if span > 0 and None not in times else None
+    return spreads
+
+
+def mean_spreads(steps: list[dict[int, dict[str, float | None]]]) -> dict[str, float | None]:
+    """``phase_spreads`` of each synchronized step (of two workers or more), the mean over them."""
+    each = [phase_spreads(step) for step in steps if len(step) > 1]
+    return {
+        phase: statistics.fmean(s[phase] for s in each)
+        if each and all(s[phase] is not None for s in each)
+        else None
+        for phase in PHASES
+    }
