@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfsched.bench.stagger import PHASES, mean_spreads, phase_spreads, worker_phases
+from tfsched.bench.stagger import PHASES, mean_spreads, phase_spreads, traced_spreads, worker_phases
 from tfsched.errors import TfschedError
 
 PS = "/job:ps/replica:0/task:0/device:CPU:0"
@@ -29,24 +29,26 @@ def _metadata(nodes):
     return md
 
 
-def _worker_step(offset: int = 0):
-    """Worker 1's step: a pull, a conv, a gradient pushed, and what the pass adds after them."""
+def _worker_step(task: int = 1, offset: int = 0):
+    """Worker ``task``'s step, ``offset`` us later than worker 1's: a pull, a conv, a gradient
+    pushed, and what the pass adds after them."""
     t = 1_000_000_000 + offset
+    worker = f"/job:worker/replica:0/task:{task}/device:CPU:0"
     return _metadata(
         [
-            (W1, "_SOURCE", "_SOURCE = NoOp()", t, t),
+            (worker, "_SOURCE", "_SOURCE = NoOp()", t, t),
             (
-                W1,
+                worker,
                 "RecvTensor",
-                f"[4.0MB] [1Mb/s] edge_3_conv/ReadVariableOp from {PS} to {W1}",
+                f"[4.0MB] [1Mb/s] edge_3_conv/ReadVariableOp from {PS} to {worker}",
                 t + 10,
                 t + 400_000,
             ),
-            (W1, "conv", "conv = Conv2D(x, conv/ReadVariableOp)", t + 400_000, t + 900_000),
-            (W1, "grad", "grad = Conv2DBackpropFilter(x, y)", t + 900_000, t + 1_500_000),
+            (worker, "conv", "conv = Conv2D(x, conv/ReadVariableOp)", t + 400_000, t + 900_000),
+            (worker, "grad", "grad = Conv2DBackpropFilter(x, y)", t + 900_000, t + 1_500_000),
             # the gate waits on the window past the last computation: no computing
             (
-                W1,
+                worker,
                 "grad/tfsched_gate_to_ps_0",
                 "grad/tfsched_gate_to_ps_0 = TfschedGate(grad)",
                 t + 1_500_000,
@@ -55,15 +57,15 @@ def _worker_step(offset: int = 0):
             (
                 PS,
                 "RecvTensor",
-                f"[4.0MB] [1Mb/s] edge_7_grad/tfsched_gate_to_ps_0 from {W1} to {PS}",
+                f"[4.0MB] [1Mb/s] edge_7_grad/tfsched_gate_to_ps_0 from {worker} to {PS}",
                 t + 1_700_000,
                 t + 2_000_000,
             ),
             # its acknowledgement comes back later, and is no tensor of the step
             (
-                W1,
+                worker,
                 "RecvTensor",
-                f"[8B] [1Mb/s] edge_9_grad/tfsched_gate_to_ps_0/ack from {PS} to {W1}",
+                f"[8B] [1Mb/s] edge_9_grad/tfsched_gate_to_ps_0/ack from {PS} to {worker}",
                 t + 2_000_000,
                 t + 2_100_000,
             ),
@@ -109,3 +111,12 @@ def test_spreads_are_over_each_steps_own_time_and_averaged():
     assert means["pulled"] == pytest.approx((0.4 / 4.4 + 0.25) / 2)
     assert means["ended"] == pytest.approx(0.4 / 4.4 / 2)
     assert mean_spreads([{0: early}]) == {p: None for p in PHASES}
+
+
+def test_traced_steps_are_spread_by_worker_task():
+    # worker 0 a second behind worker 1 in every phase of a 2.3 s step: 1 / 3.3 each
+    steps = {0: {0: _worker_step(task=0, offset=1_000_000), 1: _worker_step()}}
+    assert traced_spreads(steps) == pytest.approx({p: 1.0 / 3.3 for p in PHASES})
+    # each worker's metadata is read for its own task: one that is not there is one error line
+    with pytest.raises(TfschedError, match="no op on /job:worker/replica:0/task:0"):
+        traced_spreads({0: {0: _worker_step(), 1: _worker_step()}})

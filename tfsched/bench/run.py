@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tfsched.bench.netns import DEFAULT_QUEUE_S
-from tfsched.bench.stagger import mean_spreads, worker_phases
+from tfsched.bench.stagger import traced_spreads
 from tfsched.errors import TfschedError, cause_line
 from tfsched.sim.engine import DEFAULT_ACK_SHARE
 from tfsched.tracing.collector import trace_of
@@ -727,12 +727,11 @@ def run_side_by_side(
                 with RpcLogging(log_tasks):
                     _, _, box = synchronized(mode, trace_steps, 0, traced=True)
                 results[mode].trace = trace_of(box["mds"], box["graph"], {"mode": mode, "worker": 0})
-                results[mode].stagger = mean_spreads(
-                    [
-                        {w: worker_phases(md, f"/job:worker/replica:0/task:{w}") for w, md in step.items()}
-                        for _, step in sorted(box["steps"].items())
-                    ]
-                )
+                try:
+                    results[mode].stagger = traced_spreads(box["steps"])
+                except TfschedError as e:  # a diagnostic: the rounds' results stand without it
+                    if progress:
+                        progress(f"{mode}: no table of where the workers part: {e}")
                 part_done(rounds * len(configs) + list(configs).index(mode) + 1)
             bases = [m for m in configs if split_placed(m)[0] == "baseline"]
             for base_mode in bases:

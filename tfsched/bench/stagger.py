@@ -90,3 +90,14 @@ def mean_spreads(steps: list[dict[int, dict[str, float | None]]]) -> dict[str, f
         else None
         for phase in PHASES
     }
+
+
+def traced_spreads(steps: dict[int, dict[int, object]], job: str = "worker") -> dict[str, float | None]:
+    """``mean_spreads`` of traced synchronized steps: step -> worker index (task ``index`` of
+    ``job``) -> the ``RunMetadata`` of its part."""
+    return mean_spreads(
+        [
+            {w: worker_phases(md, f"/job:{job}/replica:0/task:{w}") for w, md in step.items()}
+            for _, step in sorted(steps.items())
+        ]
+    )
