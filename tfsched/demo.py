@@ -158,6 +158,18 @@ def run_demo(
             f"{j['predicted_s']:.4f}" if j.get("predicted_s") else "-",
         )
     console.print(table)
+    specs = {m: parse_mode(m, bandwidth_bps, graph.busiest_channel_params) for m in measured}
+    in_turn = [m for m, spec in specs.items() if spec.host_credit and spec.host_order == "steps"]
+    console.print(
+        "straggler effect (TicTac's: how long the first worker to finish a step waits for the last, "
+        "over the step): "
+        + ", ".join(f"{'vanilla' if m == 'baseline' else m} {r.straggler:.3f}" for m, r in measured.items())
+        + (
+            f" ({', '.join(in_turn)} serves the workers in turn: it staggers them by design)"
+            if in_turn
+            else ""
+        )
+    )
     console.print(
         "slowest: the mean of each step's slowest worker, which the simulator (sim.) predicts. "
         "All tasks share this machine's cores, so numbers vary from run to run; `tfsched bench` "

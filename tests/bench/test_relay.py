@@ -289,6 +289,13 @@ def test_demo_trains_on_relayed_links_where_namespaces_cannot_be_made(monkeypatc
     out = run_demo(model="seq32", bandwidth_bps=200e6, steps=2, rounds=1, modes=("baseline", "tao+pc+host"))
     said = capsys.readouterr().out
     assert "0.2 Gbit/s link shaped by relays in user space" in said
+    # TicTac's straggler effect of each mode, and why one window per task has more (the lines as
+    # rich folds them to the terminal's width, unfolded)
+    flat = " ".join(said.split())
+    for mode, r in out["measured"].items():
+        assert f"{'vanilla' if mode == 'baseline' else mode} {r['straggler']:.3f}" in flat
+    assert "tao+pc+host serves the workers in turn: it staggers them by design" in flat
+    assert "straggler" in said and all(0 <= r["straggler"] < 1 for r in out["measured"].values())
     assert set(out["measured"]) == {"baseline", "tao+pc+host"} and "tao+pc+host" in out["predicted"]
     # the same links as the prediction's: the measured step is the predicted one's order of size
     for mode, r in out["measured"].items():
