@@ -807,7 +807,8 @@ def _bench_tf2(console, *, output, traces_dir, balance, tuned, **run) -> None:
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Synchronized steps of each mode traced on worker 0 after the rounds (what --traces writes).",
+    help="Synchronized steps of each mode traced after the rounds, on every worker: worker 0's are what "
+    "--traces writes, all of them say where the workers part (under the table).",
 )
 @click.option(
     "-o",

@@ -295,7 +295,6 @@ def test_demo_trains_on_relayed_links_where_namespaces_cannot_be_made(monkeypatc
     for mode, r in out["measured"].items():
         assert f"{'vanilla' if mode == 'baseline' else mode} {r['straggler']:.3f}" in flat
     assert "tao+pc+host serves the workers in turn: it staggers them by design" in flat
-    assert "straggler" in said and all(0 <= r["straggler"] < 1 for r in out["measured"].values())
     assert set(out["measured"]) == {"baseline", "tao+pc+host"} and "tao+pc+host" in out["predicted"]
     # the same links as the prediction's: the measured step is the predicted one's order of size
     for mode, r in out["measured"].items():

@@ -558,7 +558,8 @@ def run_side_by_side(
 
     The workers start each step together (synchronous training, as TicTac measures), so the
     straggler effect is the wait of the fastest worker. With ``trace``, ``trace_steps`` more
-    synchronized steps of each mode are traced on worker 0 (``ModeResult.trace``), and the
+    synchronized steps of each mode are traced on every worker (worker 0's are
+    ``ModeResult.trace``; all of them give ``ModeResult.stagger``, ``bench.stagger``), and the
     baseline's worker 0 is traced for ``SOLO_STEPS`` steps alone (``ModeResult.solo_trace``: op
     times without the other workers on the machine's cores), and then pulls every variable alone
     to measure what moving a byte and sending a tensor cost the machine
