@@ -799,8 +799,9 @@ def _bench_tf2(console, *, output, traces_dir, balance, tuned, **run) -> None:
     "traces_dir",
     type=click.Path(file_okay=False),
     default=None,
-    help="Also write each mode's traced steps (worker 0) to DIR/MODE.trace.json, for tfsched viz "
-    "(and the baseline's worker 0 alone to DIR/baseline.alone.trace.json).",
+    help="Also write each mode's traced steps to DIR/MODE.trace.json (worker 0) and "
+    "DIR/MODE.worker-K.trace.json (worker K), for tfsched viz (and the baseline's worker 0 alone "
+    "to DIR/baseline.alone.trace.json).",
 )
 @click.option(
     "--trace-steps",
@@ -1010,6 +1011,9 @@ def bench(
             if res.trace is not None:
                 res.trace.meta.update(model=model, bench=config)
                 res.trace.save(os.path.join(traces_dir, f"{name}.trace.json"))
+            for w, trace in res.other_traces.items():
+                trace.meta.update(model=model, bench=config)
+                trace.save(os.path.join(traces_dir, f"{name}.worker-{w}.trace.json"))
             if res.solo_trace is not None:
                 res.solo_trace.meta.update(model=model, bench=config)
                 res.solo_trace.save(os.path.join(traces_dir, f"{name}.alone.trace.json"))
@@ -1020,7 +1024,10 @@ def bench(
         for where, order_trace in ordered.items():
             order_trace.meta.update(model=model, bench=config)
             order_trace.save(os.path.join(traces_dir, f"{placed_mode('order', where)}.alone.trace.json"))
-        click.echo(f"traced steps: {traces_dir}/<mode>.trace.json (tfsched viz ...)")
+        click.echo(
+            f"traced steps: {traces_dir}/<mode>.trace.json, the other workers' "
+            f"{traces_dir}/<mode>.worker-<k>.trace.json (tfsched viz ...)"
+        )
 
 
 @main.command()

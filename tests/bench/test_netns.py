@@ -338,6 +338,12 @@ def test_bench_command_writes_every_field(tmp_path):
         assert trace.meta["mode"] == mode and trace.meta["model"] == "seq32"
         assert trace.partition_graphs and trace.transfers and trace.steps == 2
         assert len(trace.step_times_us) == 2 and {t.step for t in trace.transfers} == {0, 1}
+        # ... and worker 1's of the same steps, its own transfers
+        other = Trace.load(str(tmp_path / "traces" / f"{mode}.worker-1.trace.json"))
+        assert other.meta["mode"] == mode and other.meta["worker"] == 1 and other.steps == 2
+        assert {t.dst for t in other.transfers if "/job:worker" in t.dst} == {
+            "/job:worker/replica:0/task:1/device:CPU:0"
+        }
     # The baseline's worker 0 alone, the op times the prediction uses.
     alone = Trace.load(str(tmp_path / "traces" / "baseline.alone.trace.json"))
     assert alone.meta["alone"] and alone.steps == 2 and len(alone.step_times_us) == 2

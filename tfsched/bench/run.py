@@ -260,6 +260,7 @@ class ModeResult:
     cpu_total_s: float = 0.0  # CPU seconds the machine had then (wall time x cores)
     steps: int = 0  # steps completed by all workers together
     trace: object | None = None  # traced steps of worker 0 (tfsched.tracing.Trace), if asked for
+    other_traces: dict = field(default_factory=dict)  # the same steps of every other worker: index -> Trace
     # baseline: steps of worker 0 traced while the other workers wait (op times alone)
     solo_trace: object | None = None
     # a timing-aware mode: the trace of worker 0 alone its order was made from (mode_configs)
@@ -635,6 +636,7 @@ def run_side_by_side(
                     if md is not None:
                         with lock:
                             box.setdefault("steps", {}).setdefault(k, {})[w] = md
+                            box.setdefault("graphs", {})[w] = built.graph
                     if md is not None and w == 0:
                         box.setdefault("mds", []).append(md)
                         box["graph"] = built.graph
@@ -728,6 +730,15 @@ def run_side_by_side(
                 with RpcLogging(log_tasks):
                     _, _, box = synchronized(mode, trace_steps, 0, traced=True)
                 results[mode].trace = trace_of(box["mds"], box["graph"], {"mode": mode, "worker": 0})
+                results[mode].other_traces = {
+                    w: trace_of(
+                        [step[w] for _, step in sorted(box["steps"].items())],
+                        graph,
+                        {"mode": mode, "worker": w},
+                    )
+                    for w, graph in sorted(box["graphs"].items())
+                    if w != 0
+                }
                 try:
                     results[mode].stagger = traced_spreads(box["steps"])
                 except TfschedError as e:  # a diagnostic: the rounds' results stand without it
