@@ -125,7 +125,7 @@ class Channel {
 // other direction) while the next one pulls. Work-conserving: a step whose next tensor has not
 // arrived does not hold the window. With host_order "priority" (a waiter's host_key), the window
 // takes the highest priority of all the steps instead: each step's next tensor in turn, so that the
-// workers' pulls end together (TicTac's lockstep), without the overlap that serving the steps one
+// workers' pulls end together (in lockstep), without the overlap that serving the steps one
 // after the other buys (measured on VGG16 training: no gain, and a stagger not reliably lower).
 class HostLink {
  public:

@@ -75,8 +75,8 @@ def run_demo(
     # the modes to measure that partition and credit (ByteScheduler), sized as the bench sizes them
     from tfsched.bench.run import parse_mode
 
-    for m in modes:
-        spec = parse_mode(m, bandwidth_bps, graph.busiest_channel_params)
+    specs = {m: parse_mode(m, bandwidth_bps, graph.busiest_channel_params) for m in modes}
+    for m, spec in specs.items():
         if spec.algorithm is not None and (spec.partition or spec.credit):
             results[m] = analyze_graph(
                 graph,
@@ -158,8 +158,7 @@ def run_demo(
             f"{j['predicted_s']:.4f}" if j.get("predicted_s") else "-",
         )
     console.print(table)
-    specs = {m: parse_mode(m, bandwidth_bps, graph.busiest_channel_params) for m in measured}
-    in_turn = [m for m, spec in specs.items() if spec.host_credit and spec.host_order == "steps"]
+    in_turn = [m for m in measured if specs[m].host_credit and specs[m].host_order == "steps"]
     console.print(
         "straggler effect (TicTac's: how long the first worker to finish a step waits for the last, "
         "over the step): "

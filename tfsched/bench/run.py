@@ -633,13 +633,9 @@ def run_side_by_side(
                         times.append((w, k, dt))
                         if step_log is not None and round_ is not None:
                             step_log.append(StepRecord(mode, round_, k, w, mono, time.monotonic()))
-                    if md is not None:
-                        with lock:
+                        if md is not None:
                             box.setdefault("steps", {}).setdefault(k, {})[w] = md
                             box.setdefault("graphs", {})[w] = built.graph
-                    if md is not None and w == 0:
-                        box.setdefault("mds", []).append(md)
-                        box["graph"] = built.graph
             except BaseException as e:  # noqa: BLE001 - re-raised below
                 barrier.abort()
                 errors.append(e)
@@ -729,16 +725,16 @@ def run_side_by_side(
                     progress(f"tracing {trace_steps} step{'s' if trace_steps > 1 else ''}: {mode}")
                 with RpcLogging(log_tasks):
                     _, _, box = synchronized(mode, trace_steps, 0, traced=True)
-                results[mode].trace = trace_of(box["mds"], box["graph"], {"mode": mode, "worker": 0})
-                results[mode].other_traces = {
+                traces = {
                     w: trace_of(
                         [step[w] for _, step in sorted(box["steps"].items())],
                         graph,
                         {"mode": mode, "worker": w},
                     )
                     for w, graph in sorted(box["graphs"].items())
-                    if w != 0
                 }
+                results[mode].trace = traces.pop(0)
+                results[mode].other_traces = traces
                 try:
                     results[mode].stagger = traced_spreads(box["steps"])
                 except TfschedError as e:  # a diagnostic: the rounds' results stand without it

@@ -27,7 +27,7 @@ import statistics
 
 from tfsched.errors import TfschedError
 from tfsched.graph.devices import task_of
-from tfsched.tracing.collector import parse_run_metadata
+from tfsched.tracing.collector import parse_run_metadata, step_start_micros
 from tfsched.tracing.replay import scheduled_tensor
 
 PHASES = ("pulled", "computed", "pushed", "ended")
@@ -43,12 +43,7 @@ def worker_phases(run_metadata, task: str) -> dict[str, float | None]:
     One error line if the step has no op on ``task`` (the metadata of another worker's step).
     """
     ops, transfers, wall_us = parse_run_metadata(run_metadata, 0)
-    t0 = min(
-        ns.all_start_micros
-        for d in run_metadata.step_stats.dev_stats
-        for ns in d.node_stats
-        if ns.all_start_micros > 0
-    )
+    t0 = step_start_micros(run_metadata)  # what the records' times are relative to
     mine = [o for o in ops if task_of(o.device) == task]
     if not mine:
         raise TfschedError(f"the traced step has no op on {task}")

@@ -172,15 +172,22 @@ def _gate_bytes(partition_graphs, graph) -> dict[str, int]:
     return out
 
 
+def step_start_micros(run_metadata) -> int:
+    """When a traced step began (its earliest op on any device; the machine's wall clock, us):
+    what the times of ``parse_run_metadata``'s records are relative to."""
+    stats = run_metadata.step_stats.dev_stats
+    starts = [ns.all_start_micros for d in stats for ns in d.node_stats if ns.all_start_micros > 0]
+    if not starts:
+        raise TfschedError("the run metadata has no step stats: was the step run with FULL_TRACE?")
+    return min(starts)
+
+
 def parse_run_metadata(
     run_metadata, step: int, graph=None
 ) -> tuple[list[OpRecord], list[TransferRecord], float]:
     """Op and transfer records of one traced step, and the step's wall time (us)."""
     stats = run_metadata.step_stats.dev_stats
-    starts = [ns.all_start_micros for d in stats for ns in d.node_stats if ns.all_start_micros > 0]
-    if not starts:
-        raise TfschedError("the run metadata has no step stats: was the step run with FULL_TRACE?")
-    t0 = min(starts)
+    t0 = step_start_micros(run_metadata)
     t1 = max(ns.all_start_micros + ns.all_end_rel_micros for d in stats for ns in d.node_stats)
     sends = _sends(run_metadata.partition_graphs)
     users = _recv_consumers(run_metadata.partition_graphs)
