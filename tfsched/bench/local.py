@@ -35,7 +35,10 @@ def free_port() -> int:
     A port the kernel hands out for binding to 0 comes from the range it also picks the local
     ports of outgoing connections from, so between this check and the task's bind a gRPC
     connection of another test's session could take it ("Could not start gRPC server", seen
-    once in a CI rehearsal). Below that range no connection takes it."""
+    once in a CI rehearsal). Below that range no connection takes it. The candidates come from
+    the system's randomness, not the random module's shared state: building a built-in model
+    seeds that (``tf_keras.utils.set_random_seed``), so two test processes that had each built
+    one drew the same ports and one's cluster could not bind them."""
     import random
 
     try:
@@ -43,7 +46,9 @@ def free_port() -> int:
             low = int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         low = 0
-    candidates = random.sample(range(10_000, low), min(64, low - 10_000)) if low > 11_000 else []
+    candidates = (
+        random.SystemRandom().sample(range(10_000, low), min(64, low - 10_000)) if low > 11_000 else []
+    )
     for port in [*candidates, 0]:
         if port and port in _HANDED_OUT:
             continue
