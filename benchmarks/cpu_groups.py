@@ -54,8 +54,12 @@ def main() -> int:
             time.sleep(1.0)
     finally:
         if run.poll() is None:
-            run.terminate()
-        run.wait()
+            run.terminate()  # the bench removes its cluster on SIGTERM
+            try:
+                run.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                run.kill()
+                run.wait(timeout=10)
         for group in made:
             for _ in range(50):  # its tasks are gone once the bench has reaped them
                 try:
