@@ -598,7 +598,7 @@ def trace(model, graph_path, fetches, init, tag_set, workers, ps, ps_placement, 
 
 
 @main.command()
-@click.argument("trace_path", type=click.Path(dir_okay=False))
+@click.argument("trace_paths", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option(
     "-o",
     "--output",
@@ -629,19 +629,24 @@ def trace(model, graph_path, fetches, init, tag_set, workers, ps, ps_placement, 
     help="More traces for the step-time CDF (e.g. the baseline).",
 )
 @click.option("--step", type=int, default=0, show_default=True, help="The traced step to draw.")
-def viz(trace_path, output, schedule, graph_path, fetches, tag_set, compare, step):
+def viz(trace_paths, output, schedule, graph_path, fetches, tag_set, compare, step):
     """Show a trace: Chrome trace JSON (Perfetto, chrome://tracing), a picture, or an HTML page.
+
+    Several traces are several workers' traces of the same steps (tfsched bench --traces writes
+    MODE.trace.json and MODE.worker-K.trace.json): they are drawn on one time axis, each step
+    where the machines' clock had it, to show how far apart the workers pull, compute and push.
 
     \b
     Examples:
       tfsched viz trace.json -o trace.chrome.json
       tfsched viz trace.json -o step.png --graph train.pb --fetch train
       tfsched viz scheduled.json --compare baseline.json -o report.html
+      tfsched viz traces/tao.trace.json traces/tao.worker-*.trace.json -o workers.chrome.json
     """
     from tfsched.tracing.trace import Trace
     from tfsched.viz.write import write_visualization
 
-    trace = Trace.load(trace_path)
+    trace, *workers = (Trace.load(path) for path in trace_paths)
     others = {"this trace": trace, **{path: Trace.load(path) for path in compare}} if compare else None
     write_visualization(
         trace,
@@ -652,6 +657,7 @@ def viz(trace_path, output, schedule, graph_path, fetches, tag_set, compare, ste
         compare=others,
         step=step,
         tag_set=tag_set,
+        workers=workers,
     )
     click.echo(f"{output} written")
 

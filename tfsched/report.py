@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tfsched.analysis import Analysis
+from tfsched.graph.devices import short_task
 from tfsched.sim.engine import DEFAULT_ACK_SHARE
 
 
@@ -17,11 +18,6 @@ def _bytes(n: int | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000.0
     return str(n)
-
-
-def _short(task: str) -> str:
-    parts = dict(p.split(":", 1) for p in task.strip("/").split("/") if ":" in p)
-    return f"{parts.get('job', '?')}:{parts.get('task', '0')}"
 
 
 def _outside_bounds(e: float) -> str | None:
@@ -66,12 +62,14 @@ def _ps_load_line(
     if not total:
         return "PS load, bytes a step: unknown (no transfer of a known size)"
     line = "PS load, bytes a step: " + ", ".join(
-        f"{_short(task)} {_bytes(n)} ({n / total:.0%})" for task, n in load.items()
+        f"{short_task(task)} {_bytes(n)} ({n / total:.0%})" for task, n in load.items()
     )
     busiest = max(load, key=load.get)
     share, even = load[busiest] / total, 1 / len(load)
     if share > 1.25 * even:
-        line += f"; {_short(busiest)} carries {share:.0%} where an even spread would be {even:.0%}, and its "
+        line += (
+            f"; {short_task(busiest)} carries {share:.0%} where an even spread would be {even:.0%}, and its "
+        )
         if largest and largest[1] / total > even:
             line += (
                 f"link bounds the step: its variable {largest[0]} alone moves {largest[1] / total:.0%}, "
@@ -161,7 +159,7 @@ def print_analysis(
             )
     for (sender, receiver), ts in s.channels().items():
         table = Table(
-            title=f"{_short(sender)} → {_short(receiver)}  ({len(ts)} transfers, {s.algorithm}, {s.mode})",
+            title=f"{short_task(sender)} → {short_task(receiver)}  ({len(ts)} transfers, {s.algorithm}, {s.mode})",
             title_justify="left",
         )
         for col in ("priority", "kind", "tensor", "variable", "bytes"):

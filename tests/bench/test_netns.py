@@ -357,6 +357,27 @@ def test_bench_command_writes_every_field(tmp_path):
     v = cli("viz", str(tmp_path / "traces" / "tio.trace.json"), "-o", str(view), timeout=300)
     assert v.returncode == 0, v.stderr[-2000:]
     assert json.loads(view.read_text())["traceEvents"]
+    # both workers' traced steps on one time axis: the same steps, each worker a process
+    both = [str(tmp_path / "traces" / f"tio{w}.trace.json") for w in ("", ".worker-1")]
+    v = cli("viz", *both, "-o", str(view), timeout=300)
+    assert v.returncode == 0, v.stderr[-2000:]
+    events = json.loads(view.read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert set(names.values()) >= {
+        "worker:0",
+        "worker:1",
+        "ps:0 in worker:0's step",
+        "ps:0 in worker:1's step",
+    }
+    # each worker's step 0 overlaps the other's (the bench's steps are the workers' together)
+    step0 = {
+        w: (min(e["ts"] for e in mine), max(e["ts"] + e["dur"] for e in mine))
+        for w in ("worker:0", "worker:1")
+        for mine in [
+            [e for e in events if e["ph"] == "X" and names[e["pid"]] == w and e["args"]["step"] == 0]
+        ]
+    }
+    assert step0["worker:0"][0] < step0["worker:1"][1] and step0["worker:1"][0] < step0["worker:0"][1], step0
     # the bench's process is gone, and nothing of its is left (a concurrent run's, live, may be)
     assert netns.orphans("netns") == [] and netns.orphans("link") == []
 

@@ -68,6 +68,13 @@ class TestCollect:
             "/job:ps/replica:0/task:0",
         }
         assert len(trace.step_times_us) == 3 and all(t > 0 for t in trace.step_times_us)
+        # when each step began, on the wall clock: one after another, each after the last ended
+        import time
+
+        starts = trace.step_starts_us
+        ends = [s + d for s, d in zip(starts, trace.step_times_us, strict=True)]
+        assert len(starts) == 3 and 1.6e15 < starts[0] < time.time() * 1e6  # since 2020, and not ahead
+        assert all(ends[k] <= starts[k + 1] for k in range(2))
 
     def test_the_graph_that_ran_explains_every_transfer(self, traced):
         from tfsched.oracle import TimeOracle
@@ -91,6 +98,7 @@ class TestCollect:
     def test_round_trip(self, traced):
         again = Trace.load(str(traced["dir"] / "trace.json"))
         assert again.ops == traced["trace"].ops and again.transfers == traced["trace"].transfers
+        assert again.step_starts_us == traced["trace"].step_starts_us
 
     def test_analyze_with_the_trace(self, traced):
         from tfsched.analysis import analyze
@@ -447,6 +455,10 @@ class TestBadTraces:
             (
                 lambda d: d.update(step_times_us=[]),
                 "step_times_us must hold one non-negative number per traced step",
+            ),
+            (
+                lambda d: d.update(step_starts_us=[1.0, 2.0]),
+                "step_starts_us must be empty or hold one non-negative number per traced step",
             ),
         ],
     )

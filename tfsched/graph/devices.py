@@ -91,6 +91,16 @@ def task_of(device: str) -> str:
     return device.split("/device:")[0]
 
 
+def short_task(task: str) -> str:
+    """A task (or device) as a table or picture names it.
+
+    >>> short_task("/job:worker/replica:0/task:1/device:CPU:0")
+    'worker:1'
+    """
+    parts = dict(p.split(":", 1) for p in task.strip("/").split("/") if ":" in p)
+    return f"{parts.get('job', '?')}:{parts.get('task', '0')}"
+
+
 def job_of(device: str) -> str:
     return device.split("/")[1].split(":", 1)[1]
 

@@ -284,14 +284,15 @@ def trace_of(metadata: list, graph, meta: dict) -> Trace:
 
 
 def add_step(trace: Trace, run_metadata, graph) -> None:
-    """Append one traced step (its ``RunMetadata``) to ``trace``: its records, its wall time,
-    what it did not record (against its own partition graphs), and the partition graphs if the
+    """Append one traced step (its ``RunMetadata``) to ``trace``: its records, its wall time
+    and when it began, what it did not record (against its own partition graphs), and the partition graphs if the
     trace has none yet."""
     step = trace.steps
     ops, transfers, wall_us = parse_run_metadata(run_metadata, step, graph)
     trace.ops.extend(ops)
     trace.transfers.extend(transfers)
     trace.step_times_us.append(wall_us)
+    trace.step_starts_us.append(float(step_start_micros(run_metadata)))
     trace.steps += 1
     if not trace.partition_graphs:
         trace.partition_graphs = [

@@ -1,7 +1,8 @@
 """The ``Trace``: what real steps did, per op and per transfer, saved as versioned JSON.
 
 Times are microseconds relative to the start of their step (the earliest op of the step on any
-device). A trace keeps the partition graphs of its run (base64 GraphDefs) so that it is
+device); ``step_starts_us`` keeps when each step began on the machines' wall clock, which lets
+``tfsched viz`` lay several workers' traces of the same steps side by side. A trace keeps the partition graphs of its run (base64 GraphDefs) so that it is
 self-contained: ``analyze --trace`` can check it belongs to the graph it is used with.
 """
 
@@ -57,6 +58,10 @@ def _record_problem(trace: Trace) -> str | None:
     one step time per step (what ``viz`` and the oracle index by)."""
     if len(trace.step_times_us) != trace.steps or not all(map(_number, trace.step_times_us)):
         return f"step_times_us must hold one non-negative number per traced step ({trace.steps})"
+    if trace.step_starts_us and (
+        len(trace.step_starts_us) != trace.steps or not all(map(_number, trace.step_starts_us))
+    ):
+        return f"step_starts_us must be empty or hold one non-negative number per traced step ({trace.steps})"
     for kind, records, texts, numbers in (
         ("ops", trace.ops, ("device", "node", "op"), ("start_us", "duration_us")),
         (
@@ -84,6 +89,9 @@ class Trace:
     ops: list[OpRecord] = field(default_factory=list)
     transfers: list[TransferRecord] = field(default_factory=list)
     step_times_us: list[float] = field(default_factory=list)  # wall time of each traced step
+    # when each traced step began, us since the epoch (a trace written before the fiftieth
+    # session, or of TensorFlow 2 function calls, has none)
+    step_starts_us: list[float] = field(default_factory=list)
     partition_graphs: list[str] = field(default_factory=list)  # base64 of serialized GraphDefs
     meta: dict = field(default_factory=dict)  # model, fetches, cluster...
     source: str = field(default="<trace>", compare=False, repr=False)  # the file it came from, for errors
@@ -126,6 +134,7 @@ class Trace:
             ops=[replace(o, step=new[o.step]) for o in self.ops if o.step in new],
             transfers=[replace(t, step=new[t.step]) for t in self.transfers if t.step in new],
             step_times_us=[self.step_times_us[old] for old in new] if self.step_times_us else [],
+            step_starts_us=[self.step_starts_us[old] for old in new] if self.step_starts_us else [],
             partition_graphs=self.partition_graphs,
             meta=meta,
             source=self.source,
@@ -136,6 +145,7 @@ class Trace:
             "schema": SCHEMA,
             "steps": self.steps,
             "step_times_us": self.step_times_us,
+            "step_starts_us": self.step_starts_us,
             "meta": self.meta,
             "ops": [asdict(o) for o in self.ops],
             "transfers": [asdict(t) for t in self.transfers],
@@ -157,6 +167,7 @@ class Trace:
                     for t in data["transfers"]
                 ],
                 step_times_us=[float(x) for x in data["step_times_us"]],
+                step_starts_us=[float(x) for x in data.get("step_starts_us", [])],
                 partition_graphs=list(data.get("partition_graphs", [])),
                 meta=dict(data.get("meta", {})),
                 source=path,

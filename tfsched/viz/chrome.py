@@ -3,13 +3,14 @@
 One process per task; in it a compute track per device and one track per link direction
 (``recv from <task>`` on the receiving task). Transfer slices carry tensor, bytes, sender,
 receiver and, given a schedule, their priority; flow arrows go from a transfer to the op that
-consumes it. Follows the shape of TensorFlow's ``timeline.py`` (typed emitters, one formatter).
+consumes it. Several workers' traces of one run go on one timeline (``chrome_traces``). Follows the shape of TensorFlow's ``timeline.py`` (typed emitters, one formatter).
 """
 
 from __future__ import annotations
 
-from tfsched.graph.devices import task_of
+from tfsched.graph.devices import short_task, task_of
 from tfsched.tracing.trace import Trace
+from tfsched.viz.workers import span, worker_labels
 
 
 class _Formatter:
@@ -90,16 +91,51 @@ def chrome_trace(
     for step in range(trace.steps):
         offset[step] = t
         t += (trace.step_times_us[step] if step < len(trace.step_times_us) else 0.0) + step_gap_us
+    _emit(fmt, trace, offset, fmt.pid, priorities)
+    return _document(fmt, trace.meta)
+
+
+def chrome_traces(traces: list[Trace], *, priorities: list[dict[str, int] | None] | None = None) -> dict:
+    """Several workers' traces of the same run on one timeline: each event where the machines'
+    wall clock had it (``Trace.step_starts_us``), so that how far apart the workers pull, compute
+    and push is seen, as ``tfsched bench``'s "Where the workers part" measures it.
+
+    Each worker is a process; the parameter servers' part of a worker's step (its step stats
+    hold it) is a process of its own beside it ("ps:0 in worker:1's step"). Time 0 is the
+    earliest traced step's start. Across hosts the picture is as true as their clocks agree
+    (TensorFlow stamps a task's step stats with its own host's clock).
+
+    The traces must be of one run (``viz.workers.worker_labels``).
+    """
+    labels = worker_labels(traces)
+    fmt = _Formatter()
+    for label in labels:
+        fmt.pid(label)  # the workers first, in the order given
+    origin = min(span(t)[0] for t in traces)
+    for k, (t, label) in enumerate(zip(traces, labels, strict=True)):
+
+        def pid(task: str, label=label) -> int:
+            return fmt.pid(label if short_task(task) == label else f"{short_task(task)} in {label}'s step")
+
+        offset = {step: start - origin for step, start in enumerate(t.step_starts_us)}
+        _emit(fmt, t, offset, pid, priorities[k] if priorities else None)
+    shared = {k: v for k, v in traces[0].meta.items() if all(t.meta.get(k) == v for t in traces[1:])}
+    return _document(fmt, {"traces": [t.source for t in traces], **shared})  # what all are of
+
+
+def _emit(fmt: _Formatter, trace: Trace, offset: dict[int, float], pid_of, priorities) -> None:
+    """The trace's ops and transfers as slices, each step at ``offset[step]`` (us), each task's
+    in process ``pid_of(task)``."""
     op_at: dict[tuple[int, str, str], tuple[int, int, float]] = {}  # (step, task, node) -> where it starts
     for o in trace.ops:
-        pid = fmt.pid(task_of(o.device))
+        pid = pid_of(task_of(o.device))
         tid = fmt.tid(pid, f"compute {o.device.split('/device:')[-1]}")
         ts = offset.get(o.step, 0.0) + o.start_us
         fmt.slice(pid, tid, o.node, ts, o.duration_us, "op", {"op": o.op, "device": o.device, "step": o.step})
         op_at[(o.step, task_of(o.device), o.node)] = (pid, tid, ts)
     for x in trace.transfers:
         src_task, dst_task = task_of(x.src), task_of(x.dst)
-        pid = fmt.pid(dst_task)
+        pid = pid_of(dst_task)
         tid = fmt.tid(pid, f"recv from {src_task}")
         ts = offset.get(x.step, 0.0) + x.start_us
         args = {
@@ -117,8 +153,11 @@ def chrome_trace(
         starts = [op_at[(x.step, dst_task, c)] for c in x.consumers if (x.step, dst_task, c) in op_at]
         if starts:
             fmt.flow((pid, tid, ts + x.duration_us), min(starts, key=lambda s: s[2]))
+
+
+def _document(fmt: _Formatter, meta: dict) -> dict:
     return {
         "traceEvents": fmt.events,
         "displayTimeUnit": "ms",
-        "otherData": {"source": "tfsched", **trace.meta},
+        "otherData": {"source": "tfsched", **meta},
     }

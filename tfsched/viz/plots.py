@@ -14,13 +14,8 @@ matplotlib.use("Agg")  # files only; never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from tfsched.graph.devices import task_of  # noqa: E402
+from tfsched.graph.devices import short_task, task_of  # noqa: E402
 from tfsched.tracing.trace import Trace  # noqa: E402
-
-
-def _short(task: str) -> str:
-    parts = dict(p.split(":", 1) for p in task.strip("/").split("/") if ":" in p)
-    return f"{parts.get('job', '?')}:{parts.get('task', '0')}"
 
 
 def trace_rows(trace: Trace, step: int) -> dict[str, list[tuple[float, float, str]]]:
@@ -28,12 +23,12 @@ def trace_rows(trace: Trace, step: int) -> dict[str, list[tuple[float, float, st
     rows: dict[str, list[tuple[float, float, str]]] = {}
     for o in trace.ops:
         if o.step == step and o.duration_us > 0:
-            rows.setdefault(f"{_short(task_of(o.device))} compute", []).append(
+            rows.setdefault(f"{short_task(task_of(o.device))} compute", []).append(
                 (o.start_us / 1e6, o.duration_us / 1e6, "op")
             )
     for t in trace.transfers:
         if t.step == step:
-            row = f"{_short(task_of(t.dst))} ← {_short(task_of(t.src))}"
+            row = f"{short_task(task_of(t.dst))} ← {short_task(task_of(t.src))}"
             rows.setdefault(row, []).append((t.start_us / 1e6, t.duration_us / 1e6, "transfer"))
     return rows
 
@@ -46,14 +41,33 @@ def sim_rows(sg, result) -> dict[str, list[tuple[float, float, str]]]:
     for i, kind in enumerate(sg.kind):
         if kind == COMPUTE and sg.duration[i] > 0 and not math.isnan(result.starts[i]):
             # ends - starts: ops sharing a task's capacity take longer than alone
-            rows.setdefault(f"{_short(sg.resource[i])} compute", []).append(
+            rows.setdefault(f"{short_task(sg.resource[i])} compute", []).append(
                 (result.starts[i], result.ends[i] - result.starts[i], "op")
             )
         elif kind == MESSAGE and not math.isnan(result.ends[i]):
             src, dst = sg.resource[i].split("->")
             start = result.sends[i] if not math.isnan(result.sends[i]) else result.starts[i]
-            rows.setdefault(f"{_short(dst)} ← {_short(src)}", []).append(
+            rows.setdefault(f"{short_task(dst)} ← {short_task(src)}", []).append(
                 (start, result.ends[i] - start, "transfer")
+            )
+    return rows
+
+
+def worker_rows(
+    traces: list[Trace], labels: list[str], step: int
+) -> dict[str, list[tuple[float, float, str]]]:
+    """``trace_rows`` of the same step of several workers' traces (``labels``: their workers, as
+    ``viz.workers.worker_labels`` names them), each where the machines' wall clock had it, 0 the
+    earliest worker's start of the step. A row of a trace that names another task alone (the
+    PS's computing for that worker's step) says whose step it is."""
+    first = min(t.step_starts_us[step] for t in traces)
+    rows: dict[str, list[tuple[float, float, str]]] = {}
+    for t, label in zip(traces, labels, strict=True):
+        shift = (t.step_starts_us[step] - first) / 1e6
+        for name, bars in trace_rows(t, step).items():
+            own = label in name.replace(" ← ", " ").split()
+            rows.setdefault(name if own else f"{name} in {label}'s step", []).extend(
+                (s + shift, d, kind) for s, d, kind in bars
             )
     return rows
 
@@ -98,5 +112,27 @@ def figure(
         _gantt(axes[1], predicted, order, f"Simulated ({span:.3f} s)")
         axes[1].sharex(axes[0])
     step_cdf(axes[-1], compare or {"traced": trace})
+    fig.tight_layout()
+    return fig
+
+
+def workers_figure(traces: list[Trace], labels: list[str], *, step: int = 0):
+    """The Gantt chart of ``step`` of every worker on one time axis, and each one's step-time CDF."""
+    rows = worker_rows(traces, labels, step)
+    rank = {label: k for k, label in enumerate(labels)}
+
+    def key(row: str):  # worker by worker: its computing, its links, then the PS's part of its step
+        theirs = " in " in row
+        names = row.replace(" ← ", " ").split()
+        whose = next((w for w in labels if (f" in {w}'s step" in row if theirs else w in names)), None)
+        return (rank.get(whose, len(rank)), theirs, "compute" not in row, row)
+
+    order = sorted(rows, key=key)
+    fig, axes = plt.subplots(1, 2, figsize=(16, max(3.0, 0.45 * len(order) + 1.5)))
+    slowest = max(t.step_starts_us[step] + t.step_times_us[step] for t in traces)
+    first = min(t.step_starts_us[step] for t in traces)
+    _gantt(axes[0], rows, order, f"Step {step} of {len(traces)} workers ({(slowest - first) / 1e6:.3f} s)")
+    axes[0].set_xlabel("seconds from the first worker's start of the step")
+    step_cdf(axes[1], dict(zip(labels, traces, strict=True)))
     fig.tight_layout()
     return fig

@@ -10,7 +10,8 @@ import os
 from tfsched.errors import TfschedError
 from tfsched.io import write_atomic
 from tfsched.tracing.trace import Trace
-from tfsched.viz.chrome import chrome_trace
+from tfsched.viz.chrome import chrome_trace, chrome_traces
+from tfsched.viz.workers import worker_labels
 
 FORMATS = (".json", ".png", ".svg", ".html")
 
@@ -109,11 +110,14 @@ def write_visualization(
     compare: dict[str, Trace] | None = None,
     step: int = 0,
     tag_set: str | None = None,
+    workers: list[Trace] | None = None,
 ) -> None:
     """Write ``output`` by its extension: .json (Chrome trace), .png/.svg (Gantt + CDF), .html (both).
 
     ``graph`` (with ``fetches``; ``tag_set`` chooses a SavedModel's meta graph) adds the
-    simulator's prediction of the step to the picture."""
+    simulator's prediction of the step to the picture. ``workers``: the other workers' traces of
+    the same steps (``tfsched bench --traces``'s MODE.worker-K.trace.json), drawn with
+    ``trace`` on one time axis (``viz.chrome.chrome_traces``, ``viz.plots.workers_figure``)."""
     ext = os.path.splitext(output)[1].lower()
     if ext not in FORMATS:
         raise TfschedError(
@@ -133,15 +137,31 @@ def write_visualization(
             f"{output}: --graph and --compare draw into a picture or page (.png, .svg, .html), "
             "not into the Chrome trace"
         )
+    if workers and (graph or compare):
+        raise TfschedError(
+            f"{output}: --graph and --compare draw beside one trace, not beside several workers' traces"
+        )
+    traces = [trace, *(workers or [])]
+    for t in workers or []:
+        if not 0 <= step < t.steps:
+            raise TfschedError(f"{t.source}: step {step} is not in the trace (it has steps 0..{t.steps - 1})")
+    labels = worker_labels(traces) if workers else None
     if ext == ".json":
-        priorities = _priorities(schedule, trace) if schedule else None
-        doc = chrome_trace(trace, priorities=priorities)
+        if workers:
+            doc = chrome_traces(
+                traces, priorities=[_priorities(schedule, t) if schedule else None for t in traces]
+            )
+        else:
+            doc = chrome_trace(trace, priorities=_priorities(schedule, trace) if schedule else None)
         write_atomic(output, lambda f: json.dump(doc, f))
         return
-    from tfsched.viz.plots import figure
+    from tfsched.viz.plots import figure, workers_figure
 
     predicted = _prediction(trace, graph, fetches, step, tag_set) if graph else None
-    fig = figure(trace, step=step, predicted=predicted, compare=compare)
+    if workers:
+        fig = workers_figure(traces, labels, step=step)
+    else:
+        fig = figure(trace, step=step, predicted=predicted, compare=compare)
     buf = io.BytesIO()
     if ext in (".png", ".svg"):
         fig.savefig(buf, format=ext[1:], dpi=110)
@@ -149,12 +169,17 @@ def write_visualization(
         return
     fig.savefig(buf, format="svg")
     svg = buf.getvalue().decode()
-    mean = sum(trace.step_times_us) / len(trace.step_times_us) / 1e3
+    said = [
+        f"{label + ': ' if labels else ''}{t.steps} traced steps, mean "
+        f"{sum(t.step_times_us) / len(t.step_times_us) / 1e3:.1f} ms; {len(t.ops)} op records, "
+        f"{len(t.transfers)} transfer records."
+        for t, label in zip(traces, labels or [None], strict=True)
+    ]
     page = (
         "<!doctype html><html><head><meta charset='utf-8'><title>tfsched trace</title>"
         "<style>body{font-family:sans-serif;margin:2em}svg{max-width:100%;height:auto}</style></head><body>"
         f"<h1>tfsched trace</h1><p>{html.escape(json.dumps(trace.meta))}</p>"
-        f"<p>{trace.steps} traced steps, mean {mean:.1f} ms; {len(trace.ops)} op records, "
-        f"{len(trace.transfers)} transfer records.</p>{svg[svg.index('<svg') :]}</body></html>"
+        + "".join(f"<p>{html.escape(line)}</p>" for line in said)
+        + f"{svg[svg.index('<svg') :]}</body></html>"
     )
     write_atomic(output, lambda f: f.write(page))
