@@ -185,6 +185,20 @@ _credit_return_option = click.option(
     "the tensor, with no acknowledgement (tfsched.enable(..., credit_return='sent')).",
 )
 
+_host_order_option = click.option(
+    "--host-order",
+    type=click.Choice(HOST_ORDER_CHOICES),
+    default="steps",
+    show_default=True,
+    help="What --host-credit's window serves first: the oldest step's tensors (steps) or every "
+    "step's highest priority, the steps in lockstep (priority; enable(..., host_order=...)).",
+)
+
+
+def _check_host_order(host_order: str, host_credit: bool) -> None:
+    if host_order != "steps" and not host_credit:
+        raise click.UsageError("--host-order orders --host-credit's window: give --host-credit too")
+
 
 # where bench and tune run the tasks without namespaces
 _loopback_option = click.option(
@@ -330,14 +344,7 @@ _tag_set_option = click.option(
     help="Predict with the credit as one window per sending task (needs --credit; "
     "tfsched.enable(..., host_credit=True)).",
 )
-@click.option(
-    "--host-order",
-    type=click.Choice(HOST_ORDER_CHOICES),
-    default="steps",
-    show_default=True,
-    help="What --host-credit's window serves first: the oldest step's tensors (steps) or every "
-    "step's highest priority, the steps in lockstep (priority; enable(..., host_order=...)).",
-)
+@_host_order_option
 @_ack_share_option
 @_credit_return_option
 @click.option(
@@ -407,8 +414,7 @@ def analyze(
         check_writable(path)  # before the analysis, not after it
     if host_credit and not credit:
         raise click.UsageError("--host-credit needs --credit N (the window it makes one per sending task)")
-    if host_order != "steps" and not host_credit:
-        raise click.UsageError("--host-order orders --host-credit's window: give --host-credit too")
+    _check_host_order(host_order, host_credit)
     if ack_share is not None and not credit:
         raise click.UsageError("--ack-share needs --credit N (the window that acknowledges)")
     if credit_return != "ack" and not credit:
@@ -1098,6 +1104,7 @@ def bench(
     is_flag=True,
     help="Tune the credit as one window per sending task (tfsched.enable(..., host_credit=True)).",
 )
+@_host_order_option
 @_ack_share_option
 @_credit_return_option
 @click.option(
@@ -1160,6 +1167,7 @@ def tune(
     credit_only,
     partition,
     host_credit,
+    host_order,
     ack_share,
     credit_return,
     confirm,
@@ -1188,6 +1196,7 @@ def tune(
     Example:
       tfsched tune --model vgg16 --workers 4 --bandwidth 1Gbit --trials 12 -o vgg16-tune.json
       tfsched tune --model vgg16 --workers 4 --algorithm tao --host-credit -o vgg16-tune.json
+      tfsched tune --model vgg16 --workers 4 --host-credit --host-order priority -o lockstep.json
       tfsched tune --api tf2 --model vgg16 --mode inference --workers 4 --host-credit -o tf2-tune.json
     """
     from rich.console import Console
@@ -1210,6 +1219,7 @@ def tune(
         raise click.UsageError("--mode is a built-in model's: a saved graph runs its --fetch")
     if partition and not credit_only:
         raise click.UsageError("--partition fixes the partition size of --credit-only; add it")
+    _check_host_order(host_order, host_credit)
     check_writable(output)  # not after the trials
 
     if model is None and graph_path is None:
@@ -1238,6 +1248,7 @@ def tune(
             seed=seed,
             space=space,
             host_credit=host_credit,
+            host_order=host_order,
             ack_share=ack_share,
             credit_return=credit_return,
             confirm=confirm,

@@ -93,6 +93,8 @@ def test_tuning_on_links_shaped_by_relays():
 
 
 def test_tuning_one_window_per_task_with_a_timing_aware_order():
+    """The window per task in lockstep (tfsched tune --host-credit --host-order priority), its
+    credit set live on the gates of synchronous steps."""
     from tfsched.tune.run import tune_cluster
 
     r = tune_cluster(
@@ -101,6 +103,7 @@ def test_tuning_one_window_per_task_with_a_timing_aware_order():
         ps=1,
         algorithm="tao",
         host_credit=True,
+        host_order="priority",
         ack_share=32,
         credit_return="sent",
         sync=True,  # tfsched tune --sync: the workers' steps start together
@@ -114,13 +117,16 @@ def test_tuning_one_window_per_task_with_a_timing_aware_order():
     )
     doc = r.to_json()
     assert doc["config"]["host_credit"] is True and doc["config"]["algorithm"] == "tao"
+    assert doc["config"]["host_order"] == "priority"
     assert doc["config"]["ack_share"] == 32 and doc["config"]["credit_return"] == "sent"
     # ``tfsched bench --tuned`` runs the best setting as it was tuned
     from tfsched.bench.run import tuned_mode
 
     where = {"model": "seq32", "workers": 2, "ps": 1, "bandwidth": "loopback", "batch_size": 4}
     assert doc["config"]["batch_size"] == 4 and doc["config"]["sync"] is True
-    assert tuned_mode(doc, "tune.json", **where) == f"tao+p{r.best.partition}+c{r.best.credit}+host+a32+sent"
+    assert (
+        tuned_mode(doc, "tune.json", **where) == f"tao+p{r.best.partition}+c{r.best.credit}+lockstep+a32+sent"
+    )
     # after the defaults, the two settings the simulator (with one window per task) liked best
     assert len(r.prescreened) == 2 and all(p["predicted_step_s"] > 0 for p in r.prescreened)
     assert [(t.setting.partition, t.setting.credit) for t in r.history[1:]] == [

@@ -98,6 +98,8 @@ def test_the_session_tuner_refuses_what_is_tensorflow_2s_or_a_built_in_models(tm
     assert_one_line_error(p, "--ps-placement min-size is TensorFlow 2's variable_partitioner: for --api tf2")
     p = cli("tune", "--graph", "g.pb", "--fetch", "train", "--mode", "inference", "-o", str(out), timeout=120)
     assert_one_line_error(p, "--mode is a built-in model's: a saved graph runs its --fetch")
+    p = cli("tune", "--host-order", "priority", "-o", str(out), timeout=120)
+    assert_one_line_error(p, "--host-order orders --host-credit's window: give --host-credit too")
     assert not out.exists()
 
 

@@ -160,15 +160,19 @@ def parse_modes(value: str, *, tuned: bool = False) -> tuple[str, ...]:
 def setting_mode(config: dict, setting: dict) -> str:
     """The bench mode that runs ``setting`` (its ``partition``, 0: none, and ``credit``) as a
     tuner measured it with ``config`` (a tune file's: its algorithm, and ``+host``, ``+aN`` and
-    ``+sent`` where it tuned with them).
+    ``+sent`` where it tuned with them; ``+lockstep`` for a window per task in lockstep).
 
     >>> setting_mode({"algorithm": "tao", "host_credit": True}, {"partition": 0, "credit": 500})
     'tao+c500+host'
+    >>> setting_mode({"algorithm": "tio", "host_credit": True, "host_order": "priority"},
+    ...              {"partition": 8, "credit": 500})
+    'tio+p8+c500+lockstep'
     """
     name = str(config.get("algorithm"))
     name += f"+p{setting['partition']}" if setting["partition"] else ""
     name += f"+c{setting['credit']}"
-    name += "+host" if config.get("host_credit") else ""
+    if config.get("host_credit"):
+        name += "+lockstep" if config.get("host_order") == "priority" else "+host"
     name += f"+a{config['ack_share']}" if config.get("ack_share") else ""
     name += "+sent" if config.get("credit_return") == "sent" else ""
     return name

@@ -87,12 +87,14 @@ def prescreen(
     workers: int,
     keep: int,
     host_credit: bool = False,
+    host_order: str = "steps",
     ack_share: int | None = None,
     credit_return: str = "ack",
 ) -> list[tuple[Setting, float]]:
     """Simulate a grid of settings; the ``keep`` best (setting, predicted step time) first.
 
-    ``host_credit``: the credit is one window per sending task (``enable(host_credit=True)``);
+    ``host_credit``: the credit is one window per sending task (``enable(host_credit=True)``),
+    serving ``host_order`` first (``"priority"``: the workers in lockstep);
     ``ack_share``: it acknowledges transfers of at least credit/ack_share (None: the default);
     ``credit_return``: when the credit comes back (``enable(credit_return=...)``).
     """
@@ -121,6 +123,7 @@ def prescreen(
                 credit_bytes=s.credit * PARAM_BYTES,
                 min_acked_bytes=MIN_ACKED_BYTES,
                 host_credit=host_credit,
+                host_order=host_order,
                 **({} if ack_share is None else {"ack_share": ack_share}),
                 credit_return=credit_return,
             ).step_time
@@ -155,6 +158,7 @@ def tune_cluster(
     prescreen_keep: int = 0,
     space: Space | None = None,
     host_credit: bool = False,
+    host_order: str = "steps",
     ack_share: int | None = None,
     credit_return: str = "ack",
     confirm: int = 2,
@@ -171,7 +175,8 @@ def tune_cluster(
     PS tasks. ``run_mode``: a built-in model's training steps, or its forward passes
     (``inference``: pulls only).
 
-    ``host_credit`` tunes the credit as one window per sending task (``enable(host_credit=True)``);
+    ``host_credit`` tunes the credit as one window per sending task (``enable(host_credit=True)``),
+    ``host_order="priority"`` that window with the workers in lockstep (``enable(host_order=...)``);
     ``ack_share``: the credit acknowledges transfers of at least credit/ack_share parameters
     (``enable(ack_share=N)``; None: the pass's default). The live credit a trial sets limits
     those the pass acknowledges from the smallest credit of the search. ``credit_return``:
@@ -206,6 +211,7 @@ def tune_cluster(
 
     from tfsched.bench.run import close_sessions, dead_tasks_named, host_cluster
     from tfsched.graph._tf import import_tensorflow
+    from tfsched.sim.engine import check_host_order
     from tfsched.tune.coordinator import Coordinator, CoordinatorClient
     from tfsched.tune.worker import TunedSession
 
@@ -222,6 +228,7 @@ def tune_cluster(
         raise TfschedError("a saved graph runs its own fetches: --mode is for a built-in model")
     if trials < 1 or measure < 1 or settle < 0:
         raise TfschedError("trials and measured steps must be at least 1, settle steps not negative")
+    check_host_order(host_order, host_credit)  # before a cluster starts
     space = space or Space()
     started = time.monotonic()
 
@@ -253,6 +260,8 @@ def tune_cluster(
 
     built = [builder(w) for w in range(workers)]
     enable_kwargs: dict = {"host_credit": True} if host_credit else {}
+    if host_order != "steps":
+        enable_kwargs["host_order"] = host_order
     if ack_share is not None:
         enable_kwargs["ack_share"] = ack_share
     if credit_return != "ack":
@@ -300,6 +309,7 @@ def tune_cluster(
                     workers=workers,
                     keep=prescreen_keep,
                     host_credit=host_credit,
+                    host_order=host_order,
                     ack_share=ack_share,
                     credit_return=credit_return,
                 )
@@ -435,6 +445,7 @@ def tune_cluster(
             **({"links": "relays"} if relays and bandwidth_bps else {}),
             "algorithm": algorithm,
             "host_credit": host_credit,
+            "host_order": host_order,
             "ack_share": ack_share,
             "credit_return": credit_return,
             "search": search,

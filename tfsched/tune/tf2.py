@@ -52,6 +52,7 @@ def tune_tf2(
     seed: int = 0,
     space: Space | None = None,
     host_credit: bool = False,
+    host_order: str = "steps",
     ack_share: int | None = None,
     credit_return: str = "ack",
     confirm: int = 2,
@@ -64,7 +65,7 @@ def tune_tf2(
 
     ``ps_placement``: the strategy's (``bench.tf2.TF2_PS_PLACEMENTS``). ``algorithm``: ``tio``,
     or ``tao``/``layer``, ordered as the bench orders them (worker 0's step function traced
-    alone first). ``host_credit``, ``ack_share`` and ``credit_return`` are ``enable``'s, held
+    alone first). ``host_credit``, ``host_order``, ``ack_share`` and ``credit_return`` are ``enable``'s, held
     fixed while the search moves partition and credit. The result's ``config`` says ``api``
     ``tf2``: ``tfsched bench --api tf2 --tuned FILE`` runs its best setting, the session bench
     refuses it. ``applied`` stays empty: no training outlives the trials.
@@ -72,7 +73,7 @@ def tune_tf2(
     from tfsched.bench import tf2
     from tfsched.bench.run import host_cluster, parse_mode, setting_mode
     from tfsched.enforce.api import link_sizes
-    from tfsched.sim.engine import check_ack_share, check_credit_return
+    from tfsched.sim.engine import check_ack_share, check_credit_return, check_host_order
 
     if search not in SEARCHES:
         raise TfschedError(f"unknown search {search!r}; choose {', '.join(SEARCHES)}")
@@ -83,11 +84,13 @@ def tune_tf2(
     if ack_share is not None:
         check_ack_share(ack_share)
     check_credit_return(credit_return)
+    check_host_order(host_order, host_credit)
     space = space or Space()
     started = time.monotonic()
     knobs = {
         "algorithm": algorithm,
         "host_credit": host_credit,
+        "host_order": host_order,
         "ack_share": ack_share,
         "credit_return": credit_return,
     }
@@ -200,6 +203,9 @@ def enable_call(knobs: dict, best: Setting) -> str:
     >>> enable_call({"algorithm": "tio", "host_credit": True, "ack_share": None, "credit_return": "ack"},
     ...             Setting(0, 4000000))
     'tfsched.enable_functions(credit=4000000, host_credit=True)'
+    >>> enable_call({"algorithm": "tio", "host_credit": True, "host_order": "priority", "ack_share": None,
+    ...              "credit_return": "ack"}, Setting(0, 4000000))
+    "tfsched.enable_functions(credit=4000000, host_credit=True, host_order='priority')"
     """
     kwargs = {}
     if knobs["algorithm"] != "tio":
@@ -209,6 +215,8 @@ def enable_call(knobs: dict, best: Setting) -> str:
     kwargs["credit"] = str(best.credit)
     if knobs["host_credit"]:
         kwargs["host_credit"] = "True"
+    if knobs.get("host_order", "steps") != "steps":
+        kwargs["host_order"] = repr(knobs["host_order"])
     if knobs["ack_share"]:
         kwargs["ack_share"] = str(knobs["ack_share"])
     if knobs["credit_return"] != "ack":
