@@ -56,6 +56,26 @@ def test_rows_cover_compute_and_links():
     assert rows["worker:0 ← ps:0"] == [(0.0, 0.0009, "transfer")]
 
 
+def test_a_gate_held_until_its_turn_is_drawn_waiting_not_computing(tmp_path):
+    import json
+
+    from tfsched.viz.plots import trace_rows
+    from tfsched.viz.write import write_visualization
+
+    trace = small_trace(1)
+    trace.ops.append(OpRecord(0, PS, "w/read/tfsched_gate_to_worker_0", "TfschedGate", 0.0, 5000.0))
+    assert sorted(trace_rows(trace, 0)["ps:0 compute"]) == [(0.0, 0.005, "wait"), (0.005, 0.0002, "op")]
+    write_visualization(trace, str(tmp_path / "t.json"))
+    cats = {
+        e["name"]: e["cat"]
+        for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+        if "cat" in e
+    }
+    assert cats["w/read/tfsched_gate_to_worker_0"] == "wait" and cats["apply"] == cats["conv"] == "op"
+    write_visualization(trace, str(tmp_path / "t.png"))  # with its key
+    assert (tmp_path / "t.png").stat().st_size > 5000
+
+
 def test_bad_output_and_step(tmp_path):
     from tfsched.viz.write import write_visualization
 

@@ -29,12 +29,12 @@ from tfsched.errors import TfschedError
 from tfsched.graph.devices import task_of
 from tfsched.tracing.collector import parse_run_metadata, step_start_micros
 from tfsched.tracing.replay import scheduled_tensor
+from tfsched.tracing.trace import WAIT_OPS
 
 PHASES = ("pulled", "computed", "pushed", "ended")
+
+
 # ops that wait rather than compute: transfers, the pass's gates and protocol, control joins
-_WAITS = {"_Send", "_Recv", "_HostSend", "_HostRecv", "NoOp", "TfschedGate", "TfschedAck", "TfschedCredit"}
-
-
 def worker_phases(run_metadata, task: str) -> dict[str, float | None]:
     """When worker ``task``'s traced step (``"/job:worker/replica:0/task:1"``) started and
     reached each of ``PHASES``, in seconds of the machine's wall clock; a phase it has no
@@ -47,7 +47,7 @@ def worker_phases(run_metadata, task: str) -> dict[str, float | None]:
     mine = [o for o in ops if task_of(o.device) == task]
     if not mine:
         raise TfschedError(f"the traced step has no op on {task}")
-    computing = [o.start_us + o.duration_us for o in mine if o.op and o.op not in _WAITS]
+    computing = [o.start_us + o.duration_us for o in mine if o.op and o.op not in WAIT_OPS]
     carried = [t for t in transfers if scheduled_tensor(t.tensor) is not None]
     into = [t.start_us + t.duration_us for t in carried if task_of(t.dst) == task != task_of(t.src)]
     out = [t.start_us + t.duration_us for t in carried if task_of(t.src) == task != task_of(t.dst)]

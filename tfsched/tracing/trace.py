@@ -23,6 +23,13 @@ MISSING = "missing_transfers"
 # meta["api"] of a trace of TensorFlow 2 function calls (tracing.functions), whose steps are calls
 # and which has no partition graphs
 FUNCTIONS_API = "tf2-functions"
+# Ops whose time in a trace is waiting, not computing: the runtime's sends, receives and no-ops,
+# and tfsched's gates (held until their turn), acknowledgements and credit sinks. A gate of a
+# scheduled step can last most of the step; ``viz`` draws these apart from the computing ops
+# and ``bench.stagger`` does not count them as computing.
+WAIT_OPS = frozenset(
+    {"_Send", "_Recv", "_HostSend", "_HostRecv", "NoOp", "TfschedGate", "TfschedAck", "TfschedCredit"}
+)
 
 
 @dataclass(frozen=True)

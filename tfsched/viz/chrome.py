@@ -1,7 +1,8 @@
 """Chrome trace event format, with what TensorFlow's timeline drops (edge names, bytes).
 
 One process per task; in it a compute track per device and one track per link direction
-(``recv from <task>`` on the receiving task). Transfer slices carry tensor, bytes, sender,
+(``recv from <task>`` on the receiving task). An op that waits (``WAIT_OPS``: a gate held until
+its turn, a send, a no-op) is of category ``wait``, one that computes ``op``. Transfer slices carry tensor, bytes, sender,
 receiver and, given a schedule, their priority; flow arrows go from a transfer to the op that
 consumes it. Several workers' traces of one run go on one timeline (``chrome_traces``). Follows the shape of TensorFlow's ``timeline.py`` (typed emitters, one formatter).
 """
@@ -9,7 +10,7 @@ consumes it. Several workers' traces of one run go on one timeline (``chrome_tra
 from __future__ import annotations
 
 from tfsched.graph.devices import short_task, task_of
-from tfsched.tracing.trace import Trace
+from tfsched.tracing.trace import WAIT_OPS, Trace
 from tfsched.viz.workers import span, worker_labels
 
 
@@ -131,7 +132,8 @@ def _emit(fmt: _Formatter, trace: Trace, offset: dict[int, float], pid_of, prior
         pid = pid_of(task_of(o.device))
         tid = fmt.tid(pid, f"compute {o.device.split('/device:')[-1]}")
         ts = offset.get(o.step, 0.0) + o.start_us
-        fmt.slice(pid, tid, o.node, ts, o.duration_us, "op", {"op": o.op, "device": o.device, "step": o.step})
+        kind = "wait" if o.op in WAIT_OPS else "op"  # a gate held until its turn is not computing
+        fmt.slice(pid, tid, o.node, ts, o.duration_us, kind, {"op": o.op, "device": o.device, "step": o.step})
         op_at[(o.step, task_of(o.device), o.node)] = (pid, tid, ts)
     for x in trace.transfers:
         src_task, dst_task = task_of(x.src), task_of(x.dst)

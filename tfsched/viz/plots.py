@@ -15,16 +15,17 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tfsched.graph.devices import short_task, task_of  # noqa: E402
-from tfsched.tracing.trace import Trace  # noqa: E402
+from tfsched.tracing.trace import WAIT_OPS, Trace  # noqa: E402
 
 
 def trace_rows(trace: Trace, step: int) -> dict[str, list[tuple[float, float, str]]]:
-    """Row name -> (start s, duration s, kind) bars of one traced step."""
+    """Row name -> (start s, duration s, kind) bars of one traced step; kind "op" computes,
+    "wait" is an op that waits (``WAIT_OPS``: a gate held until its turn), "transfer"."""
     rows: dict[str, list[tuple[float, float, str]]] = {}
     for o in trace.ops:
         if o.step == step and o.duration_us > 0:
             rows.setdefault(f"{short_task(task_of(o.device))} compute", []).append(
-                (o.start_us / 1e6, o.duration_us / 1e6, "op")
+                (o.start_us / 1e6, o.duration_us / 1e6, "wait" if o.op in WAIT_OPS else "op")
             )
     for t in trace.transfers:
         if t.step == step:
@@ -72,14 +73,27 @@ def worker_rows(
     return rows
 
 
+_COLORS = {"wait": "#D0D0D0", "op": "#4C72B0", "transfer": "#DD8452"}  # drawn in this order
+_KINDS = {"wait": "waiting (gates, sends, no-ops)", "op": "computing", "transfer": "transfer"}
+
+
 def _gantt(ax, rows: dict, order: list[str], title: str) -> None:
-    colors = {"op": "#4C72B0", "transfer": "#DD8452"}
+    drawn = set()
     for y, name in enumerate(order):
         bars = rows.get(name, [])
-        for kind in ("op", "transfer"):
+        for kind, color in _COLORS.items():
             spans = [(s, d) for s, d, k in bars if k == kind]
             if spans:
-                ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=colors[kind], linewidth=0)
+                ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=color, linewidth=0)
+                drawn.add(kind)
+    if "wait" in drawn:  # a key only where a bar could be read for computing
+        from matplotlib.patches import Patch
+
+        ax.legend(
+            handles=[Patch(color=c, label=_KINDS[k]) for k, c in _COLORS.items() if k in drawn],
+            loc="lower right",
+            fontsize="small",
+        )
     ax.set_yticks(range(len(order)), order)
     ax.set_xlabel("seconds from the start of the step")
     ax.set_title(title)
