@@ -148,3 +148,19 @@ def test_the_command_draws_several_traces_and_says_what_is_wrong_in_one_line(tmp
         p.returncode != 0 and len(lines) == 1 and "w1.trace.json: its traced steps do not overlap" in lines[0]
     )
     assert not bad.exists()
+
+
+def test_a_trace_of_no_one_worker_is_named_by_its_file(tmp_path):
+    """In-graph replication: one client's trace holds both workers; two such files of one name
+    are told apart by their paths."""
+    from tfsched.viz.workers import worker_labels
+
+    both = []
+    for d in ("a", "b"):
+        t = worker_trace(0, [EPOCH])
+        t.ops += [OpRecord(0, "/job:worker/replica:0/task:1/device:CPU:0", "conv", "Conv2D", 0.0, 1.0)]
+        (tmp_path / d).mkdir()
+        t.save(str(tmp_path / d / "trace.json"))
+        both.append(Trace.load(str(tmp_path / d / "trace.json")))
+    assert worker_labels(both) == [str(tmp_path / "a" / "trace.json"), str(tmp_path / "b" / "trace.json")]
+    assert worker_labels(both[:1] + [worker_trace(1, [EPOCH])]) == ["trace.json", "worker:1"]

@@ -285,8 +285,8 @@ def trace_of(metadata: list, graph, meta: dict) -> Trace:
 
 def add_step(trace: Trace, run_metadata, graph) -> None:
     """Append one traced step (its ``RunMetadata``) to ``trace``: its records, its wall time
-    and when it began, what it did not record (against its own partition graphs), and the partition graphs if the
-    trace has none yet."""
+    and when it began, what it did not record (against its own partition graphs), and the
+    partition graphs if the trace has none yet."""
     step = trace.steps
     ops, transfers, wall_us = parse_run_metadata(run_metadata, step, graph)
     trace.ops.extend(ops)

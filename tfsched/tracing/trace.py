@@ -2,8 +2,9 @@
 
 Times are microseconds relative to the start of their step (the earliest op of the step on any
 device); ``step_starts_us`` keeps when each step began on the machines' wall clock, which lets
-``tfsched viz`` lay several workers' traces of the same steps side by side. A trace keeps the partition graphs of its run (base64 GraphDefs) so that it is
-self-contained: ``analyze --trace`` can check it belongs to the graph it is used with.
+``tfsched viz`` lay several workers' traces of the same steps side by side. A trace keeps the
+partition graphs of its run (base64 GraphDefs) so that it is self-contained: ``analyze
+--trace`` can check it belongs to the graph it is used with.
 """
 
 from __future__ import annotations

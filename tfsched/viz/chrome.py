@@ -2,9 +2,11 @@
 
 One process per task; in it a compute track per device and one track per link direction
 (``recv from <task>`` on the receiving task). An op that waits (``WAIT_OPS``: a gate held until
-its turn, a send, a no-op) is of category ``wait``, one that computes ``op``. Transfer slices carry tensor, bytes, sender,
-receiver and, given a schedule, their priority; flow arrows go from a transfer to the op that
-consumes it. Several workers' traces of one run go on one timeline (``chrome_traces``). Follows the shape of TensorFlow's ``timeline.py`` (typed emitters, one formatter).
+its turn, a send, a no-op) is of category ``wait``, one that computes ``op``. Transfer slices
+carry tensor, bytes, sender, receiver and, given a schedule, their priority; flow arrows go from
+a transfer to the op that consumes it. Several workers' traces of one run go on one timeline
+(``chrome_traces``). Follows the shape of TensorFlow's ``timeline.py`` (typed emitters, one
+formatter).
 """
 
 from __future__ import annotations

@@ -31,11 +31,12 @@ def span(trace: Trace) -> tuple[float, float]:
 
 
 def worker_labels(traces: list[Trace]) -> list[str]:
-    """Each trace's name in a picture of them all: its worker ("worker:1"), else its file's name.
+    """Each trace's name in a picture of them all: its worker ("worker:1"), else its file's name
+    (its path where two files have one name).
 
     An error if a trace does not say when its steps began (``Trace.step_starts_us``), if two
-    are of the same worker, or if two traced steps that do not overlap in time: they are not of
-    one run, and laid side by side they would show a stagger that never was.
+    are of the same worker, or if two traces' steps do not overlap in time: they are not of one
+    run, and laid side by side they would show a stagger that never was.
     """
     for t in traces:
         if len(t.step_starts_us) != t.steps:
@@ -54,4 +55,8 @@ def worker_labels(traces: list[Trace]) -> list[str]:
                     f"{t.source}: its traced steps do not overlap {traces[j].source}'s in time; "
                     "they are not of one run"
                 )
-    return [short_task(w) if w else os.path.basename(t.source) for t, w in zip(traces, owners, strict=True)]
+    names = [os.path.basename(t.source) for t in traces]
+    return [
+        short_task(w) if w else name if names.count(name) == 1 else t.source
+        for t, w, name in zip(traces, owners, names, strict=True)
+    ]
