@@ -666,6 +666,17 @@ def viz(trace_paths, output, schedule, graph_path, fetches, tag_set, compare, st
         workers=workers,
     )
     click.echo(f"{output} written")
+    if workers:
+        from tfsched.bench.stagger import spreads_line, trace_spreads
+        from tfsched.viz.workers import own_task
+
+        tasks = [own_task(t) for t in (trace, *workers)]
+        if None not in tasks:  # each trace one worker's
+            click.echo(
+                f"where the workers part, over the {min(t.steps for t in (trace, *workers))} traced "
+                "steps (the latest worker minus the earliest, over the step): "
+                + spreads_line(trace_spreads([trace, *workers], tasks))
+            )
 
 
 def _refuse_for_tf2(refused: tuple[tuple[str, str], ...]) -> None:

@@ -378,6 +378,11 @@ def test_bench_command_writes_every_field(tmp_path):
         ]
     }
     assert step0["worker:0"][0] < step0["worker:1"][1] and step0["worker:1"][0] < step0["worker:0"][1], step0
+    # ... and from the saved traces, where the workers part, as the bench measured it
+    from tfsched.bench.stagger import spreads_line
+
+    measured = next(r for r in data["modes"] if r["mode"] == "tio")["stagger"]
+    assert spreads_line(measured) in v.stdout, (v.stdout, measured)
     # the bench's process is gone, and nothing of its is left (a concurrent run's, live, may be)
     assert netns.orphans("netns") == [] and netns.orphans("link") == []
 

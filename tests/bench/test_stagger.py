@@ -120,3 +120,30 @@ def test_traced_steps_are_spread_by_worker_task():
     # each worker's metadata is read for its own task: one that is not there is one error line
     with pytest.raises(TfschedError, match="no op on /job:worker/replica:0/task:0"):
         traced_spreads({0: {0: _worker_step(), 1: _worker_step()}})
+
+
+def test_saved_traces_of_the_same_steps_spread_as_their_metadata(tmp_path):
+    """tfsched viz W0 W1: the traces the bench (or a TraceHook on each worker) saved give the
+    spreads the bench measured from the same steps' metadata."""
+    from tfsched.bench.stagger import trace_spreads
+    from tfsched.tracing.collector import trace_of
+    from tfsched.tracing.trace import Trace
+
+    steps = {
+        0: {0: _worker_step(task=0, offset=1_000_000), 1: _worker_step()},
+        1: {0: _worker_step(task=0, offset=2_000_000), 1: _worker_step(offset=2_500_000)},
+    }
+    traces = []
+    for w in (0, 1):
+        trace_of([steps[k][w] for k in (0, 1)], None, {"worker": w}).save(str(tmp_path / f"w{w}.json"))
+        traces.append(Trace.load(str(tmp_path / f"w{w}.json")))
+    tasks = [f"/job:worker/replica:0/task:{w}" for w in (0, 1)]
+    assert trace_spreads(traces, tasks) == pytest.approx(traced_spreads(steps))
+    # the second step: worker 1 half a second behind in a 2.8 s step
+    assert trace_spreads([t.only_steps([1]) for t in traces], tasks) == pytest.approx(
+        {p: 0.5 / 2.8 for p in PHASES}
+    )
+    with pytest.raises(
+        TfschedError, match=r"w1\.json: traced step 0 has no op on /job:worker/replica:0/task:0"
+    ):
+        trace_spreads(traces, tasks[:1] * 2)

@@ -8,7 +8,7 @@ import platform
 import re
 
 from tfsched.bench.run import TIMED, ModeResult, placed_mode, split_placed, spread
-from tfsched.bench.stagger import PHASES
+from tfsched.bench.stagger import PHASE_NAMES, PHASES
 from tfsched.io import write_atomic
 
 
@@ -143,7 +143,7 @@ def stagger_lines(summary: dict) -> list[str]:
         f"Where the workers part, over the traced step{'s' if summary['config'].get('trace_steps', 1) > 1 else ''}"
         " of each mode (every worker traced; the latest worker minus the earliest, over the step):",
         "",
-        "| mode | last parameter in | computed | last gradient out | step ended |",
+        "| mode | " + " | ".join(PHASE_NAMES[p] for p in PHASES) + " |",
         "|---|---|---|---|---|",
     ]
     for r in rows:

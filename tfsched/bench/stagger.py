@@ -11,7 +11,10 @@ the workers are at each of these points, over the step's time, shows which phase
 - ``pushed``: the end of the last transfer out of it (its gradients; None in inference);
 - ``ended``: the end of the last op of its step on any task (the PS's updates included).
 
-What the pass adds (acknowledgements, credit) is no tensor of the step and is left out.
+What the pass adds (acknowledgements, credit) is no tensor of the step and is left out. The bench
+reads each worker's ``RunMetadata`` (``traced_spreads``); ``trace_spreads`` reads the same from
+saved traces of the workers' same steps (``tfsched viz W0 W1 ...``, a training's ``TraceHook``
+on every worker), which record when each step began.
 
 >>> spreads = phase_spreads({
 ...     0: {"started": 0.0, "pulled": 4.0, "computed": 8.0, "pushed": 8.5, "ended": 8.6},
@@ -32,9 +35,15 @@ from tfsched.tracing.replay import scheduled_tensor
 from tfsched.tracing.trace import WAIT_OPS
 
 PHASES = ("pulled", "computed", "pushed", "ended")
+# each phase as a table heads it
+PHASE_NAMES = {
+    "pulled": "last parameter in",
+    "computed": "computed",
+    "pushed": "last gradient out",
+    "ended": "step ended",
+}
 
 
-# ops that wait rather than compute: transfers, the pass's gates and protocol, control joins
 def worker_phases(run_metadata, task: str) -> dict[str, float | None]:
     """When worker ``task``'s traced step (``"/job:worker/replica:0/task:1"``) started and
     reached each of ``PHASES``, in seconds of the machine's wall clock; a phase it has no
@@ -43,10 +52,16 @@ def worker_phases(run_metadata, task: str) -> dict[str, float | None]:
     One error line if the step has no op on ``task`` (the metadata of another worker's step).
     """
     ops, transfers, wall_us = parse_run_metadata(run_metadata, 0)
-    t0 = step_start_micros(run_metadata)  # what the records' times are relative to
+    # what the records' times are relative to
+    return _phases(ops, transfers, step_start_micros(run_metadata), wall_us, task, "the traced step")
+
+
+def _phases(ops, transfers, t0: float, wall_us: float, task: str, what: str) -> dict[str, float | None]:
+    """``worker_phases`` of one step's op and transfer records, relative to ``t0`` (us of the
+    wall clock); ``what``: the step, as an error names it."""
     mine = [o for o in ops if task_of(o.device) == task]
     if not mine:
-        raise TfschedError(f"the traced step has no op on {task}")
+        raise TfschedError(f"{what} has no op on {task}")
     computing = [o.start_us + o.duration_us for o in mine if o.op and o.op not in WAIT_OPS]
     carried = [t for t in transfers if scheduled_tensor(t.tensor) is not None]
     into = [t.start_us + t.duration_us for t in carried if task_of(t.dst) == task != task_of(t.src)]
@@ -85,6 +100,33 @@ def mean_spreads(steps: list[dict[int, dict[str, float | None]]]) -> dict[str, f
         else None
         for phase in PHASES
     }
+
+
+def spreads_line(spreads: dict[str, float | None]) -> str:
+    """The spreads as one line, each phase by its name (``PHASE_NAMES``); a phase no worker
+    reached (no push in inference) left out.
+
+    >>> spreads_line({"pulled": 0.0104, "computed": 0.071, "pushed": None, "ended": 0.07})
+    'last parameter in 0.010, computed 0.071, step ended 0.070'
+    """
+    return ", ".join(f"{PHASE_NAMES[p]} {spreads[p]:.3f}" for p in PHASES if spreads.get(p) is not None)
+
+
+def trace_spreads(traces: list, tasks: list[str]) -> dict[str, float | None]:
+    """``mean_spreads`` of saved traces (``tracing.Trace``) of the same steps, one per worker:
+    ``tasks[k]`` is the worker whose steps ``traces[k]`` traced. Step ``i`` of every trace is
+    one synchronized step; each trace says when its steps began (``Trace.step_starts_us``)."""
+    steps = min(t.steps for t in traces)
+    each = []
+    for i in range(steps):
+        step = {}
+        for k, (t, task) in enumerate(zip(traces, tasks, strict=True)):
+            ops = [o for o in t.ops if o.step == i]
+            moved = [x for x in t.transfers if x.step == i]
+            what = f"{t.source}: traced step {i}"
+            step[k] = _phases(ops, moved, t.step_starts_us[i], t.step_times_us[i], task, what)
+        each.append(step)
+    return mean_spreads(each)
 
 
 def traced_spreads(steps: dict[int, dict[int, object]], job: str = "worker") -> dict[str, float | None]:
