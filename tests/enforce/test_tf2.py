@@ -57,11 +57,13 @@ def one_worker():
 
 def test_functions_train_bitwise_identical_each_call_ordered_apart(one_worker):
     """One worker (so that the updates' order is fixed): the same losses and variables, bit for
-    bit, as vanilla, with TIO alone and with partitioning, credit and one window per task; every
-    call of the step function had a gate state of its own on each task, all freed after."""
+    bit, as vanilla, with TIO alone and with partitioning, credit and one window per task, in
+    turn and in lockstep (what ``tune --api tf2 --host-order priority`` runs); every call of the
+    step function had a gate state of its own on each task, all freed after."""
     steps = 12
     vanilla = run_client(one_worker.spec, None, steps=steps)
-    for kwargs in ({}, {"partition": 20_000, "credit": 40_000, "host_credit": True}):
+    window = {"partition": 20_000, "credit": 40_000, "host_credit": True}
+    for kwargs in ({}, window, {**window, "host_order": "priority"}):
         scheduled = run_client(one_worker.spec, kwargs, steps=steps)
         assert scheduled["losses"] == vanilla["losses"], kwargs
         assert scheduled["variables"] == vanilla["variables"], kwargs
