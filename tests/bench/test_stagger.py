@@ -70,6 +70,22 @@ def _worker_step(task: int = 1, offset: int = 0):
                 t + 2_100_000,
             ),
             (PS, "apply", "apply = ResourceApplyGradientDescent(w, lr, grad)", t + 2_000_000, t + 2_300_000),
+            # the credit's sink, and the partitioner's constant that carries its control edge to
+            # the PS, run when the acknowledgement is in: no computing either
+            (
+                worker,
+                "tfsched_credit_sink_worker_1",
+                "tfsched_credit_sink_worker_1 = NoOp()",
+                t + 2_100_000,
+                t + 2_100_000,
+            ),
+            (
+                worker,
+                "tfsched_credit_sink_worker_1/ctrl_S454",
+                "tfsched_credit_sink_worker_1/ctrl_S454 = Const()",
+                t + 2_100_000,
+                t + 2_100_001,
+            ),
         ]
     )
 

@@ -7,7 +7,7 @@ machine's one wall clock: every task of an emulated cluster runs on this machine
 the workers are at each of these points, over the step's time, shows which phase staggers them:
 
 - ``pulled``: the end of the last transfer into the worker (its parameters);
-- ``computed``: the end of its last op that computes (gates, transfers and no-ops aside);
+- ``computed``: the end of its last op of the model's that computes (``computes``);
 - ``pushed``: the end of the last transfer out of it (its gradients; None in inference);
 - ``ended``: the end of the last op of its step on any task (the PS's updates included).
 
@@ -44,6 +44,23 @@ PHASE_NAMES = {
 }
 
 
+def computes(op) -> bool:
+    """Whether an op record is of the model's computing: not one that waits (``WAIT_OPS``:
+    gates, sends, no-ops), not a constant, and not one the pass added (``tfsched_*``: slices and
+    their concatenation, the credit's sink). The constant that carries a control edge to another
+    task (the partitioner's, e.g. ``tfsched_credit_sink_worker_0/ctrl_S454``) runs when the edge's
+    source has: after the last gradient's credit came back. Until the fiftieth session it counted
+    as computing, which put the pushes' stagger in ``computed``.
+
+    >>> from tfsched.tracing.trace import OpRecord
+    >>> [computes(OpRecord(0, "/job:worker", n, op, 0.0, 1.0)) for n, op in (
+    ...     ("conv", "Conv2D"), ("w/tfsched_gate_to_ps_0", "TfschedGate"),
+    ...     ("tfsched_credit_sink_worker_0/ctrl_S454", "Const"), ("w/tfsched_concat", "TfschedConcat"))]
+    [True, False, False, False]
+    """
+    return bool(op.op) and op.op not in WAIT_OPS and op.op != "Const" and "tfsched_" not in op.node
+
+
 def worker_phases(run_metadata, task: str) -> dict[str, float | None]:
     """When worker ``task``'s traced step (``"/job:worker/replica:0/task:1"``) started and
     reached each of ``PHASES``, in seconds of the machine's wall clock; a phase it has no
@@ -62,7 +79,7 @@ def _phases(ops, transfers, t0: float, wall_us: float, task: str, what: str) -> 
     mine = [o for o in ops if task_of(o.device) == task]
     if not mine:
         raise TfschedError(f"{what} has no op on {task}")
-    computing = [o.start_us + o.duration_us for o in mine if o.op and o.op not in WAIT_OPS]
+    computing = [o.start_us + o.duration_us for o in mine if computes(o)]
     carried = [t for t in transfers if scheduled_tensor(t.tensor) is not None]
     into = [t.start_us + t.duration_us for t in carried if task_of(t.dst) == task != task_of(t.src)]
     out = [t.start_us + t.duration_us for t in carried if task_of(t.src) == task != task_of(t.dst)]
