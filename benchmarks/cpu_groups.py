@@ -5,9 +5,9 @@ thread (all the tasks are in the session's one autogroup), so a task with more t
 at once gets more of them. This runs a ``tfsched bench`` command with every task's process
 in a ``cpu`` cgroup of its own, of equal shares (cgroup v1, 1024 each): as hosts of equal
 processors would, each task gets the same share whenever all want the cores (work-conserving:
-what one leaves idle the others take). It checks whether the workers' stagger in computing,
-which ``bench.stagger`` finds is most of the training straggler effect here, comes from the
-per-thread sharing (BENCHMARKS.md, the reading: it does not).
+what one leaves idle the others take). It was made to check whether the workers' stagger in
+computing comes from the per-thread sharing. (That stagger was mostly a measuring error, fixed
+in the fiftieth session: ``bench.stagger.computes``; the training stagger is in the pushes.)
 
     python benchmarks/cpu_groups.py -- --model vgg16 --mode train --workers 4 ... -o out.json
 
