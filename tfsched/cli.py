@@ -654,6 +654,7 @@ def viz(trace_paths, output, schedule, graph_path, fetches, tag_set, compare, st
 
     trace, *workers = (Trace.load(path) for path in trace_paths)
     others = {"this trace": trace, **{path: Trace.load(path) for path in compare}} if compare else None
+    parting = _where_workers_part([trace, *workers]) if workers else None  # before writing: it can fail
     write_visualization(
         trace,
         output,
@@ -666,17 +667,24 @@ def viz(trace_paths, output, schedule, graph_path, fetches, tag_set, compare, st
         workers=workers,
     )
     click.echo(f"{output} written")
-    if workers:
-        from tfsched.bench.stagger import spreads_line, trace_spreads
-        from tfsched.viz.workers import own_task
+    if parting:
+        click.echo(parting)
 
-        tasks = [own_task(t) for t in (trace, *workers)]
-        if None not in tasks:  # each trace one worker's
-            click.echo(
-                f"where the workers part, over the {min(t.steps for t in (trace, *workers))} traced "
-                "steps (the latest worker minus the earliest, over the step): "
-                + spreads_line(trace_spreads([trace, *workers], tasks))
-            )
+
+def _where_workers_part(traces) -> str | None:
+    """The line ``viz`` says of several workers' traces: how far apart they reached each phase of
+    their steps (``bench.stagger``); None unless each trace is one worker's."""
+    from tfsched.bench.stagger import spreads_line, trace_spreads
+    from tfsched.viz.workers import own_task, worker_labels
+
+    worker_labels(traces)  # of one run, each saying when its steps began: else its error line
+    tasks = [own_task(t) for t in traces]
+    if None in tasks:
+        return None
+    return (
+        f"where the workers part, over the {min(t.steps for t in traces)} traced steps (the latest "
+        "worker minus the earliest, over the step): " + spreads_line(trace_spreads(traces, tasks))
+    )
 
 
 def _refuse_for_tf2(refused: tuple[tuple[str, str], ...]) -> None:
