@@ -526,6 +526,12 @@ def demo(model, bandwidth, workers, steps, rounds, modes, batch_size, loopback, 
     if no_train and given:
         verb = "is" if len(given) == 1 else "are"
         raise click.UsageError(f"{' and '.join(given)} {verb} for the training, which --no-train leaves out")
+    from tfsched.bench.run import parse_mode
+
+    if any(parse_mode(m).push_credit for m in modes):  # its analysis predicts the pass's settings
+        raise click.BadParameter(
+            "+wN (a live window on the workers' pushes) is a bench mode", param_hint="--modes"
+        )
 
     run_demo(
         model=model,
@@ -795,7 +801,17 @@ def _bench_tf2(console, *, output, traces_dir, balance, tuned, **run) -> None:
     "kept to the model and the link (tio+pc; tfsched.enforce.link_sizes), +pN / +cN set them "
     "(tao+p500000+c2000000), +host makes the credit one window per sending task that serves the "
     "workers in turn (tao+pc+host), +lockstep one that serves every worker's next tensor by "
-    "priority, the workers in lockstep (tao+pc+lockstep); tuned: the best setting of --tuned FILE.",
+    "priority, the workers in lockstep (tao+pc+lockstep), +wN gives the workers' pushes a window of N "
+    "(tao+pc+lockstep+w1000000); tuned: the best setting of --tuned FILE.",
+)
+@click.option(
+    "--inter-op-threads",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Kernels each task runs at a time (inter_op_parallelism_threads; 0: TensorFlow's default, "
+    "the number of cores). More than the cores let a credit's acknowledgement run while the "
+    "others wait on convolutions; every mode, the baseline too, runs on these tasks.",
 )
 @click.option(
     "--tuned",
@@ -879,6 +895,7 @@ def bench(
     output,
     ps_placement,
     api,
+    inter_op_threads,
 ):
     """Vanilla TensorFlow vs tfsched on an emulated multi-host PS cluster, interleaved in one run.
 
@@ -895,13 +912,15 @@ def bench(
 
     from tfsched.bench.netns import DEFAULT_QUEUE_S
     from tfsched.bench.results import markdown, summarize, write
-    from tfsched.bench.run import TUNED, cluster_side_by_side, tuned_mode
+    from tfsched.bench.run import TUNED, cluster_side_by_side, parse_mode, tuned_mode
     from tfsched.io import check_directory, check_writable
 
     if queue <= 0:
         raise click.BadParameter("must be a positive time", param_hint="--queue")
     if api == "tf2":
         tf2_placements = _check_tf2_bench(ps_placement)
+        if inter_op_threads or any(parse_mode(m).push_credit for m in modes if m != TUNED):
+            raise click.UsageError("--inter-op-threads and +wN modes are for --api session")
     elif any(p not in PS_PLACEMENTS for p in ps_placement):
         raise click.UsageError(
             "--ps-placement min-size is TensorFlow 2's variable_partitioner: for --api tf2 (here: "
@@ -1007,6 +1026,7 @@ def bench(
             done=done,
             relays=shaped_loopback,
             ps_placement=ps_placement,
+            inter_op_threads=inter_op_threads,
             **cluster,
         )
     config = {
@@ -1026,6 +1046,7 @@ def bench(
         "bandwidth": link,
         "latency": f"{latency * 1e3:g} ms" if latency else None,
         "queue": None if loopback or queue == DEFAULT_QUEUE_S else f"{queue * 1e3:g} ms",
+        **({"inter_op_threads": inter_op_threads} if inter_op_threads else {}),
         **({"links": "relays"} if shaped_loopback else {}),
         "batch_balance": balance.to_json() if balance else None,
         "tuned": {"file": tuned_path, "mode": tuned} if tuned else None,

@@ -103,7 +103,27 @@ def test_mode_grammar():
         parse_mode("tao+lockstep")
     with pytest.raises(TfschedError, match=r"\+host and \+lockstep are two orders of one window"):
         parse_mode("tao+pc+host+lockstep")
-    for bad in ("fifo", "tio+q3", "tio+p0", "tio+p-1", "tio+pc5", "tio+pc+a0", "tio+pc+a"):
+    # a window for the workers' pushes, a live credit beside the pass's (run_side_by_side)
+    w = parse_mode("tao+pc+lockstep+w1000000")
+    assert (w.push_credit, w.knobs["push_credit"], w.credit, parse_mode("tao+pc").push_credit) == (
+        1_000_000,
+        1_000_000,
+        4_000_000,
+        0,
+    )
+    with pytest.raises(TfschedError, match=r"\+wN needs a credit"):
+        parse_mode("tao+p1000000+w1000")
+    for bad in (
+        "fifo",
+        "tio+q3",
+        "tio+p0",
+        "tio+p-1",
+        "tio+pc5",
+        "tio+pc+a0",
+        "tio+pc+a",
+        "tio+pc+w0",
+        "tio+pc+w",
+    ):
         with pytest.raises(TfschedError):
             parse_mode(bad)
     with pytest.raises(TfschedError, match="baseline"):

@@ -254,3 +254,54 @@ def test_placements_share_one_run_each_on_its_own_graph():
     text = markdown(summary)
     assert "2 PS (variables placed bytes; as MODE@held held) x 2 workers" in text
     assert "x of baseline@held |" in text.split("| tao@held |")[1].split("\n")[0]
+
+
+@pytest.mark.tf
+def test_a_push_window_holds_the_workers_while_its_mode_runs_and_only_then(monkeypatch):
+    """A mode's ``+wN`` (``worker_credits``): the worker tasks' live credit is N while that mode's
+    steps run, and the pass's again after them; the workers' pushes stay within it (Seq-32's
+    65,536-parameter gradients in slices of 16,384: one slice at a time under 20,000, several at
+    once under the pass's 100,000). The tasks run the executor threads they were given."""
+    import tfsched
+    from tfsched.bench.local import LocalCluster
+    from tfsched.bench.run import parse_mode, run_side_by_side
+    from tfsched.enforce.api import CreditSetter, stats
+    from tfsched.models import build_graph
+
+    def builder(w):
+        return build_graph("seq32", worker_task=w, ps_tasks=1, batch_size=4, mode="train")
+
+    windowed = "tio+p20000+c100000+w20000"
+    assert parse_mode(windowed).push_credit == 20_000 and parse_mode("tio+p20000+c100000").push_credit == 0
+    pc = tfsched.enable(partition=20_000, credit=100_000)
+    configs = {"baseline": None, "tio+p20000+c100000": pc, windowed: pc}
+    calls = []  # (credit asked, the workers' peak in flight before it, their live credit after it)
+    real_call = CreditSetter.__call__
+
+    with LocalCluster(ps=1, workers=2, inter_op_threads=5) as cluster:
+        targets = [cluster.target("worker", w) for w in range(2)]
+        workers = [f"/job:worker/task:{w}" for w in range(2)]
+
+        def spy(self, credit):
+            peak = max(stats(targets[0], d)["peak_in_flight"] for d in workers)
+            real_call(self, credit)
+            calls.append((credit, peak, {stats(targets[0], d)["live_credit"] for d in workers}))
+
+        # each task's executor runs the threads it was given (TensorFlow names them tf_Compute;
+        # counted before any step, which starts the intra-op pool's under the same name)
+        for proc in cluster.procs.values():
+            names = [
+                open(f"/proc/{proc.pid}/task/{t}/comm").read().strip()
+                for t in os.listdir(f"/proc/{proc.pid}/task")
+            ]
+            assert names.count("tf_Compute") == 5
+        monkeypatch.setattr(CreditSetter, "__call__", spy)
+        results = run_side_by_side(
+            targets, builder, configs, steps=2, rounds=2, worker_credits={windowed: 20_000, "baseline": 0}
+        )
+    assert all(r.steps == 8 for r in results.values())
+    # set and taken back once per round of the windowed mode, never for the others
+    assert [(c, live) for c, _, live in calls] == [(20_000, {20_000}), (0, {-1})] * 2
+    for (_, before, _), (_, during, _) in zip(calls[0::2], calls[1::2], strict=True):
+        assert before > 20_000  # the mode before it pushed several slices at once
+        assert 0 < during <= 20_000  # under the window, one at a time

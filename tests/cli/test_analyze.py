@@ -566,6 +566,7 @@ def test_demo_trains_on_a_local_cluster():
 
 def test_demo_rejects_bad_modes():
     assert_one_line_error(run("demo", "--modes", "tio,warp"), "--modes")
+    assert_one_line_error(run("demo", "--modes", "baseline,tio+pc+w1000"), "+wN (a live window")
     assert_one_line_error(run("demo", "--no-train", "--steps", "3"), "--steps is for the training")
     assert_one_line_error(
         run("demo", "--no-train", "--rounds", "1", "--loopback"),

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from tests.helpers import W0, W1, chain_graph, op, oracle_with, var
+from tests.helpers import PS, W0, W1, chain_graph, op, oracle_with, var
 from tfsched.errors import TfschedError
 from tfsched.graph import build_comm_graph
 from tfsched.ordering import order
@@ -188,6 +188,39 @@ class TestSimulate:
         assert simulate(sg, "counter", credit_bytes=4000, overlap=False).step_time == pytest.approx(
             serial + 2 * 0.001
         )
+
+    @pytest.mark.parametrize("host_credit", [False, True])
+    def test_a_window_for_the_pushes_leaves_the_pulls_the_channels_credit(self, host_credit):
+        # Two 4,000-byte variables pulled (4 ms each on the wire, 1 ms of overhead), each used by
+        # one op whose 4,000-byte result is pushed back: a credit of both at once, and a window of
+        # one push for the worker (a live credit on the worker tasks, the bench's +wN)
+        nodes = var("v0", (1000,)) + var("v1", (1000,))
+        nodes += [op("f0", ["v0/read"], shape=(1000,)), op("f1", ["v1/read"], shape=(1000,))]
+        nodes += [op("u0", ["f0"], device=PS), op("u1", ["f1"], device=PS)]
+        g = build_comm_graph(nodes, fetches=["u0", "u1"])
+        sg = build_sim_graph(g, oracle_with({}, bandwidth_bps=8e6, overhead_s=0.001), order(g, "tio"))
+        kinds = {i: sg.transfer[i].kind for i in range(len(sg)) if sg.kind[i] == 1}
+        assert sorted(kinds.values()) == ["pull", "pull", "push", "push"]
+
+        def released(**kw):
+            r = simulate(sg, "counter", credit_bytes=8000, host_credit=host_credit, record=True, **kw)
+            by = {
+                k: sorted((r.starts[i], r.ends[i]) for i in kinds if kinds[i] == k) for k in ("pull", "push")
+            }
+            return by, r.step_time
+
+        both, free = released()
+        one, windowed = released(push_credit_bytes=4000)
+        # the pulls go as before, both at once
+        assert [s for s, _ in one["pull"]] == [s for s, _ in both["pull"]]
+        assert both["pull"][0][0] == both["pull"][1][0]
+        # the second push waits for the first's acknowledgement under the window, not without it
+        (s0, e0), (s1, _) = one["push"]
+        assert s1 >= e0 > s0
+        assert both["push"][1][0] < both["push"][0][1]
+        assert windowed > free
+        with pytest.raises(TfschedError, match="window for the pushes needs a credit"):
+            simulate(sg, "counter", push_credit_bytes=4000)
 
     def test_one_window_per_sender_serves_one_worker_after_the_other(self):
         sg, ends = _two_workers_pulling_one_variable()

@@ -20,6 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from tfsched.bench.server import INTER_OP_FLAG
 from tfsched.errors import TfschedError
 
 # how much lower than this process the tasks of a relayed LocalCluster run (nice)
@@ -92,7 +93,14 @@ def task_env() -> dict:
 
 
 def start_tasks(
-    spec: dict, *, vanilla: bool, log_dir: str, prefix=lambda job, index: [], spec_of=None, only=None
+    spec: dict,
+    *,
+    vanilla: bool,
+    log_dir: str,
+    prefix=lambda job, index: [],
+    spec_of=None,
+    only=None,
+    inter_op_threads: int = 0,
 ) -> dict:
     """Start every task of ``spec`` (or the one ``only`` names, as (job, index)) as ``python -m
     tfsched.bench.server``; (job, index) -> Popen.
@@ -100,6 +108,8 @@ def start_tasks(
     ``prefix`` gives the command a task runs under (e.g. ``ip netns exec <ns>``), ``spec_of`` the
     cluster spec it runs with (``spec`` itself by default). Each task's stderr goes to
     ``log_dir/<job><index>.log`` (``task_log``): what a task that dies said last.
+    ``inter_op_threads``: how many kernels each task's executor runs at a time (0: TensorFlow's
+    default, the number of cores).
     """
     env = task_env()
     procs = {}
@@ -118,6 +128,8 @@ def start_tasks(
             ]
             if vanilla:
                 cmd.append("--vanilla")
+            if inter_op_threads:
+                cmd.append(f"{INTER_OP_FLAG}{inter_op_threads}")
             cmd.append("--with-stdin")  # the task ends when this process does, however it ends
             with open(os.path.join(log_dir, f"{job}{i}.log"), "wb") as log:
                 procs[(job, i)] = subprocess.Popen(
@@ -197,7 +209,7 @@ def stop_processes(procs) -> None:
 
 class TaskHandles:
     """What both cluster kinds offer once their tasks run (``spec``, ``procs`` and ``log_dir``
-    set; ``vanilla`` and ``start_timeout_s`` are their settings)."""
+    set; ``vanilla``, ``inter_op_threads`` and ``start_timeout_s`` are their settings)."""
 
     # This process's address on the cluster's network (where a driver-side service listens).
     driver_host = "127.0.0.1"
@@ -206,7 +218,8 @@ class TaskHandles:
         """Start every task of ``spec`` (its stderr in a fresh ``log_dir``; ``start_tasks``'
         ``prefix`` and ``spec_of``) and wait until each serves."""
         self.log_dir = tempfile.mkdtemp(prefix="tfsched-tasks-")
-        self._launch = {"prefix": prefix, "spec_of": spec_of}  # to start a task again (restart)
+        # to start a task again (restart)
+        self._launch = {"prefix": prefix, "spec_of": spec_of, "inter_op_threads": self.inter_op_threads}
         self.procs = start_tasks(self.spec, vanilla=self.vanilla, log_dir=self.log_dir, **self._launch)
         wait_ready(self.procs, self.start_timeout_s, self.log_dir)
 
@@ -261,6 +274,7 @@ class LocalCluster(TaskHandles):
     ps: int = 1
     workers: int = 1
     vanilla: bool = False  # plain tf.distribute.Server tasks, without tfsched loaded
+    inter_op_threads: int = 0  # kernels each task runs at a time (0: TensorFlow's default)
     bandwidth_bps: float | None = None  # None: loopback as it is
     latency_s: float = 0.0  # per link, with bandwidth_bps
     start_timeout_s: float = 180.0

@@ -199,6 +199,7 @@ def scheduled_runs(
         host_order=spec.host_order,
         ack_share=spec.effective_ack_share,
         credit_return=spec.credit_return,
+        push_credit_bytes=spec.push_credit * PARAM_BYTES or None,
         ack_slot_s=ack_slot_s,
         latency_s=latency_s,
         overlap=overlap,

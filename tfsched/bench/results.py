@@ -156,6 +156,7 @@ def markdown(summary: dict) -> str:
     link = f"{c['bandwidth']}" + (f", {c['latency']} latency" if c.get("latency") else "")
     link += f", links queueing at most {c['queue']}" if c.get("queue") else ""
     link += ", shaped by relays on loopback" if c.get("links") == "relays" else ""
+    link += f", {c['inter_op_threads']} inter-op threads a task" if c.get("inter_op_threads") else ""
     batch = f", batch {c['batch_size']}" if c.get("batch_size") else ""
     # how the variables were spread, where not by the bytes each moves (the default)
     placed = _placed(c.get("ps_placement", "bytes"))
@@ -252,6 +253,12 @@ def markdown(summary: dict) -> str:
                 for w, t in zip(sizes, texts, strict=True)
             ]
         lines += ["", "`+pc` here: " + "; ".join(dict.fromkeys(texts)) + "."]
+    if any(r.get("push_credit") for r in summary["modes"]):
+        lines += [
+            "",
+            "`+wN`: the workers' pushes under a window of N parameters, a live credit set on the worker "
+            "tasks while the mode runs (`tfsched.set_credit`); the PS's pulls keep the mode's credit.",
+        ]
     lines += tuned_lines(c)
     return "\n".join(lines) + "\n"
 

@@ -45,8 +45,11 @@ class ModeSpec:
     acknowledges transfers of at least credit/N parameters (``tao+pc+a32``; default
     ``DEFAULT_ACK_SHARE``, 8); ``+sent``
     returns the credit when the sender has sent a tensor, with no acknowledgement
-    (``enable(credit_return="sent")``). ``tfsched bench --tuned FILE`` turns the mode ``tuned``
-    into the best setting of a ``tfsched tune`` file in this grammar (``tuned_mode``).
+    (``enable(credit_return="sent")``); ``+wN`` gives the workers' pushes a window of N
+    parameters while the mode runs, the PS's pulls keeping the mode's credit
+    (``tfsched.set_credit`` on the worker tasks: ``tao+pc+lockstep+w1000000``).
+    ``tfsched bench --tuned FILE`` turns the mode ``tuned`` into the best setting of a
+    ``tfsched tune`` file in this grammar (``tuned_mode``).
     """
 
     name: str
@@ -57,6 +60,7 @@ class ModeSpec:
     host_order: str = "steps"  # "priority" (+lockstep): the window's workers in lockstep
     ack_share: int | None = None  # None: the pass's default
     credit_return: str = "ack"  # "sent": no acknowledgements (enable(credit_return=...))
+    push_credit: int = 0  # +wN: the live credit of the worker tasks (set_credit), 0: the pass's
 
     @property
     def effective_ack_share(self) -> int:
@@ -72,6 +76,7 @@ class ModeSpec:
             "host_order": self.host_order,
             "ack_share": self.effective_ack_share,
             "credit_return": self.credit_return,
+            "push_credit": self.push_credit,
         }
 
 
@@ -84,9 +89,9 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
     if alg not in ALGORITHMS:
         raise TfschedError(
             f"unknown mode {name!r}: expected baseline or one of {', '.join(ALGORITHMS)} "
-            "[+pc][+pN][+cN][+host|+lockstep][+aN][+sent]"
+            "[+pc][+pN][+cN][+host|+lockstep][+aN][+sent][+wN]"
         )
-    partition = credit = 0
+    partition = credit = push_credit = 0
     host = False
     host_order = "steps"
     ack_share = None
@@ -100,23 +105,26 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
             credit_return = "sent"
         elif k == "pc":
             partition, credit = link_sizes(bandwidth_bps, channel_params)
-        elif k[:1] in ("p", "c", "a") and k[1:].isdigit() and int(k[1:]) > 0:
+        elif k[:1] in ("p", "c", "a", "w") and k[1:].isdigit() and int(k[1:]) > 0:
             if k[0] == "p":
                 partition = int(k[1:])
             elif k[0] == "c":
                 credit = int(k[1:])
+            elif k[0] == "w":
+                push_credit = int(k[1:])
             else:
                 ack_share = int(k[1:])
         else:
             raise TfschedError(
-                f"unknown mode {name!r}: {k!r} is not pc, pN, cN (N parameters > 0), host, lockstep, aN (N > 0) "
-                "or sent"
+                f"unknown mode {name!r}: {k!r} is not pc, pN, cN, wN (N parameters > 0), host, lockstep, "
+                "aN (N > 0) or sent"
             )
     window = "+lockstep" if host_order == "priority" else "+host"
-    for knob, given in ((window, host), ("+aN", ack_share), ("+sent", credit_return != "ack")):
+    needs = ((window, host), ("+aN", ack_share), ("+sent", credit_return != "ack"), ("+wN", push_credit))
+    for knob, given in needs:
         if given and not credit:
             raise TfschedError(f"unknown mode {name!r}: {knob} needs a credit (+pc or +cN)")
-    return ModeSpec(name, alg, partition, credit, host, host_order, ack_share, credit_return)
+    return ModeSpec(name, alg, partition, credit, host, host_order, ack_share, credit_return, push_credit)
 
 
 TUNED = "tuned"  # the mode that runs a tune file's best setting (tuned_mode)
@@ -550,6 +558,7 @@ def run_side_by_side(
     done: Callable[[int, int], None] | None = None,
     log_tasks=(),
     builders: dict[str, Callable[[int], object]] | None = None,
+    worker_credits: dict[str, int] | None = None,
 ) -> dict[str, ModeResult]:
     """Train every mode ``rounds`` times ``steps`` steps on every worker, interleaved.
 
@@ -586,6 +595,10 @@ def run_side_by_side(
     session, its timing-aware modes are ordered from a trace of its own graph, and with ``trace``
     its ``baseline@PLACEMENT`` is traced alone too (what moving a byte costs the machine is
     measured once, on the first placement's baseline, and given to the others).
+
+    ``worker_credits`` maps a mode to the live credit of the worker tasks while its steps run
+    (``tfsched.set_credit``, a bench mode's ``+wN``): set before each of its parts, and the
+    pass's own setting back after it, so that the other modes run as configured.
     """
     import tensorflow as tf
 
@@ -602,6 +615,19 @@ def run_side_by_side(
     results = {mode: ModeResult(mode) for mode in configs}
     # One graph and session per (mode, worker), kept for all rounds: what a user's job does.
     sessions = {}
+    worker_credits = {m: c for m, c in (worker_credits or {}).items() if c}
+    credit_setter: list = []  # the one CreditSetter of the run, made when a mode first needs it
+
+    def live_credit(mode: str, credit: int) -> None:
+        if mode not in worker_credits:
+            return
+        if not credit_setter:
+            from tfsched.enforce.api import CreditSetter
+
+            credit_setter.append(
+                CreditSetter(targets[0], [f"/job:worker/task:{w}" for w in range(len(targets))])
+            )
+        credit_setter[0](credit)
 
     def builder_of(mode: str):
         where = split_placed(mode)[1]
@@ -645,10 +671,13 @@ def run_side_by_side(
                 errors.append(e)
 
         threads = [threading.Thread(target=work, args=(w,), daemon=True) for w in range(len(targets))]
+        live_credit(mode, worker_credits.get(mode, 0))
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        if not errors:  # a failed part fails the run: its tasks are stopped, not asked again
+            live_credit(mode, 0)  # the pass's credit again, for the next mode
         wall = time.perf_counter() - started[0] if started else 0.0
         end = cpu_seconds()
         if cpu and cpu[0] and end:
@@ -765,7 +794,7 @@ def run_side_by_side(
                     results[base_mode].comm_cpu_s_per_byte = first.comm_cpu_s_per_byte
                     results[base_mode].comm_cpu_s_per_message = first.comm_cpu_s_per_message
     finally:
-        close_sessions([sess for sess, _ in sessions.values()])
+        close_sessions([*credit_setter, *(sess for sess, _ in sessions.values())])
     return results
 
 
@@ -813,11 +842,13 @@ def host_cluster(
     queue_s: float = DEFAULT_QUEUE_S,
     relays: bool = False,
     progress: Callable[[str], None] | None = None,
+    inter_op_threads: int = 0,
 ):
     """The cluster a bench or a tuning run trains on (not started yet): each task a host with
     links of ``bandwidth_bps`` each way, emulated with namespaces (``bench.netns``, root), or
     with ``relays`` shaped on loopback in this process (``bench.relay``); None: loopback unshaped.
-    ``progress`` is told what it starts."""
+    ``progress`` is told what it starts; ``inter_op_threads``: how many kernels each task runs
+    at a time (0: TensorFlow's default, the number of cores)."""
     from tfsched.bench.local import LocalCluster
     from tfsched.bench.netns import EmulatedCluster
 
@@ -827,9 +858,20 @@ def host_cluster(
         progress(f"starting {ps} PS and {workers} worker processes ({where})")
     if bandwidth_bps and not relays:
         return EmulatedCluster(
-            ps=ps, workers=workers, bandwidth_bps=bandwidth_bps, latency_s=latency_s, queue_s=queue_s
+            ps=ps,
+            workers=workers,
+            bandwidth_bps=bandwidth_bps,
+            latency_s=latency_s,
+            queue_s=queue_s,
+            inter_op_threads=inter_op_threads,
         )
-    return LocalCluster(ps=ps, workers=workers, bandwidth_bps=bandwidth_bps or None, latency_s=latency_s)
+    return LocalCluster(
+        ps=ps,
+        workers=workers,
+        bandwidth_bps=bandwidth_bps or None,
+        latency_s=latency_s,
+        inter_op_threads=inter_op_threads,
+    )
 
 
 def cluster_side_by_side(
@@ -853,6 +895,7 @@ def cluster_side_by_side(
     relays: bool = False,
     done: Callable[[int, int], None] | None = None,
     ps_placement: str | tuple[str, ...] = "bytes",
+    inter_op_threads: int = 0,
 ) -> dict[str, ModeResult]:
     """Side by side on an emulated multi-host cluster (``bandwidth_bps`` given) or on loopback.
 
@@ -867,7 +910,8 @@ def cluster_side_by_side(
     ``build_graph``'s, how the model's variables are spread over ``ps`` PS tasks; several
     (a tuple) run every mode on each placement's graph in the same rounds, the first's modes
     under their names, the others' as ``MODE@PLACEMENT`` (``placed_mode``), each predicted on
-    its own graph from its own baseline's traces.
+    its own graph from its own baseline's traces. ``inter_op_threads``: how many kernels each
+    task runs at a time (``host_cluster``'s).
     """
     from tfsched.bench.netns import check_latency
     from tfsched.models import build_graph
@@ -928,7 +972,14 @@ def cluster_side_by_side(
             queue_s=queue_s,
             relays=relays,
             progress=progress,
+            inter_op_threads=inter_op_threads,
         )
+        worker_credits = {
+            name: parse_mode(
+                split_placed(name)[0], bandwidth_bps, saved[split_placed(name)[1]][2]
+            ).push_credit
+            for name in configs
+        }
         with cluster:
             targets = [cluster.target("worker", w) for w in range(workers)]
             results = run_side_by_side(
@@ -945,6 +996,7 @@ def cluster_side_by_side(
                 done=done,
                 log_tasks=cluster.spec,
                 builders={where: builder_placed(where) for where in placements[1:]},
+                worker_credits=worker_credits,
             )
         for name, res in results.items():
             plain, key = split_placed(name)

@@ -1,12 +1,15 @@
 """One cluster task in its own process:
-``python -m tfsched.bench.server CLUSTER_JSON JOB INDEX [--vanilla] [--with-stdin]``.
+``python -m tfsched.bench.server CLUSTER_JSON JOB INDEX [--vanilla] [--with-stdin]
+[--inter-op-threads=N]``.
 
 Loads tfsched (so the task can run gates), starts a ``tf.distribute.Server`` and serves until
 killed. Prints ``ready`` on stdout once the server is up, and ``SERVING`` on stderr (the task's
 log), so that a task which dies later is reported by what it said after it. With
 ``--with-stdin`` it serves until its stdin ends instead: the launcher holds the other end of
 that pipe, so a task never outlives the process that started it, even one killed by SIGKILL,
-which runs no cleanup (before, its tasks served on forever, ports and memory held).
+which runs no cleanup (before, its tasks served on forever, ports and memory held). With
+``--inter-op-threads=N`` the task's executor runs N kernels at a time
+(``inter_op_parallelism_threads``; TensorFlow's default is the number of cores).
 """
 
 from __future__ import annotations
@@ -17,22 +20,25 @@ import signal
 import sys
 
 SERVING = "tfsched task: serving"
+INTER_OP_FLAG = "--inter-op-threads="
 
 
 def main(argv: list[str]) -> int:
     spec, job, index = json.loads(argv[0]), argv[1], int(argv[2])
     flags = set(argv[3:])
     scheduled = "--vanilla" not in flags
+    inter_op = [int(f[len(INTER_OP_FLAG) :]) for f in flags if f.startswith(INTER_OP_FLAG)]
     from tfsched.graph._tf import import_tensorflow
 
     tf = import_tensorflow()
     cluster = tf.train.ClusterSpec(spec)
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=inter_op[0]) if inter_op else None
     if scheduled:
         from tfsched.enforce.api import start_server
 
-        server = start_server(cluster, job, index)
+        server = start_server(cluster, job, index, config=config)
     else:
-        server = tf.distribute.Server(cluster, job_name=job, task_index=index)
+        server = tf.distribute.Server(cluster, job_name=job, task_index=index, config=config)
     # SIGTERM keeps its default action: server.join() blocks in C++, where a Python handler would
     # never run, and a task holds nothing that needs a graceful exit.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -391,7 +391,11 @@ def enable_functions(**kwargs):
 def start_server(cluster, job_name: str, task_index: int, *, config=None, start: bool = True):
     """A ``tf.distribute.Server`` in a process that has tfsched's op and pass loaded.
 
-    Start every task (PS and workers) with it: senders run the gates.
+    Start every task (PS and workers) with it: senders run the gates. ``config`` is the task's
+    (``tf.distribute.Server``'s): with a small credit window give it more
+    ``inter_op_parallelism_threads`` than cores, so that an acknowledgement's ``TfschedCredit``
+    does not wait behind kernels that block on the intra-op pool (measured in README,
+    "The executor's threads").
     """
     from tfsched.enforce._loader import load_ops
     from tfsched.graph._tf import import_tensorflow

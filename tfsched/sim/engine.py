@@ -82,7 +82,11 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   ResNet-50 training at 10 Gbit/s (1 PS x 2 workers, ByteScheduler's sizes, a traced run
   re-predicted, benchmarks/results/resnet50-train-10g-sent-traced-repredicted.md): measured
   0.641 s with acknowledgements and 0.609 s without; predicted 0.606 s for both before (-6% and
-  -0%), 0.648 s and 0.606 s now (+1% and -0%).
+  -0%), 0.648 s and 0.606 s now (+1% and -0%);
+* with ``push_credit_bytes`` (a live credit on the workers, ``tfsched.set_credit``; the bench's
+  ``+wN``): the tasks that push (the workers) have that window instead of ``credit_bytes``;
+  which messages are acknowledged stays as ``credit_bytes`` has it, as the pass decided when
+  it rewrote the graph.
 """
 
 from __future__ import annotations
@@ -236,6 +240,7 @@ def simulate(
     ack_slot_s: float = 0.0,
     overlap: bool = True,
     worker_weight: float = 1.0,
+    push_credit_bytes: int | None = None,
 ) -> SimResult:
     """Run the simulation; see the module docstring for the model. ``overlap=False``: a message's
     overhead holds its channel as its bytes do (TicTac's model of a transfer, and this one's
@@ -254,6 +259,10 @@ def simulate(
         raise TfschedError(f"credit must be positive, got {credit_bytes}")
     if host_credit and credit_bytes is None:
         raise TfschedError("a window per sending task (host_credit) needs a credit")
+    if push_credit_bytes is not None and (credit_bytes is None or push_credit_bytes <= 0):
+        raise TfschedError(
+            f"a window for the pushes needs a credit and must be positive, got {push_credit_bytes}"
+        )
     n = len(sg)
     ack_from = max(min_acked_bytes, credit_bytes // check_ack_share(ack_share)) if credit_bytes else 0
     rng = random.Random(seed)
@@ -309,6 +318,15 @@ def simulate(
     host_waiting: dict[str, list] = defaultdict(list)
     host_inflight: dict[str, int] = defaultdict(int)
     windowed = [host_credit and a for a in acked]  # messages the task's window takes
+    # sending task -> its window: the pushing tasks' is push_credit_bytes where given
+    pushers = {
+        sg.gate[i][0]
+        for i in range(n)
+        if sg.kind[i] == MESSAGE and sg.transfer[i] is not None and sg.transfer[i].kind == "push"
+    }
+    window = defaultdict(lambda: credit_bytes)
+    if push_credit_bytes is not None:
+        window.update(dict.fromkeys(pushers, push_credit_bytes))
 
     ready_ops: dict[str, list] = defaultdict(list)  # resource -> heap of (ready time, tiebreak, id)
     # channel -> the released messages waiting for it: ``wire`` in the order of release (every
@@ -469,7 +487,7 @@ def simulate(
         heap, moved = host_waiting[src], []
         while heap:
             i = heap[0][-1]
-            if host_inflight[src] > 0 and host_inflight[src] + sg.nbytes[i] > credit_bytes:
+            if host_inflight[src] > 0 and host_inflight[src] + sg.nbytes[i] > window[src]:
                 break
             heapq.heappop(heap)
             release(i)
@@ -494,7 +512,7 @@ def simulate(
                     heapq.heappush(host_waiting[gate[0]], (*key, tiebreak[i], i))
                     todo.extend(pump_host(gate[0]))
                     continue
-                if acked[i] and inflight[gate] > 0 and inflight[gate] + sg.nbytes[i] > credit_bytes:
+                if acked[i] and inflight[gate] > 0 and inflight[gate] + sg.nbytes[i] > window[gate[0]]:
                     break
                 heapq.heappop(heap)
                 release(i)
