@@ -157,6 +157,19 @@ def test_the_table_says_what_pc_was_on_this_link():
     assert (row["cpu_s_per_step"], row["cpu_busy"]) == (1.5, 0.75)
     assert "| 1.50 (75%) |" in markdown(summarize({"tao+pc": pc}, summary["config"]))
     assert "`+pc` here" not in markdown(summarize({"baseline": base}, summary["config"]))
+    # a window on the workers' pushes leaves +pc's sizes as they were, and the table says what it is
+    w = ModeResult("tao+pc+w1000", step_times=[1.0], rounds=[(1, 1.0)], steps=1, wall_s=1.0)
+    w.knobs = dict(pc.knobs, push_credit=1000)
+    text = markdown(summarize({"baseline": base, "tao+pc+w1000": w}, summary["config"]))
+    assert "`+pc` here: partition 10,000,000, credit 40,000,000 parameters." in text
+    assert "`+wN`: the workers' pushes under a window of N parameters" in text
+    assert "`+wN`" not in markdown(summarize({"baseline": base, "tao+pc": pc}, summary["config"]))
+    # tasks given their own executor threads (bench --inter-op-threads) say so in the header
+    threads = dict(summary["config"], inter_op_threads=4)
+    assert "10 Gbit/s, 4 inter-op threads a task, 1 interleaved" in markdown(
+        summarize({"baseline": base}, threads)
+    )
+    assert "inter-op" not in markdown(summarize({"baseline": base}, summary["config"]))
 
 
 def test_paired_round_ratios_give_the_interval_of_the_speedup():

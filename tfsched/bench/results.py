@@ -237,12 +237,15 @@ def markdown(summary: dict) -> str:
                 else "the cost model's op times (the bench did so until the seventeenth session)."
             ),
         ]
-    # +pc is sized for the link (tfsched.enforce.link_sizes): say what it was here
-    sized = [
-        r
-        for r in summary["modes"]
-        if {"pc"} <= set(split_placed(r["mode"])[0].split("+")[1:]) <= {"pc", "host", "lockstep"}
-    ]
+
+    # +pc is sized for the link (tfsched.enforce.link_sizes): say what it was here (+wN, the
+    # workers' live window, leaves the pass's sizes as they are)
+    def knobs(r: dict) -> set[str]:
+        return {
+            k for k in split_placed(r["mode"])[0].split("+")[1:] if not (k[:1] == "w" and k[1:].isdigit())
+        }
+
+    sized = [r for r in summary["modes"] if {"pc"} <= knobs(r) <= {"pc", "host", "lockstep"}]
     # per placement (each sized for its own busiest channel), said once where they all agree
     sizes = {split_placed(r["mode"])[1]: (r["partition"], r["credit"]) for r in sized if r.get("partition")}
     if sizes:
