@@ -974,10 +974,9 @@ def cluster_side_by_side(
             progress=progress,
             inter_op_threads=inter_op_threads,
         )
-        worker_credits = {
-            name: parse_mode(
-                split_placed(name)[0], bandwidth_bps, saved[split_placed(name)[1]][2]
-            ).push_credit
+        # each mode's settings, sized for its placement's busiest channel
+        specs = {
+            name: parse_mode(split_placed(name)[0], bandwidth_bps, saved[split_placed(name)[1]][2])
             for name in configs
         }
         with cluster:
@@ -996,13 +995,11 @@ def cluster_side_by_side(
                 done=done,
                 log_tasks=cluster.spec,
                 builders={where: builder_placed(where) for where in placements[1:]},
-                worker_credits=worker_credits,
+                worker_credits={name: spec.push_credit for name, spec in specs.items()},
             )
         for name, res in results.items():
-            plain, key = split_placed(name)
-            spec = parse_mode(plain, bandwidth_bps, saved[key][2])
-            if spec.algorithm is not None:
-                res.knobs = spec.knobs
+            if specs[name].algorithm is not None:
+                res.knobs = specs[name].knobs
         if measure:
             from tfsched.bench.predict import annotate
 

@@ -274,6 +274,12 @@ def simulate(
     sends = [math.nan] * n if record else []
     ends = [math.nan] * n if record else []
 
+    # the gates (channels) that push, to a PS
+    pushing = {
+        sg.gate[i]
+        for i in range(n)
+        if sg.kind[i] == MESSAGE and sg.transfer[i] is not None and sg.transfer[i].kind == "push"
+    }
     # Per message: how it is released (see the module docstring).
     how = [policy] * n
     if policy == "queue":
@@ -281,11 +287,6 @@ def simulate(
         # other counts. Per message, a control edge on a channel of pulls (TensorFlow 2's
         # GroupCrossDeviceControlEdges) was a queue's among counters, and their keys and ranks
         # do not compare (a TypeError on VGG16's step function under the layer order).
-        pushing = {
-            sg.gate[i]
-            for i in range(n)
-            if sg.kind[i] == MESSAGE and sg.transfer[i] is not None and sg.transfer[i].kind == "push"
-        }
         for i in range(n):
             if sg.kind[i] == MESSAGE:
                 queued = sg.gate[i] in pushing or sg.transfer[i] is None
@@ -319,14 +320,9 @@ def simulate(
     host_inflight: dict[str, int] = defaultdict(int)
     windowed = [host_credit and a for a in acked]  # messages the task's window takes
     # sending task -> its window: the pushing tasks' is push_credit_bytes where given
-    pushers = {
-        sg.gate[i][0]
-        for i in range(n)
-        if sg.kind[i] == MESSAGE and sg.transfer[i] is not None and sg.transfer[i].kind == "push"
-    }
     window = defaultdict(lambda: credit_bytes)
     if push_credit_bytes is not None:
-        window.update(dict.fromkeys(pushers, push_credit_bytes))
+        window.update(dict.fromkeys((gate[0] for gate in pushing), push_credit_bytes))
 
     ready_ops: dict[str, list] = defaultdict(list)  # resource -> heap of (ready time, tiebreak, id)
     # channel -> the released messages waiting for it: ``wire`` in the order of release (every
