@@ -7,8 +7,9 @@ on them again, so a change to the simulator is measured on the same run, not on 
 once more for each what-if (``WHAT_IFS``: each message's overhead holding its channel, as
 until the forty-fourth session, ``overlap=False``; the links shared evenly between the
 workers' flows, as until the forty-fifth, ``worker_weight=1``, or unequally by a set weight;
-the machine's share of the cores from the op seconds the simulator runs, ``annotate``'s
-``work="simulated"``) beside it.
+the acknowledgements' ops waiting for no thread of the executor, as until the fifty-second,
+``executor_waits=False``; the machine's share of the cores from the op seconds the simulator
+runs, ``annotate``'s ``work="simulated"``) beside it.
 
     python benchmarks/repredict.py DIR --name resnet50-inference-traced
 
@@ -69,6 +70,7 @@ def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
                 fetches=built.fetches,
                 workers=config["workers"],
                 bandwidth_bps=bandwidth,
+                inter_op_threads=config.get("inter_op_threads") or None,
                 **what_if,
             )
     rows = [
@@ -105,6 +107,11 @@ WHAT_IFS = {
         {"worker_weight": 1.0},
         "the links shared evenly between the workers' flows, as until the forty-fifth session (now: "
         "as unequally as makes the simulated baseline's workers stagger as the measured ones did)",
+    ),
+    "no_executor_waits": (
+        {"executor_waits": False},
+        "the acknowledgements' ops waiting for no thread of the executor, as until the fifty-second "
+        "session (now: for one of the task's inter-op threads, where its ops can hold them all)",
     ),
     "simulated_ops": (
         {"work": "simulated"},

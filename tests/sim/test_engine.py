@@ -344,6 +344,36 @@ class TestSimulate:
         assert step(1.0, ack_slot_s=0.1, credit_return="sent") == pytest.approx(0.015 + 1.0)
         assert step(None, ack_slot_s=0.1) == pytest.approx(plain)
 
+    @pytest.mark.parametrize("busy_on", ["worker", "ps"])
+    def test_an_acknowledgement_waits_for_a_thread_of_its_task(self, busy_on):
+        # A worker pushes two 4,000-byte gradients (1 ms of overhead, 4 ms on the wire) under a
+        # credit of one; the first is acknowledged 1 ms after it arrives at 5 ms, which lets the
+        # second go at 6 ms. A 1 s op of the worker's (or 0.5 s of the PS's) holds its task's one
+        # thread meanwhile.
+        nodes = [op("g0", [], shape=(1000,)), op("g1", [], shape=(1000,))]
+        nodes += [op("u0", ["g0"], device=PS), op("u1", ["g1"], device=PS)]
+        nodes.append(op("busy", ["g0"]) if busy_on == "worker" else op("busy", [], device=PS))
+        g = build_comm_graph(nodes, fetches=["u0", "u1", "busy"])
+        times = {"busy": 1.0 if busy_on == "worker" else 0.5}
+        sg = build_sim_graph(g, oracle_with(times, bandwidth_bps=8e6, overhead_s=0.001), order(g, "tio"))
+        pushes = [i for i in range(len(sg)) if sg.kind[i] == 1]
+        assert [sg.transfer[i].kind for i in pushes] == ["push", "push"]
+
+        def second_push(**kw):
+            r = simulate(sg, "counter", credit_bytes=4000, record=True, **kw)
+            return sorted(r.starts[i] for i in pushes)[1]
+
+        assert second_push() == pytest.approx(0.006)
+        # one thread: the sender's TfschedCredit waits for the worker's op to end, or the
+        # receiver's TfschedAck for the PS's (then 1 ms back to the worker, whose thread is free)
+        assert second_push(executor_threads=1) == pytest.approx(1.0 if busy_on == "worker" else 0.501)
+        # more threads than the task's ops can hold: a spare one takes it at once
+        assert second_push(executor_threads=2) == pytest.approx(0.006)
+        # returned when sent (gRPC's callback), the credit needs neither op: 5 ms
+        assert second_push(executor_threads=1, credit_return="sent") == pytest.approx(0.005)
+        with pytest.raises(TfschedError, match="executor_threads must be a whole number"):
+            simulate(sg, "counter", credit_bytes=4000, executor_threads=0)
+
     def test_several_steps_run_back_to_back(self):
         g = chain_graph(1, [250_000])
         o = oracle_with({"f0": 0.5}, bandwidth_bps=8e6)

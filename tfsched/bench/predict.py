@@ -180,12 +180,13 @@ def scheduled_runs(
     latency_s: float = 0.0,
     overlap: bool = True,
     worker_weight: float = 1.0,
+    executor_threads: int | None = None,
 ) -> list:
     """``sim.seeded_runs`` of ``sg`` as the pass enforces ``schedule`` with the sizes of ``spec``
     (``run.parse_mode``'s, in parameters): the pulls a gate releases together race to the wire,
     all but those a credit window acknowledges (``sim.engine``'s ``race``), a mean over seeds as
     for the baseline's ties. ``latency_s``: what each arrival and acknowledgement is delayed;
-    ``overlap`` and ``worker_weight``: ``sim.simulate``'s."""
+    ``overlap``, ``worker_weight`` and ``executor_threads``: ``sim.simulate``'s."""
     from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
     from tfsched.sim import POLICY_OF_MODE, seeded_runs
 
@@ -204,6 +205,7 @@ def scheduled_runs(
         latency_s=latency_s,
         overlap=overlap,
         worker_weight=worker_weight,
+        executor_threads=executor_threads,
     )
 
 
@@ -219,6 +221,8 @@ def annotate(
     work: str = "traced",
     overlap: bool = True,
     worker_weight: float | str = FIT,
+    inter_op_threads: int | None = None,
+    executor_waits: bool = True,
 ) -> None:
     """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace).
 
@@ -252,7 +256,12 @@ def annotate(
     (the largest 18% to 14%; a set weight of 0.7, 8.8% and 28%): Seq-32 training's +10% to +13%
     became -5% to -8%, Par-32's +0% to +15% became -5% to +5%, Inception-v3 inference's baseline
     +18% became +8%; VGG16's fit is 0.98 in inference and 1.00 in training (their simulated
-    workers already stagger as the measured ones did), and its inference baseline stays +14%."""
+    workers already stagger as the measured ones did), and its inference baseline stays +14%.
+
+    ``inter_op_threads``: each task's (the bench's ``--inter-op-threads``; None: TensorFlow's
+    default, one per core), for the acknowledgements' ops to wait for on the one machine
+    (``sim.simulate``'s ``executor_threads``); ``executor_waits=False``: they wait for none, as
+    until the fifty-second session (a what-if for ``benchmarks/repredict.py``)."""
     check_work(work)
     if worker_weight != FIT and not (isinstance(worker_weight, float | int) and 0 < worker_weight <= 1):
         raise TfschedError(f"worker_weight must be in (0, 1] or {FIT!r}, got {worker_weight!r}")
@@ -276,8 +285,12 @@ def annotate(
     # fused op named after its Relu; a cost-model time for it counted it twice).
     oracle = TimeOracle.from_trace(traced, "min")
     ack_slot_s = 0.0
+    executor_threads = None
     if base.solo_trace is not None:
         cores = os.cpu_count() or 1
+        if executor_waits:
+            # TensorFlow's default: a thread per core (inter_op_parallelism_threads 0)
+            executor_threads = inter_op_threads or cores
         from_cpu = machine_slots_from_cpu(
             base.solo_trace,
             cpu_s_per_step=base.cpu_per_step,
@@ -339,6 +352,7 @@ def annotate(
                 latency_s=2 * latency_s,
                 overlap=overlap,
                 worker_weight=worker_weight,
+                executor_threads=executor_threads,
             )
         # The simulator's step is the slowest worker's; so is a synchronous iteration. The mean
         # over every worker's steps was the measure until the seventh session: it put the

@@ -1013,6 +1013,7 @@ def cluster_side_by_side(
                     workers=workers,
                     bandwidth_bps=bandwidth_bps,
                     latency_s=latency_s,
+                    inter_op_threads=inter_op_threads or None,
                 )
         return results
 

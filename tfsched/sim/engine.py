@@ -86,7 +86,22 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
 * with ``push_credit_bytes`` (a live credit on the workers, ``tfsched.set_credit``; the bench's
   ``+wN``): the tasks that push (the workers) have that window instead of ``credit_bytes``;
   which messages are acknowledged stays as ``credit_bytes`` has it, as the pass decided when
-  it rewrote the graph.
+  it rewrote the graph;
+* with ``executor_threads`` (each task's inter-op threads; the bench gives its tasks', one per
+  core by default): an acknowledgement runs an op at each end, the receiver's ``TfschedAck`` and
+  the sender's ``TfschedCredit``, and each waits for a thread of its task's executor. Where the
+  task's ops can hold every thread (its capacity, rounded up, at least its threads) the op waits
+  in the task's ready queue behind the ops ready before it, until one of them ends; it then
+  takes no time. With more threads the spare one takes it at once, as before. Measured
+  (``benchmarks/credit_latency.py``, VGG16 training, 1 PS x 4 workers): with a thread per core
+  the workers' ``TfschedCredit`` started up to 345 ms after its acknowledgement arrived (90th
+  percentile 109 to 233 ms), behind the backward pass's convolutions; with 4 threads at most
+  12 ms. Until the fifty-second session the simulator had the credit back at once, and put a
+  small window on the workers 12% fast: re-predicted (``benchmarks/repredict.py``), TAO with
+  partition and credit 1,000,000 went from -12.2% to -3.1% and lockstep with a window of
+  1,000,000 on the pushes from -12.2% to -3.5%, one window per task -11.3% and -9.4% to -10.2%
+  and -8.2%; the runs with 4 threads did not move, nor did any mode of inference more than 0.3
+  points (the mean error over 48 modes of 10 traced runs 6.0% to 5.6%).
 """
 
 from __future__ import annotations
@@ -110,6 +125,8 @@ HOST_ORDERS = ("steps", "priority")
 # the pseudo-resource that runs the acknowledgements' CPU on a shared machine, and how many at once
 ACKS = "acks"
 _ACKS_AT_ONCE = 1 << 30
+# an acknowledgement's op in a task's ready queue (start_ops): id code * n + message
+_ACK_OP, _CREDIT_OP = 2, 3
 # the credit acknowledges messages of at least credit / this (the pass's ack_share, cc/scheduler.cc)
 DEFAULT_ACK_SHARE = 8
 _EPS = 1e-12
@@ -241,12 +258,15 @@ def simulate(
     overlap: bool = True,
     worker_weight: float = 1.0,
     push_credit_bytes: int | None = None,
+    executor_threads: int | None = None,
 ) -> SimResult:
     """Run the simulation; see the module docstring for the model. ``overlap=False``: a message's
     overhead holds its channel as its bytes do (TicTac's model of a transfer, and this one's
     until the forty-fourth session). ``worker_weight`` (1, evenly, by default): the links share
     their bytes unequally between the workers, the flows to and from worker k weighing
-    ``worker_weight ** k`` (``_max_min_rates``), as TCP's flows need not share a link evenly."""
+    ``worker_weight ** k`` (``_max_min_rates``), as TCP's flows need not share a link evenly.
+    ``executor_threads``: each task's inter-op threads, for the acknowledgements' ops to wait for
+    (the module docstring); None, as until the fifty-second session: they wait for none."""
     if not 0 < worker_weight <= 1:
         raise TfschedError(f"worker_weight must be in (0, 1], got {worker_weight!r}")
     check_credit_return(credit_return)
@@ -259,6 +279,8 @@ def simulate(
         raise TfschedError(f"credit must be positive, got {credit_bytes}")
     if host_credit and credit_bytes is None:
         raise TfschedError("a window per sending task (host_credit) needs a credit")
+    if executor_threads is not None and not (is_count(executor_threads) and executor_threads >= 1):
+        raise TfschedError(f"executor_threads must be a whole number of threads, got {executor_threads!r}")
     if push_credit_bytes is not None and (credit_bytes is None or push_credit_bytes <= 0):
         raise TfschedError(
             f"a window for the pushes needs a credit and must be positive, got {push_credit_bytes}"
@@ -410,6 +432,9 @@ def simulate(
         new = []
         while len(running[res]) < limit and ready_ops[res]:
             _, _, i = heapq.heappop(ready_ops[res])
+            if i >= _ACK_OP * n:  # an acknowledgement's op got a thread: it goes on at once
+                push_event(now, "acked" if i < _CREDIT_OP * n else "credit", i % n)
+                continue
             running[res][i] = sg.duration[i]
             new.append(i)
             if record:
@@ -419,20 +444,42 @@ def simulate(
 
     def sent(i: int) -> None:
         """Message ``i``'s last byte left the sender: it arrives one latency later, and a credit
-        returned when sent comes back now."""
+        returned when sent comes back now (gRPC's callback, no op of the sender's)."""
         push_event(now + latency_s, "arrive", i)
         if acked[i] and credit_return == "sent":
-            push_event(now, "ack", i)
+            push_event(now, "credit", i)
+
+    def on_executor(task: str, then, code: int, i: int) -> None:
+        """Message ``i``'s acknowledgement runs an op of ``task`` (the receiver's ``TfschedAck``,
+        the sender's ``TfschedCredit``), and ``then(i)`` once it has. With ``executor_threads``,
+        where the task's ops can hold every thread, the op waits in the task's ready queue (the
+        ops ready before it first) until one is free; it holds none for long: ``code`` names what
+        goes on (start_ops)."""
+        if executor_threads is None or executor_threads > math.ceil(sg.capacity.get(task, 1)):
+            then(i)
+        else:
+            heapq.heappush(ready_ops[task], (now, tiebreak[i], code * n + i))
+            start_ops(task)
 
     def acknowledge(i: int) -> None:
-        """Message ``i`` arrived: its acknowledgement's CPU runs (if charged), then the credit
-        comes back one per-message overhead (plus latency) later."""
+        """Message ``i`` arrived and its receiver acknowledged it: the acknowledgement's CPU runs
+        (if charged), then the acknowledgement reaches the sender one per-message overhead (plus
+        latency) later."""
         if charge_acks:
             advance(ACKS)
             running[ACKS][n + i] = ack_slot_s
             reschedule(ACKS, [n + i])
         else:
             push_event(now + sg.overhead[i] + latency_s, "ack", i)
+
+    def give_back(i: int) -> None:
+        """Message ``i``'s credit is back: its window (the channel's, or its task's) lets more go."""
+        if windowed[i]:
+            host_inflight[sg.gate[i][0]] -= sg.nbytes[i]
+            try_release(*pump_host(sg.gate[i][0]))
+        else:
+            inflight[sg.gate[i]] -= sg.nbytes[i]
+            try_release(sg.gate[i])
 
     def serve(ch: str) -> None:
         kept, raced = wire[ch], pool[ch]
@@ -611,14 +658,13 @@ def simulate(
             elif kind == "arrive":
                 done(i)
                 if acked[i] and credit_return == "ack":
-                    acknowledge(i)
-            elif kind == "ack":
-                if windowed[i]:
-                    host_inflight[sg.gate[i][0]] -= sg.nbytes[i]
-                    try_release(*pump_host(sg.gate[i][0]))
-                else:
-                    inflight[sg.gate[i]] -= sg.nbytes[i]
-                    try_release(sg.gate[i])
+                    on_executor(sg.gate[i][1], acknowledge, _ACK_OP, i)
+            elif kind == "acked":
+                acknowledge(i)
+            elif kind == "ack":  # the acknowledgement reached the sender, whose op gives the credit
+                on_executor(sg.gate[i][0], give_back, _CREDIT_OP, i)
+            elif kind == "credit":
+                give_back(i)
             elif kind == "flush":
                 gate = sg.gate[i]
                 heap = fifo_waiting[gate]
