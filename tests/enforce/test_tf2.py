@@ -172,8 +172,12 @@ def test_two_workers_calls_at_once_leave_no_state():
     assert len(out["losses"]) == steps
 
 
-# Run beside another test under xdist it failed twice in three rehearsals (once a client hung for
-# 300 s, once the failed run counted a whole call per state: most likely a later call's); alone, never
+# Run beside another test under xdist it failed twice in three rehearsals: once a client hung for
+# 300 s, once the worker counted no state of the failed call. The second was the test's: on a busy
+# machine the call can fail before the worker's first gate runs (reproduced once in 14 runs beside
+# two other TensorFlow 2 tests, fifty-second session), and the gates then go, cancelled, with no
+# state; the test now allows it. The hang did not come back in those 14 runs; alone until it is
+# understood.
 @pytest.mark.alone
 def test_a_failed_call_frees_its_state_on_every_task():
     """A call that fails in its backward pass, on the worker, leaves no gate state on any task
@@ -189,9 +193,15 @@ def test_a_failed_call_frees_its_state_on_every_task():
             # the error came back at once, not after a gate's timeout (60 s)
             assert failed["error"] == "InvalidArgumentError" and failed["seconds"] < 30, failed
             worker = failed["stats"]["/job:worker/task:0"]
-            # the failed call had a state on the worker, and not all of its pushes went (the calls
-            # after it may have started before the coordinator saw the error)
-            assert worker["steps"] >= fail_at + 1 and worker["released"] < full * worker["steps"], failed
+            # the failed call reached the worker's gates: it had a state there, and not all of its
+            # pushes went (the calls after it may have started before the coordinator saw the
+            # error); or, on a busy machine, it failed before its first gate ran, and each gate that
+            # ran then let its tensor go at once, cancelled, with no state made
+            if worker["cancelled"] == 0:
+                assert worker["steps"] >= fail_at + 1, failed
+                assert worker["released"] < full * worker["steps"], failed
+            else:
+                assert worker["steps"] >= fail_at, failed
             for s in failed["stats"].values():
                 assert s["live_steps"] == 0 and s["timeouts"] == 0, (kwargs, failed)
         again = run_client(c.spec, {}, steps=4)

@@ -90,9 +90,9 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
 * with ``executor_threads`` (each task's inter-op threads; the bench gives its tasks', one per
   core by default): an acknowledgement runs an op at each end, the receiver's ``TfschedAck`` and
   the sender's ``TfschedCredit``, and each waits for a thread of its task's executor. Where the
-  task's ops can hold every thread (its capacity, rounded up, at least its threads) the op waits
-  in the task's ready queue behind the ops ready before it, until one of them ends; it then
-  takes no time. With more threads the spare one takes it at once, as before. Measured
+  task's ops can take every thread (its capacity rounded up is at least its threads) the op
+  waits in the task's ready queue behind the ops ready before it, until one of them ends; it
+  then takes no time. With more threads a spare one takes it at once, as before. Measured
   (``benchmarks/credit_latency.py``, VGG16 training, 1 PS x 4 workers): with a thread per core
   the workers' ``TfschedCredit`` started up to 345 ms after its acknowledgement arrived (90th
   percentile 109 to 233 ms), behind the backward pass's convolutions; with 4 threads at most
