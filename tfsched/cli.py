@@ -919,8 +919,17 @@ def bench(
         raise click.BadParameter("must be a positive time", param_hint="--queue")
     if api == "tf2":
         tf2_placements = _check_tf2_bench(ps_placement)
-        if inter_op_threads or any(parse_mode(m).push_credit for m in modes if m != TUNED):
-            raise click.UsageError("--inter-op-threads and +wN modes are for --api session")
+        if inter_op_threads:
+            # measured: a server of 2 or of 5 threads had 6 more after a round of calls, alike
+            # (benchmarks/tf2_threads.py)
+            raise click.UsageError(
+                "--inter-op-threads is not for --api tf2: TensorFlow 2's calls also run on thread "
+                "pools of their own, which the server's setting does not size"
+            )
+        if any(parse_mode(m).push_credit for m in modes if m != TUNED):
+            raise click.UsageError(
+                "+wN modes are for --api session (the TensorFlow 2 bench sets no live credit)"
+            )
     elif any(p not in PS_PLACEMENTS for p in ps_placement):
         raise click.UsageError(
             "--ps-placement min-size is TensorFlow 2's variable_partitioner: for --api tf2 (here: "

@@ -113,6 +113,12 @@ def test_mode_grammar():
     )
     with pytest.raises(TfschedError, match=r"\+wN needs a credit"):
         parse_mode("tao+p1000000+w1000")
+    # slices under what the credit acknowledges (credit / 8) take none of it: the window would hold
+    # nothing; with +a16 they are acknowledged, and whole tensors are where there is no partition
+    with pytest.raises(TfschedError, match=r"\+w250000 would hold no push: .* 500,000 parameters and more"):
+        parse_mode("tao+p250000+c4000000+lockstep+w250000")
+    assert parse_mode("tao+p250000+c4000000+a16+w250000").push_credit == 250_000
+    assert parse_mode("tao+c4000000+w250000").push_credit == 250_000
     for bad in (
         "fifo",
         "tio+q3",

@@ -150,8 +150,8 @@ def test_a_tf2_inference_bench_pulls_and_pushes_nothing(tmp_path):
         (("--ps-placement", "round-robin,min-size"), "several --ps-placement need --ps 2 or more"),
         (("--modes", "baseline,tuned"), "mode tuned needs --tuned FILE"),
         (("--modes", "baseline,fifo"), "--modes"),
-        (("--inter-op-threads", "4"), "--inter-op-threads and +wN modes are for --api session"),
-        (("--modes", "baseline,tio+pc+w1000"), "--inter-op-threads and +wN modes are for --api session"),
+        (("--inter-op-threads", "4"), "--inter-op-threads is not for --api tf2: TensorFlow 2's calls"),
+        (("--modes", "baseline,tio+pc+w1000"), "+wN modes are for --api session"),
     ],
 )
 def test_bench_tf2_refuses_what_it_cannot_run_before_it_starts(tmp_path, args, needle):

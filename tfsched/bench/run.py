@@ -124,6 +124,15 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
     for knob, given in needs:
         if given and not credit:
             raise TfschedError(f"unknown mode {name!r}: {knob} needs a credit (+pc or +cN)")
+    share = DEFAULT_ACK_SHARE if ack_share is None else ack_share
+    if push_credit and partition and partition * share < credit:
+        # the pass acknowledges transfers of credit / share and more: no slice is one, and a
+        # window counts only what is acknowledged (a run of the fifty-second session held nothing)
+        raise TfschedError(
+            f"mode {name!r}: +w{push_credit} would hold no push: the credit acknowledges transfers of "
+            f"{credit // share:,} parameters and more (credit / {share}), and +p{partition} cuts them "
+            "smaller; lower the credit or raise +aN"
+        )
     return ModeSpec(name, alg, partition, credit, host, host_order, ack_share, credit_return, push_credit)
 
 
