@@ -206,6 +206,36 @@ def test_bench_tuned_mode_needs_a_tune_file_of_this_run(tmp_path):
         assert not out.exists()
 
 
+def test_a_push_window_that_would_hold_none_of_the_models_pushes_is_refused_before_the_run(tmp_path):
+    """Seq-32's 32 weight gradients are 65,536 parameters: under +p20000 each is cut into four
+    slices of 16,384, all under the 20,000 that a credit of 160,000 acknowledges (credit / 8), as
+    are its two small pushes, so a +wN window there would count nothing; with +a16 (16,384 and
+    more: the pass acknowledges nothing smaller) it counts the slices."""
+    from tfsched.bench.run import acknowledged_pushes, parse_mode
+    from tfsched.graph import load_comm_graph
+    from tfsched.models import build_graph
+
+    built = build_graph("seq32", batch_size=4)
+    path = tmp_path / "seq32.pb"
+    path.write_bytes(built.graph_def().SerializeToString())
+    graph = load_comm_graph(str(path), fetches=built.fetches)
+    sizes = sorted(t.bytes for t in graph.transfers if t.kind == "push")
+    assert sizes == [4, 4 * 2_560] + [4 * 65_536] * 32, sizes
+    assert acknowledged_pushes(graph, parse_mode("tio+p20000+c160000+w20000")) == 0
+    assert acknowledged_pushes(graph, parse_mode("tio+p20000+c160000+a16+w20000")) == 4 * 32
+    assert acknowledged_pushes(graph, parse_mode("tio+c160000+w20000")) == 32
+
+    out = tmp_path / "bench.json"
+    start = time.monotonic()
+    p = cli(*BENCH_SEQ32, "--modes", "baseline,tio+p20000+c160000+w20000", "-o", str(out), timeout=120)
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert p.returncode != 0 and len(lines) == 1, p.stderr[-2000:]
+    assert "+w20000 would hold no push of seq32" in lines[0] and "Traceback" not in p.stderr, lines
+    assert "once cut into +p20000 slices" in lines[0]
+    assert not out.exists() and not out.with_suffix(".md").exists()
+    assert time.monotonic() - start < 60  # before any cluster was started
+
+
 def _tune_file(where, *, partition: int, credit: int):
     """What ``tfsched tune -o`` writes for the 3-step bench run below (tio, 2 workers, 200 Mbit/s)."""
     import json

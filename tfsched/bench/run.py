@@ -136,6 +136,25 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
     return ModeSpec(name, alg, partition, credit, host, host_order, ack_share, credit_return, push_credit)
 
 
+def acknowledged_pushes(graph, spec: ModeSpec) -> int:
+    """How many messages of ``graph``'s pushes (a transfer, or each slice of it under ``spec``'s
+    partition) the pass acknowledges under ``spec``'s credit (cc/scheduler.cc: a size unknown, or
+    at least the credit's share and kMinAckedElements): all that a ``+wN`` window counts. Slices
+    are cut equal (``sim.model.slice_sizes``), so a tensor a little over the partition is cut into
+    two of about half of it: with ``+p500000+c4000000``, VGG16's pushed slices were all under
+    the 500,000 parameters its credit acknowledges, and the window held nothing."""
+    from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
+    from tfsched.sim.model import slice_sizes
+
+    least = max(MIN_ACKED_BYTES, spec.credit * PARAM_BYTES // spec.effective_ack_share)
+    return sum(
+        size == 0 or size >= least
+        for t in graph.transfers
+        if t.kind == "push"
+        for size in slice_sizes(t.bytes or 0, spec.partition * PARAM_BYTES or None)
+    )
+
+
 TUNED = "tuned"  # the mode that runs a tune file's best setting (tuned_mode)
 PLACED = "@"  # a mode run with the variables placed otherwise: MODE@PLACEMENT (placed_mode)
 
@@ -964,8 +983,23 @@ def cluster_side_by_side(
             with open(graph_path, "wb") as f:
                 f.write(first.graph_def().SerializeToString())
             # +pc is sized for the model's busiest channel (enforce.link_sizes), as bench.predict sizes it
-            channel_params = load_comm_graph(graph_path, fetches=first.fetches).busiest_channel_params
+            comm = load_comm_graph(graph_path, fetches=first.fetches)
+            channel_params = comm.busiest_channel_params
             saved[key] = (graph_path, first.fetches, channel_params)
+            for m in modes:
+                spec = parse_mode(m, bandwidth_bps, channel_params)
+                if spec.push_credit and not acknowledged_pushes(comm, spec):
+                    raise TfschedError(
+                        f"mode {m!r}: +w{spec.push_credit} would hold no push of {model}: its pushes "
+                        f"are all under the {spec.credit // spec.effective_ack_share:,} parameters the "
+                        f"credit acknowledges (credit / {spec.effective_ack_share})"
+                        + (
+                            f" once cut into +p{spec.partition} slices of equal size"
+                            if spec.partition
+                            else ""
+                        )
+                        + "; lower the credit or raise +aN"
+                    )
             per_placement[key] = mode_configs(
                 modes, graph_path, first.fetches, bandwidth_bps=bandwidth_bps, channel_params=channel_params
             )
