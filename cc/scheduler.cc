@@ -845,6 +845,11 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
   std::vector<NodeDef> added;
   std::map<std::string, std::vector<std::string>> credits_on;  // sender device -> credit nodes
   int64_t split = 0;
+  // The credit's counts: the gates it acknowledges, and the transfers big enough for it that the
+  // partition cut into slices each under what it acknowledges (slices are cut equal: a tensor a
+  // little over the partition becomes two of about half of it).
+  const int64_t least_acked = credit > 0 ? std::max(kMinAckedElements, credit / ack_share_) : 0;
+  int64_t acked_gates = 0, cut_under = 0;
   for (const Transfer& t : xfers) {
     const NodeDef& src = out.node(t.src);
     const std::string tensor = t.port ? absl::StrCat(src.name(), ":", t.port) : src.name();
@@ -870,6 +875,7 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
       added.push_back(std::move(node));
     }
     std::vector<std::string> gates;
+    const int64_t acked_before = acked_gates;
     for (int64_t i = 0; i < t.slices; ++i) {
       NodeDef gate;
       const std::string name =
@@ -894,9 +900,9 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
                                : t.slice_elements;
       // Returned when sent (SentBuffer) only for plain data types, whose bytes gRPC sends as they
       // are.
-      const bool acked = credit > 0 &&
-                         (size == 0 || size >= std::max(kMinAckedElements, credit / ack_share_)) &&
+      const bool acked = credit > 0 && (size == 0 || size >= least_acked) &&
                          (!sent || tensorflow::DataTypeCanUseMemcpy(t.dtype));
+      acked_gates += acked;
       attr["ordered"].set_b(!(mode_ == "queue" && t.kind == "push"));
       attr["credit"].set_i(acked ? credit : 0);
       attr["host"].set_b(host_credit_);
@@ -922,6 +928,8 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
         added.push_back(std::move(back));
       }
     }
+    if (credit > 0 && t.slices > 1 && acked_gates == acked_before && t.elements >= least_acked)
+      ++cut_under;
     std::string delivered = gates.front();
     if (t.slices > 1) {
       NodeDef concat;
@@ -957,6 +965,14 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
     added.push_back(std::move(sink));
   }
   for (auto& node : added) *out.add_node() = std::move(node);
+  if (acked_gates == 0 && cut_under > 0)  // the window would hold nothing: say why, once a graph
+    LOG(WARNING) << "tfsched: " << item.id << ": the credit of " << credit
+                 << " parameters acknowledges none of its transfers: " << cut_under
+                 << " were big enough, but cut into equal slices of at most " << partition
+                 << " parameters (the partition) each came out under the " << least_acked
+                 << " it acknowledges (credit / ack_share " << ack_share_
+                 << "); so nothing is held. Raise the partition, lower the credit or raise "
+                    "ack_share.";
   if (VLOG_IS_ON(2)) {  // TF_CPP_VMODULE=scheduler=2: each channel's order, as gated
     for (const auto& [name, ids] : channels)
       for (int i : ids)

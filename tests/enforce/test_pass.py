@@ -250,6 +250,57 @@ class TestDumpGraphs:
             tfsched.enable(dump_graphs=value)
 
 
+_GATE_COUNTS = """
+from tests.enforce.test_pass import optimize, only_tfsched
+from tfsched.models import build_graph
+
+built = build_graph("seq32", ps_tasks=1)
+out = optimize(built.graph_def(), built.fetches, only_tfsched(**{kwargs!r}))
+print(sum(n.op == "TfschedGate" for n in out.node), sum(n.op == "TfschedCredit" for n in out.node))
+"""
+
+
+@pytest.mark.parametrize(
+    "kwargs,credits",
+    [
+        # Seq-32's 64 weights, pulled and pushed, of 65,536 parameters: 4 slices of 16,384 each,
+        # under the 20,000 a credit of 160,000 acknowledges (credit / 8)
+        ({"partition": 20_000, "credit": 160_000}, 0),
+        # with ack_share 16 the pass acknowledges 16,384 and more: every slice
+        ({"partition": 20_000, "credit": 160_000, "ack_share": 16}, 4 * 64),
+        # unpartitioned, the weights are acknowledged whole
+        ({"credit": 160_000}, 64),
+    ],
+)
+def test_a_credit_the_partition_leaves_nothing_to_acknowledge_is_warned_of(kwargs, credits):
+    """A credit that acknowledges none of a graph's transfers because the partition cut every
+    transfer big enough for it into slices under what it acknowledges holds nothing: the pass
+    says so in TensorFlow's log, once for the graph, and gates the graph as asked."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p = subprocess.run(
+        [sys.executable, "-c", _GATE_COUNTS.format(kwargs=kwargs)],
+        cwd=root,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    gated, acked = map(int, p.stdout.split())
+    assert acked == credits and gated >= 64 + (3 * 64 if "partition" in kwargs else 0)
+    warnings = [line for line in p.stderr.splitlines() if "acknowledges none of its transfers" in line]
+    if credits:
+        assert not warnings, warnings
+    else:
+        assert len(warnings) == 1, p.stderr[-2000:]
+        assert "64 were big enough, but cut into equal slices of at most 20000 parameters" in warnings[0]
+        assert "each came out under the 20000 it acknowledges (credit / ack_share 8)" in warnings[0]
+
+
 def _saved(built, tmp_path) -> str:
     path = tmp_path / "saved.pb"
     path.write_bytes(built.graph_def().SerializeToString())
