@@ -38,6 +38,9 @@ class Prediction:
     ack_share: int = DEFAULT_ACK_SHARE  # the credit acknowledges transfers of at least credit/ack_share
     credit_return: str = "ack"  # "sent": the credit comes back when the sender has sent a transfer
     priority_only_s: float | None = None
+    # with a credit: the messages of the graph's step it acknowledges, of all (acknowledged_messages)
+    acknowledged: int | None = None
+    messages: int | None = None
 
     def to_json(self) -> dict:
         out = {
@@ -58,6 +61,8 @@ class Prediction:
                 credit_return=self.credit_return,
                 priority_only_s=self.priority_only_s,
             )
+        if self.credit:
+            out.update(acknowledged=self.acknowledged, messages=self.messages)
         return out
 
 
@@ -164,6 +169,34 @@ PARAM_BYTES = 4
 MIN_ACKED_BYTES = 16384 * PARAM_BYTES
 
 
+def acknowledged_messages(
+    graph: CommGraph,
+    *,
+    partition: int,
+    credit: int,
+    ack_share: int = DEFAULT_ACK_SHARE,
+    kinds: tuple[str, ...] = ("pull", "push", "control"),
+) -> tuple[int, int]:
+    """(acknowledged, all): the messages of ``graph``'s transfers of ``kinds`` (a transfer, or each
+    slice of it under ``partition``) and of them those the pass acknowledges under ``credit``
+    (parameters): a size unknown, or at least ``credit / ack_share`` and kMinAckedElements
+    (cc/scheduler.cc). A credit window counts only these. Slices are cut equal
+    (``sim.model.slice_sizes``), so a tensor a little over the partition is cut into two of
+    about half of it: with partition 500,000 and credit 4,000,000 none of VGG16's pushed slices
+    reached the 500,000 parameters that credit acknowledges."""
+    from tfsched.sim.model import slice_sizes
+
+    least = max(MIN_ACKED_BYTES, credit * PARAM_BYTES // ack_share) if credit else None
+    sizes = [
+        size
+        for t in graph.transfers
+        if t.kind in kinds
+        for size in slice_sizes(t.bytes or 0, partition * PARAM_BYTES or None)
+    ]
+    acked = 0 if least is None else sum(size == 0 or size >= least for size in sizes)
+    return acked, len(sizes)
+
+
 def predict(
     graph: CommGraph,
     schedule: Schedule,
@@ -224,6 +257,11 @@ def predict(
         )
     baseline = mean_step_time(sg, "random")
     b = step_bounds(sg)
+    acknowledged, messages = (
+        acknowledged_messages(graph, partition=partition, credit=credit, ack_share=ack_share)
+        if credit
+        else (None, None)
+    )
     return Prediction(
         baseline_s=baseline,
         scheduled_s=scheduled,
@@ -239,6 +277,8 @@ def predict(
         ack_share=ack_share,
         credit_return=credit_return,
         priority_only_s=priority_only,
+        acknowledged=acknowledged,
+        messages=messages,
     )
 
 

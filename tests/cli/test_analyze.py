@@ -150,8 +150,18 @@ class TestAnalyze:
             assert p.returncode == 0, p.stderr
             shares[share] = json.loads(p.stdout)["prediction"]
         assert shares[None] == shares[8] and shares[8]["ack_share"] == 8 and shares[100]["ack_share"] == 100
+        # Seq-32's 64 weights (65,536 parameters, pulled and pushed) are under an eighth of the
+        # credit (125,000) and over a hundredth (16,384 at least): the window counts none, or them
+        assert (shares[8]["acknowledged"], shares[100]["acknowledged"]) == (0, 64)
+        assert shares[8]["messages"] == shares[100]["messages"] > 64
         text = run(*base, "--credit", "1000000", "--ack-share", "100")
         assert text.returncode == 0 and "ack from credit/100" in text.stdout
+        assert "acknowledges none" not in text.stdout
+        text = " ".join(run(*base, "--credit", "1000000").stdout.split())
+        assert (
+            f"the credit of 1,000,000 acknowledges none of the {shares[8]['messages']} messages of a step: "
+            "each is under the 125,000 parameters it acknowledges (credit / 8), so it holds nothing"
+        ) in text
         assert_one_line_error(run(*base, "--ack-share", "4"), "--ack-share needs --credit")
 
     def test_credit_returned_when_sent(self, seq_graph_file):

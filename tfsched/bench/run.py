@@ -137,22 +137,17 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
 
 
 def acknowledged_pushes(graph, spec: ModeSpec) -> int:
-    """How many messages of ``graph``'s pushes (a transfer, or each slice of it under ``spec``'s
-    partition) the pass acknowledges under ``spec``'s credit (cc/scheduler.cc: a size unknown, or
-    at least the credit's share and kMinAckedElements): all that a ``+wN`` window counts. Slices
-    are cut equal (``sim.model.slice_sizes``), so a tensor a little over the partition is cut into
-    two of about half of it: with ``+p500000+c4000000``, VGG16's pushed slices were all under
-    the 500,000 parameters its credit acknowledges, and the window held nothing."""
-    from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
-    from tfsched.sim.model import slice_sizes
+    """How many messages of ``graph``'s pushes the pass acknowledges under ``spec``'s partition
+    and credit (``analysis.acknowledged_messages``): all that a ``+wN`` window counts."""
+    from tfsched.analysis import acknowledged_messages
 
-    least = max(MIN_ACKED_BYTES, spec.credit * PARAM_BYTES // spec.effective_ack_share)
-    return sum(
-        size == 0 or size >= least
-        for t in graph.transfers
-        if t.kind == "push"
-        for size in slice_sizes(t.bytes or 0, spec.partition * PARAM_BYTES or None)
-    )
+    return acknowledged_messages(
+        graph,
+        partition=spec.partition,
+        credit=spec.credit,
+        ack_share=spec.effective_ack_share,
+        kinds=("push",),
+    )[0]
 
 
 TUNED = "tuned"  # the mode that runs a tune file's best setting (tuned_mode)
