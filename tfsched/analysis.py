@@ -175,12 +175,12 @@ def acknowledged_messages(
     partition: int,
     credit: int,
     ack_share: int = DEFAULT_ACK_SHARE,
-    kinds: tuple[str, ...] = ("pull", "push", "control"),
+    kinds: tuple[str, ...] = ("pull", "push"),
 ) -> tuple[int, int]:
-    """(acknowledged, all): the messages of ``graph``'s transfers of ``kinds`` (a transfer, or each
-    slice of it under ``partition``) and of them those the pass acknowledges under ``credit``
-    (parameters): a size unknown, or at least ``credit / ack_share`` and kMinAckedElements
-    (cc/scheduler.cc). A credit window counts only these. Slices are cut equal
+    """(acknowledged, all): the messages of ``graph``'s tensors of ``kinds`` (a transfer, or each
+    slice of it under ``partition``; the pass gates no control edge) and of them those the pass
+    acknowledges under ``credit`` (parameters): a size unknown, or at least ``credit /
+    ack_share`` and kMinAckedElements (cc/scheduler.cc). A credit window counts only these. Slices are cut equal
     (``sim.model.slice_sizes``), so a tensor a little over the partition is cut into two of
     about half of it: with partition 500,000 and credit 4,000,000 none of VGG16's pushed slices
     reached the 500,000 parameters that credit acknowledges."""
