@@ -971,6 +971,7 @@ def cluster_side_by_side(
         from tfsched.graph import load_comm_graph
 
         per_placement = {}
+        specs: dict[str, ModeSpec] = {}  # MODE or MODE@PLACEMENT -> its settings
         for i, where in enumerate(placements):
             key = None if i == 0 else where
             graph_path = os.path.join(d, f"{model}.pb" if key is None else f"{model}-{where}.pb")
@@ -981,8 +982,10 @@ def cluster_side_by_side(
             comm = load_comm_graph(graph_path, fetches=first.fetches)
             channel_params = comm.busiest_channel_params
             saved[key] = (graph_path, first.fetches, channel_params)
+            # each mode's settings, sized for this placement's busiest channel; a +wN window that
+            # would hold none of its pushes is refused before any cluster starts
             for m in modes:
-                spec = parse_mode(m, bandwidth_bps, channel_params)
+                spec = specs[placed_mode(m, key)] = parse_mode(m, bandwidth_bps, channel_params)
                 if spec.push_credit and not acknowledged_pushes(comm, spec):
                     raise TfschedError(
                         f"mode {m!r}: +w{spec.push_credit} would hold no push of {model}: its pushes "
@@ -1012,11 +1015,6 @@ def cluster_side_by_side(
             progress=progress,
             inter_op_threads=inter_op_threads,
         )
-        # each mode's settings, sized for its placement's busiest channel
-        specs = {
-            name: parse_mode(split_placed(name)[0], bandwidth_bps, saved[split_placed(name)[1]][2])
-            for name in configs
-        }
         with cluster:
             targets = [cluster.target("worker", w) for w in range(workers)]
             results = run_side_by_side(
