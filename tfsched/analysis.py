@@ -37,6 +37,8 @@ class Prediction:
     host_order: str = "steps"  # what that window serves first ("priority": the steps in lockstep)
     ack_share: int = DEFAULT_ACK_SHARE  # the credit acknowledges transfers of at least credit/ack_share
     credit_return: str = "ack"  # "sent": the credit comes back when the sender has sent a transfer
+    # each task's inter-op threads, for the acknowledgements' ops to wait for (None: a spare one)
+    executor_threads: int | None = None
     priority_only_s: float | None = None
     # with a credit: the messages of the graph's step it acknowledges, of all (acknowledged_messages)
     acknowledged: int | None = None
@@ -62,7 +64,9 @@ class Prediction:
                 priority_only_s=self.priority_only_s,
             )
         if self.credit:
-            out.update(acknowledged=self.acknowledged, messages=self.messages)
+            out.update(
+                acknowledged=self.acknowledged, messages=self.messages, executor_threads=self.executor_threads
+            )
         return out
 
 
@@ -209,6 +213,7 @@ def predict(
     host_order: str = "steps",
     ack_share: int = DEFAULT_ACK_SHARE,
     credit_return: str = "ack",
+    executor_threads: int | None = None,
 ) -> Prediction:
     """Simulate one step under FIFO and under ``schedule``, with TicTac's bounds.
 
@@ -224,7 +229,11 @@ def predict(
     ``ack_share``: the credit acknowledges transfers of at least credit/ack_share parameters
     (``enable(..., ack_share=N)``). ``credit_return``: when the credit comes back
     (``enable(..., credit_return=...)``); each task has a machine of its own here, so an
-    acknowledgement costs its time on the wire, not the cores'.
+    acknowledgement costs its time on the wire, not the cores'. ``executor_threads``: each task's
+    inter-op threads (``inter_op_parallelism_threads``); an acknowledgement's ops (the receiver's
+    ``TfschedAck``, the sender's ``TfschedCredit``) then wait in their task's ready queue for a free
+    one where the task's ops can hold them all (``sim.simulate``'s), as a worker's credit waits
+    behind the backward pass's convolutions. None: a spare thread runs them at once.
     """
     if host_credit and not credit:
         raise TfschedError("host_credit needs a credit (the window it makes one per sending task)")
@@ -233,6 +242,15 @@ def predict(
         raise TfschedError("ack_share needs a credit (the window that acknowledges)")
     if check_credit_return(credit_return) != "ack" and not credit:
         raise TfschedError("credit_return needs a credit (the window whose credit comes back)")
+    if executor_threads is not None:
+        if not credit:
+            raise TfschedError(
+                "executor_threads needs a credit (the acknowledgements that wait for a thread)"
+            )
+        if not is_count(executor_threads, least=1):
+            raise TfschedError(
+                f"executor_threads must be a positive number of threads, got {executor_threads!r}"
+            )
     sg = build_sim_graph(graph, oracle, schedule, workers=workers)
     policy = POLICY_OF_MODE[schedule.mode]
 
@@ -254,6 +272,7 @@ def predict(
             host_order=host_order,
             ack_share=ack_share,
             credit_return=credit_return,
+            executor_threads=executor_threads,
         )
     baseline = mean_step_time(sg, "random")
     b = step_bounds(sg)
@@ -276,6 +295,7 @@ def predict(
         host_order=host_order,
         ack_share=ack_share,
         credit_return=credit_return,
+        executor_threads=executor_threads,
         priority_only_s=priority_only,
         acknowledged=acknowledged,
         messages=messages,
@@ -302,11 +322,14 @@ def analyze(
     host_order: str = "steps",
     ack_share: int = DEFAULT_ACK_SHARE,
     credit_return: str = "ack",
+    executor_threads: int | None = None,
 ) -> Analysis:
     """Analyze a saved graph: transfers, their order under ``algorithm``, and the predicted gain.
 
     ``partition`` and ``credit`` may be ``"auto"``: ``Analysis.sizes``, as the pass sizes them
-    for ``enable(partition="auto", credit="auto")`` on this link.
+    for ``enable(partition="auto", credit="auto")`` on this link. ``executor_threads``: the tasks'
+    inter-op threads, for a credit's acknowledgements to wait for (``predict``); a task's ops hold
+    as many at a time as the trace measured them to (one without a trace).
 
     The link: ``bandwidth_bps`` per host and ``overhead_s`` per message, 1 Gbit/s and 300 us when
     not given. With a ``trace``, each channel's link is the one fitted to it (TicTac §5), and a
@@ -383,6 +406,7 @@ def analyze(
         host_order=host_order,
         ack_share=ack_share,
         credit_return=credit_return,
+        executor_threads=executor_threads,
     )
     return replace(analysis, traced=traced)
 
@@ -447,6 +471,7 @@ def analyze_graph(
     host_order: str = "steps",
     ack_share: int = DEFAULT_ACK_SHARE,
     credit_return: str = "ack",
+    executor_threads: int | None = None,
 ) -> Analysis:
     """Order and predict for a graph already loaded, e.g. to compare algorithms on one graph.
 
@@ -472,6 +497,7 @@ def analyze_graph(
             host_order=host_order,
             ack_share=ack_share,
             credit_return=credit_return,
+            executor_threads=executor_threads,
         ),
         workers=workers or len(graph.worker_tasks),
         trace_match=trace_match,

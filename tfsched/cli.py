@@ -348,6 +348,15 @@ _tag_set_option = click.option(
 @_ack_share_option
 @_credit_return_option
 @click.option(
+    "--inter-op-threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Predict with each task running this many kernels at a time (inter_op_parallelism_threads; "
+    "TensorFlow's default is one per core): a credit's acknowledgements wait for a free one where the "
+    "task's ops hold them all, as measured in the trace [default: a spare thread runs them at once; "
+    "needs --credit].",
+)
+@click.option(
     "--placement",
     "placement_path",
     type=click.Path(dir_okay=False),
@@ -382,6 +391,7 @@ def analyze(
     host_order,
     ack_share,
     credit_return,
+    inter_op_threads,
     placement_path,
     placement_ps,
 ):
@@ -396,6 +406,7 @@ def analyze(
       tfsched analyze train.pb --fetch train --trace trace.json --algorithm tao
       tfsched analyze train.pb --fetch train --algorithm tao --workers 4 --credit 4000000 --host-credit
       tfsched analyze train.pb --fetch train --workers 4 --partition auto --credit auto
+      tfsched analyze train.pb --fetch train --trace trace.json --workers 4 --credit 1000000 --inter-op-threads 2
       tfsched analyze train.pb --fetch train --placement placement.json --placement-ps 2
       tfsched analyze graphs/__inference_step_7.worker_0.pb --trace tf2.trace.json --algorithm tao -o tao.json
 
@@ -419,6 +430,10 @@ def analyze(
         raise click.UsageError("--ack-share needs --credit N (the window that acknowledges)")
     if credit_return != "ack" and not credit:
         raise click.UsageError("--credit-return needs --credit N (the window whose credit comes back)")
+    if inter_op_threads is not None and not credit:
+        raise click.UsageError(
+            "--inter-op-threads needs --credit N (the acknowledgements that wait for a thread)"
+        )
     result = run_analysis(
         graph,
         fetches=list(fetches) or None,
@@ -437,6 +452,7 @@ def analyze(
         host_order=host_order,
         **({} if ack_share is None else {"ack_share": ack_share}),
         credit_return=credit_return,
+        executor_threads=inter_op_threads,
     )
     placement = None
     if placement_path:

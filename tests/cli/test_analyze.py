@@ -164,6 +164,31 @@ class TestAnalyze:
         ) in text
         assert_one_line_error(run(*base, "--ack-share", "4"), "--ack-share needs --credit")
 
+    def test_inter_op_threads(self, seq_graph_file):
+        base = ["analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2"]
+        preds = {}
+        for threads in (None, 1, 2):
+            p = run(
+                *base,
+                "--credit",
+                "100000",
+                "--json",
+                *(() if threads is None else ("--inter-op-threads", str(threads))),
+            )
+            assert p.returncode == 0, p.stderr
+            preds[threads] = json.loads(p.stdout)["prediction"]
+            assert preds[threads]["executor_threads"] == threads
+        # Without a trace each task's ops hold one thread at a time: with one, an acknowledgement's
+        # ops wait behind the ops ready before them; with two, the spare one runs them at once
+        assert preds[1]["scheduled_s"] > preds[None]["scheduled_s"] == preds[2]["scheduled_s"]
+        assert preds[1]["baseline_s"] == preds[None]["baseline_s"]
+        text = run(*base, "--credit", "100000", "--inter-op-threads", "1")
+        assert text.returncode == 0 and "1 inter-op thread a task" in text.stdout
+        assert_one_line_error(run(*base, "--inter-op-threads", "2"), "--inter-op-threads needs --credit")
+        assert_one_line_error(
+            run(*base, "--credit", "100000", "--inter-op-threads", "0"), "--inter-op-threads"
+        )
+
     def test_credit_returned_when_sent(self, seq_graph_file):
         base = ["analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2"]
         preds = {}
@@ -521,6 +546,11 @@ class TestBadInput:
             (dict(credit=-5), "credit must be a number of parameters (>= 0) or 'auto', got -5"),
             (dict(workers=0), "workers must be a positive number, got 0"),
             (dict(statistic="median"), "statistic needs a trace"),
+            (dict(executor_threads=2), "executor_threads needs a credit"),
+            (
+                dict(credit=1000, executor_threads=0),
+                "executor_threads must be a positive number of threads, got 0",
+            ),
         ],
     )
     def test_the_library_call_checks_its_arguments(self, seq_graph_file, kwargs, message):
