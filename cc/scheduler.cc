@@ -550,6 +550,7 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
     return absl::InvalidArgumentError(absl::StrCat("tfsched: unknown mode '", mode_, "'"));
   if (auto it = params.find("partition"); it != params.end()) partition_ = it->second.i();
   if (auto it = params.find("credit"); it != params.end()) credit_ = it->second.i();
+  if (auto it = params.find("push_credit"); it != params.end()) push_credit_ = it->second.i();
   if (auto it = params.find("host_credit"); it != params.end()) host_credit_ = it->second.b();
   if (auto it = params.find("host_order"); it != params.end() && !it->second.s().empty())
     host_order_ = it->second.s();
@@ -572,6 +573,11 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
   if (!(sizes_bandwidth_bps_ >= 0) || std::isinf(sizes_bandwidth_bps_))
     return absl::InvalidArgumentError("tfsched: sizes_bandwidth_bps must be a finite number >= 0");
   if (ack_share_ < 1) return absl::InvalidArgumentError("tfsched: ack_share must be >= 1");
+  if (push_credit_ < 0)
+    return absl::InvalidArgumentError("tfsched: push_credit must be >= 0 (parameters)");
+  if (push_credit_ > 0 && credit_ == 0)
+    return absl::InvalidArgumentError(
+        "tfsched: push_credit needs a credit (the window that acknowledges the transfers)");
   if (auto it = params.find("priorities"); it != params.end()) {
     for (const std::string& line : it->second.list().s()) {
       std::vector<std::string> f = absl::StrSplit(line, '|');
@@ -904,7 +910,9 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
                          (!sent || tensorflow::DataTypeCanUseMemcpy(t.dtype));
       acked_gates += acked;
       attr["ordered"].set_b(!(mode_ == "queue" && t.kind == "push"));
-      attr["credit"].set_i(acked ? credit : 0);
+      // The pushes' own window, where one was given; the pulls keep the credit
+      attr["credit"].set_i(acked ? (t.kind == "push" && push_credit_ > 0 ? push_credit_ : credit)
+                                 : 0);
       attr["host"].set_b(host_credit_);
       if (host_credit_ && host_order_ != "steps") attr["host_order"].set_s(host_order_);
       if (acked && sent) attr["credit_return"].set_s("sent");
@@ -982,6 +990,7 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
   }
   VLOG(1) << "tfsched: gated " << xfers.size() << " transfers on " << channels.size()
           << " channels, " << split << " partitioned, credit " << credit
+          << (credit > 0 && push_credit_ > 0 ? absl::StrCat(" (pushes ", push_credit_, ")") : "")
           << (matched == 0 ? " (TIO)" : absl::StrCat(" (", matched, " from the schedule)"));
   return absl::OkStatus();
 }

@@ -26,6 +26,9 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   //               -1: AutoSizes')
   //   credit:     int, parameters; at most this much released and not yet acknowledged per
   //               channel (0, default: no acknowledgements, no limit; -1: AutoSizes')
+  //   push_credit: int, parameters; the window of the pushes (a worker's transfers to a PS) in
+  //               place of `credit`, which the pulls keep; which transfers are acknowledged is
+  //               still credit/ack_share's (0, default: the pushes have `credit` too)
   //   sizes_bandwidth_bps: float, the link AutoSizes sizes for (0, default: 1 Gbit/s's sizes)
   //   host_credit: bool, the credit is one window for every channel of the sending task
   //   host_order: "steps" (default): the window serves the oldest step first; "priority": the
@@ -61,8 +64,9 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   int64_t timeout_ms_ = 60000;
   std::string ps_job_ = "ps";
   std::string mode_ = "counter";
-  int64_t partition_ = 0;  // -1: AutoSizes'
-  int64_t credit_ = 0;     // -1: AutoSizes'
+  int64_t partition_ = 0;    // -1: AutoSizes'
+  int64_t credit_ = 0;       // -1: AutoSizes'
+  int64_t push_credit_ = 0;  // the pushes' window in place of credit_ (0: credit_)
   double sizes_bandwidth_bps_ = 0;
   bool host_credit_ = false;          // one credit window per sending task, steps served in turn
   std::string host_order_ = "steps";  // or "priority": the window's steps in lockstep

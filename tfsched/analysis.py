@@ -37,6 +37,7 @@ class Prediction:
     host_order: str = "steps"  # what that window serves first ("priority": the steps in lockstep)
     ack_share: int = DEFAULT_ACK_SHARE  # the credit acknowledges transfers of at least credit/ack_share
     credit_return: str = "ack"  # "sent": the credit comes back when the sender has sent a transfer
+    push_credit: int = 0  # the pushes' window in place of the credit (0: the credit)
     # each task's inter-op threads, for the acknowledgements' ops to wait for (None: a spare one)
     executor_threads: int | None = None
     priority_only_s: float | None = None
@@ -61,6 +62,7 @@ class Prediction:
                 host_order=self.host_order,
                 ack_share=self.ack_share,
                 credit_return=self.credit_return,
+                push_credit=self.push_credit,
                 priority_only_s=self.priority_only_s,
             )
         if self.credit:
@@ -213,6 +215,7 @@ def predict(
     host_order: str = "steps",
     ack_share: int = DEFAULT_ACK_SHARE,
     credit_return: str = "ack",
+    push_credit: int = 0,
     executor_threads: int | None = None,
 ) -> Prediction:
     """Simulate one step under FIFO and under ``schedule``, with TicTac's bounds.
@@ -229,7 +232,9 @@ def predict(
     ``ack_share``: the credit acknowledges transfers of at least credit/ack_share parameters
     (``enable(..., ack_share=N)``). ``credit_return``: when the credit comes back
     (``enable(..., credit_return=...)``); each task has a machine of its own here, so an
-    acknowledgement costs its time on the wire, not the cores'. ``executor_threads``: each task's
+    acknowledgement costs its time on the wire, not the cores'. ``push_credit``: the pushes' window
+    (parameters) in place of ``credit``, which the pulls keep (``enable(..., push_credit=N)``).
+    ``executor_threads``: each task's
     inter-op threads (``inter_op_parallelism_threads``); an acknowledgement's ops (the receiver's
     ``TfschedAck``, the sender's ``TfschedCredit``) then wait in their task's ready queue for a free
     one where the task's ops can hold them all (``sim.simulate``'s), as a worker's credit waits
@@ -242,6 +247,11 @@ def predict(
         raise TfschedError("ack_share needs a credit (the window that acknowledges)")
     if check_credit_return(credit_return) != "ack" and not credit:
         raise TfschedError("credit_return needs a credit (the window whose credit comes back)")
+    if push_credit:
+        if not credit:
+            raise TfschedError("push_credit needs a credit (the window that acknowledges the transfers)")
+        if not is_count(push_credit, least=1):
+            raise TfschedError(f"push_credit must be a positive number of parameters, got {push_credit!r}")
     if executor_threads is not None:
         if not credit:
             raise TfschedError(
@@ -272,6 +282,7 @@ def predict(
             host_order=host_order,
             ack_share=ack_share,
             credit_return=credit_return,
+            push_credit_bytes=push_credit * PARAM_BYTES or None,
             executor_threads=executor_threads,
         )
     baseline = mean_step_time(sg, "random")
@@ -295,6 +306,7 @@ def predict(
         host_order=host_order,
         ack_share=ack_share,
         credit_return=credit_return,
+        push_credit=push_credit,
         executor_threads=executor_threads,
         priority_only_s=priority_only,
         acknowledged=acknowledged,
@@ -322,6 +334,7 @@ def analyze(
     host_order: str = "steps",
     ack_share: int = DEFAULT_ACK_SHARE,
     credit_return: str = "ack",
+    push_credit: int = 0,
     executor_threads: int | None = None,
 ) -> Analysis:
     """Analyze a saved graph: transfers, their order under ``algorithm``, and the predicted gain.
@@ -406,6 +419,7 @@ def analyze(
         host_order=host_order,
         ack_share=ack_share,
         credit_return=credit_return,
+        push_credit=push_credit,
         executor_threads=executor_threads,
     )
     return replace(analysis, traced=traced)
@@ -471,6 +485,7 @@ def analyze_graph(
     host_order: str = "steps",
     ack_share: int = DEFAULT_ACK_SHARE,
     credit_return: str = "ack",
+    push_credit: int = 0,
     executor_threads: int | None = None,
 ) -> Analysis:
     """Order and predict for a graph already loaded, e.g. to compare algorithms on one graph.
@@ -497,6 +512,7 @@ def analyze_graph(
             host_order=host_order,
             ack_share=ack_share,
             credit_return=credit_return,
+            push_credit=push_credit,
             executor_threads=executor_threads,
         ),
         workers=workers or len(graph.worker_tasks),

@@ -348,6 +348,14 @@ _tag_set_option = click.option(
 @_ack_share_option
 @_credit_return_option
 @click.option(
+    "--push-credit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Predict with the pushes (a worker's transfers to a PS) under a window of this many "
+    "parameters in place of --credit, which the pulls keep (enable(push_credit=N)); what is "
+    "acknowledged stays --credit's [needs --credit].",
+)
+@click.option(
     "--inter-op-threads",
     type=click.IntRange(min=1),
     default=None,
@@ -391,6 +399,7 @@ def analyze(
     host_order,
     ack_share,
     credit_return,
+    push_credit,
     inter_op_threads,
     placement_path,
     placement_ps,
@@ -407,6 +416,7 @@ def analyze(
       tfsched analyze train.pb --fetch train --algorithm tao --workers 4 --credit 4000000 --host-credit
       tfsched analyze train.pb --fetch train --workers 4 --partition auto --credit auto
       tfsched analyze train.pb --fetch train --trace trace.json --workers 4 --credit 1000000 --inter-op-threads 2
+      tfsched analyze train.pb --fetch train --workers 4 --partition 250000 --credit 4000000 --ack-share 32 --push-credit 250000
       tfsched analyze train.pb --fetch train --placement placement.json --placement-ps 2
       tfsched analyze graphs/__inference_step_7.worker_0.pb --trace tf2.trace.json --algorithm tao -o tao.json
 
@@ -430,6 +440,8 @@ def analyze(
         raise click.UsageError("--ack-share needs --credit N (the window that acknowledges)")
     if credit_return != "ack" and not credit:
         raise click.UsageError("--credit-return needs --credit N (the window whose credit comes back)")
+    if push_credit is not None and not credit:
+        raise click.UsageError("--push-credit needs --credit N (the window that acknowledges the transfers)")
     if inter_op_threads is not None and not credit:
         raise click.UsageError(
             "--inter-op-threads needs --credit N (the acknowledgements that wait for a thread)"
@@ -452,6 +464,7 @@ def analyze(
         host_order=host_order,
         **({} if ack_share is None else {"ack_share": ack_share}),
         credit_return=credit_return,
+        push_credit=push_credit or 0,
         executor_threads=inter_op_threads,
     )
     placement = None

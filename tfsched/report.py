@@ -189,6 +189,7 @@ def print_analysis(
         knobs += ", its steps in lockstep" if p.host_order == "priority" else ""  # implies host_credit
         knobs += f", ack from credit/{p.ack_share}" if p.credit and p.ack_share != DEFAULT_ACK_SHARE else ""
         knobs += ", credit returned when sent" if p.credit and p.credit_return == "sent" else ""
+        knobs += f", pushes {p.push_credit:,}" if p.credit and p.push_credit else ""
         if p.executor_threads:
             knobs += f", {p.executor_threads} inter-op thread{'s' * (p.executor_threads != 1)} a task"
         summary.add_row(f"scheduled ({s.algorithm}, {knobs})", f"{p.scheduled_s:.4f}")

@@ -25,6 +25,17 @@ def assert_one_line_error(p, *needles):
         assert n in lines[0], lines[0]
 
 
+def predicted(base, credit, option, values):
+    """``base`` run with ``--credit credit --json`` and, for each of ``values``, ``option value``
+    (None: without it): value -> the prediction."""
+    out = {}
+    for v in values:
+        p = run(*base, "--credit", credit, "--json", *(() if v is None else (option, str(v))))
+        assert p.returncode == 0, p.stderr
+        out[v] = json.loads(p.stdout)["prediction"]
+    return out
+
+
 class TestAnalyze:
     def test_json_shape(self, seq_graph_file):
         p = run("analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--json")
@@ -138,17 +149,7 @@ class TestAnalyze:
 
     def test_acknowledgement_share(self, seq_graph_file):
         base = ["analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2"]
-        shares = {}
-        for share in (None, 8, 100):
-            p = run(
-                *base,
-                "--credit",
-                "1000000",
-                "--json",
-                *(() if share is None else ("--ack-share", str(share))),
-            )
-            assert p.returncode == 0, p.stderr
-            shares[share] = json.loads(p.stdout)["prediction"]
+        shares = predicted(base, "1000000", "--ack-share", (None, 8, 100))
         assert shares[None] == shares[8] and shares[8]["ack_share"] == 8 and shares[100]["ack_share"] == 100
         # Seq-32's 64 weights (65,536 parameters, pulled and pushed) are under an eighth of the
         # credit (125,000) and over a hundredth (16,384 at least): the window counts none, or them
@@ -166,18 +167,8 @@ class TestAnalyze:
 
     def test_inter_op_threads(self, seq_graph_file):
         base = ["analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2"]
-        preds = {}
-        for threads in (None, 1, 2):
-            p = run(
-                *base,
-                "--credit",
-                "100000",
-                "--json",
-                *(() if threads is None else ("--inter-op-threads", str(threads))),
-            )
-            assert p.returncode == 0, p.stderr
-            preds[threads] = json.loads(p.stdout)["prediction"]
-            assert preds[threads]["executor_threads"] == threads
+        preds = predicted(base, "100000", "--inter-op-threads", (None, 1, 2))
+        assert [preds[t]["executor_threads"] for t in preds] == [None, 1, 2]
         # Without a trace each task's ops hold one thread at a time: with one, an acknowledgement's
         # ops wait behind the ops ready before them; with two, the spare one runs them at once
         assert preds[1]["scheduled_s"] > preds[None]["scheduled_s"] == preds[2]["scheduled_s"]
@@ -189,14 +180,23 @@ class TestAnalyze:
             run(*base, "--credit", "100000", "--inter-op-threads", "0"), "--inter-op-threads"
         )
 
+    def test_a_window_for_the_pushes(self, seq_graph_file):
+        base = ["analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2"]
+        preds = predicted(base, "100000", "--push-credit", (None, 1_000_000))
+        assert [preds[w]["push_credit"] for w in preds] == [0, 1_000_000]
+        # Seq-32's weights (65,536 parameters) go one at a time under the credit of 100,000; a
+        # window of 1,000,000 lets a worker push them all at once, while the PS's pulls keep the credit
+        assert preds[1_000_000]["scheduled_s"] < preds[None]["scheduled_s"]
+        assert preds[1_000_000]["baseline_s"] == preds[None]["baseline_s"]
+        assert preds[1_000_000]["acknowledged"] == preds[None]["acknowledged"] == 64
+        text = run(*base, "--credit", "100000", "--push-credit", "1000000")
+        assert text.returncode == 0 and "credit 100,000, pushes 1,000,000" in " ".join(text.stdout.split())
+        assert_one_line_error(run(*base, "--push-credit", "20000"), "--push-credit needs --credit")
+
     def test_credit_returned_when_sent(self, seq_graph_file):
         base = ["analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2"]
-        preds = {}
-        for how in ("ack", "sent"):
-            p = run(*base, "--credit", "100000", "--credit-return", how, "--json")
-            assert p.returncode == 0, p.stderr
-            preds[how] = json.loads(p.stdout)["prediction"]
-            assert preds[how]["credit_return"] == how
+        preds = predicted(base, "100000", "--credit-return", ("ack", "sent"))
+        assert [preds[how]["credit_return"] for how in preds] == ["ack", "sent"]
         # no acknowledgement's overhead between a window's transfers
         assert preds["sent"]["scheduled_s"] < preds["ack"]["scheduled_s"]
         assert preds["sent"]["baseline_s"] == preds["ack"]["baseline_s"]
@@ -547,6 +547,11 @@ class TestBadInput:
             (dict(workers=0), "workers must be a positive number, got 0"),
             (dict(statistic="median"), "statistic needs a trace"),
             (dict(executor_threads=2), "executor_threads needs a credit"),
+            (dict(push_credit=20_000), "push_credit needs a credit"),
+            (
+                dict(credit=1000, push_credit=-1),
+                "push_credit must be a positive number of parameters, got -1",
+            ),
             (
                 dict(credit=1000, executor_threads=0),
                 "executor_threads must be a positive number of threads, got 0",

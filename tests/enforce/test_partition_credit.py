@@ -152,6 +152,32 @@ def test_bytes_in_flight_never_exceed_the_credit(cluster):
         assert 0 < s["peak_in_flight"] <= credit
 
 
+def test_the_pushes_keep_a_window_of_their_own(cluster):
+    """push_credit: the worker's pushes under a window of one slice, the PS's pulls under the
+    credit. Training stays bitwise identical, the worker never has more than its window in
+    flight, and a PS has more than that window in flight at once."""
+    import tfsched
+
+    target = cluster.target("worker", 0)
+    slice_elements = 16_384  # partition 20,000 -> 4 slices of 16,384 per weight
+    credit, window = 4 * slice_elements + 100, slice_elements
+    cfg = _config(partition=20_000, credit=credit, push_credit=window)
+    vanilla = train(target, build_graph("seq32", ps_tasks=2), 5, _config())
+    devices = ["/job:ps/task:0", "/job:ps/task:1", "/job:worker/task:0"]
+    tfsched.enforce.set_credit(target, 0, devices)  # resets the peak counters
+    assert_bitwise_equal(vanilla, train(target, build_graph("seq32", ps_tasks=2), 5, cfg))
+    graphs, _ = _traced_step(target, build_graph("seq32", ps_tasks=2), cfg)
+    credits = {}
+    for g in _nodes(graphs, "TfschedGate"):
+        credits.setdefault(g.device.split("/replica")[0], set()).add(g.attr["credit"].i)
+    assert credits == {"/job:ps": {0, credit}, "/job:worker": {0, window}}
+    stats = {d: settled_stats(target, d) for d in devices}
+    for s in stats.values():
+        assert s["timeouts"] == 0 and s["live_steps"] == 0
+    assert 0 < stats["/job:worker/task:0"]["peak_in_flight"] <= window
+    assert window < max(stats[d]["peak_in_flight"] for d in devices[:2]) <= credit
+
+
 @pytest.mark.parametrize("host", [False, True])
 def test_a_credit_returned_when_sent_needs_no_acknowledgement(cluster, host):
     """credit_return="sent": the credit of a slice comes back once the sender's transport is done

@@ -84,6 +84,29 @@ class TestPass:
         for prios in by_channel.values():
             assert min(prios) == 0 and max(prios) < len(prios)
 
+    def test_the_pushes_take_a_window_of_their_own(self):
+        """push_credit: the acknowledged gates of the worker's transfers to the PS (its pushes)
+        take it as their credit, the PS's (its pulls) keep the credit; which are acknowledged
+        stays the credit's choice (credit / ack_share)."""
+        built = build_graph("seq32", ps_tasks=2)
+
+        def credits(**kwargs):
+            out = optimize(built.graph_def(), built.fetches, only_tfsched(**kwargs))
+            by_sender = {}
+            for n in sorted((n for n in out.node if n.op == "TfschedGate"), key=lambda n: n.name):
+                sender = "ps" if n.device.startswith("/job:ps/") else "worker"
+                by_sender.setdefault(sender, []).append(n.attr["credit"].i)
+            return by_sender, sum(n.op == "TfschedAck" for n in out.node)
+
+        (plain, plain_acks), (windowed, acks) = (
+            credits(credit=160_000),
+            credits(credit=160_000, push_credit=30_000),
+        )
+        assert plain_acks == acks == 2 * 32  # each weight (65,536 parameters) pulled and pushed
+        assert windowed["ps"] == plain["ps"] and set(plain["ps"]) == {0, 160_000}
+        assert set(plain["worker"]) == {0, 160_000}
+        assert windowed["worker"] == [30_000 if c else 0 for c in plain["worker"]]
+
     def test_idempotent(self):
         built = build_graph("seq32", ps_tasks=2)
         cfg = only_tfsched()
@@ -415,6 +438,19 @@ class TestEnableChecks:
             (dict(ps_job="/job:ps"), "ps_job must be a job name"),
             (dict(algorithm="magic"), "unknown algorithm 'magic'; choose one of tio, tao, layer, fifo"),
             (dict(strict="yes"), "strict must be True or False"),
+            (dict(push_credit=20_000), "push_credit needs a credit"),
+            (
+                dict(credit=80_000, push_credit=0),
+                "push_credit must be a positive integer (parameters), got 0",
+            ),
+            (
+                dict(credit=80_000, push_credit=True),
+                "push_credit must be a positive integer (parameters), got True",
+            ),
+            (
+                dict(credit=80_000, push_credit="1e6"),
+                "push_credit must be a positive integer (parameters), got '1e6'",
+            ),
         ],
     )
     def test_a_wrong_argument_is_one_error(self, kwargs, message):

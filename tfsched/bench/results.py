@@ -260,7 +260,8 @@ def markdown(summary: dict) -> str:
         lines += [
             "",
             "`+wN`: the workers' pushes under a window of N parameters, a live credit set on the worker "
-            "tasks while the mode runs (`tfsched.set_credit`); the PS's pulls keep the mode's credit.",
+            "tasks while the mode runs (`tfsched.set_credit`; `tfsched.enable(push_credit=N)` sets the "
+            "same from the start); the PS's pulls keep the mode's credit.",
         ]
     lines += tuned_lines(c)
     return "\n".join(lines) + "\n"

@@ -186,6 +186,7 @@ def enable(
     host_order: str = "steps",
     ack_share: int | None = None,
     credit_return: str = "ack",
+    push_credit: int | None = None,
     bandwidth_bps: float | None = None,
     dump_graphs: str | None = None,
 ):
@@ -220,7 +221,8 @@ def enable(
         (ties: the oldest step's), so that the workers pull in lockstep and their pulls end
         together, without the overlap of serving them in turn. Measured on VGG16 training
         (BENCHMARKS.md): no gain (1.006x, 0.997x), and the straggler effect not reliably lower
-        (0.050 against 0.103, then 0.097 against 0.110); not for speed.
+        (0.050 against 0.103, then 0.097 against 0.110); not for speed. With ``push_credit``
+        the workers' pushes end together too.
     ack_share : the credit acknowledges transfers of at least ``credit / ack_share`` parameters
         (and 16,384); the smaller ones are ordered but released without waiting for credit, so
         they race for the wire (each acknowledgement is one more RPC). Default
@@ -232,6 +234,19 @@ def enable(
         saves the acknowledgements' CPU; it does not count the bytes already queued in the
         sender's socket). Tensors of other than plain data types (strings) are then not counted.
         Needs ``credit``.
+    push_credit : the window of the pushes (a worker's gradients to a PS), in parameters, in place
+        of ``credit``, which the PS's pulls keep; what is acknowledged is still ``credit /
+        ack_share``'s, so give ``partition`` and ``ack_share`` that make the pushes' slices at
+        least that. A window that holds about one slice evens out the workers' pushes through the
+        PS's one downlink, where TCP shares it unevenly: VGG16 training in lockstep (1 PS x 4
+        workers, 1 Gbit/s, 4 inter-op threads a task) with ``partition=250_000, credit=4_000_000,
+        ack_share=32, push_credit=250_000, host_credit=True, host_order="priority"`` had the
+        straggler effect 2.8, 3.2 and 4.1 times lower than vanilla TensorFlow's at 0.998x to 1.005x
+        its throughput (BENCHMARKS.md; the bench's ``+wN`` set it live, ``set_credit`` on the
+        workers); with one inter-op thread per core, TensorFlow's default, at 0.850x: each
+        acknowledgement's credit waits for a thread behind the backward pass's kernels, so start
+        the tasks with more threads than cores (``start_server(..., config=...)``). Needs
+        ``credit``.
     dump_graphs : a directory (made if missing; a relative path is taken from this process's
         working directory) on the host of the task that runs the pass (a session's master; for
         functions, each worker): every graph with transfers between tasks is
@@ -269,6 +284,13 @@ def enable(
             raise TfschedError("ack_share needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
     if check_credit_return(credit_return) != "ack" and not credit:
         raise TfschedError("credit_return needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
+    if push_credit is not None:
+        if not is_count(push_credit, least=1):
+            raise TfschedError(f"push_credit must be a positive integer (parameters), got {push_credit!r}")
+        if not credit:
+            raise TfschedError(
+                "push_credit needs a credit (credit=N parameters or $TFSCHED_CREDIT): it says what is acknowledged"
+            )
     if dump_graphs is not None and not (isinstance(dump_graphs, str | os.PathLike) and str(dump_graphs)):
         raise TfschedError(f"dump_graphs must be a directory's path, got {dump_graphs!r}")
     if not is_count(timeout_ms):
@@ -321,6 +343,7 @@ def enable(
     opt.parameter_map["host_order"].s = host_order.encode()
     opt.parameter_map["ack_share"].i = DEFAULT_ACK_SHARE if ack_share is None else ack_share
     opt.parameter_map["credit_return"].s = credit_return.encode()
+    opt.parameter_map["push_credit"].i = push_credit or 0
     if dump_graphs is not None:
         opt.parameter_map["dump_dir"].s = os.fspath(os.path.abspath(dump_graphs)).encode()
     if strict:
@@ -343,7 +366,7 @@ def enable_functions(**kwargs):
 
     ``kwargs`` are ``enable``'s: ``algorithm="tio"`` (the default, from the graph alone),
     ``partition``, ``credit``, ``host_credit``, ``host_order``, ``ack_share``, ``credit_return``,
-    ``bandwidth_bps``, ``timeout_ms``, ``ps_job``, ``strict``, ``dump_graphs``, and ``schedule``
+    ``push_credit``, ``bandwidth_bps``, ``timeout_ms``, ``ps_job``, ``strict``, ``dump_graphs``, and ``schedule``
     with its ``algorithm``: a ``tfsched analyze -o`` file made from a function's graph as the pass
     got it (``dump_graphs``) and a trace of its calls (``trace_functions``). The schedule orders
     that function's transfers on every worker (each channel's by the PS's side of it); another

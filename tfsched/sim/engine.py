@@ -83,8 +83,8 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   re-predicted, benchmarks/results/resnet50-train-10g-sent-traced-repredicted.md): measured
   0.641 s with acknowledgements and 0.609 s without; predicted 0.606 s for both before (-6% and
   -0%), 0.648 s and 0.606 s now (+1% and -0%);
-* with ``push_credit_bytes`` (a live credit on the workers, ``tfsched.set_credit``; the bench's
-  ``+wN``): the tasks that push (the workers) have that window instead of ``credit_bytes``;
+* with ``push_credit_bytes`` (``enable(push_credit=N)``, or a live credit on the workers,
+  ``tfsched.set_credit``, the bench's ``+wN``): the tasks that push (the workers) have that window instead of ``credit_bytes``;
   which messages are acknowledged stays as ``credit_bytes`` has it, as the pass decided when
   it rewrote the graph;
 * with ``executor_threads`` (each task's inter-op threads; the bench gives its tasks', one per
