@@ -555,13 +555,6 @@ def demo(model, bandwidth, workers, steps, rounds, modes, batch_size, loopback, 
     if no_train and given:
         verb = "is" if len(given) == 1 else "are"
         raise click.UsageError(f"{' and '.join(given)} {verb} for the training, which --no-train leaves out")
-    from tfsched.bench.run import parse_mode
-
-    if any(parse_mode(m).push_credit for m in modes):  # its analysis predicts the pass's settings
-        raise click.BadParameter(
-            "+wN (a live window on the workers' pushes) is a bench mode", param_hint="--modes"
-        )
-
     run_demo(
         model=model,
         bandwidth_bps=bandwidth,
@@ -957,7 +950,8 @@ def bench(
             )
         if any(parse_mode(m).push_credit for m in modes if m != TUNED):
             raise click.UsageError(
-                "+wN modes are for --api session (the TensorFlow 2 bench sets no live credit)"
+                "+wN modes are for --api session: a window on the pushes evens out synchronized workers, "
+                "and TensorFlow 2's step asynchronously"
             )
     elif any(p not in PS_PLACEMENTS for p in ps_placement):
         raise click.UsageError(

@@ -89,11 +89,13 @@ def run_demo(
                 host_order=spec.host_order,
                 ack_share=spec.effective_ack_share,
                 credit_return=spec.credit_return,
+                push_credit=spec.push_credit,
             )
             labels[m] = (
                 f"{labels[spec.algorithm].split(' (')[0]}, partition {spec.partition:,}, credit {spec.credit:,}"
                 + (" (one window per sending task)" if spec.host_credit else "")
                 + (", in lockstep" if spec.host_order == "priority" else "")
+                + (f", pushes {spec.push_credit:,}" if spec.push_credit else "")
             )
     for alg, a in results.items():
         p = a.prediction

@@ -257,36 +257,34 @@ def test_placements_share_one_run_each_on_its_own_graph():
 
 
 @pytest.mark.tf
-def test_a_push_window_holds_the_workers_while_its_mode_runs_and_only_then(monkeypatch):
-    """A mode's ``+wN`` (``worker_credits``): the worker tasks' live credit is N while that mode's
-    steps run, and the pass's again after them; the workers' pushes stay within it (Seq-32's
-    65,536-parameter gradients in slices of 16,384: one slice at a time under 20,000, several at
-    once under the pass's 100,000). The tasks run the executor threads they were given."""
-    import tfsched
+def test_a_push_window_holds_the_workers_pushes_and_not_the_pulls(tmp_path):
+    """A mode's ``+wN`` is ``enable(push_credit=N)`` (``mode_configs``): under it the workers'
+    pushes stay within the window (Seq-32's 65,536-parameter gradients in slices of 16,384: one
+    slice at a time under 20,000), the PS's pulls within the credit, several slices at once; the
+    mode without it pushes several at once too. The tasks run the executor threads they were
+    given."""
     from tfsched.bench.local import LocalCluster
-    from tfsched.bench.run import parse_mode, run_side_by_side
-    from tfsched.enforce.api import CreditSetter, stats
+    from tfsched.bench.run import mode_configs, parse_mode, run_side_by_side
+    from tfsched.enforce.api import set_credit, stats
     from tfsched.models import build_graph
 
     def builder(w):
         return build_graph("seq32", worker_task=w, ps_tasks=1, batch_size=4, mode="train")
 
-    windowed = "tio+p20000+c100000+w20000"
-    assert parse_mode(windowed).push_credit == 20_000 and parse_mode("tio+p20000+c100000").push_credit == 0
-    pc = tfsched.enable(partition=20_000, credit=100_000)
-    configs = {"baseline": None, "tio+p20000+c100000": pc, windowed: pc}
-    calls = []  # (credit asked, the workers' peak in flight before it, their live credit after it)
-    real_call = CreditSetter.__call__
+    plain, windowed = "tio+p20000+c100000", "tio+p20000+c100000+w20000"
+    assert parse_mode(windowed).push_credit == 20_000 and parse_mode(plain).push_credit == 0
+    graph_path = tmp_path / "seq32.pb"
+    graph_path.write_bytes(builder(0).graph_def().SerializeToString())
+    configs = mode_configs(("baseline", plain, windowed), str(graph_path), builder(0).fetches)
+    assert configs["baseline"] is None
+    for mode, window in ((plain, 0), (windowed, 20_000)):
+        (opt,) = configs[mode].graph_options.rewrite_options.custom_optimizers
+        assert opt.parameter_map["push_credit"].i == window and opt.parameter_map["credit"].i == 100_000
 
+    peaks = {}
     with LocalCluster(ps=1, workers=2, inter_op_threads=5) as cluster:
         targets = [cluster.target("worker", w) for w in range(2)]
-        workers = [f"/job:worker/task:{w}" for w in range(2)]
-
-        def spy(self, credit):
-            peak = max(stats(targets[0], d)["peak_in_flight"] for d in workers)
-            real_call(self, credit)
-            calls.append((credit, peak, {stats(targets[0], d)["live_credit"] for d in workers}))
-
+        devices = ["/job:ps/task:0", "/job:worker/task:0", "/job:worker/task:1"]
         # each task's executor runs the threads it was given (TensorFlow names them tf_Compute;
         # counted before any step, which starts the intra-op pool's under the same name)
         for proc in cluster.procs.values():
@@ -295,13 +293,14 @@ def test_a_push_window_holds_the_workers_while_its_mode_runs_and_only_then(monke
                 for t in os.listdir(f"/proc/{proc.pid}/task")
             ]
             assert names.count("tf_Compute") == 5
-        monkeypatch.setattr(CreditSetter, "__call__", spy)
-        results = run_side_by_side(
-            targets, builder, configs, steps=2, rounds=2, worker_credits={windowed: 20_000, "baseline": 0}
-        )
-    assert all(r.steps == 8 for r in results.values())
-    # set and taken back once per round of the windowed mode, never for the others
-    assert [(c, live) for c, _, live in calls] == [(20_000, {20_000}), (0, {-1})] * 2
-    for (_, before, _), (_, during, _) in zip(calls[0::2], calls[1::2], strict=True):
-        assert before > 20_000  # the mode before it pushed several slices at once
-        assert 0 < during <= 20_000  # under the window, one at a time
+        for mode in (plain, windowed):
+            set_credit(targets[0], 0, devices)  # resets the peak counters
+            results = run_side_by_side(
+                targets, builder, {"baseline": None, mode: configs[mode]}, steps=2, rounds=1
+            )
+            assert all(r.steps == 4 for r in results.values())
+            peaks[mode] = {d: stats(targets[0], d)["peak_in_flight"] for d in devices}
+    pushed = {mode: [peaks[mode][d] for d in devices[1:]] for mode in peaks}
+    assert all(0 < p <= 20_000 for p in pushed[windowed])  # under the window, one slice at a time
+    assert max(pushed[plain]) > 20_000  # several slices at once under the credit
+    assert 20_000 < peaks[windowed]["/job:ps/task:0"] <= 100_000  # the pulls keep the credit

@@ -609,9 +609,16 @@ def test_demo_trains_on_a_local_cluster():
     assert not re.search(r"^E\d{4} ", p.stderr, re.M), p.stderr[-2000:]
 
 
+def test_demo_predicts_a_window_for_the_pushes():
+    p = run("demo", "--model", "seq32", "--no-train", "--modes", "baseline,tio+pc,tio+pc+w20000")
+    assert p.returncode == 0, p.stderr[-2000:]
+    # the table's first column, its rows' wrapped lines joined
+    labels = " ".join(" ".join(line.split("│")[1].split()) for line in p.stdout.splitlines() if "│" in line)
+    assert "TIO, partition 524,928, credit 524,928, pushes 20,000" in labels
+
+
 def test_demo_rejects_bad_modes():
     assert_one_line_error(run("demo", "--modes", "tio,warp"), "--modes")
-    assert_one_line_error(run("demo", "--modes", "baseline,tio+pc+w1000"), "+wN (a live window")
     assert_one_line_error(run("demo", "--no-train", "--steps", "3"), "--steps is for the training")
     assert_one_line_error(
         run("demo", "--no-train", "--rounds", "1", "--loopback"),

@@ -239,7 +239,7 @@ def markdown(summary: dict) -> str:
         ]
 
     # +pc is sized for the link (tfsched.enforce.link_sizes): say what it was here (+wN, the
-    # workers' live window, leaves the pass's sizes as they are)
+    # pushes' window, leaves +pc's sizes as they are)
     def knobs(r: dict) -> set[str]:
         return {
             k for k in split_placed(r["mode"])[0].split("+")[1:] if not (k[:1] == "w" and k[1:].isdigit())
@@ -259,9 +259,9 @@ def markdown(summary: dict) -> str:
     if any(r.get("push_credit") for r in summary["modes"]):
         lines += [
             "",
-            "`+wN`: the workers' pushes under a window of N parameters, a live credit set on the worker "
-            "tasks while the mode runs (`tfsched.set_credit`; `tfsched.enable(push_credit=N)` sets the "
-            "same from the start); the PS's pulls keep the mode's credit.",
+            "`+wN`: the workers' pushes under a window of N parameters (`tfsched.enable(push_credit=N)`; "
+            "until the fifty-third session a live credit set on the worker tasks while the mode ran, "
+            "`tfsched.set_credit`, the same window); the PS's pulls keep the mode's credit.",
         ]
     lines += tuned_lines(c)
     return "\n".join(lines) + "\n"

@@ -46,8 +46,9 @@ class ModeSpec:
     ``DEFAULT_ACK_SHARE``, 8); ``+sent``
     returns the credit when the sender has sent a tensor, with no acknowledgement
     (``enable(credit_return="sent")``); ``+wN`` gives the workers' pushes a window of N
-    parameters while the mode runs, the PS's pulls keeping the mode's credit
-    (``tfsched.set_credit`` on the worker tasks: ``tao+pc+lockstep+w1000000``).
+    parameters, the PS's pulls keeping the mode's credit (``enable(push_credit=N)``:
+    ``tao+pc+lockstep+w1000000``; until the fifty-third session the bench set it live,
+    ``tfsched.set_credit`` on the worker tasks while the mode ran, the same window).
     ``tfsched bench --tuned FILE`` turns the mode ``tuned`` into the best setting of a
     ``tfsched tune`` file in this grammar (``tuned_mode``).
     """
@@ -60,7 +61,7 @@ class ModeSpec:
     host_order: str = "steps"  # "priority" (+lockstep): the window's workers in lockstep
     ack_share: int | None = None  # None: the pass's default
     credit_return: str = "ack"  # "sent": no acknowledgements (enable(credit_return=...))
-    push_credit: int = 0  # +wN: the live credit of the worker tasks (set_credit), 0: the pass's
+    push_credit: int = 0  # +wN: the pushes' window (enable(push_credit=N)), 0: the credit
 
     @property
     def effective_ack_share(self) -> int:
@@ -435,6 +436,7 @@ def mode_configs(
             "host_order": spec.host_order,
             "ack_share": spec.ack_share,
             "credit_return": spec.credit_return,
+            "push_credit": spec.push_credit or None,
             "timeout_ms": timeout_ms,
         }
         if spec.algorithm is None:
@@ -581,7 +583,6 @@ def run_side_by_side(
     done: Callable[[int, int], None] | None = None,
     log_tasks=(),
     builders: dict[str, Callable[[int], object]] | None = None,
-    worker_credits: dict[str, int] | None = None,
 ) -> dict[str, ModeResult]:
     """Train every mode ``rounds`` times ``steps`` steps on every worker, interleaved.
 
@@ -618,10 +619,6 @@ def run_side_by_side(
     session, its timing-aware modes are ordered from a trace of its own graph, and with ``trace``
     its ``baseline@PLACEMENT`` is traced alone too (what moving a byte costs the machine is
     measured once, on the first placement's baseline, and given to the others).
-
-    ``worker_credits`` maps a mode to the live credit of the worker tasks while its steps run
-    (``tfsched.set_credit``, a bench mode's ``+wN``): set before each of its parts, and the
-    pass's own setting back after it, so that the other modes run as configured.
     """
     import tensorflow as tf
 
@@ -638,19 +635,6 @@ def run_side_by_side(
     results = {mode: ModeResult(mode) for mode in configs}
     # One graph and session per (mode, worker), kept for all rounds: what a user's job does.
     sessions = {}
-    worker_credits = {m: c for m, c in (worker_credits or {}).items() if c}
-    credit_setter: list = []  # the one CreditSetter of the run, made when a mode first needs it
-
-    def live_credit(mode: str, credit: int) -> None:
-        if mode not in worker_credits:
-            return
-        if not credit_setter:
-            from tfsched.enforce.api import CreditSetter
-
-            credit_setter.append(
-                CreditSetter(targets[0], [f"/job:worker/task:{w}" for w in range(len(targets))])
-            )
-        credit_setter[0](credit)
 
     def builder_of(mode: str):
         where = split_placed(mode)[1]
@@ -694,13 +678,10 @@ def run_side_by_side(
                 errors.append(e)
 
         threads = [threading.Thread(target=work, args=(w,), daemon=True) for w in range(len(targets))]
-        live_credit(mode, worker_credits.get(mode, 0))
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        if not errors:  # a failed part fails the run: its tasks are stopped, not asked again
-            live_credit(mode, 0)  # the pass's credit again, for the next mode
         wall = time.perf_counter() - started[0] if started else 0.0
         end = cpu_seconds()
         if cpu and cpu[0] and end:
@@ -817,7 +798,7 @@ def run_side_by_side(
                     results[base_mode].comm_cpu_s_per_byte = first.comm_cpu_s_per_byte
                     results[base_mode].comm_cpu_s_per_message = first.comm_cpu_s_per_message
     finally:
-        close_sessions([*credit_setter, *(sess for sess, _ in sessions.values())])
+        close_sessions([sess for sess, _ in sessions.values()])
     return results
 
 
@@ -1031,7 +1012,6 @@ def cluster_side_by_side(
                 done=done,
                 log_tasks=cluster.spec,
                 builders={where: builder_placed(where) for where in placements[1:]},
-                worker_credits={name: spec.push_credit for name, spec in specs.items()},
             )
         for name, res in results.items():
             if specs[name].algorithm is not None:
