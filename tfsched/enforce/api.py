@@ -242,8 +242,8 @@ def enable(
         workers, 1 Gbit/s, 4 inter-op threads a task) with ``partition=250_000, credit=4_000_000,
         ack_share=32, push_credit=250_000, host_credit=True, host_order="priority"`` had the
         straggler effect 2.8, 3.2 and 4.1 times lower than vanilla TensorFlow's at 0.998x to 1.005x
-        its throughput with the same window set live (``set_credit`` on the workers), and 3.4
-        times lower at 0.979x with this setting (BENCHMARKS.md); with one inter-op thread per core, TensorFlow's default, at 0.850x: each
+        its throughput with the same window set live (``set_credit`` on the workers), and 3.4 and
+        4.0 times lower at 0.979x and 1.006x with this setting (BENCHMARKS.md); with one inter-op thread per core, TensorFlow's default, at 0.850x: each
         acknowledgement's credit waits for a thread behind the backward pass's kernels, so start
         the tasks with more threads than cores (``start_server(..., config=...)``). Needs
         ``credit``.
