@@ -3,9 +3,9 @@ credit's modes.
 
 For each bench run kept with ``--traces DIR -o DIR/bench.json``: the model's saved graph as the
 run built it, analyzed as a user would (``--workers N --bandwidth B --trace TRACE``, TRACE worker
-0's baseline steps traced alone or beside the other workers, ``TRACES``), then each of the run's modes with a credit the pass enforces
-(not a live window on the pushes, ``+wN``, which ``analyze`` does not take) predicted with its
-algorithm, partition, credit, window per task and order, once as before (a spare thread runs an
+0's baseline steps traced alone or beside the other workers, ``TRACES``), then each of the run's
+modes with a credit and no window of the pushes' own (``+wN``) predicted with its algorithm,
+partition, credit, window per task and order, once as before (a spare thread runs an
 acknowledgement's ops at once) and once with the run's inter-op threads (``--inter-op-threads``;
 the run's ``--inter-op-threads``, else TensorFlow's default, one per core of this machine, where
 the runs were made): each acknowledgement's ``TfschedAck`` and ``TfschedCredit`` wait in their

@@ -193,7 +193,7 @@ class TestSimulate:
     def test_a_window_for_the_pushes_leaves_the_pulls_the_channels_credit(self, host_credit):
         # Two 4,000-byte variables pulled (4 ms each on the wire, 1 ms of overhead), each used by
         # one op whose 4,000-byte result is pushed back: a credit of both at once, and a window of
-        # one push for the worker (a live credit on the worker tasks, the bench's +wN)
+        # one push for the worker (enable(push_credit=N), the bench's +wN)
         nodes = var("v0", (1000,)) + var("v1", (1000,))
         nodes += [op("f0", ["v0/read"], shape=(1000,)), op("f1", ["v1/read"], shape=(1000,))]
         nodes += [op("u0", ["f0"], device=PS), op("u1", ["f1"], device=PS)]

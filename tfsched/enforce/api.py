@@ -243,10 +243,10 @@ def enable(
         ack_share=32, push_credit=250_000, host_credit=True, host_order="priority"`` had the
         straggler effect 2.8, 3.2 and 4.1 times lower than vanilla TensorFlow's at 0.998x to 1.005x
         its throughput with the same window set live (``set_credit`` on the workers), and 3.4 and
-        4.0 times lower at 0.979x and 1.006x with this setting (BENCHMARKS.md); with one inter-op thread per core, TensorFlow's default, at 0.850x: each
-        acknowledgement's credit waits for a thread behind the backward pass's kernels, so start
-        the tasks with more threads than cores (``start_server(..., config=...)``). Needs
-        ``credit``.
+        4.0 times lower at 0.979x and 1.006x with this setting (BENCHMARKS.md); with one inter-op
+        thread per core, TensorFlow's default, at 0.850x: each acknowledgement's credit waits for
+        a thread behind the backward pass's kernels, so start the tasks with more threads than
+        cores (``start_server(..., config=...)``). Needs ``credit``.
     dump_graphs : a directory (made if missing; a relative path is taken from this process's
         working directory) on the host of the task that runs the pass (a session's master; for
         functions, each worker): every graph with transfers between tasks is
@@ -366,11 +366,11 @@ def enable_functions(**kwargs):
 
     ``kwargs`` are ``enable``'s: ``algorithm="tio"`` (the default, from the graph alone),
     ``partition``, ``credit``, ``host_credit``, ``host_order``, ``ack_share``, ``credit_return``,
-    ``push_credit``, ``bandwidth_bps``, ``timeout_ms``, ``ps_job``, ``strict``, ``dump_graphs``, and ``schedule``
-    with its ``algorithm``: a ``tfsched analyze -o`` file made from a function's graph as the pass
-    got it (``dump_graphs``) and a trace of its calls (``trace_functions``). The schedule orders
-    that function's transfers on every worker (each channel's by the PS's side of it); another
-    function, whose transfers it names none of, is ordered by TIO.
+    ``push_credit``, ``bandwidth_bps``, ``timeout_ms``, ``ps_job``, ``strict``, ``dump_graphs``,
+    and ``schedule`` with its ``algorithm``: a ``tfsched analyze -o`` file made from a function's
+    graph as the pass got it (``dump_graphs``) and a trace of its calls (``trace_functions``). The
+    schedule orders that function's transfers on every worker (each channel's by the PS's side of
+    it); another function, whose transfers it names none of, is ordered by TIO.
 
     TensorFlow has no public setting for the functions' Grappler passes: the config goes in as the
     eager context's base config, which every thread's function-call options are made from
