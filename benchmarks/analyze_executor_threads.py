@@ -52,11 +52,13 @@ def compare(arg: str) -> dict:
     config, baseline, modes = _credit_modes(run_dir)
     threads = config.get("inter_op_threads") or os.cpu_count() or 1
     rows = [{"mode": m["mode"], "measured_s": m["iteration_mean_s"]} for m in modes]
-    predicted_baseline = {}
-    for which, trace in TRACES.items():
-        with run_graph(config) as (graph_path, built):
-            ran = analyze_as_run(config, graph_path, built, os.path.join(run_dir, trace))
-        predicted_baseline[which] = ran.prediction.baseline_s
+    with run_graph(config) as (graph_path, built):  # the saved graph, built once for both traces
+        analyzed = {
+            which: analyze_as_run(config, graph_path, built, os.path.join(run_dir, trace))
+            for which, trace in TRACES.items()
+        }
+    predicted_baseline = {which: ran.prediction.baseline_s for which, ran in analyzed.items()}
+    for which, ran in analyzed.items():
         for row, m in zip(rows, modes, strict=True):
             knobs = dict(
                 algorithm=m["mode"].split("+")[0],

@@ -175,6 +175,16 @@ PARAM_BYTES = 4
 MIN_ACKED_BYTES = 16384 * PARAM_BYTES
 
 
+def least_acknowledged(credit: int, ack_share: int) -> int:
+    """The fewest parameters of a transfer the pass acknowledges under ``credit``: ``credit /
+    ack_share`` and at least kMinAckedElements (cc/scheduler.cc's ``least_acked``).
+
+    >>> least_acknowledged(4_000_000, 8), least_acknowledged(100_000, 8)
+    (500000, 16384)
+    """
+    return max(MIN_ACKED_BYTES // PARAM_BYTES, credit // ack_share)
+
+
 def acknowledged_messages(
     graph: CommGraph,
     *,
@@ -192,7 +202,7 @@ def acknowledged_messages(
     reached the 500,000 parameters that credit acknowledges."""
     from tfsched.sim.model import slice_sizes
 
-    least = max(MIN_ACKED_BYTES, credit * PARAM_BYTES // ack_share) if credit else None
+    least = least_acknowledged(credit, ack_share) * PARAM_BYTES if credit else None
     sizes = [
         size
         for t in graph.transfers

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES, Analysis
+from tfsched.analysis import Analysis, least_acknowledged
 from tfsched.graph.devices import short_task
 from tfsched.sim.engine import DEFAULT_ACK_SHARE
 
@@ -213,7 +213,7 @@ def print_analysis(
     if p.credit and p.acknowledged == 0:
         console.print(
             f"the credit of {p.credit:,} acknowledges none of the {p.messages} messages of a step: each is "
-            f"under the {max(MIN_ACKED_BYTES // PARAM_BYTES, p.credit // p.ack_share):,} parameters it "
+            f"under the {least_acknowledged(p.credit, p.ack_share):,} parameters it "
             f"acknowledges (credit / {p.ack_share})"
             + (f", cut into equal slices of at most {p.partition:,}" if p.partition else "")
             + ", so it holds nothing: raise the partition, lower the credit or raise --ack-share"

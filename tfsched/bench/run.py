@@ -949,6 +949,7 @@ def cluster_side_by_side(
     # worker 0 graph's fetches, the most parameters one of its channels carries
     saved: dict[str | None, tuple[str, list[str], int]] = {}
     with tempfile.TemporaryDirectory(prefix="tfsched-bench-") as d:
+        from tfsched.analysis import least_acknowledged
         from tfsched.graph import load_comm_graph
 
         per_placement = {}
@@ -968,10 +969,11 @@ def cluster_side_by_side(
             for m in modes:
                 spec = specs[placed_mode(m, key)] = parse_mode(m, bandwidth_bps, channel_params)
                 if spec.push_credit and not acknowledged_pushes(comm, spec):
+                    share = spec.effective_ack_share
                     raise TfschedError(
                         f"mode {m!r}: +w{spec.push_credit} would hold no push of {model}: its pushes "
-                        f"are all under the {spec.credit // spec.effective_ack_share:,} parameters the "
-                        f"credit acknowledges (credit / {spec.effective_ack_share})"
+                        f"are all under the {least_acknowledged(spec.credit, share):,} parameters the "
+                        f"credit acknowledges (credit / {share})"
                         + (
                             f" once cut into +p{spec.partition} slices of equal size"
                             if spec.partition
