@@ -165,6 +165,17 @@ void ReturnSoon(StepGates* gates, Channel* channel, int64_t size) {
   Returner::Get().Post(gates, channel, size);
 }
 
+std::vector<std::shared_ptr<Waiter>> NextInTurn(Waiter* w) {
+  std::vector<std::shared_ptr<Waiter>> next, go;
+  w->channel->Complete(&next);
+  for (auto& n : next) {
+    // Parked by its window (fired when credit comes back) or taken by it; either way there.
+    if (n->host != nullptr && !n->host_granted && !n->host->ArriveOrWait(n)) continue;
+    go.push_back(std::move(n));
+  }
+  return go;
+}
+
 void FireInTurn(std::vector<std::shared_ptr<Waiter>> ready, Outcome how) {
   while (!ready.empty()) {
     std::shared_ptr<Waiter> w = std::move(ready.back());
@@ -180,10 +191,11 @@ void FireInTurn(std::vector<std::shared_ptr<Waiter>> ready, Outcome how) {
       continue;
     }
     if (how == Outcome::kTurn) Watchdog::Get().Unwatch(w);
-    w->fire(how);
     // A gate that went without its turn (timeout, cancellation) still counts: the transfers
     // behind it need not wait for it a second time.
-    w->channel->Complete(&ready);
+    std::vector<std::shared_ptr<Waiter>> next = NextInTurn(w.get());
+    w->fire(how);
+    ready.insert(ready.end(), next.begin(), next.end());
     ForgetIfFinished(w->gates);  // `w` holds a reference: the state outlives the call
     how = Outcome::kTurn;        // whoever comes next goes because it is their turn
   }
@@ -204,9 +216,8 @@ void FireDeferred(const std::shared_ptr<Waiter>& w) {
   GlobalStats().armed_late.fetch_add(1);
   const Outcome how = w->deferred;
   if (how == Outcome::kTurn) Watchdog::Get().Unwatch(w);
+  std::vector<std::shared_ptr<Waiter>> ready = NextInTurn(w.get());
   w->fire(how);
-  std::vector<std::shared_ptr<Waiter>> ready;
-  w->channel->Complete(&ready);
   FireInTurn(std::move(ready), Outcome::kTurn);
   ForgetIfFinished(w->gates);
 }

@@ -207,6 +207,24 @@ absl::Status KeyedStep(int64_t step_id, bool create, tensorflow::CancellationMan
 // Drops KeyedStep's reference to `gates` once its step has finished (no-op for other states).
 void ForgetIfFinished(StepGates* gates);
 
+// What the POST_PARTITIONING pass (transfers.cc) marks, for the kernels of gate_ops.cc. A gate
+// that sends its tensor itself carries its `_Send`'s key attrs under kSendKeyPrefix, and that
+// `_Send` runs the kernel labelled kSentLabel (nothing). An acknowledgement's `_Recv` labelled
+// kCreditLabel returns the credit of the channel in kCreditChannel, and its TfschedCredit,
+// marked kReturnedByRecv, does not.
+inline constexpr char kSendKeyPrefix[] = "_tfsched_send_";
+inline constexpr char kSentLabel[] = "tfsched_sent";
+inline constexpr char kCreditLabel[] = "tfsched_credit";
+inline constexpr char kCreditChannel[] = "_tfsched_channel";
+// A received tensor's `_Recv` labelled kAckLabel sends its acknowledgement itself, to the key of
+// its TfschedAck's `_Send` (under kAckKeyPrefix), which then runs kSentLabel's kernel.
+inline constexpr char kAckLabel[] = "tfsched_ack";
+inline constexpr char kAckKeyPrefix[] = "_tfsched_ack_";
+inline constexpr char kReturnedByRecv[] = "_tfsched_returned_by_recv";
+// Set by the Grappler pass on gates and credits it leaves to TensorFlow's own `_Send`/`_Recv`
+// (``enable(inline_transfers=False)``).
+inline constexpr char kNotInline[] = "_tfsched_not_inline";
+
 // Process-wide counters, read by the TfschedStats op.
 struct Stats {
   std::atomic<int64_t> released{0};        // gates passed
@@ -229,8 +247,15 @@ Stats& GlobalStats();
 // their transfers) on the same thread is not safe.
 void ReturnSoon(StepGates* gates, Channel* channel, int64_t size);
 
-// Fires `ready` (each at most once, guarded by Waiter::fired) and, after each one's done(),
-// counts it and fires whoever's turn that makes; iterative, so long chains use no stack.
+// Counts `w` as gone on its channel and brings the gates whose turn that makes to their shared
+// window, if they have one; returns those that may go (the window parks the others). Called
+// before `w` fires: a gate that sends its tensor itself (transfers.cc) can have its credit back on
+// another thread at once, and the window must find the channel's next there, not serve another
+// step's gate in the meantime.
+std::vector<std::shared_ptr<Waiter>> NextInTurn(Waiter* w);
+// Fires `ready` (each at most once, guarded by Waiter::fired), each after whoever's turn that
+// makes has reached its window (NextInTurn), then fires those; iterative, so long chains use no
+// stack.
 void FireInTurn(std::vector<std::shared_ptr<Waiter>> ready, Outcome how);
 // Fires `w`, whose firer deferred to its ComputeAsync, then whoever's turn that makes.
 void FireDeferred(const std::shared_ptr<Waiter>& w);

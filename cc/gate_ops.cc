@@ -12,11 +12,14 @@
 #include "gate.h"
 #include "tensorflow/core/framework/allocation_description.pb.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/rendezvous.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/platform/logging.h"
+#include "tsl/profiler/lib/traceme_encode.h"
 
 namespace tfsched {
 namespace {
@@ -226,6 +229,83 @@ absl::Status StepState(OpKernelContext* ctx, bool create_keyed, StepGates** gate
                                               });
 }
 
+// Where a transfer's `_Send` puts its tensor (the attrs the partitioner gave it), for a gate that
+// sends the tensor itself and a `_Recv` that returns credit itself (transfers.cc).
+struct RendezvousKey {
+  std::string send_device, recv_device, tensor_name;
+  int64_t incarnation = 0;
+
+  static absl::Status FromAttrs(OpKernelConstruction* ctx, const std::string& prefix,
+                                RendezvousKey* key) {
+    TF_RETURN_IF_ERROR(ctx->GetAttr(prefix + "send_device", &key->send_device));
+    TF_RETURN_IF_ERROR(ctx->GetAttr(prefix + "recv_device", &key->recv_device));
+    TF_RETURN_IF_ERROR(ctx->GetAttr(prefix + "tensor_name", &key->tensor_name));
+    return ctx->GetAttr(prefix + "send_device_incarnation", &key->incarnation);
+  }
+  // As `_Send`/`_Recv` make it: the partitioner's key in this frame and iteration.
+  absl::Status Parse(OpKernelContext* ctx, tensorflow::Rendezvous::ParsedKey* parsed) const {
+    return tensorflow::Rendezvous::ParseKey(
+        tensorflow::Rendezvous::CreateKey(send_device, static_cast<uint64_t>(incarnation),
+                                          recv_device, tensor_name, ctx->frame_iter()),
+        parsed);
+  }
+};
+
+// What TensorFlow's SendOp and RecvOp say of themselves to the profiler (their TraceString): the
+// node the tensor comes from and goes to, and the rendezvous key (of the root frame, as theirs),
+// which tracing/functions.py reads to name a function's transfers.
+std::string TransferTraceString(const tensorflow::OpKernel& op, const RendezvousKey& key) {
+  const auto& attr = op.def().attr();
+  const auto get = [&attr](const char* name) {
+    auto it = attr.find(name);
+    return it != attr.end() ? it->second.s() : std::string();
+  };
+  return tsl::profiler::TraceMeEncode(
+      tsl::profiler::TraceMeOp(op.name_view(), op.type_string_view()),
+      {{"from", get("_src")},
+       {"to", get("_dst")},
+       {"key", tensorflow::Rendezvous::CreateKey(
+                   key.send_device, static_cast<uint64_t>(key.incarnation), key.recv_device,
+                   key.tensor_name, tensorflow::FrameAndIter(0, 0))}});
+}
+
+// Puts a released gate's output in the rendezvous, as its `_Send` would: on the thread that
+// released it (often the one that received an acknowledgement), not after the executor found an
+// inter-op thread for the `_Send`.
+absl::Status SendNow(OpKernelContext* ctx, const RendezvousKey& key,
+                     const tensorflow::Tensor& value) {
+  if (ctx->rendezvous() == nullptr)
+    return absl::InternalError("tfsched: this step has no rendezvous to send to");
+  tensorflow::Rendezvous::ParsedKey parsed;
+  TF_RETURN_IF_ERROR(key.Parse(ctx, &parsed));
+  tensorflow::Rendezvous::Args args;
+  args.device_context = ctx->op_device_context();
+  return ctx->rendezvous()->Send(parsed, args, value, false);
+}
+absl::Status SendNow(OpKernelContext* ctx, const RendezvousKey& key) {
+  return SendNow(ctx, key, *ctx->mutable_output(0));
+}
+
+// Gives an acknowledgement's parameters back to `channel`'s credit in this step.
+absl::Status ReturnCredit(OpKernelContext* ctx, const std::string& channel,
+                          const tensorflow::Tensor& ack) {
+  if (!tensorflow::TensorShapeUtils::IsScalar(ack.shape()) || ack.dtype() != tensorflow::DT_INT64)
+    return absl::InvalidArgumentError("tfsched: an acknowledgement is an int64 scalar");
+  if (ctx->step_container() == nullptr) return absl::OkStatus();  // the gates did not order
+  StepGates* gates = nullptr;
+  // A keyed step (TensorFlow 2's functions) is not made here: without it, its gates all went
+  // and its credit came back already, or its call ended.
+  TF_RETURN_IF_ERROR(StepState(ctx, false, &gates));
+  if (gates == nullptr) return absl::OkStatus();
+  tensorflow::core::ScopedUnref unref(gates);
+  GlobalStats().acked.fetch_add(1);
+  std::vector<std::shared_ptr<Waiter>> ready;
+  gates->Get(channel)->Return(ack.scalar<int64_t>()(), &ready);
+  FireInTurn(std::move(ready), Outcome::kTurn);
+  ForgetIfFinished(gates);
+  return absl::OkStatus();
+}
+
 class TfschedGateOp : public AsyncOpKernel {
  public:
   explicit TfschedGateOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
@@ -245,6 +325,11 @@ class TfschedGateOp : public AsyncOpKernel {
     std::string credit_return;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("credit_return", &credit_return));
     sent_ = credit_ > 0 && credit_return == "sent";
+    if (tensorflow::HasNodeAttr(def(), kSendKeyPrefix + std::string("tensor_name"))) {
+      auto key = std::make_shared<RendezvousKey>();
+      OP_REQUIRES_OK(ctx, RendezvousKey::FromAttrs(ctx, kSendKeyPrefix, key.get()));
+      send_ = std::move(key);
+    }
     OP_REQUIRES(ctx, !sent_ || tensorflow::DataTypeCanUseMemcpy(ctx->input_type(0)),
                 absl::InvalidArgumentError(absl::StrCat(
                     "tfsched: ", name(), ": credit_return 'sent' needs a plain data type, not ",
@@ -270,6 +355,7 @@ class TfschedGateOp : public AsyncOpKernel {
       // cancellation manager to end it): do not order rather than risk a hang.
       if (sent_) ctx->set_output(0, ctx->input(0));
       stats.released.fetch_add(1);
+      if (send_) ctx->SetStatus(SendNow(ctx, *send_));
       done();
       return;
     }
@@ -294,7 +380,7 @@ class TfschedGateOp : public AsyncOpKernel {
     tensorflow::CancellationManager* cm = ctx->cancellation_manager();
     tensorflow::CancellationToken token = cm ? cm->get_cancellation_token() : 0;
     // `fire` ends this gate's wait, exactly once (guarded by Waiter::fired).
-    w->fire = [ctx, done, cm, token, since = w->since](Outcome how) {
+    w->fire = [ctx, done, cm, token, since = w->since, send = send_](Outcome how) {
       Stats& s = GlobalStats();
       s.released.fetch_add(1);
       s.waited.fetch_add(1);
@@ -304,8 +390,9 @@ class TfschedGateOp : public AsyncOpKernel {
       if (how == Outcome::kCancelled) {
         s.cancelled.fetch_add(1);
         ctx->SetStatus(absl::CancelledError("tfsched gate: step cancelled"));
-      } else if (cm != nullptr) {
-        cm->TryDeregisterCallback(token);
+      } else {
+        if (cm != nullptr) cm->TryDeregisterCallback(token);
+        if (send) ctx->SetStatus(SendNow(ctx, *send));  // its turn, or its timeout: it goes
       }
       done();
     };
@@ -318,9 +405,9 @@ class TfschedGateOp : public AsyncOpKernel {
     if (go) {
       stats.released.fetch_add(1);
       w->fired.store(true);
+      std::vector<std::shared_ptr<Waiter>> ready = NextInTurn(w.get());
+      if (send_) ctx->SetStatus(SendNow(ctx, *send_));
       done();
-      std::vector<std::shared_ptr<Waiter>> ready;
-      channel->Complete(&ready);
       FireInTurn(std::move(ready), Outcome::kTurn);
       ForgetIfFinished(w->gates);
       return;
@@ -372,6 +459,9 @@ class TfschedGateOp : public AsyncOpKernel {
   HostLink* host_ = nullptr;  // the sending task's shared window, if the pass asked for one
   bool by_priority_ = false;  // host_order "priority": the window serves the steps in lockstep
   bool sent_ = false;         // the credit comes back when the tensor was sent (SentBuffer)
+  // Set by the POST_PARTITIONING pass (transfers.cc): the gate puts its tensor in the rendezvous
+  // itself, and its `_Send` does nothing.
+  std::shared_ptr<const RendezvousKey> send_;
 };
 
 class TfschedAckOp : public tensorflow::OpKernel {
@@ -389,28 +479,120 @@ class TfschedCreditOp : public tensorflow::OpKernel {
  public:
   explicit TfschedCreditOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("channel", &channel_));
+    // Its `_Recv` returns the credit (transfers.cc): this one only checks the acknowledgement.
+    returned_by_recv_ = tensorflow::HasNodeAttr(def(), kReturnedByRecv);
   }
   bool IsExpensive() override { return false; }
   void Compute(OpKernelContext* ctx) override {
     const tensorflow::Tensor& ack = ctx->input(0);
     OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(ack.shape()),
                 absl::InvalidArgumentError("tfsched: an acknowledgement is a scalar"));
-    if (ctx->step_container() == nullptr) return;  // no per-step state: the gates did not order
-    StepGates* gates = nullptr;
-    // A keyed step (TensorFlow 2's functions) is not made here: without it, its gates all went
-    // and its credit came back already, or its call ended.
-    OP_REQUIRES_OK(ctx, StepState(ctx, false, &gates));
-    if (gates == nullptr) return;
-    tensorflow::core::ScopedUnref unref(gates);
-    GlobalStats().acked.fetch_add(1);
-    std::vector<std::shared_ptr<Waiter>> ready;
-    gates->Get(channel_)->Return(ack.scalar<int64_t>()(), &ready);
-    FireInTurn(std::move(ready), Outcome::kTurn);
-    ForgetIfFinished(gates);
+    if (!returned_by_recv_) OP_REQUIRES_OK(ctx, ReturnCredit(ctx, channel_, ack));
   }
 
  private:
   std::string channel_;
+  bool returned_by_recv_ = false;
+};
+
+// The `_Send` of a gate that sends its tensor itself: nothing left to do.
+class TfschedSentSendOp : public tensorflow::OpKernel {
+ public:
+  explicit TfschedSentSendOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, RendezvousKey::FromAttrs(ctx, "", &key_));
+  }
+  // Expensive, as TensorFlow's SendOp: the profiler records inexpensive ops only at its verbose
+  // level, and a function's trace names its transfers from this op's TraceString.
+  void Compute(OpKernelContext*) override {}
+  std::string TraceString(const OpKernelContext&, bool) const override {
+    return TransferTraceString(*this, key_);
+  }
+
+ private:
+  RendezvousKey key_;
+};
+
+// A `_Recv` that acts on its tensor as it arrives, on the thread that received it, where
+// TensorFlow's `_Recv` -> consumer waits for an inter-op thread of the task first (up to 345 ms
+// behind the backward pass's convolutions, measured in BENCHMARKS.md). `Arrived` does the
+// consumer's part; the tensor is then the output, as `_Recv`'s.
+class ActingRecvOp : public AsyncOpKernel {
+ public:
+  explicit ActingRecvOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, RendezvousKey::FromAttrs(ctx, "", &key_));
+  }
+
+  std::string TraceString(const OpKernelContext&, bool) const override {
+    return TransferTraceString(*this, key_);
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    OP_REQUIRES_ASYNC(ctx, ctx->rendezvous() != nullptr,
+                      absl::InternalError("tfsched: this step has no rendezvous to receive from"),
+                      done);
+    auto parsed = std::make_shared<tensorflow::Rendezvous::ParsedKey>();
+    OP_REQUIRES_OK_ASYNC(ctx, key_.Parse(ctx, parsed.get()), done);
+    tensorflow::Rendezvous::Args args;
+    args.device_context = ctx->op_device_context();
+    args.alloc_attrs = ctx->output_alloc_attr(0);
+    args.cancellation_manager = ctx->cancellation_manager();
+    ctx->rendezvous()->RecvAsync(
+        *parsed, args,
+        [this, ctx, done = std::move(done), parsed](
+            const absl::Status& s, const tensorflow::Rendezvous::Args&,
+            const tensorflow::Rendezvous::Args&, const tensorflow::Tensor& value, bool is_dead) {
+          if (!s.ok()) {
+            ctx->SetStatus(s);
+          } else if (is_dead) {  // the pass marks no transfer in control flow: never dead
+            ctx->SetStatus(absl::InternalError("tfsched: a dead tensor where a live one was due"));
+          } else {
+            ctx->set_output(0, value);
+            ctx->SetStatus(Arrived(ctx, value));
+          }
+          done();
+        });
+  }
+
+ protected:
+  virtual absl::Status Arrived(OpKernelContext* ctx, const tensorflow::Tensor& value) = 0;
+
+ private:
+  RendezvousKey key_;
+};
+
+// An acknowledgement's `_Recv`: returns its credit (its TfschedCredit only checks it).
+class TfschedCreditRecvOp : public ActingRecvOp {
+ public:
+  explicit TfschedCreditRecvOp(OpKernelConstruction* ctx) : ActingRecvOp(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr(kCreditChannel, &channel_));
+  }
+
+ protected:
+  absl::Status Arrived(OpKernelContext* ctx, const tensorflow::Tensor& ack) override {
+    return ReturnCredit(ctx, channel_, ack);
+  }
+
+ private:
+  std::string channel_;
+};
+
+// An acknowledged tensor's `_Recv` on its receiver: sends the acknowledgement (TfschedAck's
+// value) to its sender at once (its TfschedAck's `_Send` does nothing).
+class TfschedAckRecvOp : public ActingRecvOp {
+ public:
+  explicit TfschedAckRecvOp(OpKernelConstruction* ctx) : ActingRecvOp(ctx) {
+    OP_REQUIRES_OK(ctx, RendezvousKey::FromAttrs(ctx, kAckKeyPrefix, &ack_));
+  }
+
+ protected:
+  absl::Status Arrived(OpKernelContext* ctx, const tensorflow::Tensor& value) override {
+    tensorflow::Tensor ack(tensorflow::DT_INT64, tensorflow::TensorShape({}));
+    ack.scalar<int64_t>()() = value.NumElements();
+    return SendNow(ctx, ack_, ack);
+  }
+
+ private:
+  RendezvousKey ack_;
 };
 
 class TfschedSetCreditOp : public tensorflow::OpKernel {
@@ -512,6 +694,12 @@ REGISTER_KERNEL_BUILDER(Name("TfschedGate").Device(tensorflow::DEVICE_CPU), Tfsc
 REGISTER_KERNEL_BUILDER(Name("TfschedStats").Device(tensorflow::DEVICE_CPU), TfschedStatsOp);
 REGISTER_KERNEL_BUILDER(Name("TfschedAck").Device(tensorflow::DEVICE_CPU), TfschedAckOp);
 REGISTER_KERNEL_BUILDER(Name("TfschedCredit").Device(tensorflow::DEVICE_CPU), TfschedCreditOp);
+REGISTER_KERNEL_BUILDER(Name("_Send").Device(tensorflow::DEVICE_CPU).Label(kSentLabel),
+                        TfschedSentSendOp);
+REGISTER_KERNEL_BUILDER(Name("_Recv").Device(tensorflow::DEVICE_CPU).Label(kCreditLabel),
+                        TfschedCreditRecvOp);
+REGISTER_KERNEL_BUILDER(Name("_Recv").Device(tensorflow::DEVICE_CPU).Label(kAckLabel),
+                        TfschedAckRecvOp);
 REGISTER_KERNEL_BUILDER(Name("TfschedSetCredit").Device(tensorflow::DEVICE_CPU),
                         TfschedSetCreditOp);
 REGISTER_KERNEL_BUILDER(Name("TfschedSplit").Device(tensorflow::DEVICE_CPU), TfschedSplitOp);

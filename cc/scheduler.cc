@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "gate.h"
 #include "tensorflow/core/framework/attr_value.pb.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/framework/node_def.pb.h"
@@ -551,6 +552,8 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
   if (auto it = params.find("partition"); it != params.end()) partition_ = it->second.i();
   if (auto it = params.find("credit"); it != params.end()) credit_ = it->second.i();
   if (auto it = params.find("push_credit"); it != params.end()) push_credit_ = it->second.i();
+  if (auto it = params.find("inline_transfers"); it != params.end())
+    inline_transfers_ = it->second.b();
   if (auto it = params.find("host_credit"); it != params.end()) host_credit_ = it->second.b();
   if (auto it = params.find("host_order"); it != params.end() && !it->second.s().empty())
     host_order_ = it->second.s();
@@ -916,6 +919,7 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
       attr["host"].set_b(host_credit_);
       if (host_credit_ && host_order_ != "steps") attr["host_order"].set_s(host_order_);
       if (acked && sent) attr["credit_return"].set_s("sent");
+      if (!inline_transfers_) attr[kNotInline].set_b(true);
       gates.push_back(name);
       added.push_back(std::move(gate));
       if (acked && !sent) {
@@ -931,6 +935,7 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
         back.set_device(src.device());
         back.add_input(ack.name());
         (*back.mutable_attr())["channel"].set_s(channel);
+        if (!inline_transfers_) (*back.mutable_attr())[kNotInline].set_b(true);
         credits_on[src.device()].push_back(back.name());
         added.push_back(std::move(ack));
         added.push_back(std::move(back));

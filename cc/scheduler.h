@@ -29,6 +29,9 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   //   push_credit: int, parameters; the window of the pushes (a worker's transfers to a PS) in
   //               place of `credit`, which the pulls keep; which transfers are acknowledged is
   //               still credit/ack_share's (0, default: the pushes have `credit` too)
+  //   inline_transfers: bool (default true): a gate puts its tensor in the rendezvous itself and
+  //               an acknowledgement's `_Recv` returns its credit, neither waiting for an inter-op
+  //               thread (transfers.cc); false marks them to keep TensorFlow's `_Send`/`_Recv`
   //   sizes_bandwidth_bps: float, the link AutoSizes sizes for (0, default: 1 Gbit/s's sizes)
   //   host_credit: bool, the credit is one window for every channel of the sending task
   //   host_order: "steps" (default): the window serves the oldest step first; "priority": the
@@ -64,9 +67,10 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   int64_t timeout_ms_ = 60000;
   std::string ps_job_ = "ps";
   std::string mode_ = "counter";
-  int64_t partition_ = 0;    // -1: AutoSizes'
-  int64_t credit_ = 0;       // -1: AutoSizes'
-  int64_t push_credit_ = 0;  // the pushes' window in place of credit_ (0: credit_)
+  int64_t partition_ = 0;         // -1: AutoSizes'
+  int64_t credit_ = 0;            // -1: AutoSizes'
+  bool inline_transfers_ = true;  // gates send, acknowledgements return credit (transfers.cc)
+  int64_t push_credit_ = 0;       // the pushes' window in place of credit_ (0: credit_)
   double sizes_bandwidth_bps_ = 0;
   bool host_credit_ = false;          // one credit window per sending task, steps served in turn
   std::string host_order_ = "steps";  // or "priority": the window's steps in lockstep

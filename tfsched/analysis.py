@@ -244,11 +244,12 @@ def predict(
     (``enable(..., credit_return=...)``); each task has a machine of its own here, so an
     acknowledgement costs its time on the wire, not the cores'. ``push_credit``: the pushes' window
     (parameters) in place of ``credit``, which the pulls keep (``enable(..., push_credit=N)``).
-    ``executor_threads``: each task's inter-op threads (``inter_op_parallelism_threads``); an
-    acknowledgement's ops (the receiver's ``TfschedAck``, the sender's ``TfschedCredit``) then
-    wait in their task's ready queue for a free one where the task's ops can hold them all
-    (``sim.simulate``'s), as a worker's credit waits behind the backward pass's convolutions.
-    None: a spare thread runs them at once.
+    ``executor_threads``: each task's inter-op threads (``inter_op_parallelism_threads``), for a
+    run with ``enable(..., inline_transfers=False)``: an acknowledgement's ops (the receiver's
+    ``TfschedAck``, the sender's ``TfschedCredit``) then wait in their task's ready queue for a
+    free one where the task's ops can hold them all (``sim.simulate``'s), as a worker's credit
+    waits behind the backward pass's convolutions. None: they wait for none, as with the
+    default inline transfers, which receive and acknowledge on the thread that has the tensor.
     """
     if host_credit and not credit:
         raise TfschedError("host_credit needs a credit (the window it makes one per sending task)")
@@ -352,8 +353,9 @@ def analyze(
     ``partition`` and ``credit`` may be ``"auto"``: ``Analysis.sizes``, as the pass sizes them
     for ``enable(partition="auto", credit="auto")`` on this link. ``push_credit``: the pushes'
     window in place of the credit (``predict``). ``executor_threads``: the tasks' inter-op
-    threads, for a credit's acknowledgements to wait for (``predict``); a task's ops hold as many
-    at a time as the trace measured them to (one without a trace).
+    threads, for a credit's acknowledgements to wait for with ``inline_transfers=False``
+    (``predict``); a task's ops hold as many at a time as the trace measured them to (one without
+    a trace).
 
     The link: ``bandwidth_bps`` per host and ``overhead_s`` per message, 1 Gbit/s and 300 us when
     not given. With a ``trace``, each channel's link is the one fitted to it (TicTac §5), and a

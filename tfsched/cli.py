@@ -359,10 +359,10 @@ _tag_set_option = click.option(
     "--inter-op-threads",
     type=click.IntRange(min=1),
     default=None,
-    help="Predict with each task running this many kernels at a time (inter_op_parallelism_threads; "
-    "TensorFlow's default is one per core): a credit's acknowledgements wait for a free one where the "
-    "task's ops hold them all, as measured in the trace [default: a spare thread runs them at once; "
-    "needs --credit].",
+    help="Predict a run with enable(..., inline_transfers=False) and each task running this many "
+    "kernels at a time (inter_op_parallelism_threads; TensorFlow's default is one per core): a "
+    "credit's acknowledgements wait for a free one where the task's ops hold them all, as measured "
+    "in the trace [default: they wait for none, as with the default inline transfers; needs --credit].",
 )
 @click.option(
     "--placement",

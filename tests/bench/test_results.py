@@ -94,6 +94,14 @@ def test_mode_grammar():
     )
     with pytest.raises(TfschedError, match=r"\+sent needs a credit"):
         parse_mode("tao+p1000000+sent")
+    # +pool: the transfers left to TensorFlow's _Send/_Recv, recorded with the mode's settings
+    pool, inline = parse_mode("tao+pc+pool"), parse_mode("tao+pc")
+    assert (pool.inline_transfers, pool.knobs["inline_transfers"], inline.inline_transfers) == (
+        False,
+        False,
+        True,
+    )
+    assert parse_mode("tio+pool").credit == 0
     # one window per sending task, serving the steps in turn or in lockstep
     host, lockstep = parse_mode("tao+pc+host"), parse_mode("tao+pc+lockstep")
     assert (host.host_credit, host.host_order) == (True, "steps")

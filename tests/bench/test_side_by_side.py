@@ -275,11 +275,18 @@ def test_a_push_window_holds_the_workers_pushes_and_not_the_pulls(tmp_path):
     assert parse_mode(windowed).push_credit == 20_000 and parse_mode(plain).push_credit == 0
     graph_path = tmp_path / "seq32.pb"
     graph_path.write_bytes(builder(0).graph_def().SerializeToString())
-    configs = mode_configs(("baseline", plain, windowed), str(graph_path), builder(0).fetches)
+    configs = mode_configs(
+        ("baseline", plain, windowed, f"{windowed}+pool"), str(graph_path), builder(0).fetches
+    )
     assert configs["baseline"] is None
-    for mode, window in ((plain, 0), (windowed, 20_000)):
+    for mode, window, inline in (
+        (plain, 0, True),
+        (windowed, 20_000, True),
+        (f"{windowed}+pool", 20_000, False),
+    ):
         (opt,) = configs[mode].graph_options.rewrite_options.custom_optimizers
         assert opt.parameter_map["push_credit"].i == window and opt.parameter_map["credit"].i == 100_000
+        assert opt.parameter_map["inline_transfers"].b == inline
 
     peaks = {}
     with LocalCluster(ps=1, workers=2, inter_op_threads=5) as cluster:

@@ -259,9 +259,10 @@ def annotate(
     workers already stagger as the measured ones did), and its inference baseline stays +14%.
 
     ``inter_op_threads``: each task's (the bench's ``--inter-op-threads``; None: TensorFlow's
-    default, one per core), for the acknowledgements' ops to wait for on the one machine
-    (``sim.simulate``'s ``executor_threads``); ``executor_waits=False``: they wait for none, as
-    until the fifty-second session (a what-if for ``benchmarks/repredict.py``)."""
+    default, one per core), for the acknowledgements' ops of a ``+pool`` mode to wait for on the
+    one machine (``sim.simulate``'s ``executor_threads``; the other modes' inline transfers wait
+    for none); ``executor_waits=False``: none waits, as until the fifty-second session (a what-if
+    for ``benchmarks/repredict.py``)."""
     check_work(work)
     if worker_weight != FIT and not (isinstance(worker_weight, float | int) and 0 < worker_weight <= 1):
         raise TfschedError(f"worker_weight must be in (0, 1] or {FIT!r}, got {worker_weight!r}")
@@ -329,6 +330,8 @@ def annotate(
             spec,
             partition=res.knobs.get("partition", spec.partition),
             credit=res.knobs.get("credit", spec.credit),
+            # a results file of before the fifty-fourth session ran TensorFlow's _Send/_Recv
+            inline_transfers=res.knobs.get("inline_transfers", not res.knobs) and spec.inline_transfers,
         )
         if spec.algorithm is None:
             runs = baseline_runs(worker_weight)
@@ -352,7 +355,8 @@ def annotate(
                 latency_s=2 * latency_s,
                 overlap=overlap,
                 worker_weight=worker_weight,
-                executor_threads=executor_threads,
+                # inline transfers (the default) wait for no thread (cc/transfers.cc)
+                executor_threads=None if spec.inline_transfers else executor_threads,
             )
         # The simulator's step is the slowest worker's; so is a synchronous iteration. The mean
         # over every worker's steps was the measure until the seventh session: it put the

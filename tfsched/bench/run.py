@@ -48,8 +48,10 @@ class ModeSpec:
     (``enable(credit_return="sent")``); ``+wN`` gives the workers' pushes a window of N
     parameters, the PS's pulls keeping the mode's credit (``enable(push_credit=N)``:
     ``tao+pc+lockstep+w1000000``; until the fifty-third session the bench set it live,
-    ``tfsched.set_credit`` on the worker tasks while the mode ran, the same window).
-    ``tfsched bench --tuned FILE`` turns the mode ``tuned`` into the best setting of a
+    ``tfsched.set_credit`` on the worker tasks while the mode ran, the same window); ``+pool``
+    leaves the gates' ``_Send`` and the acknowledgements' credit to TensorFlow's ops, which wait
+    for an inter-op thread (``enable(inline_transfers=False)``, how every mode ran until the
+    fifty-fourth session). ``tfsched bench --tuned FILE`` turns the mode ``tuned`` into the best setting of a
     ``tfsched tune`` file in this grammar (``tuned_mode``).
     """
 
@@ -62,6 +64,7 @@ class ModeSpec:
     ack_share: int | None = None  # None: the pass's default
     credit_return: str = "ack"  # "sent": no acknowledgements (enable(credit_return=...))
     push_credit: int = 0  # +wN: the pushes' window (enable(push_credit=N)), 0: the credit
+    inline_transfers: bool = True  # False (+pool): enable(inline_transfers=False)
 
     @property
     def effective_ack_share(self) -> int:
@@ -78,6 +81,7 @@ class ModeSpec:
             "ack_share": self.effective_ack_share,
             "credit_return": self.credit_return,
             "push_credit": self.push_credit,
+            "inline_transfers": self.inline_transfers,
         }
 
 
@@ -90,13 +94,14 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
     if alg not in ALGORITHMS:
         raise TfschedError(
             f"unknown mode {name!r}: expected baseline or one of {', '.join(ALGORITHMS)} "
-            "[+pc][+pN][+cN][+host|+lockstep][+aN][+sent][+wN]"
+            "[+pc][+pN][+cN][+host|+lockstep][+aN][+sent][+wN][+pool]"
         )
     partition = credit = push_credit = 0
     host = False
     host_order = "steps"
     ack_share = None
     credit_return = "ack"
+    inline_transfers = True
     for k in knobs:
         if k in ("host", "lockstep"):
             if host:
@@ -104,6 +109,8 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
             host, host_order = True, "priority" if k == "lockstep" else "steps"
         elif k == "sent":
             credit_return = "sent"
+        elif k == "pool":
+            inline_transfers = False
         elif k == "pc":
             partition, credit = link_sizes(bandwidth_bps, channel_params)
         elif k[:1] in ("p", "c", "a", "w") and k[1:].isdigit() and int(k[1:]) > 0:
@@ -118,7 +125,7 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
         else:
             raise TfschedError(
                 f"unknown mode {name!r}: {k!r} is not pc, pN, cN, wN (N parameters > 0), host, lockstep, "
-                "aN (N > 0) or sent"
+                "aN (N > 0), sent or pool"
             )
     window = "+lockstep" if host_order == "priority" else "+host"
     needs = ((window, host), ("+aN", ack_share), ("+sent", credit_return != "ack"), ("+wN", push_credit))
@@ -134,7 +141,18 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
             f"{credit // share:,} parameters and more (credit / {share}), and +p{partition} cuts them "
             "smaller; lower the credit or raise +aN"
         )
-    return ModeSpec(name, alg, partition, credit, host, host_order, ack_share, credit_return, push_credit)
+    return ModeSpec(
+        name,
+        alg,
+        partition,
+        credit,
+        host,
+        host_order,
+        ack_share,
+        credit_return,
+        push_credit,
+        inline_transfers,
+    )
 
 
 def acknowledged_pushes(graph, spec: ModeSpec) -> int:
@@ -437,6 +455,7 @@ def mode_configs(
             "ack_share": spec.ack_share,
             "credit_return": spec.credit_return,
             "push_credit": spec.push_credit or None,
+            "inline_transfers": spec.inline_transfers,
             "timeout_ms": timeout_ms,
         }
         if spec.algorithm is None:

@@ -187,6 +187,7 @@ def enable(
     ack_share: int | None = None,
     credit_return: str = "ack",
     push_credit: int | None = None,
+    inline_transfers: bool = True,
     bandwidth_bps: float | None = None,
     dump_graphs: str | None = None,
 ):
@@ -247,6 +248,13 @@ def enable(
         thread per core, TensorFlow's default, at 0.850x: each acknowledgement's credit waits for
         a thread behind the backward pass's kernels, so start the tasks with more threads than
         cores (``start_server(..., config=...)``). Needs ``credit``.
+    inline_transfers : a released gate puts its tensor in the rendezvous itself, and an
+        acknowledgement returns its credit as it arrives, on the thread that has it in hand (an
+        improvement over TensorFlow's ``_Send``/``_Recv``, after which both waited for an inter-op
+        thread of their task, behind kernels: up to 345 ms in VGG16 training's backward pass,
+        measured in BENCHMARKS.md). The graph's ops and names stay TensorFlow's (a
+        ``POST_PARTITIONING`` pass in every task gives its ``_Send``/``_Recv`` a kernel label).
+        ``False`` keeps TensorFlow's, for comparison.
     dump_graphs : a directory (made if missing; a relative path is taken from this process's
         working directory) on the host of the task that runs the pass (a session's master; for
         functions, each worker): every graph with transfers between tasks is
@@ -267,7 +275,11 @@ def enable(
         if AUTO not in (partition, credit):
             raise TfschedError("bandwidth_bps sizes a partition or credit 'auto'; neither is 'auto'")
         link_sizes(bandwidth_bps)  # one error line for a bad bandwidth
-    for name, flag in (("host_credit", host_credit), ("strict", strict)):
+    for name, flag in (
+        ("host_credit", host_credit),
+        ("strict", strict),
+        ("inline_transfers", inline_transfers),
+    ):
         if not isinstance(flag, bool):
             raise TfschedError(f"{name} must be True or False, got {flag!r}")
     check_job_name(ps_job)
@@ -344,6 +356,7 @@ def enable(
     opt.parameter_map["ack_share"].i = DEFAULT_ACK_SHARE if ack_share is None else ack_share
     opt.parameter_map["credit_return"].s = credit_return.encode()
     opt.parameter_map["push_credit"].i = push_credit or 0
+    opt.parameter_map["inline_transfers"].b = inline_transfers
     if dump_graphs is not None:
         opt.parameter_map["dump_dir"].s = os.fspath(os.path.abspath(dump_graphs)).encode()
     if strict:
@@ -366,7 +379,7 @@ def enable_functions(**kwargs):
 
     ``kwargs`` are ``enable``'s: ``algorithm="tio"`` (the default, from the graph alone),
     ``partition``, ``credit``, ``host_credit``, ``host_order``, ``ack_share``, ``credit_return``,
-    ``push_credit``, ``bandwidth_bps``, ``timeout_ms``, ``ps_job``, ``strict``, ``dump_graphs``,
+    ``push_credit``, ``inline_transfers``, ``bandwidth_bps``, ``timeout_ms``, ``ps_job``, ``strict``, ``dump_graphs``,
     and ``schedule`` with its ``algorithm``: a ``tfsched analyze -o`` file made from a function's
     graph as the pass got it (``dump_graphs``) and a trace of its calls (``trace_functions``). The
     schedule orders that function's transfers on every worker (each channel's by the PS's side of
