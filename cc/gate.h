@@ -221,7 +221,7 @@ inline constexpr char kCreditChannel[] = "_tfsched_channel";
 inline constexpr char kAckLabel[] = "tfsched_ack";
 inline constexpr char kAckKeyPrefix[] = "_tfsched_ack_";
 inline constexpr char kReturnedByRecv[] = "_tfsched_returned_by_recv";
-// Set by the Grappler pass on gates and credits it leaves to TensorFlow's own `_Send`/`_Recv`
+// Set by the Grappler pass on gates, acks and credits it leaves to TensorFlow's `_Send`/`_Recv`
 // (``enable(inline_transfers=False)``).
 inline constexpr char kNotInline[] = "_tfsched_not_inline";
 

@@ -929,6 +929,7 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
         ack.set_device(receiver_device);
         ack.add_input(name);
         (*ack.mutable_attr())["T"].set_type(t.dtype);
+        if (!inline_transfers_) (*ack.mutable_attr())[kNotInline].set_b(true);
         NodeDef back;
         back.set_name(unique(absl::StrCat(name, "/credit")));
         back.set_op("TfschedCredit");

@@ -108,15 +108,15 @@ class TestPass:
         assert windowed["worker"] == [30_000 if c else 0 for c in plain["worker"]]
 
     def test_transfers_left_to_tensorflow_are_marked(self):
-        """inline_transfers=False marks every gate and credit for the POST_PARTITIONING pass to
-        leave alone (cc/transfers.cc); the default marks none."""
+        """inline_transfers=False marks every gate, ack and credit for the POST_PARTITIONING
+        pass to leave alone (cc/transfers.cc); the default marks none."""
         import tfsched
 
         built = build_graph("seq32", ps_tasks=2)
 
         def marked(**kwargs):
             out = optimize(built.graph_def(), built.fetches, only_tfsched(credit=160_000, **kwargs))
-            nodes = [n for n in out.node if n.op in ("TfschedGate", "TfschedCredit")]
+            nodes = [n for n in out.node if n.op in ("TfschedGate", "TfschedAck", "TfschedCredit")]
             return len(nodes), sum(n.attr["_tfsched_not_inline"].b for n in nodes)
 
         (total, inline), (total_off, off) = marked(), marked(inline_transfers=False)

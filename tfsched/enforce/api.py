@@ -245,9 +245,9 @@ def enable(
         straggler effect 2.8, 3.2 and 4.1 times lower than vanilla TensorFlow's at 0.998x to 1.005x
         its throughput with the same window set live (``set_credit`` on the workers), and 3.4 and
         4.0 times lower at 0.979x and 1.006x with this setting (BENCHMARKS.md); with one inter-op
-        thread per core, TensorFlow's default, at 0.850x: each acknowledgement's credit waits for
-        a thread behind the backward pass's kernels, so start the tasks with more threads than
-        cores (``start_server(..., config=...)``). Needs ``credit``.
+        thread per core, TensorFlow's default, at 0.850x, before transfers were inline: each
+        acknowledgement's credit waited for a thread behind the backward pass's kernels
+        (``inline_transfers``). Needs ``credit``.
     inline_transfers : a released gate puts its tensor in the rendezvous itself, and an
         acknowledgement returns its credit as it arrives, on the thread that has it in hand (an
         improvement over TensorFlow's ``_Send``/``_Recv``, after which both waited for an inter-op
@@ -427,11 +427,13 @@ def enable_functions(**kwargs):
 def start_server(cluster, job_name: str, task_index: int, *, config=None, start: bool = True):
     """A ``tf.distribute.Server`` in a process that has tfsched's op and pass loaded.
 
-    Start every task (PS and workers) with it: senders run the gates. ``config`` is the task's
-    (``tf.distribute.Server``'s): with a small credit window give it more
-    ``inter_op_parallelism_threads`` than cores, so that an acknowledgement's ``TfschedCredit``
-    does not wait behind kernels that block on the intra-op pool (measured in README,
-    "The executor's threads").
+    Start every task (PS and workers) with it: senders run the gates, and every task runs the
+    pass that makes its transfers inline (``enable(inline_transfers=...)``). ``config`` is the
+    task's (``tf.distribute.Server``'s). With ``inline_transfers=False`` and a small credit
+    window give it more ``inter_op_parallelism_threads`` than cores, so that an
+    acknowledgement's ``TfschedCredit`` does not wait behind kernels that block on the intra-op
+    pool (measured in README, "The executor's threads"); inline, the sends, acknowledgements and
+    credit returns wait for none.
     """
     from tfsched.enforce._loader import load_ops
     from tfsched.graph._tf import import_tensorflow
