@@ -1,5 +1,5 @@
 """A worker whose inter-op threads are busy while its pushes wait for credit: how long each push
-waits after the acknowledgement that frees the window.
+waits after the push before it reached the PS (whose acknowledgement frees the window).
 
 The setting of VGG16 training's backward pass, made small: the worker pushes ``pushes`` tensors of
 ``push`` parameters under a window of one (``enable(credit=push, ack_share=1)``), and a chain of
@@ -8,8 +8,8 @@ the worker's inter-op threads (start the worker with one: ``LocalCluster(inter_o
 With TensorFlow's ``_Recv`` -> ``TfschedCredit`` and gate -> ``_Send``
 (``enable(inline_transfers=False)``), a push whose window frees during the chain goes when the
 chain ends; with inline transfers (cc/transfers.cc) it goes as the acknowledgement of the push
-before arrives: a round trip after that push reached the PS. Used by ``tests/enforce/test_inline_transfers.py`` and
-``benchmarks/inline_transfers.py``.
+before arrives: a round trip after that push reached the PS. Used by
+``tests/enforce/test_inline_transfers.py`` and ``benchmarks/inline_transfers.py``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ _EDGE = re.compile(r"edge_\d+_(\S+) from ")
 @dataclass(frozen=True)
 class BusyStep:
     """One step: the waits (ms) of the pushes whose wait overlapped the chain, from the arrival at
-    the PS of the push before (whose acknowledgement frees the window) to their release; the chain's span
-    and the step's (ms); the PS's sums of the pushes (the step's values)."""
+    the PS of the push before (whose acknowledgement frees the window) to their release; the
+    chain's span and the step's (ms); the PS's sums of the pushes (the step's values)."""
 
     waits_ms: list[float]
     chain_ms: float

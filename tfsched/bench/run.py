@@ -51,8 +51,8 @@ class ModeSpec:
     ``tfsched.set_credit`` on the worker tasks while the mode ran, the same window); ``+pool``
     leaves the gates' ``_Send`` and the acknowledgements' credit to TensorFlow's ops, which wait
     for an inter-op thread (``enable(inline_transfers=False)``, how every mode ran until the
-    fifty-fourth session). ``tfsched bench --tuned FILE`` turns the mode ``tuned`` into the best setting of a
-    ``tfsched tune`` file in this grammar (``tuned_mode``).
+    fifty-fourth session). ``tfsched bench --tuned FILE`` turns the mode ``tuned`` into the best
+    setting of a ``tfsched tune`` file in this grammar (``tuned_mode``).
     """
 
     name: str

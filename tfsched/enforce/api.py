@@ -379,8 +379,8 @@ def enable_functions(**kwargs):
 
     ``kwargs`` are ``enable``'s: ``algorithm="tio"`` (the default, from the graph alone),
     ``partition``, ``credit``, ``host_credit``, ``host_order``, ``ack_share``, ``credit_return``,
-    ``push_credit``, ``inline_transfers``, ``bandwidth_bps``, ``timeout_ms``, ``ps_job``, ``strict``, ``dump_graphs``,
-    and ``schedule`` with its ``algorithm``: a ``tfsched analyze -o`` file made from a function's
+    ``push_credit``, ``inline_transfers``, ``bandwidth_bps``, ``timeout_ms``, ``ps_job``,
+    ``strict``, ``dump_graphs``, and ``schedule`` with its ``algorithm``: a ``tfsched analyze -o`` file made from a function's
     graph as the pass got it (``dump_graphs``) and a trace of its calls (``trace_functions``). The
     schedule orders that function's transfers on every worker (each channel's by the PS's side of
     it); another function, whose transfers it names none of, is ordered by TIO.
