@@ -30,10 +30,12 @@
 #include "tensorflow/core/grappler/costs/graph_properties.h"
 #include "tensorflow/core/grappler/grappler_item.h"
 #include "tensorflow/core/grappler/optimizers/custom_graph_optimizer_registry.h"
+#include "tensorflow/core/lib/strings/proto_serialization.h"
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/platform/logging.h"
 #include "tensorflow/core/platform/path.h"
 #include "tensorflow/core/util/device_name_utils.h"
+#include "tsl/platform/hash.h"
 
 namespace tfsched {
 namespace {
@@ -648,6 +650,72 @@ void TfschedScheduler::Dump(const tensorflow::grappler::GrapplerItem& item,
   if (gated.node_size() > 0) write(gated, absl::StrCat(stem, ".gated.pb"));
 }
 
+// What a step that feeds tensors runs of the item. TensorFlow replaces a fed tensor by the fed
+// value and only then prunes the graph to the fetches (subgraph::RewriteGraphForExecution), but the
+// Grappler item still holds what computes it: a transfer into what is fed away never runs, and
+// under the per-step counters the gates after it waited for its turn until their timeout (a run
+// that fed a model's middle layer and fetched its loss: every pull after it waited 60 s; with a
+// credit its acknowledgement kept it, and the step sent every pruned tensor for nothing).
+namespace {
+struct Running {
+  std::vector<bool> node;                     // empty: every node of the item runs (no feeds)
+  std::set<std::pair<std::string, int>> fed;  // (node, port)
+  bool Runs(int v) const { return node.empty() || node[v]; }
+  bool Fed(const Input& in) const { return !in.control && fed.count({in.node, in.port}) > 0; }
+};
+
+Running RunningWithFeeds(const Graph& g, const tensorflow::grappler::GrapplerItem& item) {
+  Running r;
+  if (item.feed.empty()) return r;
+  for (const auto& [name, value] : item.feed) {
+    const Input in = ParseInput(name);
+    r.fed.insert({in.node, in.port});
+  }
+  std::vector<bool> runs(g.inputs.size(), false);
+  std::deque<int> q;
+  const auto reach = [&](const std::string& name) {
+    const int v = g.Find(ParseInput(name).node);
+    if (v >= 0 && !runs[v]) {
+      runs[v] = true;
+      q.push_back(v);
+    }
+  };
+  for (const std::string& f : item.fetch) reach(f);
+  for (const std::string& k : item.keep_ops) reach(k);
+  if (q.empty()) return r;  // nothing named to start from: every node may run
+  while (!q.empty()) {
+    const int v = q.front();
+    q.pop_front();
+    for (const Input& in : g.inputs[v])
+      if (!r.Fed(in)) reach(in.node);
+  }
+  r.node = std::move(runs);
+  return r;
+}
+
+// What the pass's gates are named for: the graph it gates. TensorFlow keeps one kernel per session
+// and node name for a stateful op (OpSegment, in each worker's GraphMgr), so a session that runs
+// several graphs (one per set of fetches and feeds: a training step, then its loss alone) ran in
+// each the gate kernels made for the first graph that had gates of those names: that graph's
+// priorities, channel sizes and credit, and, since gates send their tensors themselves
+// (transfers.cc), that graph's `_Send` keys, so a tensor went to a key no `_Recv` of the step
+// waited for, and the step hung (SyncReplicasOptimizer's local_step_init_op after its
+// chief_init_op, in tests/enforce/test_training.py). The tag is a fingerprint of all the pass's
+// output follows from (the item's graph, fetches, feeds and kept ops): gates of one name are one
+// graph's, partitioned the same way, with the same keys. Everything downstream (partition graphs,
+// the keys, traces) sees the tagged names, and `/ack`, `/credit` keep following their gate's.
+std::string GraphTag(const tensorflow::grappler::GrapplerItem& item) {
+  uint64_t h = tsl::DeterministicProtoHash64(item.graph);
+  const auto mix = [&h](absl::string_view what, const std::string& name) {
+    h = tsl::Hash64Combine(h, tsl::Hash64(absl::StrCat(what, name)));
+  };
+  for (const std::string& f : item.fetch) mix("fetch:", f);
+  for (const auto& [name, value] : item.feed) mix("feed:", name);
+  for (const std::string& k : item.keep_ops) mix("keep:", k);
+  return absl::StrCat(".", absl::Hex(h, absl::kZeroPad16));
+}
+}  // namespace
+
 absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& item,
                                     GraphDef* optimized_graph, bool* crossing) {
   *optimized_graph = item.graph;
@@ -660,14 +728,18 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
   const std::vector<int> level = Levels(g);
   const auto* registry = tensorflow::OpRegistry::Global();
 
+  const Running running = RunningWithFeeds(g, item);
+  const std::string tag = GraphTag(item);
+
   // One transfer per (source tensor, receiving task), as TensorFlow's partitioner makes them.
   std::map<std::pair<std::string, std::string>, Transfer> found;  // ordered: deterministic output
   for (int v = 0; v < out.node_size(); ++v) {
+    if (!running.Runs(v)) continue;
     for (int k = 0; k < static_cast<int>(g.inputs[v].size()); ++k) {
       const Input& in = g.inputs[v][k];
       int src = g.Find(in.node);
       if (in.control || src < 0 || g.task[src].empty() || g.task[v].empty() ||
-          g.task[src] == g.task[v])
+          g.task[src] == g.task[v] || running.Fed(in))
         continue;
       if (in_flow[src] || IsSmallConst(g.node(src))) continue;
       auto& t = found[{absl::StrCat(in.node, ":", in.port), g.task[v]}];
@@ -888,10 +960,10 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
     for (int64_t i = 0; i < t.slices; ++i) {
       NodeDef gate;
       const std::string name =
-          unique(t.slices > 1 ? absl::StrCat(stem, "_gate_", i)
+          unique(t.slices > 1 ? absl::StrCat(stem, "_gate_", i, tag)
                               : absl::StrCat(src.name(), "/tfsched_gate",
                                              t.port ? absl::StrCat("_", t.port) : "", "_to_",
-                                             Sanitize(t.receiver)));
+                                             Sanitize(t.receiver), tag));
       gate.set_name(name);
       gate.set_op(kGateOp);
       gate.set_device(src.device());

@@ -113,3 +113,64 @@ def test_credit_comes_back_while_the_workers_thread_is_busy(one_thread):
     assert max(waits) < 100, [s.waits_ms for s in steps]
     stats = settled_stats(target, "/job:worker/task:0")
     assert stats["live_steps"] == 0 and stats["timeouts"] == 0
+
+
+def _runs_of_three_graphs(target, built, config, rounds):
+    """In one session: a training step, the loss alone, and the model's second half fed its first
+    half's output (the gates of its pulls keep their names, not their priorities), ``rounds``
+    times; returns what each run gave and the partition graphs of the last round's runs."""
+    import tensorflow as tf
+
+    tanh = [op.outputs[0] for op in built.graph.get_operations() if op.type == "Tanh"]
+    half = tanh[len(tanh) // 2]
+    config.operation_timeout_in_ms = 60_000  # a lost tensor fails the run instead of hanging it
+    out, graphs = [], []
+    with tf.compat.v1.Session(target, graph=built.graph, config=config) as sess:
+        sess.run(built.init_op)
+        fed = sess.run(half)
+        for r in range(rounds):
+            options = tf.compat.v1.RunOptions(output_partition_graphs=r == rounds - 1)
+            for fetch, feed in ((built.train_op, None), (built.loss, None), (built.loss, {half: fed})):
+                md = tf.compat.v1.RunMetadata()
+                out.append(sess.run(fetch, feed_dict=feed, options=options, run_metadata=md))
+                graphs.append(list(md.partition_graphs))
+    return out, graphs[-3:]
+
+
+@pytest.mark.parametrize("inline", [True, False], ids=["inline", "pool"])
+def test_each_graph_of_a_session_runs_gates_of_its_own(cluster, inline):
+    """TensorFlow keeps one kernel per session and node name for a stateful op, so before the pass
+    tagged each gate's name with its graph, the loss run after a training step in the same session
+    ran the training graph's gates: inline, they sent their tensors under the training
+    graph's keys and the run hung (so did SyncReplicasOptimizer's local_step_init_op after its
+    chief_init_op); on the pool, the fed half's gates waited for the training graph's priorities
+    until their timeout. Now every run gives vanilla TensorFlow's values with no timeout."""
+    target = cluster.target("worker", 0)
+    vanilla, _ = _runs_of_three_graphs(
+        target, build_graph("seq32", ps_tasks=2), _config(partition=0, credit=0), 2
+    )
+    cfg = _config(partition=30_000, credit=40_000, ack_share=4, inline_transfers=inline, timeout_ms=5_000)
+    before = settled_stats(target, "/job:ps/task:0")
+    scheduled, graphs = _runs_of_three_graphs(target, build_graph("seq32", ps_tasks=2), cfg, 2)
+    assert [x.tobytes() if x is not None else None for x in map(_array, scheduled)] == [
+        x.tobytes() if x is not None else None for x in map(_array, vanilla)
+    ]
+    after = settled_stats(target, "/job:ps/task:0")
+    assert after["timeouts"] == before["timeouts"] and after["released"] > before["released"]
+    # a kernel is shared by name only: gates of one name have the same attrs in every graph (the
+    # send key too), and the gate of one tensor has a name in each graph
+    attrs, bases = {}, {}
+    for run in graphs:
+        for n in (n for g in run for n in g.node if n.op == "TfschedGate"):
+            attrs.setdefault(n.name, set()).add(
+                tuple(sorted((k, v.SerializeToString()) for k, v in n.attr.items()))
+            )
+            bases.setdefault(n.name.rsplit(".", 1)[0], set()).add(n.name)
+    assert all(len(a) == 1 for a in attrs.values()), [n for n, a in attrs.items() if len(a) > 1]
+    assert any(len(names) == 3 for names in bases.values()), bases
+
+
+def _array(x):
+    import numpy as np
+
+    return None if x is None else np.asarray(x)

@@ -7,6 +7,7 @@ import pytest
 
 from tfsched.errors import TfschedError
 from tfsched.models import build_graph
+from tfsched.tracing.replay import GRAPH_TAG, untagged
 
 pytestmark = pytest.mark.tf
 
@@ -68,6 +69,22 @@ def gates(gd):
 
 
 class TestPass:
+    def test_gates_are_named_for_the_graph_they_gate(self):
+        """TensorFlow shares a stateful op's kernel between the graphs of a session by node name:
+        a gate's name ends with a fingerprint of the graph the pass gated, so a training step's
+        graph and its loss's each run gate kernels of their own; the same graph, the same names."""
+        built = build_graph("seq32", ps_tasks=2)
+        train = gates(optimize(built.graph_def(), built.fetches, only_tfsched()))
+        loss = gates(optimize(built.graph_def(), [built.loss.op.name], only_tfsched()))
+        assert train == gates(optimize(built.graph_def(), built.fetches, only_tfsched()))
+
+        def tags(gs):
+            return {re.fullmatch(rf".+({GRAPH_TAG})", name).group(1) for name, *_ in gs}
+
+        assert len(tags(train)) == len(tags(loss)) == 1 and tags(train) != tags(loss)
+        # the loss's pulls are the training step's, under the other graph's tag
+        assert {untagged(name) for name, *_ in loss} < {untagged(name) for name, *_ in train}
+
     def test_gates_every_transfer_on_the_sender(self):
         built = build_graph("seq32", ps_tasks=2)
         out = optimize(built.graph_def(), built.fetches, only_tfsched())
@@ -205,7 +222,7 @@ class TestPass:
             out = optimize(
                 built.graph_def(), built.fetches, only_tfsched(schedule=str(sched), algorithm="tio")
             )
-            pushes = {name: p for name, dev, p, _ in gates(out) if dev.startswith("/job:worker")}
+            pushes = {untagged(name): p for name, dev, p, _ in gates(out) if dev.startswith("/job:worker")}
             values = pushes["gradients/embedding/embedding_lookup_grad/Reshape/tfsched_gate_to_ps_0"]
             others = [
                 p for name, p in pushes.items() if name.startswith("gradients/") and "embedding" not in name

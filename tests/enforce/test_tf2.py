@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from tfsched.bench.local import LocalCluster, task_env
+from tfsched.tracing.replay import GRAPH_TAG
 
 pytestmark = [pytest.mark.tf, pytest.mark.cluster]
 
@@ -258,7 +259,9 @@ def test_traced_calls_record_every_transfer_with_its_bytes(one_worker, tmp_path,
         assert sorted(b for b in pulls.values() if b >= 40) == variables, (k, pulls)
         gradients = [b for t, b in pushes.items() if "IdentityN" in t]
         assert sorted(gradients) == variables, (k, pushes)
-        slices = [t for t in moved if re.search(r"/tfsched(_\d+)?_to_[^/]*_gate_\d+:0$", t.tensor)]
+        slices = [
+            t for t in moved if re.search(rf"/tfsched(_\d+)?_to_[^/]*_gate_\d+{GRAPH_TAG}:0$", t.tensor)
+        ]
         if kwargs:
             assert any(o.op == "TfschedGate" for o in ops), k
             assert len(slices) == 2 * 4 * 4, (k, [t.tensor for t in slices])  # 4 kernels x 4 slices, each way

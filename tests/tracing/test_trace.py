@@ -227,10 +227,10 @@ class TestScheduledSteps:
 
     def test_gates_and_slices_are_traced_with_their_exact_bytes(self, scheduled, traced):
         from tfsched.tracing.match import forwarded_bytes
-        from tfsched.tracing.replay import scheduled_tensor
+        from tfsched.tracing.replay import GRAPH_TAG, scheduled_tensor
 
         trace = scheduled["trace"]
-        slices = [t for t in trace.transfers if re.search(r"_gate_\d+:0$", t.tensor)]
+        slices = [t for t in trace.transfers if re.search(rf"_gate_\d+{GRAPH_TAG}:0$", t.tensor)]
         # no slice over the partition; a weight of 65,536 parameters in four (the label of the
         # step stats rounds a size: the bytes come from the pass's split)
         assert slices and all(0 < t.bytes <= 20000 * 4 for t in slices)

@@ -18,9 +18,11 @@ import re
 from dataclasses import dataclass
 
 from tfsched.errors import TfschedError
+from tfsched.tracing.replay import GRAPH_TAG
 
 MATRIX = 600  # the chain's matrices: MATRIX x MATRIX
-GATE = "tfsched_gate_to_ps_0"  # a push's gate, as the pass names it
+# a push's gate, as the pass names it ("SRC/tfsched_gate_to_ps_0.TAG")
+GATE = re.compile(rf"/tfsched_gate_to_ps_0{GRAPH_TAG}$")
 _EDGE = re.compile(r"edge_\d+_(\S+) from ")
 
 
@@ -70,11 +72,11 @@ def busy_worker_steps(
                     # the PS's RecvTensor of a push ends when its last byte is in (TF-NOTES), when
                     # an inline acknowledgement leaves
                     edge = _EDGE.search(ns.timeline_label) if ns.node_name == "RecvTensor" else None
-                    if edge and edge.group(1).endswith(GATE):
+                    if edge and GATE.search(edge.group(1)):
                         arrived.append(ns.all_start_micros + ns.all_end_rel_micros)
             # one push in flight at a time: the (i+1)-th gate to go waited for the i-th to arrive
             # and its acknowledgement to come back
-            released = sorted(t for n, t in end.items() if n.endswith(GATE))
+            released = sorted(t for n, t in end.items() if GATE.search(n))
             arrived.sort()
             if not (len(released) == len(arrived) == pushes):
                 raise TfschedError(

@@ -25,7 +25,7 @@ once, and a control edge as an empty tensor whose ``_Send`` names the node as it
 it is recorded as TensorFlow names that empty tensor, ``SRC/ctrl/_K``, with 0 bytes
 (``build_trace``). Bytes are not in the profile: they come from the functions' graphs (``functions``), whose node
 names the instantiated components keep. A slice of a partitioned transfer (tfsched's pass, named
-``SRC/tfsched_to_TASK_gate_I``) gets its share of the source tensor by the pass's rule
+``SRC/tfsched_to_TASK_gate_I.TAG``) gets its share of the source tensor by the pass's rule
 (``Slicing`` in cc/scheduler.cc, from the slices seen). A tensor the graphs do not have (the
 runtime's ``GroupCrossDeviceControlEdges`` identities, which carry a call's control dependencies
 between tasks) is recorded with 0 bytes and named in the trace's ``meta["unsized"]``.
@@ -44,15 +44,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
-from tfsched.tracing.replay import scheduled_tensor
+from tfsched.tracing.replay import GRAPH_TAG, scheduled_tensor
 from tfsched.tracing.trace import FUNCTIONS_API, MISSING, OpRecord, Trace, TransferRecord
 
 # kernels whose Start..Done is a transfer into this task
 RECV_KERNELS = frozenset({"_Recv", "_HostRecv"})
 # an op's event: "node:OpType" (the runtime's own are "Class::Method")
 _OP_EVENT = re.compile(r"^[^:]+:[A-Za-z_][A-Za-z0-9_]*$")
-# a slice's gate (cc/scheduler.cc): "SRC/tfsched[_PORT]_to_TASK_gate_I"
-_SLICE = re.compile(r"/tfsched(?:_\d+)?_to_[^/]*_gate_(?P<index>\d+)$")
+# a slice's gate (cc/scheduler.cc): "SRC/tfsched[_PORT]_to_TASK_gate_I.TAG"
+_SLICE = re.compile(rf"/tfsched(?:_\d+)?_to_[^/]*_gate_(?P<index>\d+)(?:{GRAPH_TAG})?$")
 # a pause before the block's steps, for the profiling request to reach the servers (not
 # measured: a call that begins before a server profiles is dropped, not mis-timed)
 START_WAIT_S = 0.5

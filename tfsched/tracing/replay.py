@@ -215,11 +215,29 @@ def graph_that_ran(trace: Trace, fetches: list[str] | None, *, source: str = "<t
     return comm_graph_of_trace(trace, fetches=fetches, source=source)
 
 
-# What the pass names its gates (cc/scheduler.cc): "SRC/tfsched_gate[_PORT]_to_TASK" for a whole
-# tensor, "SRC/tfsched[_PORT]_to_TASK_gate_I" for slice I; acknowledgements ".../ack" and the
-# credit sinks "tfsched_credit_sink_TASK" carry no tensor of the schedule.
+# What the pass names its gates (cc/scheduler.cc): "SRC/tfsched_gate[_PORT]_to_TASK.TAG" for a
+# whole tensor, "SRC/tfsched[_PORT]_to_TASK_gate_I.TAG" for slice I, TAG the fingerprint of the
+# graph it gated (GraphTag: each graph a session runs has gate kernels of its own); their
+# acknowledgements ".../ack" and credits ".../credit"; the credit sinks "tfsched_credit_sink_TASK"
+# carry no tensor of the schedule.
+GRAPH_TAG = r"\.[0-9a-f]{16}"
+_TAGGED = re.compile(rf"(/tfsched[^/]*?){GRAPH_TAG}(?=/|:|$)")
 _ACK = re.compile(r"/tfsched[^/]*/ack(?:_\d+)?:\d+$")
 _GATE = re.compile(r"^(?P<src>.+)/tfsched(?:_gate)?(?:_(?P<port>\d+))?_to_[^/]*:0$")
+
+
+def untagged(name: str) -> str:
+    """A gate's name (or its tensor's, its acknowledgement's, its credit's) as the pass names it
+    without its graph's tag: what stays the same in every graph of the model.
+
+    >>> untagged("fc/w/read/tfsched_to_worker_0_gate_3.00a1b2c3d4e5f607/ack:0")
+    'fc/w/read/tfsched_to_worker_0_gate_3/ack:0'
+    >>> untagged("fc/w/read/tfsched_gate_to_ps_0.00a1b2c3d4e5f607")
+    'fc/w/read/tfsched_gate_to_ps_0'
+    >>> untagged("model/v1.5")  # not a gate's
+    'model/v1.5'
+    """
+    return _TAGGED.sub(r"\1", name)
 
 
 def scheduled_tensor(tensor: str) -> str | None:
@@ -228,7 +246,7 @@ def scheduled_tensor(tensor: str) -> str | None:
 
     >>> scheduled_tensor("fc/MatMul/ReadVariableOp:0")
     'fc/MatMul/ReadVariableOp:0'
-    >>> scheduled_tensor("fc/MatMul/ReadVariableOp/tfsched_to_worker_0_gate_3:0")
+    >>> scheduled_tensor("fc/MatMul/ReadVariableOp/tfsched_to_worker_0_gate_3.00a1b2c3d4e5f607:0")
     'fc/MatMul/ReadVariableOp:0'
     >>> scheduled_tensor("split/tfsched_gate_1_to_ps_0:0")
     'split:1'
