@@ -35,6 +35,9 @@ setup(
         "grpcio>=1.60",
     ],
     # The style test runs both formatters; clang-format is pinned (its output changes by version).
-    extras_require={"test": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.5", "clang-format==19.1.7"]},
+    # pytest-timeout: a test that hangs fails alone, its stacks printed (pyproject.toml).
+    extras_require={
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "pytest-timeout>=2.3", "ruff>=0.5", "clang-format==19.1.7"]
+    },
     entry_points={"console_scripts": ["tfsched=tfsched.cli:main"]},
 )
