@@ -650,13 +650,13 @@ void TfschedScheduler::Dump(const tensorflow::grappler::GrapplerItem& item,
   if (gated.node_size() > 0) write(gated, absl::StrCat(stem, ".gated.pb"));
 }
 
+namespace {
 // What a step that feeds tensors runs of the item. TensorFlow replaces a fed tensor by the fed
 // value and only then prunes the graph to the fetches (subgraph::RewriteGraphForExecution), but the
 // Grappler item still holds what computes it: a transfer into what is fed away never runs, and
 // under the per-step counters the gates after it waited for its turn until their timeout (a run
 // that fed a model's middle layer and fetched its loss: every pull after it waited 60 s; with a
 // credit its acknowledgement kept it, and the step sent every pruned tensor for nothing).
-namespace {
 struct Running {
   std::vector<bool> node;                     // empty: every node of the item runs (no feeds)
   std::set<std::pair<std::string, int>> fed;  // (node, port)
@@ -729,7 +729,6 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
   const auto* registry = tensorflow::OpRegistry::Global();
 
   const Running running = RunningWithFeeds(g, item);
-  const std::string tag = GraphTag(item);
 
   // One transfer per (source tensor, receiving task), as TensorFlow's partitioner makes them.
   std::map<std::pair<std::string, std::string>, Transfer> found;  // ordered: deterministic output
@@ -785,6 +784,7 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
   }
   if (xfers.empty()) return absl::OkStatus();  // nothing crosses: the graph comes back unchanged
   *crossing = true;
+  const std::string tag = GraphTag(item);  // what the gates' names end with
 
   int matched = 0;
   if (!exact_.empty()) {
