@@ -86,6 +86,7 @@ void Channel::Pump(std::vector<std::shared_ptr<Waiter>>* ready) {
   // later tensor never overtakes it, which is what makes the credit a preemption point.
   while (!waiting_.empty()) {
     const std::shared_ptr<Waiter>& w = waiting_.begin()->second;
+    if (handing_ > 0) return;  // a released gate's tensor goes first (handing_)
     if (w->ordered && w->priority > released_) return;  // not its turn yet
     if (w->host == nullptr) {  // a shared window takes the credit after the turn (HostLink)
       const int64_t credit = EffectiveCredit(w->credit);
@@ -119,6 +120,13 @@ bool Channel::ArriveOrWait(const std::shared_ptr<Waiter>& w,
 void Channel::Complete(std::vector<std::shared_ptr<Waiter>>* ready) {
   mutex_lock l(mu_);
   ++released_;
+  Pump(ready);  // parked ones: their firer fires them after the counted gate's done()
+  ++handing_;
+}
+
+void Channel::HandedOn(std::vector<std::shared_ptr<Waiter>>* ready) {
+  mutex_lock l(mu_);
+  --handing_;
   Pump(ready);
 }
 
@@ -165,15 +173,29 @@ void ReturnSoon(StepGates* gates, Channel* channel, int64_t size) {
   Returner::Get().Post(gates, channel, size);
 }
 
-std::vector<std::shared_ptr<Waiter>> NextInTurn(Waiter* w) {
-  std::vector<std::shared_ptr<Waiter>> next, go;
-  w->channel->Complete(&next);
+namespace {
+// Of `next`, whose turn came on their channel, those their shared window lets go now.
+std::vector<std::shared_ptr<Waiter>> ToWindows(std::vector<std::shared_ptr<Waiter>> next) {
+  std::vector<std::shared_ptr<Waiter>> go;
   for (auto& n : next) {
     // Parked by its window (fired when credit comes back) or taken by it; either way there.
     if (n->host != nullptr && !n->host_granted && !n->host->ArriveOrWait(n)) continue;
     go.push_back(std::move(n));
   }
   return go;
+}
+}  // namespace
+
+std::vector<std::shared_ptr<Waiter>> NextInTurn(Waiter* w) {
+  std::vector<std::shared_ptr<Waiter>> next;
+  w->channel->Complete(&next);
+  return ToWindows(std::move(next));
+}
+
+std::vector<std::shared_ptr<Waiter>> HandedOn(Waiter* w) {
+  std::vector<std::shared_ptr<Waiter>> next;
+  w->channel->HandedOn(&next);
+  return ToWindows(std::move(next));
 }
 
 void FireInTurn(std::vector<std::shared_ptr<Waiter>> ready, Outcome how) {
@@ -195,7 +217,9 @@ void FireInTurn(std::vector<std::shared_ptr<Waiter>> ready, Outcome how) {
     // behind it need not wait for it a second time.
     std::vector<std::shared_ptr<Waiter>> next = NextInTurn(w.get());
     w->fire(how);
+    std::vector<std::shared_ptr<Waiter>> arrived = HandedOn(w.get());
     ready.insert(ready.end(), next.begin(), next.end());
+    ready.insert(ready.end(), arrived.begin(), arrived.end());
     ForgetIfFinished(w->gates);  // `w` holds a reference: the state outlives the call
     how = Outcome::kTurn;        // whoever comes next goes because it is their turn
   }
@@ -218,6 +242,8 @@ void FireDeferred(const std::shared_ptr<Waiter>& w) {
   if (how == Outcome::kTurn) Watchdog::Get().Unwatch(w);
   std::vector<std::shared_ptr<Waiter>> ready = NextInTurn(w.get());
   w->fire(how);
+  std::vector<std::shared_ptr<Waiter>> arrived = HandedOn(w.get());
+  ready.insert(ready.end(), arrived.begin(), arrived.end());
   FireInTurn(std::move(ready), Outcome::kTurn);
   ForgetIfFinished(w->gates);
 }

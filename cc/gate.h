@@ -92,8 +92,12 @@ class Channel {
   // after done()); otherwise parks `w` and returns false. `others` receives parked waiters that
   // may go as well (after a live credit change).
   bool ArriveOrWait(const std::shared_ptr<Waiter>& w, std::vector<std::shared_ptr<Waiter>>* others);
-  // Counts one released gate; `ready` receives the parked waiters whose turn has come.
+  // Counts one released gate; `ready` receives the parked waiters whose turn has come. Until its
+  // HandedOn, a gate that arrives waits even if its turn has come (see handing_).
   void Complete(std::vector<std::shared_ptr<Waiter>>* ready);
+  // The gate Complete counted has handed its tensor on (its done() was called); `ready` receives
+  // the waiters that arrived meanwhile and whose turn has come.
+  void HandedOn(std::vector<std::shared_ptr<Waiter>>* ready);
   // The receiver has `size` parameters: gives them back to the credit; `ready` as above.
   void Return(int64_t size, std::vector<std::shared_ptr<Waiter>>* ready);
   // Removes a parked waiter (timeout or cancellation); false if another path took it already.
@@ -113,6 +117,9 @@ class Channel {
   mutable tensorflow::mutex mu_;
   HostLink* host_ = nullptr;  // set by the first gate with a shared window; acks go there
   int64_t released_ = 0;
+  // Gates counted as released (Complete) that are still handing their tensors on: a gate counts
+  // before it sends (NextInTurn), and a gate arriving then must not go ahead of its send.
+  int64_t handing_ = 0;
   int64_t in_flight_ = 0;  // parameters released and not yet acknowledged
   std::multimap<int64_t, std::shared_ptr<Waiter>> waiting_;
 };
@@ -253,6 +260,9 @@ void ReturnSoon(StepGates* gates, Channel* channel, int64_t size);
 // another thread at once, and the window must find the channel's next there, not serve another
 // step's gate in the meantime.
 std::vector<std::shared_ptr<Waiter>> NextInTurn(Waiter* w);
+// Once `w` (counted by NextInTurn) has fired: the gates of its channel that arrived while it was
+// handing its tensor on and whose turn has come, brought to their shared window as NextInTurn does.
+std::vector<std::shared_ptr<Waiter>> HandedOn(Waiter* w);
 // Fires `ready` (each at most once, guarded by Waiter::fired), each after whoever's turn that
 // makes has reached its window (NextInTurn), then fires those; iterative, so long chains use no
 // stack.

@@ -408,6 +408,8 @@ class TfschedGateOp : public AsyncOpKernel {
       std::vector<std::shared_ptr<Waiter>> ready = NextInTurn(w.get());
       if (send_) ctx->SetStatus(SendNow(ctx, *send_));
       done();
+      std::vector<std::shared_ptr<Waiter>> arrived = HandedOn(w.get());
+      ready.insert(ready.end(), arrived.begin(), arrived.end());
       FireInTurn(std::move(ready), Outcome::kTurn);
       ForgetIfFinished(w->gates);
       return;

@@ -7,6 +7,7 @@ from tests.enforce.conftest import assert_bitwise_equal, settled_stats, train
 from tests.enforce.test_partition_credit import _config, _traced_step
 from tfsched.bench.local import LocalCluster
 from tfsched.models import build_graph
+from tfsched.tracing.replay import untagged
 
 pytestmark = [pytest.mark.tf, pytest.mark.cluster]
 
@@ -117,8 +118,8 @@ def test_credit_comes_back_while_the_workers_thread_is_busy(one_thread):
 
 def _runs_of_three_graphs(target, built, config, rounds):
     """In one session: a training step, the loss alone, and the model's second half fed its first
-    half's output (the gates of its pulls keep their names, not their priorities), ``rounds``
-    times; returns what each run gave and the partition graphs of the last round's runs."""
+    half's output (its pulls are the other graphs', with other priorities), ``rounds`` times;
+    returns what each run gave and the partition graphs of the last round's runs."""
     import tensorflow as tf
 
     tanh = [op.outputs[0] for op in built.graph.get_operations() if op.type == "Tanh"]
@@ -144,10 +145,14 @@ def test_each_graph_of_a_session_runs_gates_of_its_own(cluster, inline):
     ran the training graph's gates: inline, they sent their tensors under the training
     graph's keys and the run hung (so did SyncReplicasOptimizer's local_step_init_op after its
     chief_init_op); on the pool, the fed half's gates waited for the training graph's priorities
-    until their timeout. Now every run gives vanilla TensorFlow's values with no timeout."""
+    until their timeout. And the fed run gated the first half's pulls too, which it never makes, so
+    the gates after them waited for their turn until their timeout. Now every run gives vanilla
+    TensorFlow's values with no timeout."""
+    import tensorflow as tf
+
     target = cluster.target("worker", 0)
     vanilla, _ = _runs_of_three_graphs(
-        target, build_graph("seq32", ps_tasks=2), _config(partition=0, credit=0), 2
+        target, build_graph("seq32", ps_tasks=2), tf.compat.v1.ConfigProto(), 2
     )
     cfg = _config(partition=30_000, credit=40_000, ack_share=4, inline_transfers=inline, timeout_ms=5_000)
     before = settled_stats(target, "/job:ps/task:0")
@@ -165,7 +170,7 @@ def test_each_graph_of_a_session_runs_gates_of_its_own(cluster, inline):
             attrs.setdefault(n.name, set()).add(
                 tuple(sorted((k, v.SerializeToString()) for k, v in n.attr.items()))
             )
-            bases.setdefault(n.name.rsplit(".", 1)[0], set()).add(n.name)
+            bases.setdefault(untagged(n.name), set()).add(n.name)
     assert all(len(a) == 1 for a in attrs.values()), [n for n, a in attrs.items() if len(a) > 1]
     assert any(len(names) == 3 for names in bases.values()), bases
 
