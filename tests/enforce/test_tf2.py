@@ -196,10 +196,10 @@ def test_a_failed_call_frees_its_state_on_every_task():
             worker = failed["stats"]["/job:worker/task:0"]
             # the failed call reached the worker's gates: it had a state there, and not all of its
             # pushes went (the calls after it may have started before the coordinator saw the
-            # error); or, on a busy machine, it failed before its first gate ran, and each gate that
-            # ran then let its tensor go at once, cancelled, with no state made
-            if worker["cancelled"] == 0:
-                assert worker["steps"] >= fail_at + 1, failed
+            # error); or, on a busy machine, it failed before its first gate there ran: no state was
+            # made, and each gate that ran then let its tensor go at once, cancelled, or none ran
+            # (seen once in a CI rehearsal: steps 3 at fail_at 3, nothing cancelled)
+            if worker["cancelled"] == 0 and worker["steps"] > fail_at:
                 assert worker["released"] < full * worker["steps"], failed
             else:
                 assert worker["steps"] >= fail_at, failed
