@@ -157,9 +157,7 @@ def test_each_graph_of_a_session_runs_gates_of_its_own(cluster, inline):
     cfg = _config(partition=30_000, credit=40_000, ack_share=4, inline_transfers=inline, timeout_ms=5_000)
     before = settled_stats(target, "/job:ps/task:0")
     scheduled, graphs = _runs_of_three_graphs(target, build_graph("seq32", ps_tasks=2), cfg, 2)
-    assert [x.tobytes() if x is not None else None for x in map(_array, scheduled)] == [
-        x.tobytes() if x is not None else None for x in map(_array, vanilla)
-    ]
+    assert _bytes(scheduled) == _bytes(vanilla)
     after = settled_stats(target, "/job:ps/task:0")
     assert after["timeouts"] == before["timeouts"] and after["released"] > before["released"]
     # a kernel is shared by name only: gates of one name have the same attrs in every graph (the
@@ -175,7 +173,8 @@ def test_each_graph_of_a_session_runs_gates_of_its_own(cluster, inline):
     assert any(len(names) == 3 for names in bases.values()), bases
 
 
-def _array(x):
+def _bytes(values):
+    """Each run's result as its bytes (None for a training step's op)."""
     import numpy as np
 
-    return None if x is None else np.asarray(x)
+    return [None if x is None else np.asarray(x).tobytes() for x in values]
