@@ -199,9 +199,11 @@ std::vector<std::shared_ptr<Waiter>> HandedOn(Waiter* w) {
 }
 
 void FireInTurn(std::vector<std::shared_ptr<Waiter>> ready, Outcome how) {
-  while (!ready.empty()) {
-    std::shared_ptr<Waiter> w = std::move(ready.back());
-    ready.pop_back();
+  // In the order given (a channel's or a window's Pump gives the most urgent first), and those
+  // their firing makes ready after them. Until the fifty-sixth session this took the last first,
+  // so a credit that freed several tensors at once sent the least urgent first.
+  for (size_t i = 0; i < ready.size(); ++i) {
+    std::shared_ptr<Waiter> w = std::move(ready[i]);
     // Its channel gave it its turn; a shared window must take it too (or park it for later).
     if (how == Outcome::kTurn && w->host != nullptr && !w->host_granted &&
         !w->host->ArriveOrWait(w)) {

@@ -263,9 +263,9 @@ std::vector<std::shared_ptr<Waiter>> NextInTurn(Waiter* w);
 // Once `w` (counted by NextInTurn) has fired: the gates of its channel that arrived while it was
 // handing its tensor on and whose turn has come, brought to their shared window as NextInTurn does.
 std::vector<std::shared_ptr<Waiter>> HandedOn(Waiter* w);
-// Fires `ready` (each at most once, guarded by Waiter::fired), each after whoever's turn that
-// makes has reached its window (NextInTurn), then fires those; iterative, so long chains use no
-// stack.
+// Fires `ready` in its order (each at most once, guarded by Waiter::fired), each after whoever's
+// turn that makes has reached its window (NextInTurn), then fires those after the rest;
+// iterative, so long chains use no stack.
 void FireInTurn(std::vector<std::shared_ptr<Waiter>> ready, Outcome how);
 // Fires `w`, whose firer deferred to its ComputeAsync, then whoever's turn that makes.
 void FireDeferred(const std::shared_ptr<Waiter>& w);

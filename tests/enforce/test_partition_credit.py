@@ -3,6 +3,7 @@
 import concurrent.futures
 import itertools
 import statistics
+import time
 
 import numpy as np
 import pytest
@@ -153,6 +154,58 @@ def test_bytes_in_flight_never_exceed_the_credit(cluster):
     peak, counted = _in_flight_peak(graphs, stats)
     assert counted >= 4 * 32  # at least the pulls of the 32 weights were seen in the trace
     assert slice_elements <= peak <= credit
+
+
+@pytest.mark.parametrize("host", [False, True], ids=["channel", "window"])
+def test_a_credit_that_frees_several_tensors_releases_the_most_urgent_first(host):
+    """A tensor of 100 parameters holds a credit of 30; three of 10 (priorities 1 to 3) wait
+    behind it, on its channel (a queue) or, with a shared window, on channels of their own. Its
+    acknowledgement frees all three at once: they must go most urgent first (the gates fired the
+    last of them first until the fifty-sixth session: 3, 2, 1). A direct session: the order is
+    the gate op's, whatever carries the tensors."""
+    import tensorflow as tf
+
+    from tfsched.enforce._loader import load_ops
+
+    ops = load_ops()
+    sender = f"fifo-{'window' if host else 'channel'}"  # a window is per sending task, per process
+    g = tf.Graph()
+    with g.as_default():
+        big = tf.compat.v1.get_variable("big", initializer=tf.zeros([100]))
+        smalls = [tf.compat.v1.get_variable(f"s{i}", initializer=tf.fill([10], float(i))) for i in (1, 2, 3)]
+        kw = {"ordered": False, "credit": 30, "host": host, "channel_size": 1 if host else 4}
+        first = ops.tfsched_gate(big.read_value(), channel=f"{sender}->r0", priority=0, name="g0", **kw)
+        with tf.control_dependencies([first]):  # they arrive while it holds the credit
+            reads = [s.read_value() for s in smalls]
+        gates = [
+            ops.tfsched_gate(r, channel=f"{sender}->r{i if host else 0}", priority=i, name=f"g{i}", **kw)
+            for i, r in zip((1, 2, 3), reads, strict=True)
+        ]
+
+        def acknowledge():
+            time.sleep(0.3)  # the three have parked
+            return np.int64(100)
+
+        with tf.control_dependencies(reads):
+            ack = tf.compat.v1.py_func(acknowledge, [], tf.int64, stateful=True)
+        credit = ops.tfsched_credit(ack, channel=f"{sender}->r0")
+        init = tf.compat.v1.global_variables_initializer()
+    opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    with tf.compat.v1.Session(graph=g) as sess:
+        sess.run(init)
+        for _ in range(3):
+            md = tf.compat.v1.RunMetadata()
+            out = within(30, lambda md=md: sess.run([gates, credit], options=opts, run_metadata=md))
+            assert "error" not in out, out.get("error")
+            for i, value in zip((1, 2, 3), out["value"][0], strict=True):
+                np.testing.assert_array_equal(value, [float(i)] * 10)
+            released = {  # when each gate's done() was called, in nanoseconds
+                ns.node_name: ns.all_start_nanos + ns.op_end_rel_nanos
+                for dev in md.step_stats.dev_stats
+                for ns in dev.node_stats
+                if ns.node_name in ("g1", "g2", "g3")
+            }
+            assert sorted(released, key=released.get) == ["g1", "g2", "g3"], released
 
 
 def test_the_pushes_keep_a_window_of_their_own(cluster):
