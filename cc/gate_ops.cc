@@ -19,6 +19,7 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/platform/logging.h"
+#include "tensorflow/core/platform/statusor.h"
 #include "tsl/profiler/lib/traceme_encode.h"
 
 namespace tfsched {
@@ -234,19 +235,32 @@ absl::Status StepState(OpKernelContext* ctx, bool create_keyed, StepGates** gate
 struct RendezvousKey {
   std::string send_device, recv_device, tensor_name;
   int64_t incarnation = 0;
+  tensorflow::Rendezvous::ParsedKey root;  // the key in the root frame, parsed once
 
   static absl::Status FromAttrs(OpKernelConstruction* ctx, const std::string& prefix,
                                 RendezvousKey* key) {
     TF_RETURN_IF_ERROR(ctx->GetAttr(prefix + "send_device", &key->send_device));
     TF_RETURN_IF_ERROR(ctx->GetAttr(prefix + "recv_device", &key->recv_device));
     TF_RETURN_IF_ERROR(ctx->GetAttr(prefix + "tensor_name", &key->tensor_name));
-    return ctx->GetAttr(prefix + "send_device_incarnation", &key->incarnation);
+    TF_RETURN_IF_ERROR(ctx->GetAttr(prefix + "send_device_incarnation", &key->incarnation));
+    return key->Parse(tensorflow::FrameAndIter(0, 0), &key->root);
   }
-  // As `_Send`/`_Recv` make it: the partitioner's key in this frame and iteration.
-  absl::Status Parse(OpKernelContext* ctx, tensorflow::Rendezvous::ParsedKey* parsed) const {
+  // As `_Send`/`_Recv` make it: the partitioner's key in this step's frame and iteration. In the
+  // root frame (every transfer the pass marks) it is the one parsed at construction, as
+  // TensorFlow's SendOp and RecvOp keep theirs; `scratch` holds one made for another frame.
+  absl::StatusOr<const tensorflow::Rendezvous::ParsedKey*> For(
+      OpKernelContext* ctx, tensorflow::Rendezvous::ParsedKey* scratch) const {
+    if (ctx->frame_iter() == tensorflow::FrameAndIter(0, 0)) return &root;
+    TF_RETURN_IF_ERROR(Parse(ctx->frame_iter(), scratch));
+    return scratch;
+  }
+
+ private:
+  absl::Status Parse(tensorflow::FrameAndIter frame_iter,
+                     tensorflow::Rendezvous::ParsedKey* parsed) const {
     return tensorflow::Rendezvous::ParseKey(
         tensorflow::Rendezvous::CreateKey(send_device, static_cast<uint64_t>(incarnation),
-                                          recv_device, tensor_name, ctx->frame_iter()),
+                                          recv_device, tensor_name, frame_iter),
         parsed);
   }
 };
@@ -276,11 +290,11 @@ absl::Status SendNow(OpKernelContext* ctx, const RendezvousKey& key,
                      const tensorflow::Tensor& value) {
   if (ctx->rendezvous() == nullptr)
     return absl::InternalError("tfsched: this step has no rendezvous to send to");
-  tensorflow::Rendezvous::ParsedKey parsed;
-  TF_RETURN_IF_ERROR(key.Parse(ctx, &parsed));
+  tensorflow::Rendezvous::ParsedKey scratch;
+  TF_ASSIGN_OR_RETURN(const tensorflow::Rendezvous::ParsedKey* parsed, key.For(ctx, &scratch));
   tensorflow::Rendezvous::Args args;
   args.device_context = ctx->op_device_context();
-  return ctx->rendezvous()->Send(parsed, args, value, false);
+  return ctx->rendezvous()->Send(*parsed, args, value, false);
 }
 absl::Status SendNow(OpKernelContext* ctx, const RendezvousKey& key) {
   return SendNow(ctx, key, *ctx->mutable_output(0));
@@ -532,15 +546,17 @@ class ActingRecvOp : public AsyncOpKernel {
     OP_REQUIRES_ASYNC(ctx, ctx->rendezvous() != nullptr,
                       absl::InternalError("tfsched: this step has no rendezvous to receive from"),
                       done);
-    auto parsed = std::make_shared<tensorflow::Rendezvous::ParsedKey>();
-    OP_REQUIRES_OK_ASYNC(ctx, key_.Parse(ctx, parsed.get()), done);
+    // The rendezvous copies what it keeps of the key, as TensorFlow's RecvOp relies on.
+    tensorflow::Rendezvous::ParsedKey scratch;
+    absl::StatusOr<const tensorflow::Rendezvous::ParsedKey*> parsed = key_.For(ctx, &scratch);
+    OP_REQUIRES_OK_ASYNC(ctx, parsed.status(), done);
     tensorflow::Rendezvous::Args args;
     args.device_context = ctx->op_device_context();
     args.alloc_attrs = ctx->output_alloc_attr(0);
     args.cancellation_manager = ctx->cancellation_manager();
     ctx->rendezvous()->RecvAsync(
-        *parsed, args,
-        [this, ctx, done = std::move(done), parsed](
+        **parsed, args,
+        [this, ctx, done = std::move(done)](
             const absl::Status& s, const tensorflow::Rendezvous::Args&,
             const tensorflow::Rendezvous::Args&, const tensorflow::Tensor& value, bool is_dead) {
           if (!s.ok()) {
