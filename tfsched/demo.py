@@ -137,7 +137,7 @@ def run_demo(
             batch_size=batch_size,
             bandwidth_bps=bandwidth_bps if shaped else None,
             relays=relays,
-            progress=lambda s: say(f"training on a local cluster: {s}"),
+            progress=say,
             done=done,
         )
     table = Table(

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 @contextmanager
 def progress_bar(console, what: str) -> Iterator[tuple[Callable[[str], None], Callable[[int, int], None]]]:
     """A bar on ``console`` (rich) while the block runs; yields ``(say, done)``: ``say(text)``
-    shows what runs now, ``done(k, n)`` fills the bar to k parts of n (``run_side_by_side``'s
+    shows what runs now, after ``what``, ``done(k, n)`` fills the bar to k parts of n (``run_side_by_side``'s
     ``progress`` and ``done``). The bar is gone once the block ends.
 
     Where ``console`` is no terminal (a log file, a pipe, CI), a bar would show nothing until the
@@ -51,6 +51,6 @@ def progress_bar(console, what: str) -> Iterator[tuple[Callable[[str], None], Ca
     with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as bar:
         task = bar.add_task(what, total=None)
         yield (
-            lambda text: bar.update(task, description=text),
+            lambda text: bar.update(task, description=f"{what}: {text}"),
             lambda k, n: bar.update(task, completed=k, total=n),
         )
