@@ -89,6 +89,62 @@ def test_between_graph_two_workers_two_ps(cluster):
     assert_bitwise_equal(run(_strict()), run(tfsched.enable(_strict(), strict=True)))
 
 
+def _partitioned_embedding():
+    """TF1's partitioned variables as a recommender uses them: an embedding table in four
+    shards (``fixed_size_partitioner``) looked up by ids, whose gradients are IndexedSlices
+    pushed to each shard's PS, and a dense kernel in up to three (``min_max_variable_partitioner``),
+    placed by ``replica_device_setter`` over two PS."""
+    import types
+
+    import numpy as np
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default(), tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(ps_tasks=2)):
+        tf.compat.v1.set_random_seed(1)
+        emb = tf.compat.v1.get_variable("emb", [5000, 64], partitioner=tf.compat.v1.fixed_size_partitioner(4))
+        kernel = tf.compat.v1.get_variable(
+            "kernel",
+            [64, 256],
+            partitioner=tf.compat.v1.min_max_variable_partitioner(max_partitions=3, min_slice_size=8 << 10),
+        )
+        ids = tf.constant(np.arange(0, 37 * 135, 37, dtype=np.int64) % 5000)
+        loss = tf.reduce_mean(tf.square(tf.matmul(tf.nn.embedding_lookup(emb, ids), kernel)))
+        step = tf.compat.v1.train.get_or_create_global_step()
+        train_op = tf.compat.v1.train.MomentumOptimizer(0.01, 0.9).minimize(loss, global_step=step)
+        init_op = tf.compat.v1.global_variables_initializer()
+    return types.SimpleNamespace(graph=g, train_op=train_op, loss=loss, init_op=init_op)
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {},
+        {"partition": 20_000, "credit": 40_000},
+        {"partition": 20_000, "credit": 40_000, "host_credit": True},
+    ],
+    ids=["tio", "pc", "pc-host"],
+)
+def test_partitioned_variables_and_sparse_gradients_train_bitwise_identical(cluster, knobs):
+    import tfsched
+
+    target = cluster.target("worker", 0)
+    vanilla = train(target, _partitioned_embedding(), 5, _strict())
+    config = tfsched.enable(_strict(), strict=True, **knobs)
+    assert_bitwise_equal(vanilla, train(target, _partitioned_embedding(), 5, config))
+    import tensorflow as tf
+
+    gates = _gates(target, _partitioned_embedding(), config)
+    on = collections.Counter(
+        (spec.job, spec.task) for spec in (tf.DeviceSpec.from_string(g.device) for g in gates)
+    )
+    # every shard's lookup or read leaves its PS gated, and so do the worker's pushes to both
+    assert on["ps", 0] >= 3 and on["ps", 1] >= 3 and on["worker", 0] >= 6, on
+    for device in ("/job:ps/task:0", "/job:ps/task:1", "/job:worker/task:0"):
+        s = settled_stats(target, device)
+        assert s["timeouts"] == 0 and s["live_steps"] == 0, (device, s)
+
+
 def test_in_graph_replication(cluster):
     import tfsched
 
