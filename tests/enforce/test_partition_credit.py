@@ -183,7 +183,7 @@ def test_a_credit_that_frees_several_tensors_releases_the_most_urgent_first(host
         ]
 
         def acknowledge():
-            time.sleep(0.3)  # the three have parked
+            time.sleep(1.0)  # the three have parked
             return np.int64(100)
 
         with tf.control_dependencies(reads):
