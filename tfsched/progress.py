@@ -10,8 +10,8 @@ from contextlib import contextmanager
 @contextmanager
 def progress_bar(console, what: str) -> Iterator[tuple[Callable[[str], None], Callable[[int, int], None]]]:
     """A bar on ``console`` (rich) while the block runs; yields ``(say, done)``: ``say(text)``
-    shows what runs now, after ``what``, ``done(k, n)`` fills the bar to k parts of n (``run_side_by_side``'s
-    ``progress`` and ``done``). The bar is gone once the block ends.
+    shows what runs now, after ``what``; ``done(k, n)`` fills the bar to k parts of n
+    (``run_side_by_side``'s ``progress`` and ``done``). The bar is gone once the block ends.
 
     Where ``console`` is no terminal (a log file, a pipe, CI), a bar would show nothing until the
     end: each ``say`` is then a line of its own, with the time since the start and the parts done.
