@@ -27,6 +27,8 @@ The results file (fifty-sixth session) has three such runs of VGG16, 1 PS x 4 wo
 - inference at batch 397 (``--trace-steps 1``);
 - inference at 708 and training at 201 (``--trace-steps 2``, ``--batch-size 708`` or
   ``--mode train --batch-size 201``).
+Their bench results are ``results/bench-vgg16-inference-s56-b397-traced.md``, ``...-b708-traced.md``
+and ``results/bench-vgg16-train-s56-b201-traced.md``.
 
 What the three runs found:
 - **Vanilla TensorFlow.** The largest pull arrived last in 20 of 26 traced steps, where a uniform
@@ -35,13 +37,9 @@ What the three runs found:
   The simulator draws the largest anywhere.
 - **TIO.** The gates release the pulls in priority order. In inference they arrived in no order
   of priority (tau +0.28 and -0.02); in training mostly in it (+0.65).
-- **A what-if, not kept.** In a temporary build of the simulator, every raced message over 30 MB
-  went after the others waiting with it. ``benchmarks/repredict.py`` then moved TIO's predicted
-  step on the two inference runs from +17% and +7% of the measured to -15% and -18%. The
-  baseline's prediction did not move: ``race`` does not draw the baseline's order, the policy's
-  seeded ties do. The wire does something between the two. A likely cause: a large message's
-  HTTP/2 stream yields to the others between its flow-control windows. A model of that is a
-  next step; the simulator is unchanged.
+- What this means for the simulator is not measured yet. A large message's HTTP/2 stream may
+  yield to the others between its flow-control windows; a model of that is a next step. The
+  simulator is unchanged.
 
 Writes ``benchmarks/results/arrival-order.json`` and ``.md``.
 """
