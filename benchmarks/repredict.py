@@ -9,7 +9,8 @@ until the forty-fourth session, ``overlap=False``; the links shared evenly betwe
 workers' flows, as until the forty-fifth, ``worker_weight=1``, or unequally by a set weight;
 the acknowledgements' ops waiting for no thread of the executor, as until the fifty-second,
 ``executor_waits=False``; the machine's share of the cores from the op seconds the simulator
-runs, ``annotate``'s ``work="simulated"``) beside it.
+runs, ``annotate``'s ``work="simulated"``; each message no credit window holds sent 16 or
+32 MiB at a time, ``stream_window_bytes``, after ``benchmarks/arrival_order.py``) beside it.
 
     python benchmarks/repredict.py DIR --name resnet50-inference-traced
 
@@ -118,6 +119,15 @@ WHAT_IFS = {
         "the machine's share of the cores from the op seconds the simulator runs (as the TensorFlow 2 "
         "bench takes it; tried in the forty-fourth session and not kept)",
     ),
+    **{
+        f"stream_window_{mb}mb": (
+            {"stream_window_bytes": mb << 20},
+            f"each message no credit window holds sent {mb} MiB at a time, its rest behind the messages "
+            "waiting for its channel (a large message's HTTP/2 stream yielding between flow-control "
+            "windows; benchmarks/arrival_order.py)",
+        )
+        for mb in (16, 32)
+    },
 }
 
 

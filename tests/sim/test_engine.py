@@ -86,6 +86,34 @@ class TestSimulate:
         mean_raced = sum(simulate(sg, "counter", race=True, seed=s).step_time for s in range(8)) / 8
         assert mean_raced > kept
 
+    @pytest.mark.parametrize("race", [False, True], ids=["kept", "raced"])
+    def test_a_stream_window_sends_a_large_message_after_those_waiting_with_it(self, race):
+        """``stream_window_bytes``: a large message goes a window at a time, its rest behind the
+        messages waiting for its channel; whole, released first, it holds them back. A credit
+        window that holds the message keeps it whole."""
+        g = chain_graph(4, [100_000, 1000, 1000, 1000])  # a 400 KB pull needed first, three of 4 KB
+        o = oracle_with({f"f{k}": 0.001 for k in range(4)}, bandwidth_bps=8e6)
+        sg = build_sim_graph(g, o, order(g, "tio"))
+        msgs = [i for i, k in enumerate(sg.kind) if k == 1]
+        big = next(i for i in msgs if sg.nbytes[i] == 400_000)
+        small = [i for i in msgs if i != big]
+
+        def run(**kw):
+            r = simulate(sg, "counter", record=True, race=race, **kw)
+            return r, r.ends[big] - r.sends[big]  # the large one's time on the wire, first byte to last
+
+        whole, took = run()
+        assert took == pytest.approx(0.4)  # 400 KB at 1 MB/s, in one go
+        windowed, took = run(stream_window_bytes=65_536)
+        assert all(windowed.ends[big] > windowed.ends[i] for i in small)
+        assert took > 0.4  # the small ones went in between
+        assert windowed.ends[big] == pytest.approx(412_000 / 1e6)  # every byte once, the link never idle
+        _, took = run(stream_window_bytes=65_536, credit_bytes=800_000)  # acknowledges 100 KB and more
+        assert took == pytest.approx(0.4)
+        assert whole.step_time != windowed.step_time
+        with pytest.raises(TfschedError, match="stream_window_bytes"):
+            simulate(sg, "counter", stream_window_bytes=0)
+
     def test_under_credit_the_acknowledged_keep_their_order_and_the_small_race_around_them(self):
         g = chain_graph(6, [1000, 10, 1000, 10, 1000, 10])  # 4000-byte pulls acknowledged, 40-byte ones not
         o = oracle_with({f"f{k}": 0.001 for k in range(6)}, bandwidth_bps=8e6)

@@ -181,12 +181,14 @@ def scheduled_runs(
     overlap: bool = True,
     worker_weight: float = 1.0,
     executor_threads: int | None = None,
+    stream_window_bytes: int | None = None,
 ) -> list:
     """``sim.seeded_runs`` of ``sg`` as the pass enforces ``schedule`` with the sizes of ``spec``
     (``run.parse_mode``'s, in parameters): the pulls a gate releases together race to the wire,
     all but those a credit window acknowledges (``sim.engine``'s ``race``), a mean over seeds as
     for the baseline's ties. ``latency_s``: what each arrival and acknowledgement is delayed;
-    ``overlap``, ``worker_weight`` and ``executor_threads``: ``sim.simulate``'s."""
+    ``overlap``, ``worker_weight``, ``executor_threads`` and ``stream_window_bytes``:
+    ``sim.simulate``'s."""
     from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
     from tfsched.sim import POLICY_OF_MODE, seeded_runs
 
@@ -206,6 +208,7 @@ def scheduled_runs(
         overlap=overlap,
         worker_weight=worker_weight,
         executor_threads=executor_threads,
+        stream_window_bytes=stream_window_bytes,
     )
 
 
@@ -223,6 +226,7 @@ def annotate(
     worker_weight: float | str = FIT,
     inter_op_threads: int | None = None,
     executor_waits: bool = True,
+    stream_window_bytes: int | None = None,
 ) -> None:
     """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace).
 
@@ -262,7 +266,8 @@ def annotate(
     default, one per core), for the acknowledgements' ops of a ``+pool`` mode to wait for on the
     one machine (``sim.simulate``'s ``executor_threads``; the other modes' inline transfers wait
     for none); ``executor_waits=False``: none waits, as until the fifty-second session (a what-if
-    for ``benchmarks/repredict.py``)."""
+    for ``benchmarks/repredict.py``). ``stream_window_bytes``: ``sim.simulate``'s, for every mode
+    (a what-if for ``benchmarks/repredict.py``; None, the bench's: each message whole)."""
     check_work(work)
     if worker_weight != FIT and not (isinstance(worker_weight, float | int) and 0 < worker_weight <= 1):
         raise TfschedError(f"worker_weight must be in (0, 1] or {FIT!r}, got {worker_weight!r}")
@@ -319,7 +324,14 @@ def annotate(
 
     @functools.cache  # the fit's runs, kept: the weight it ends on is often one it tried
     def baseline_runs(weight: float) -> list:
-        return seeded_runs(plain, "random", latency_s=2 * latency_s, overlap=overlap, worker_weight=weight)
+        return seeded_runs(
+            plain,
+            "random",
+            latency_s=2 * latency_s,
+            overlap=overlap,
+            worker_weight=weight,
+            stream_window_bytes=stream_window_bytes,
+        )
 
     if worker_weight == FIT:
         worker_weight = fit_worker_weight(baseline_runs, _by_rank(base.iterations), offset_s=driver_s)
@@ -357,6 +369,7 @@ def annotate(
                 worker_weight=worker_weight,
                 # inline transfers (the default) wait for no thread (cc/transfers.cc)
                 executor_threads=None if spec.inline_transfers else executor_threads,
+                stream_window_bytes=stream_window_bytes,
             )
         # The simulator's step is the slowest worker's; so is a synchronous iteration. The mean
         # over every worker's steps was the measure until the seventh session: it put the

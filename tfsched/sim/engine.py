@@ -259,6 +259,7 @@ def simulate(
     worker_weight: float = 1.0,
     push_credit_bytes: int | None = None,
     executor_threads: int | None = None,
+    stream_window_bytes: int | None = None,
 ) -> SimResult:
     """Run the simulation; see the module docstring for the model. ``overlap=False``: a message's
     overhead holds its channel as its bytes do (TicTac's model of a transfer, and this one's
@@ -266,7 +267,13 @@ def simulate(
     their bytes unequally between the workers, the flows to and from worker k weighing
     ``worker_weight ** k`` (``_max_min_rates``), as TCP's flows need not share a link evenly.
     ``executor_threads``: each task's inter-op threads, for the acknowledgements' ops to wait for
-    (the module docstring); None, as until the fifty-second session: they wait for none."""
+    (the module docstring); None, as until the fifty-second session: they wait for none.
+    ``stream_window_bytes`` (a what-if, off by default): a message that no credit window holds
+    goes on the wire this many bytes at a time, and between them waits for its channel again
+    behind the messages waiting there (at the back of the kept order, or of those racing).
+    This models a large message's HTTP/2 stream yielding to the others between flow-control
+    windows. ``benchmarks/arrival_order.py`` measured vanilla TensorFlow's largest pull arriving
+    last in 20 of 26 traced steps, where a uniform order gives 1.8."""
     if not 0 < worker_weight <= 1:
         raise TfschedError(f"worker_weight must be in (0, 1], got {worker_weight!r}")
     check_credit_return(credit_return)
@@ -281,6 +288,10 @@ def simulate(
         raise TfschedError("a window per sending task (host_credit) needs a credit")
     if executor_threads is not None and not (is_count(executor_threads) and executor_threads >= 1):
         raise TfschedError(f"executor_threads must be a whole number of threads, got {executor_threads!r}")
+    if stream_window_bytes is not None and not (is_count(stream_window_bytes) and stream_window_bytes >= 1):
+        raise TfschedError(
+            f"stream_window_bytes must be a positive number of bytes, got {stream_window_bytes!r}"
+        )
     if push_credit_bytes is not None and (credit_bytes is None or push_credit_bytes <= 0):
         raise TfschedError(
             f"a window for the pushes needs a credit and must be positive, got {push_credit_bytes}"
@@ -355,6 +366,8 @@ def simulate(
     # channel -> the message it serves: its bytes (with overlap), or its overhead and then its bytes
     in_service: dict[str, int] = {}
     flows: dict[int, float] = {}  # message -> bytes left (data phase)
+    # with stream_window_bytes: message -> its bytes not yet handed to the wire
+    unsent: dict[int, int] = {}
     rates: dict[int, float] = {}
     events: list = []  # (time, seq, kind, id)
     seq = 0
@@ -491,8 +504,9 @@ def simulate(
         else:
             i = heapq.heappop(raced)[1]
         in_service[ch] = i
-        # with overlap the message paid its overhead before it waited for the channel
-        push_event(now + (0.0 if overlap else sg.overhead[i]), "overhead", i)
+        # with overlap the message paid its overhead before it waited for the channel (and a
+        # message's next window pays none)
+        push_event(now + (0.0 if overlap or i in unsent else sg.overhead[i]), "overhead", i)
 
     def flow_weight(spec: list) -> dict[int, float] | None:
         """``worker_weight ** k`` for each flow to or from worker k, None when all weigh alike."""
@@ -504,7 +518,9 @@ def simulate(
         """Message ``i`` waits for its channel, in the order kept or racing (``race``)."""
         ch = sg.resource[i]
         if race and not acked[i]:
-            heapq.heappush(pool[ch], (race_key[i], i))
+            # the rest of a message (stream_window_bytes) goes behind every message racing for
+            # the first time (keys under 1), in a new draw among the other rests
+            heapq.heappush(pool[ch], (1 + race_rng.random() if i in unsent else race_key[i], i))
         else:
             wire[ch].append(i)
         serve(ch)
@@ -625,6 +641,10 @@ def simulate(
             changed = True
             ch = sg.resource[i]
             del in_service[ch]
+            if unsent.get(i):  # a window of it went: the rest waits behind the others (enqueue)
+                enqueue(i)
+                continue
+            unsent.pop(i, None)
             serve(ch)
             sent(i)
         while events and events[0][0] <= now:
@@ -642,10 +662,15 @@ def simulate(
                 start_ops(res)
                 done(i)
             elif kind == "overhead":
-                if record:
+                if record and i not in unsent:
                     sends[i] = now
                 if sg.nbytes[i] > 0 and math.isfinite(sg.bandwidth[i]):
-                    flows[i] = float(sg.nbytes[i])
+                    if stream_window_bytes and not acked[i]:
+                        left = unsent.get(i, sg.nbytes[i])
+                        flows[i] = float(min(left, stream_window_bytes))
+                        unsent[i] = left - min(left, stream_window_bytes)
+                    else:
+                        flows[i] = float(sg.nbytes[i])
                     changed = True
                 else:
                     del in_service[sg.resource[i]]
