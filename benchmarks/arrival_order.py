@@ -139,7 +139,7 @@ def compare(run_dir: str) -> dict:
 
 def markdown(runs: list[dict]) -> list[str]:
     lines = [
-        "In what order a step's pulls of 100 KB or more reached their worker, from the traced steps "
+        f"In what order a step's pulls of {MIN_BYTES // 1000} KB or more reached their worker, from the traced steps "
         "of every worker (and worker 0 alone), against a uniform random order (the simulator's "
         "`race`: 1/n of the steps have their largest pull last, and Kendall's tau between size "
         "and arrival is 0 on average).",
