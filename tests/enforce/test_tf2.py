@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -239,12 +240,21 @@ def test_traced_calls_record_every_transfer_with_its_bytes(one_worker, tmp_path,
     from tfsched.tracing.trace import Trace
 
     path = str(tmp_path / "tf2.trace.json")
+    began = time.time() * 1e6
     out = run_client(one_worker.spec, kwargs, steps=1, trace=path)
+    ended = time.time() * 1e6
     vanilla = run_client(one_worker.spec, None, steps=len(out["losses"]))
     assert out["losses"] == vanilla["losses"]
     trace = Trace.load(path)
     assert 3 <= trace.steps < len(out["losses"]), (trace.steps, len(out["losses"]))
     assert trace.meta["api"] == "tf2-functions" and trace.meta["missing_transfers"] == {}
+    # when each call began, on the wall clock (us since the epoch): inside the client's run, in
+    # order, each after the one before it ended
+    starts = trace.step_starts_us
+    assert len(starts) == trace.steps and began < starts[0] and starts[-1] + trace.step_times_us[-1] < ended
+    assert all(
+        a + d <= b for a, d, b in zip(starts[:-1], trace.step_times_us[:-1], starts[1:], strict=True)
+    ), starts
     variables = sorted([4 * 256 * 256] * 4 + [4 * 256] * 4 + [4 * 256 * 10, 4 * 10])
     ps, worker = "/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0"
     for k in range(trace.steps):

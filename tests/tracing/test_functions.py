@@ -26,7 +26,7 @@ class _NoGraphs(Sizes):
 def _cluster(calls_on_ps=None):
     """Call 7 pulls w (1,000 floats) from the PS and pushes its gradient g; call 8's part on the
     PS began before the window; call 9 (the runtime's copy of a result) moves nothing."""
-    ps, worker = _Task(PS), _Task(WORKER)
+    ps, worker = _Task(PS, started_ns=0), _Task(WORKER, started_ns=0)  # on one clock
     ps.calls = calls_on_ps or {7: [100 * US, 900 * US, 1, 1], 8: [None, 950 * US, 0, 1]}
     worker.calls = {
         7: [90 * US, 1000 * US, 1, 1],
@@ -47,6 +47,7 @@ class TestBuildTrace:
         trace = build_trace(_cluster(), _NoGraphs({"w/read:0": (1000, 4), "g:0": (1000, 4)}))
         assert trace.steps == 1
         assert trace.step_times_us == [910.0]  # from the worker's start at 90 us to its end at 1000
+        assert trace.step_starts_us == [90.0]  # on the tasks' one clock: the worker's start
         pull, push = sorted(trace.transfers, key=lambda t: t.src)
         assert (pull.src, pull.dst, pull.tensor, pull.bytes) == (PS, WORKER, "w/read:0", 4000)
         assert (pull.start_us, pull.duration_us) == (20.0, 190.0)
@@ -169,11 +170,16 @@ def test_the_chief_is_left_out_and_every_other_task_is_profiled():
         FunctionTracer({"ps": ["p:1"]}, seconds=5, functions=[42])
 
 
-def _xspace(lines):
-    """An XSpace of one host plane: ``lines`` is [[(name, start us, duration us, {stat: value})]]."""
+def _xspace(lines, started_ns=None):
+    """An XSpace of one host plane: ``lines`` is [[(name, start us, duration us, {stat: value})]];
+    with ``started_ns``, the "Task Environment" plane saying when the profile began."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     space = xplane_pb2.XSpace()
+    if started_ns is not None:
+        env = space.planes.add(name="Task Environment")
+        env.stat_metadata[1].name = "profile_start_time"
+        env.stats.add(metadata_id=1, uint64_value=started_ns)
     plane = space.planes.add(name="/host:CPU")
     events, stats = {}, {}
 
@@ -245,6 +251,61 @@ def test_a_tasks_profile_is_read_by_thread_and_step():
     assert task.sends == {(WORKER, "w/read/_3"): (PS, "w/read", "matmul")}
     assert task.calls == {7: [1001 * US, 1483 * US, 1, 1]}
     assert task.functions == {7: "__inference_step_9"}
+    assert task.started_ns is None
+
+
+@pytest.mark.tf
+def test_tasks_whose_profiles_began_apart_are_put_on_one_clock():
+    """Each task's profiler stamps its events from its own start: the worker's profile began
+    200 us after the PS's, so its receive, 100 us into its profile, began 50 us after the PS's
+    send, 250 us into the PS's. On the wall clock the step begins at the send."""
+    from tfsched.tracing.functions import read_task
+
+    t0 = 1_795_000_000_000_000_000  # ns since the epoch
+    key = f"{PS};1;{WORKER};edge_4_w/read;0:0"
+    ps = _xspace(
+        [
+            [
+                ("FunctionRun", 0, 1, {"id": 7}),
+                ("ExecutorState::Process", 249, 10, {"id": 7}),
+                ("w/read/_3:_Send", 250, 2, {"from": "w/read", "to": "matmul", "key": key}),
+                ("ExecutorDoneCallback", 600, 1, {"id": 7}),
+            ]
+        ],
+        started_ns=t0 - 1_000_000,  # its lines are stamped 1,000 us after that: they count from t0
+    )
+    worker = _xspace(
+        [
+            [
+                ("FunctionRun", 0, 1, {"id": 7}),
+                (
+                    "ExecutorState::ProcessAsync::Start",
+                    100,
+                    1,
+                    {"step_id": 7, "name": "w/read/_4", "kernel_type": "_Recv"},
+                ),
+                (
+                    "ExecutorState::ProcessAsync::Done",
+                    150,
+                    1,
+                    {"step_id": 7, "name": "w/read/_4", "kernel_type": "_Recv"},
+                ),
+                ("ExecutorDoneCallback", 500, 1, {"id": 7}),
+            ]
+        ],
+        started_ns=t0 - 1_000_000 + 200_000,
+    )
+    tasks = [read_task(ps, PS), read_task(worker, WORKER)]
+    assert tasks[1].recvs == [(7, "w/read/_4", (t0 + 300_000) * 1000, (t0 + 350_000) * 1000)]
+    trace = build_trace(tasks, _NoGraphs({"w/read:0": (1000, 4)}))
+    assert trace.step_starts_us == [t0 / 1000]  # both calls' FunctionRun: the PS's at t0
+    (pull,) = trace.transfers
+    assert (pull.start_us, pull.duration_us) == (300.0, 50.0)  # unaligned: 100 us
+    assert trace.step_times_us == [701.0]  # to the worker's end, 501 us into its profile
+    # a task that does not say when its profile began: no step starts, rather than wrong ones
+    assert (
+        build_trace([read_task(ps, PS), read_task(_xspace([]), WORKER)], _NoGraphs({})).step_starts_us == []
+    )
 
 
 @pytest.mark.tf

@@ -60,9 +60,11 @@ START_WAIT_S = 0.5
 
 @dataclass
 class _Task:
-    """What one task's profile holds, in picoseconds of its clock."""
+    """What one task's profile holds, in picoseconds: since the epoch where the profile says
+    when it began (``started_ns``), else since that start."""
 
     device: str
+    started_ns: int | None = None  # the profile's start on the wall clock (None: not said)
     ops: list = field(default_factory=list)  # (step id, node, op type, start, duration)
     recvs: list = field(default_factory=list)  # (step id, recv node, start, end)
     # (dst device, send node) -> (src device, the node it sends, the node it sends to)
@@ -82,10 +84,27 @@ def _stats(plane, stats) -> dict:
     return out
 
 
+def _profile_start_ns(space) -> int | None:
+    """When the profile of ``space`` began (ns since the epoch), from its "Task Environment"
+    plane; None if it does not say.
+
+    The profiler stamps each task's events relative to that task's own start (the lines'
+    ``timestamp_ns`` are a few microseconds): without it, two tasks' events are as far out of
+    line as their profiles' starts are apart (186 us between a PS and a worker in a test run).
+    """
+    for plane in space.planes:
+        if plane.name == "Task Environment":
+            for s in plane.stats:
+                if plane.stat_metadata[s.metadata_id].name == "profile_start_time":
+                    return int(s.uint64_value) or None
+    return None
+
+
 def read_task(space, device: str) -> _Task:
     """The records of one task's XSpace (``device``: the task's device, e.g.
     ``/job:ps/replica:0/task:0/device:CPU:0``)."""
-    task = _Task(device)
+    task = _Task(device, started_ns=_profile_start_ns(space))
+    base_ns = task.started_ns or 0
     async_starts: dict[tuple[int, str], int] = {}  # (step id, node) -> start
     async_dones: dict[tuple[int, str], tuple[int, str]] = {}  # (step id, node) -> (done, kernel)
     for plane in space.planes:
@@ -93,7 +112,7 @@ def read_task(space, device: str) -> _Task:
             continue
         names = plane.event_metadata
         for line in plane.lines:
-            base = line.timestamp_ns * 1000
+            base = (base_ns + line.timestamp_ns) * 1000
             events = sorted(line.events, key=lambda e: e.offset_ps)
             step, step_end = None, -1  # the ExecutorState::Process this thread is in
             function, function_end = None, -1  # the EagerExecute (a call's launch) it is in
@@ -246,6 +265,10 @@ def build_trace(
             if sid in begin:
                 begin[sid] = min(begin[sid], start)
     trace.step_times_us = [(whole[sid][1] - begin[sid]) / 1e6 for sid in order]
+    # on the wall clock, where every task's profile said when it began (read_task): so ``viz``
+    # can lay this trace beside another of the run
+    if all(t.started_ns is not None for t in tasks):
+        trace.step_starts_us = [begin[sid] / 1e6 for sid in order]
     unsized: set[str] = set()
     unmatched: dict[str, list[str]] = defaultdict(list)
     for t in tasks:
