@@ -1,6 +1,7 @@
 #include "gate.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <deque>
 #include <thread>
 #include <utility>
@@ -173,13 +174,28 @@ void ReturnSoon(StepGates* gates, Channel* channel, int64_t size) {
   Returner::Get().Post(gates, channel, size);
 }
 
+int64_t TransitDelayUs() {
+  static const int64_t us = [] {
+    const char* v = std::getenv("TFSCHED_TEST_TRANSIT_DELAY_US");
+    return v == nullptr ? int64_t{0} : std::max<int64_t>(0, std::atoll(v));
+  }();
+  return us;
+}
+
 namespace {
+// `w`, whose turn came on its channel, brought to its shared window: true if it may go now.
+bool IntoWindow(const std::shared_ptr<Waiter>& w) {
+  if (TransitDelayUs() > 0)
+    std::this_thread::sleep_for(std::chrono::microseconds(TransitDelayUs()));
+  return w->host->ArriveOrWait(w);
+}
+
 // Of `next`, whose turn came on their channel, those their shared window lets go now.
 std::vector<std::shared_ptr<Waiter>> ToWindows(std::vector<std::shared_ptr<Waiter>> next) {
   std::vector<std::shared_ptr<Waiter>> go;
   for (auto& n : next) {
     // Parked by its window (fired when credit comes back) or taken by it; either way there.
-    if (n->host != nullptr && !n->host_granted && !n->host->ArriveOrWait(n)) continue;
+    if (n->host != nullptr && !n->host_granted && !IntoWindow(n)) continue;
     go.push_back(std::move(n));
   }
   return go;
@@ -205,11 +221,13 @@ void FireInTurn(std::vector<std::shared_ptr<Waiter>> ready, Outcome how) {
   for (size_t i = 0; i < ready.size(); ++i) {
     std::shared_ptr<Waiter> w = std::move(ready[i]);
     // Its channel gave it its turn; a shared window must take it too (or park it for later).
-    if (how == Outcome::kTurn && w->host != nullptr && !w->host_granted &&
-        !w->host->ArriveOrWait(w)) {
+    if (how == Outcome::kTurn && w->host != nullptr && !w->host_granted && !IntoWindow(w)) {
       continue;
     }
     if (w->fired.exchange(true)) continue;
+    // Given up on its way here (Waiter::abandoned): it ends as its wait did.
+    const int abandoned = w->abandoned.load();
+    if (how == Outcome::kTurn && abandoned != 0) how = static_cast<Outcome>(abandoned - 1);
     if (!w->FireNowOrDefer(how)) {  // still arming: its ComputeAsync fires it (FireDeferred)
       how = Outcome::kTurn;
       continue;
@@ -302,8 +320,9 @@ bool HostLink::ArriveOrWait(const std::shared_ptr<Waiter>& w) {
   std::vector<std::shared_ptr<Waiter>> ready;
   {
     mutex_lock l(mu_);
-    if (Clock::now() >= w->deadline) {
-      // Its timeout may have fired while it passed from its channel to here: fail open.
+    if (w->abandoned.load() != 0 || Clock::now() >= w->deadline) {
+      // Its wait was given up, or its timeout passed, while it came here from its channel, where
+      // the withdrawal could not find it: it goes now (FireInTurn ends it as its wait did).
       Grant(w.get());
       return true;
     }

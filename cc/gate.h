@@ -67,6 +67,12 @@ struct Waiter {
   // Called exactly once, outside any lock.
   std::function<void(Outcome)> fire;
   std::atomic<bool> fired{false};
+  // Set (to its Outcome + 1) when its wait was given up (cancellation, timeout), before the
+  // channel's and the window's locks are taken to withdraw it. Neither holds a waiter on its way
+  // from its channel to its window (FireInTurn, NextInTurn): the window lets such a one go at once
+  // (HostLink::ArriveOrWait), and it is fired as its wait ended. Until the fifty-seventh session it
+  // parked there, its cancellation spent, until credit came back or its timeout.
+  std::atomic<int> abandoned{0};
 
   // Arming: once parked, a waiter is visible to other threads, but its ComputeAsync still has
   // to register its cancellation callback and timeout. It must not be fired (done() called)
@@ -263,6 +269,9 @@ std::vector<std::shared_ptr<Waiter>> NextInTurn(Waiter* w);
 // Once `w` (counted by NextInTurn) has fired: the gates of its channel that arrived while it was
 // handing its tensor on and whose turn has come, brought to their shared window as NextInTurn does.
 std::vector<std::shared_ptr<Waiter>> HandedOn(Waiter* w);
+// Fault injection for the tests ($TFSCHED_TEST_TRANSIT_DELAY_US, read once): a waiter whose turn
+// came on its channel waits this long before it reaches its shared window.
+int64_t TransitDelayUs();
 // Fires `ready` in its order (each at most once, guarded by Waiter::fired), each after whoever's
 // turn that makes has reached its window (NextInTurn), then fires those after the rest;
 // iterative, so long chains use no stack.

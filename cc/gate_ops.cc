@@ -433,6 +433,8 @@ class TfschedGateOp : public AsyncOpKernel {
     auto withdraw = [weak, channel, name = channel_](Outcome how) {
       auto waiter = weak.lock();  // alive => its StepGates, and so `channel`, are alive
       if (!waiter) return;
+      // Before the locks: a window that takes it after them lets it go (Waiter::abandoned).
+      waiter->abandoned.store(static_cast<int>(how) + 1);
       bool withdrawn = channel->Withdraw(waiter);
       if (waiter->host != nullptr) {
         if (withdrawn) {

@@ -277,6 +277,51 @@ def test_a_gate_whose_turn_comes_while_it_arms_its_wait_is_released_by_its_own_t
         assert c.dead_tasks() == []
 
 
+def test_a_gate_cancelled_on_its_way_to_its_window_does_not_wait_there(monkeypatch):
+    """A gate whose turn came on its channel is held by neither its channel nor its shared window
+    while it passes from one to the other, so a cancellation then finds nothing to withdraw. The
+    window must not park it afterwards: here nothing else would ever end its wait (no timeout,
+    and the credit it waits for is held by a tensor whose acknowledgement never comes), and the
+    step would hang, as it did until the fifty-seventh session. The tasks delay that passage by
+    3 s (fault injection) and the step is cancelled 1 s in, while g1 is on its way: the PS's
+    step must end once g1 reaches the window, with g1 cancelled and the step's state freed."""
+    import tensorflow as tf
+
+    from tfsched.enforce._loader import load_ops
+
+    monkeypatch.setenv("TFSCHED_TEST_TRANSIT_DELAY_US", "3000000")
+    ops = load_ops()
+    kw = {"channel": "transit->w0", "channel_size": 2, "credit": 10, "host": True, "timeout_ms": 0}
+    g = tf.Graph()
+    with g.as_default():
+        with g.device("/job:ps/task:0"):
+            big = tf.compat.v1.get_variable("big", initializer=tf.zeros([1000]))
+            small = tf.compat.v1.get_variable("small", initializer=tf.ones([3]))
+            m = tf.compat.v1.get_variable("m", initializer=tf.ones([1200, 1200]))
+            # g1 arrives first and parks (not its turn); g0 comes after the products, goes at once
+            # (the window is empty) and brings g1 its turn: g1 then passes to the window, which
+            # g0's 1,000 parameters fill beyond the credit of 10 for good
+            g1 = ops.tfsched_gate(small.read_value(), priority=1, name="g1", **kw)
+            with tf.control_dependencies([tf.matmul(tf.matmul(m, m), m)]):
+                g0 = ops.tfsched_gate(tf.identity(big.read_value()), priority=0, name="g0", **kw)
+        with g.device("/job:worker/task:0"):
+            y = tf.reduce_sum(g0) + tf.reduce_sum(g1)
+        init = tf.compat.v1.global_variables_initializer()
+    with LocalCluster(ps=1, workers=1) as c:
+        before = ps_stats(c)
+        with tf.compat.v1.Session(c.target("worker", 0), graph=g) as sess:
+            sess.run(init)
+            out = within(60, lambda: sess.run(y, options=tf.compat.v1.RunOptions(timeout_in_ms=1000)))
+            # the client has its error at once; on the PS, g1 is still on its way
+            assert isinstance(out.get("error"), tf.errors.DeadlineExceededError), out
+            assert ps_stats(c)["live_steps"] == before["live_steps"] + 1
+        after = settled_ps_stats(c)  # up to 20 s: g1 reaches the window about 3 s in
+        assert after["live_steps"] == before["live_steps"], after
+        assert after["cancelled"] == before["cancelled"] + 1  # g1, as its wait ended
+        assert after["timeouts"] == before["timeouts"]
+        assert c.dead_tasks() == []
+
+
 @pytest.mark.parametrize(
     "knobs",
     [{}, {"partition": 20_000, "credit": 40_000, "host_credit": True}],
