@@ -417,3 +417,43 @@ def test_the_header_names_a_placement_other_than_by_bytes_moved():
     assert "**m** (train), 2 PS (variables placed held) x 1 workers" in header(ps=2, ps_placement="held")
     assert "**m** (train), 2 PS x 1 workers" in header(ps=2, ps_placement="bytes")
     assert "**m** (train), 1 PS x 1 workers" in header()  # rows run before the option
+
+
+def test_the_table_says_which_modes_ran_at_the_cores_limit_and_what_that_leaves_to_win():
+    """Every task shares the machine's cores: a mode that kept them busy cannot step faster than
+    its CPU seconds a step over the cores, and its ratio to the baseline is bounded by that."""
+    config = {
+        "model": "m",
+        "mode": "inference",
+        "ps": 1,
+        "workers": 2,
+        "bandwidth": "1 Gbit/s",
+        "rounds": 1,
+        "steps": 2,
+    }
+
+    def mode(name, slowest, cpu_s, busy):
+        r = ModeResult(name, step_times=[slowest] * 4, rounds=[(1, 2 * slowest)], steps=4, wall_s=2 * slowest)
+        r.iterations = [[slowest, slowest - 0.1]] * 2
+        r.cpu_s, r.cpu_total_s = 2 * cpu_s, 2 * cpu_s / busy
+        return r
+
+    base, fast = mode("baseline", 7.5, 10.0, 0.66), mode("tao+pc+host", 5.1, 10.0, 0.99)
+    summary = summarize({"baseline": base, "tao+pc+host": fast}, config)
+    summary["cores"] = 2  # as on the machine the numbers are from, whatever this one has
+    text = markdown(summary)
+    assert "At the cores' limit (95% busy or more; every task shares the 2 cores):" in text
+    assert (
+        "- `tao+pc+host`, 99% busy: 10.00 CPU seconds a step take at least 5.00 s (slowest worker "
+        "5.10 s); at most 1.50x the baseline's 7.50 s." in text
+    )
+    assert "`baseline`, 66% busy" not in text  # the baseline left the cores idle
+    # files from before the summary said how many cores: from the processor's description
+    del summary["cores"]
+    summary["cpu"] = "AMD EPYC (family 26, model 2), 2596 MHz, 4 cores"
+    assert "take at least 2.50 s (slowest worker 5.10 s); at most 3.00x" in markdown(summary)
+    # no mode at the limit, or no cores said: no such lines
+    summary["modes"][1]["cpu_busy"] = 0.9
+    assert "At the cores' limit" not in markdown(summary)
+    summary["modes"][1]["cpu_busy"], summary["cpu"] = 0.99, "unknown processor"
+    assert "At the cores' limit" not in markdown(summary)

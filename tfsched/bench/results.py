@@ -84,6 +84,7 @@ def summarize(results: dict[str, ModeResult], config: dict) -> dict:
         "config": config,
         "machine": platform.platform(),
         "cpu": cpu_description(),
+        "cores": os.cpu_count() or 1,
         "modes": rows,
     }
 
@@ -130,6 +131,54 @@ def tuned_lines(config: dict) -> list[str]:
     """bench --tuned: which mode ran the tune file's best setting (none without)."""
     t = config.get("tuned")
     return ["", f"`{t['mode']}`: the best setting of `tfsched tune` ({t['file']})."] if t else []
+
+
+# a mode whose cores were at least this busy over its rounds ran at the cores' limit
+CORES_LIMIT_BUSY = 0.95
+
+
+def machine_cores(summary: dict) -> int | None:
+    """The cores every task of the run shared: the summary's ``cores``, or (files from before the
+    fifty-seventh session) the end of its processor's description ("..., 2 cores")."""
+    if summary.get("cores"):
+        return int(summary["cores"])
+    m = re.search(r", (\d+) cores$", summary.get("cpu") or "")
+    return int(m[1]) if m else None
+
+
+def cores_limit_lines(summary: dict) -> list[str]:
+    """The modes that ran at the cores' limit (``CORES_LIMIT_BUSY``), with the shortest step their
+    CPU work allows on the machine's cores and what that leaves to win over the baseline.
+
+    Every task of the bench shares this machine's cores, where a real cluster's workers have
+    their own: a mode that keeps them busy cannot step faster than its CPU seconds a step over
+    the cores, whatever its order, and its ratio to the baseline is then the baseline's idle share
+    to win (VGG16 inference at batch 708, fifty-seventh session: 10.2 CPU seconds a step on two
+    cores, at least 5.11 s, against the baseline's 7.63 s: at most 1.49x, measured 1.486x).
+    """
+    cores = machine_cores(summary)
+    full = [
+        r
+        for r in summary["modes"]
+        if r.get("cpu_s_per_step") and r.get("iteration_mean_s") and r.get("cpu_busy", 0) >= CORES_LIMIT_BUSY
+    ]
+    if not cores or not full:
+        return []
+    base = next((r for r in summary["modes"] if r["mode"] == "baseline" and r.get("iteration_mean_s")), None)
+    lines = [
+        "",
+        f"At the cores' limit ({CORES_LIMIT_BUSY:.0%} busy or more; every task shares the {cores} cores):",
+    ]
+    for r in full:
+        floor = r["cpu_s_per_step"] / cores
+        line = (
+            f"`{r['mode']}`, {r['cpu_busy']:.0%} busy: {r['cpu_s_per_step']:.2f} CPU seconds a step take at least "
+            f"{floor:.2f} s (slowest worker {r['iteration_mean_s']:.2f} s)"
+        )
+        if base is not None and base is not r:
+            line += f"; at most {base['iteration_mean_s'] / floor:.2f}x the baseline's {base['iteration_mean_s']:.2f} s"
+        lines.append(f"- {line}.")
+    return lines
 
 
 def stagger_lines(summary: dict) -> list[str]:
@@ -198,6 +247,7 @@ def markdown(summary: dict) -> str:
         "as its slowest worker (how steady the training step is; the workers' stagger within a step "
         "is the straggler effect).",
     ]
+    lines += cores_limit_lines(summary)
     lines += stagger_lines(summary)
     # the graph the simulator laid out (tracing.replay.graph_that_ran): since the twenty-ninth session
     laid = next((r["simulated_graph"] for r in summary["modes"] if r.get("simulated_graph")), None)
