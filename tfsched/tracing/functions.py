@@ -88,9 +88,9 @@ def _profile_start_ns(space) -> int | None:
     """When the profile of ``space`` began (ns since the epoch), from its "Task Environment"
     plane; None if it does not say.
 
-    The profiler stamps each task's events relative to that task's own start (the lines'
-    ``timestamp_ns`` are a few microseconds): without it, two tasks' events are as far out of
-    line as their profiles' starts are apart (186 us between a PS and a worker in a test run).
+    The profiler stamps each task's events relative to that task's own start (its lines'
+    ``timestamp_ns`` count from it): without it, two tasks' events are as far out of line as
+    their profiles' starts are apart (186 us between a PS and a worker in a test run).
     """
     for plane in space.planes:
         if plane.name == "Task Environment":
