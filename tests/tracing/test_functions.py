@@ -205,6 +205,17 @@ def _xspace(lines, started_ns=None):
     return space
 
 
+def _async(edge, at, dur, start=True):
+    """The event that starts (or ends) receive ``edge``'s ``_Recv`` of call 7."""
+    kind = "Start" if start else "Done"
+    return (
+        f"ExecutorState::ProcessAsync::{kind}",
+        at,
+        dur,
+        {"step_id": 7, "name": edge, "kernel_type": "_Recv"},
+    )
+
+
 @pytest.mark.tf
 def test_a_tasks_profile_is_read_by_thread_and_step():
     """Ops are the ``node:Type`` events inside an ``ExecutorState::Process`` (its ``id`` the
@@ -222,20 +233,10 @@ def test_a_tasks_profile_is_read_by_thread_and_step():
                 ("matmul:MatMul", 12, 20, {}),
                 ("ThreadpoolListener::Record", 15, 1, {}),
                 ("late:Add", 50, 5, {}),  # outside any Process: not an op of a step
-                (
-                    "ExecutorState::ProcessAsync::Done",
-                    300,
-                    1,
-                    {"step_id": 7, "name": "w/read/_4", "kernel_type": "_Recv"},
-                ),
+                _async("w/read/_4", 300, 1, start=False),
             ],
             [
-                (
-                    "ExecutorState::ProcessAsync::Start",
-                    100,
-                    2,
-                    {"step_id": 7, "name": "w/read/_4", "kernel_type": "_Recv"},
-                ),
+                _async("w/read/_4", 100, 2),
                 ("ExecutorState::Process", 400, 20, {"id": 7}),
                 ("w/read/_3:_Send", 401, 2, {"from": "w/read", "to": "matmul", "key": key}),
                 ("ExecutorDoneCallback", 480, 3, {"id": 7}),
@@ -258,7 +259,7 @@ def test_a_tasks_profile_is_read_by_thread_and_step():
 def test_tasks_whose_profiles_began_apart_are_put_on_one_clock():
     """Each task's profiler stamps its events from its own start: the worker's profile began
     200 us after the PS's, so its receive, 100 us into its profile, began 50 us after the PS's
-    send, 250 us into the PS's. On the wall clock the step begins at the send."""
+    send, 250 us into the PS's. On the wall clock the step begins at the PS's FunctionRun."""
     from tfsched.tracing.functions import read_task
 
     t0 = 1_795_000_000_000_000_000  # ns since the epoch
@@ -278,18 +279,8 @@ def test_tasks_whose_profiles_began_apart_are_put_on_one_clock():
         [
             [
                 ("FunctionRun", 0, 1, {"id": 7}),
-                (
-                    "ExecutorState::ProcessAsync::Start",
-                    100,
-                    1,
-                    {"step_id": 7, "name": "w/read/_4", "kernel_type": "_Recv"},
-                ),
-                (
-                    "ExecutorState::ProcessAsync::Done",
-                    150,
-                    1,
-                    {"step_id": 7, "name": "w/read/_4", "kernel_type": "_Recv"},
-                ),
+                _async("w/read/_4", 100, 1),
+                _async("w/read/_4", 150, 1, start=False),
                 ("ExecutorDoneCallback", 500, 1, {"id": 7}),
             ]
         ],
