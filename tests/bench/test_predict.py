@@ -74,6 +74,14 @@ def test_annotate_refuses_an_unknown_work_measure():
         annotate({}, graph_path="g.pb", fetches=[], workers=4, bandwidth_bps=None, work="mean")
 
 
+def test_annotate_refuses_an_unknown_op_statistic():
+    from tfsched.bench.predict import annotate
+    from tfsched.errors import TfschedError
+
+    with pytest.raises(TfschedError, match="unknown statistic 'fastest'; use min, median, mean"):
+        annotate({}, graph_path="g.pb", fetches=[], workers=4, bandwidth_bps=None, op_statistic="fastest")
+
+
 def test_the_links_share_fitted_to_the_measured_stagger():
     """Two workers (between-graph replicas) each pulling 1 MB over the PS's link and computing
     1 s: shared evenly, both steps end at 3 s; with worker 1's flow weighing w of worker 0's,
