@@ -1,0 +1,104 @@
+"""benchmarks/pool_runs.py: one mode's speedup pooled over runs of one benchmark."""
+
+import importlib.util
+import json
+import math
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "pool_runs.py"
+
+
+@pytest.fixture(scope="module")
+def pool_runs():
+    spec = importlib.util.spec_from_file_location("pool_runs", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # puts benchmarks/ on the path, for its _results
+    return module
+
+
+def _results_file(path: Path, *, ratio: float, batch: int = 708, cpu: str = "EPYC, 2 cores") -> str:
+    config = {"model": "vgg16", "mode": "inference", "workers": 4, "ps": 1, "batch_size": batch}
+    config.update(bandwidth="1 Gbit/s", latency=None, queue=None, rounds=3)
+    doc = {
+        "benchmark": "tfsched bench",
+        "config": config,
+        "cpu": cpu,
+        "modes": [
+            {"mode": "baseline", "vs_baseline": 1.0, "vs_baseline_ci95": None, "iteration_mean_s": 7.0},
+            {"mode": "tao+pc+host", "vs_baseline": ratio, "vs_baseline_ci95": [ratio - 0.1, ratio + 0.1]}
+            | {"iteration_mean_s": 7.0 / ratio},
+        ],
+    }
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_the_pool_is_the_runs_geometric_mean_with_an_interval_over_them(pool_runs):
+    ratios = [1.44, 1.6, 1.45, 1.49]
+    mean, low, high = pool_runs.pooled(ratios)
+    assert mean == pytest.approx(statistics.geometric_mean(ratios))
+    # symmetric on the logarithms, and wider the more the runs disagree
+    assert low < mean < high
+    assert math.log(mean) - math.log(low) == pytest.approx(math.log(high) - math.log(mean))
+    _, wider_low, wider_high = pool_runs.pooled([1.2, 1.6, 1.45, 1.49])
+    assert wider_high / wider_low > high / low
+    # runs that agree: an interval of nothing; one run: no interval
+    assert pool_runs.pooled([1.5, 1.5, 1.5])[1:] == (pytest.approx(1.5), pytest.approx(1.5))
+    assert pool_runs.pooled([1.4]) == (pytest.approx(1.4), None, None)
+
+
+def test_runs_of_one_benchmark_are_pooled_into_a_results_file(pool_runs, tmp_path, monkeypatch):
+    files = [_results_file(tmp_path / f"run{k}.json", ratio=r) for k, r in enumerate((1.44, 1.6, 1.45))]
+    out = tmp_path / "results"
+    monkeypatch.setattr(sys.modules["_results"], "RESULTS", str(out))
+    monkeypatch.setattr(
+        sys, "argv", ["pool_runs.py", "--mode", "tao+pc+host", "--target", "1.5", "--name", "p", *files]
+    )
+    pool_runs.main()
+    doc = json.loads((out / "p.json").read_text())
+    assert [r["vs_baseline"] for r in doc["runs"]] == [1.44, 1.6, 1.45]
+    assert doc["pooled"]["vs_baseline"] == pytest.approx(statistics.geometric_mean([1.44, 1.6, 1.45]))
+    assert doc["runs_at_target"] == 1 and doc["cpu"] == "EPYC, 2 cores"
+    md = (out / "p.md").read_text()
+    assert "in 3 runs" in md and "1 of 3 runs at or above 1.5x" in md and "| 1.600x | 1.50 to 1.70 |" in md
+
+
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        ({"batch": 397}, "batch_size 397, not 708 as in"),
+        ({"cpu": "Xeon, 2 cores"}, "ran on 'Xeon, 2 cores', not 'EPYC, 2 cores'"),
+    ],
+    ids=["another-batch", "another-processor"],
+)
+def test_runs_of_another_benchmark_are_refused_in_one_line(pool_runs, tmp_path, monkeypatch, bad, error):
+    files = [
+        _results_file(tmp_path / "a.json", ratio=1.4),
+        _results_file(tmp_path / "b.json", ratio=1.5, **bad),
+    ]
+    out = tmp_path / "results"
+    monkeypatch.setattr(sys.modules["_results"], "RESULTS", str(out))
+    monkeypatch.setattr(sys, "argv", ["pool_runs.py", "--mode", "tao+pc+host", "--name", "p", *files])
+    with pytest.raises(SystemExit, match="^" + re.escape(f"Error: {tmp_path / 'b.json'}: {error}")):
+        pool_runs.main()
+    assert not out.exists()  # nothing written
+
+
+def test_a_file_that_is_no_bench_run_or_lacks_the_mode_is_named(pool_runs, tmp_path):
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"config": {}}))
+    with pytest.raises(pool_runs.PoolError, match="other.json: not a tfsched bench results file"):
+        pool_runs.read_run(str(other), "tao+pc+host")
+    path = _results_file(tmp_path / "run.json", ratio=1.4)
+    with pytest.raises(
+        pool_runs.PoolError, match=r"run.json: no mode 'tio' \(its modes: baseline, tao\+pc\+host\)"
+    ):
+        pool_runs.read_run(path, "tio")
+    (tmp_path / "cut.json").write_text('{"benchmark": ')
+    with pytest.raises(pool_runs.PoolError, match="cut.json: not JSON"):
+        pool_runs.read_run(str(tmp_path / "cut.json"), "tao+pc+host")
