@@ -11,7 +11,8 @@ stays beside it).
     cd benchmarks/results && python ../pool_runs.py --mode tao+pc+host --target 1.5 \\
         --name vgg16-inference-b708-pooled bench-vgg16-inference-s56-b708.json \\
         bench-vgg16-inference-s56-b708-run2.json bench-vgg16-inference-s57-b708-row.json \\
-        bench-vgg16-inference-s58-b708-traced.json bench-vgg16-inference-s58-b708.json
+        bench-vgg16-inference-s58-b708-traced.json bench-vgg16-inference-s58-b708.json \\
+        bench-vgg16-inference-s58-b708-run3.json bench-vgg16-inference-s58-b708-run4.json
 
 The runs must be of one benchmark: the same model, mode, cluster, links and batch, on the same
 processor; anything else is one error line naming the file. Writes
@@ -115,6 +116,9 @@ def main() -> None:
     mean, low, high = pooled([r["vs_baseline"] for r in runs])
     met = None if args.target is None else sum(r["vs_baseline"] >= args.target for r in runs)
 
+    def seconds(s) -> str:
+        return "-" if s is None else f"{s:.3f}"
+
     def ci(pair) -> str:
         return f"{pair[0]:.2f} to {pair[1]:.2f}" if pair and None not in pair else "-"
 
@@ -127,7 +131,7 @@ def main() -> None:
         "|---|---|---|---|---|---|",
         *(
             f"| `{os.path.basename(r['file'])}` | {r['rounds']} | {r['vs_baseline']:.3f}x "
-            f"| {ci(r['vs_baseline_ci95'])} | {r['step_s']:.3f} | {r['baseline_step_s']:.3f} |"
+            f"| {ci(r['vs_baseline_ci95'])} | {seconds(r['step_s'])} | {seconds(r['baseline_step_s'])} |"
             for r in runs
         ),
         "",
