@@ -30,7 +30,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _results import machine, run_title, write  # noqa: E402
 
-# what makes two runs the same benchmark (a results file's config), and the processor they ran on
+# what makes two runs the same benchmark (keys of a results file's config; their processor must match too)
 SAME = ("model", "mode", "workers", "ps", "batch_size", "bandwidth", "latency", "queue")
 
 
@@ -39,9 +39,9 @@ def pooled(ratios: list[float], level: float = 0.95) -> tuple[float, float | Non
     as ratios multiply); no interval from fewer than two.
 
     >>> [round(x, 3) for x in pooled([1.2, 1.5, 1.35])]
-    [1.343, 1.028, 1.755]
-    >>> pooled([1.4])
-    (1.4, None, None)
+    [1.344, 1.019, 1.774]
+    >>> round(pooled([1.4])[0], 3), pooled([1.4])[1:]
+    (1.4, (None, None))
     """
     from scipy import stats
 

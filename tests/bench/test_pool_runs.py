@@ -1,5 +1,6 @@
 """benchmarks/pool_runs.py: one mode's speedup pooled over runs of one benchmark."""
 
+import doctest
 import importlib.util
 import json
 import math
@@ -50,6 +51,11 @@ def test_the_pool_is_the_runs_geometric_mean_with_an_interval_over_them(pool_run
     # runs that agree: an interval of nothing; one run: no interval
     assert pool_runs.pooled([1.5, 1.5, 1.5])[1:] == (pytest.approx(1.5), pytest.approx(1.5))
     assert pool_runs.pooled([1.4]) == (pytest.approx(1.4), None, None)
+
+
+def test_the_scripts_docstring_examples_hold(pool_runs):
+    result = doctest.testmod(pool_runs, verbose=False, report=False)
+    assert result.attempted >= 2 and result.failed == 0
 
 
 def test_runs_of_one_benchmark_are_pooled_into_a_results_file(pool_runs, tmp_path, monkeypatch):
