@@ -277,7 +277,7 @@ def annotate(
     ``benchmarks/repredict.py``; the links keep their fit to the fastest). Tried in the
     fifty-eighth session on eight traced runs (26 modes): VGG16 inference's modes at the cores'
     limit came closer (-9% and -6% became -5% and -2%), as with ``work="simulated"``, but Par-32
-    training's modes went from +4% to +12% to +14% to +23%; the mean error 8.5% against 6.7%
+    training's went further off (+4% to +12% became +14% to +23%); the mean error 8.5% against 6.7%
     (``work="simulated"`` 9.6%), so the bench keeps the fastest."""
     check_work(work)
     from tfsched.oracle.fit import op_times, statistic_fn
