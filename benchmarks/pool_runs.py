@@ -43,15 +43,11 @@ def pooled(ratios: list[float], level: float = 0.95) -> tuple[float, float | Non
     >>> round(pooled([1.4])[0], 3), pooled([1.4])[1:]
     (1.4, (None, None))
     """
-    from scipy import stats
+    from tfsched.bench.results import ratio_interval
 
-    logs = [math.log(r) for r in ratios]
-    mean = sum(logs) / len(logs)
-    if len(logs) < 2:
-        return math.exp(mean), None, None
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
-    half = stats.t.ppf(0.5 + level / 2, len(logs) - 1) * sd / math.sqrt(len(logs))
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+    if len(ratios) < 2:
+        return math.exp(sum(map(math.log, ratios)) / len(ratios)), None, None
+    return ratio_interval(ratios, level)
 
 
 class PoolError(Exception):

@@ -174,15 +174,19 @@ void ReturnSoon(StepGates* gates, Channel* channel, int64_t size) {
   Returner::Get().Post(gates, channel, size);
 }
 
-int64_t TransitDelayUs() {
-  static const int64_t us = [] {
-    const char* v = std::getenv("TFSCHED_TEST_TRANSIT_DELAY_US");
-    return v == nullptr ? int64_t{0} : std::max<int64_t>(0, std::atoll(v));
-  }();
-  return us;
+int64_t TestDelayUs(const char* variable) {
+  const char* v = std::getenv(variable);
+  return v == nullptr ? int64_t{0} : std::max<int64_t>(0, std::atoll(v));
 }
 
 namespace {
+// $TFSCHED_TEST_TRANSIT_DELAY_US, read once: a waiter whose turn came on its channel waits this
+// long before it reaches its shared window.
+int64_t TransitDelayUs() {
+  static const int64_t us = TestDelayUs("TFSCHED_TEST_TRANSIT_DELAY_US");
+  return us;
+}
+
 // `w`, whose turn came on its channel, brought to its shared window: true if it may go now.
 bool IntoWindow(const std::shared_ptr<Waiter>& w) {
   if (TransitDelayUs() > 0)

@@ -269,9 +269,9 @@ std::vector<std::shared_ptr<Waiter>> NextInTurn(Waiter* w);
 // Once `w` (counted by NextInTurn) has fired: the gates of its channel that arrived while it was
 // handing its tensor on and whose turn has come, brought to their shared window as NextInTurn does.
 std::vector<std::shared_ptr<Waiter>> HandedOn(Waiter* w);
-// Fault injection for the tests ($TFSCHED_TEST_TRANSIT_DELAY_US, read once): a waiter whose turn
-// came on its channel waits this long before it reaches its shared window.
-int64_t TransitDelayUs();
+// Fault injection for the tests: the microseconds the environment variable `variable` says (0 if
+// unset or negative). Each delay reads it once into a static: the gates ask on every release.
+int64_t TestDelayUs(const char* variable);
 // Fires `ready` in its order (each at most once, guarded by Waiter::fired), each after whoever's
 // turn that makes has reached its window (NextInTurn), then fires those after the rest;
 // iterative, so long chains use no stack.

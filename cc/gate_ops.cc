@@ -2,7 +2,6 @@
 // TfschedStats: this process's gate counters.
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -154,10 +153,7 @@ peak_in_flight, live_credit (-1: none set), armed_late, steps].
 // Fault injection for the tests ($TFSCHED_TEST_ARM_DELAY_US, read once): a parked gate waits
 // this long before it arms, so that its turn comes on another thread meanwhile.
 int64_t ArmDelayUs() {
-  static const int64_t us = [] {
-    const char* v = std::getenv("TFSCHED_TEST_ARM_DELAY_US");
-    return v == nullptr ? int64_t{0} : std::max<int64_t>(0, std::atoll(v));
-  }();
+  static const int64_t us = TestDelayUs("TFSCHED_TEST_ARM_DELAY_US");
   return us;
 }
 

@@ -19,9 +19,6 @@ def paired_ratio_ci(mode: ModeResult, base: ModeResult, level: float = 0.95) -> 
     same drift: their throughput ratio is one paired sample. The interval is Student's t on the
     logarithms of the per-round ratios (ratios are multiplicative); None with fewer than 3 rounds.
     """
-    import numpy as np
-    from scipy import stats
-
     pairs = [
         (s / w) / (bs / bw)
         for (s, w), (bs, bw) in zip(mode.rounds, base.rounds, strict=False)
@@ -29,9 +26,25 @@ def paired_ratio_ci(mode: ModeResult, base: ModeResult, level: float = 0.95) -> 
     ]
     if len(pairs) < 3:
         return None
-    logs = np.log(pairs)
+    _, low, high = ratio_interval(pairs, level)
+    return low, high
+
+
+def ratio_interval(ratios: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """The geometric mean of ``ratios`` (at least two) and Student's t interval around it, on
+    their logarithms (ratios multiply). ``paired_ratio_ci``'s over a run's rounds, and
+    ``benchmarks/pool_runs.py``'s over runs.
+
+    >>> [round(x, 3) for x in ratio_interval([1.2, 1.5, 1.35])]
+    [1.344, 1.019, 1.774]
+    """
+    import numpy as np
+    from scipy import stats
+
+    logs = np.log(ratios)
     half = stats.t.ppf(0.5 + level / 2, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
-    return float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
+    mean = logs.mean()
+    return float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half))
 
 
 def cpu_description(cpuinfo: str = "/proc/cpuinfo") -> str:
