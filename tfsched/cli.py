@@ -16,6 +16,7 @@ from click.core import ParameterSource
 
 from tfsched.errors import TfschedError
 from tfsched.models.build import PS_PLACEMENTS
+from tfsched.tune.coordinator import OBJECTIVES
 
 # The built-in models (tfsched.models.MODELS), listed here so that --help needs no import of them.
 BUILTIN_MODELS = [
@@ -768,6 +769,8 @@ def _check_tf2_tune(ps_placement: str) -> str:
             ("prescreen", "the simulator's pre-screen is of a session's graph"),
             ("sync", "a coordinator's steps are asynchronous"),
             ("settle", "each trial is a coordinator of its own, its setting in force from its first step"),
+            ("push_credit", "the workers' pushes go through their step functions' gates, not set live"),
+            ("objective", "a coordinator's steps are asynchronous: no worker waits for another"),
         )
     )
     return _tf2_placements((ps_placement,))[0]
@@ -1197,6 +1200,20 @@ def bench(
     help="Start every step on all workers together, as synchronous training and tfsched bench do "
     "(default: the workers run free, as asynchronous training does).",
 )
+@click.option(
+    "--push-credit",
+    is_flag=True,
+    help="Also tune the window of the workers' pushes (tfsched.enable(..., push_credit=N)), live on "
+    "the workers' gates, for the straggler effect: with --objective balanced.",
+)
+@click.option(
+    "--objective",
+    type=click.Choice(OBJECTIVES),
+    default="throughput",
+    show_default=True,
+    help="What the search maximizes: the throughput, or (balanced, with --sync) the throughput times "
+    "one minus the straggler effect (the longest any worker waits for the others, over the step).",
+)
 @click.option("--batch-size", type=click.IntRange(min=1), default=4, show_default=True)
 @_run_mode_option
 @click.option(
@@ -1245,6 +1262,8 @@ def tune(
     confirm,
     no_defaults,
     sync,
+    push_credit,
+    objective,
     batch_size,
     run_mode,
     api,
@@ -1257,7 +1276,9 @@ def tune(
     applies each setting at the same step: credit live, a new partition size by a new session on
     the same graph (the variables stay on the PS). The first trial is ByteScheduler's setting
     sized for the model and link; after the trials the leaders are measured again, and the
-    leader with the best mean throughput is applied at the end.
+    leader with the best mean throughput is applied at the end. --objective balanced weighs the
+    throughput by how long the workers wait for each other (in synchronized steps, --sync), and
+    --push-credit searches the window of the workers' pushes with it.
 
     With --api tf2 (TensorFlow 2's ParameterServerStrategy), each trial is a coordinator of its own
     on the same cluster, as a round of bench --api tf2, and vanilla TensorFlow runs before and after
@@ -1270,12 +1291,13 @@ def tune(
       tfsched tune --model vgg16 --workers 4 --algorithm tao --host-credit -o vgg16-tune.json
       tfsched tune --model vgg16 --workers 4 --host-credit --host-order priority -o lockstep.json
       tfsched tune --api tf2 --model vgg16 --mode inference --workers 4 --host-credit -o tf2-tune.json
+      tfsched tune --model vgg16 --workers 4 --host-credit --sync --push-credit --objective balanced
     """
     from rich.console import Console
 
     from tfsched.io import check_writable, write_atomic
     from tfsched.tune.run import tune_cluster
-    from tfsched.tune.search import Space
+    from tfsched.tune.search import PUSH_CREDIT_LOG2, Space
 
     _check_loopback(loopback, shaped_loopback, latency)
     if model is not None and graph_path is not None:
@@ -1292,18 +1314,27 @@ def tune(
     if partition and not credit_only:
         raise click.UsageError("--partition fixes the partition size of --credit-only; add it")
     _check_host_order(host_order, host_credit)
+    if objective == "balanced" and not sync:
+        raise click.UsageError("--objective balanced weighs how long workers wait for each other: add --sync")
+    if push_credit and objective != "balanced":
+        raise click.UsageError(
+            "--push-credit evens out the workers, not the throughput: add --objective balanced (and --sync)"
+        )
     check_writable(output)  # not after the trials
 
     if model is None and graph_path is None:
         model = "seq32"
-    space = Space(partition=partition) if credit_only else Space()
+    space = Space(
+        partition=partition if credit_only else None,
+        push_credit_log2=PUSH_CREDIT_LOG2 if push_credit else None,
+    )
     console = Console(stderr=True)
     with console.status("tuning") as status:
 
         def progress(msg: str) -> None:
             status.update(msg)
             if msg.startswith("trial"):
-                console.print(msg)
+                console.print(msg, soft_wrap=True)  # one line a trial, for logs too
 
         both = dict(
             workers=workers,
@@ -1342,14 +1373,18 @@ def tune(
                 settle=settle,
                 prescreen_keep=prescreen,
                 sync=sync,
+                objective=objective,
                 **both,
             )
     doc = result.to_json()
     write_atomic(output, lambda f: json.dump(doc, f, indent=1))
     b = result.best
+    best = doc["best"]
+    got = f"{best['throughput_steps_per_s']:.3f} steps/s"
+    if "straggler" in best:
+        got += f", straggler effect {best['straggler']:.3f}"
     line = (
-        f"best: partition {b.partition:,} credit {b.credit:,} parameters, "
-        f"{result.best_value:.3f} steps/s (mean of {doc['best']['measurements']} measurements) over "
+        f"best: {b.describe()} parameters, {got} (mean of {best['measurements']} measurements) over "
         f"{len(result.history)} trials"
     )
     if api == "tf2":

@@ -336,6 +336,19 @@ def test_a_tune_files_best_setting_is_a_bench_mode(tmp_path):
     flat = _tune_doc()
     flat["best"]["partition"] = 0
     assert parse_mode(tuned_mode(flat, "t.json", **where)).partition == 0
+    # a pushes' window tuned (tune --push-credit): +wN, acknowledging what the tuner's pass did
+    pushed = _tune_doc(host_credit=True, host_order="priority", ack_share=32, acknowledged_from=16_384)
+    pushed["best"]["push_credit"] = 262_144
+    path.write_text(json.dumps(pushed))
+    spec = parse_mode(tuned_mode(read_tune_file(str(path)), "t.json", **where))
+    assert (spec.push_credit, spec.ack_share, spec.host_order) == (262_144, 35, "priority")
+    from tfsched.analysis import least_acknowledged
+
+    assert least_acknowledged(spec.credit, spec.ack_share) == 16_384  # as the tuner's pass
+    pushed["best"]["push_credit"] = -1
+    path.write_text(json.dumps(pushed))
+    with pytest.raises(TfschedError, match="best setting's push_credit -1 is not a number of parameters"):
+        read_tune_file(str(path))
     # the mode's name is allowed only where a tune file can say what it runs (bench --tuned)
     assert parse_modes("baseline,tuned", tuned=True) == ("baseline", "tuned")
     with pytest.raises(TfschedError, match="unknown mode 'tuned'"):

@@ -5,6 +5,7 @@ import json
 import grpc
 import pytest
 
+from tfsched.errors import TfschedError
 from tfsched.tune.coordinator import SERVICE, Coordinator, CoordinatorClient
 from tfsched.tune.search import RandomSearch, Setting, Space
 from tfsched.tune.worker import Follower
@@ -131,3 +132,56 @@ def test_workers_keep_their_setting_when_the_coordinator_dies(coord):
         assert f.before_step() is None
         f.after_step(0.1)
     assert f.setting == applied and f.lost >= 1 and f.step == 6
+
+
+def test_the_balanced_objective_weighs_the_throughput_by_how_long_workers_wait():
+    from tfsched.tune.search import PUSH_CREDIT_LOG2
+
+    space = Space(push_credit_log2=PUSH_CREDIT_LOG2)
+    c = Coordinator(
+        RandomSearch(space, seed=3),
+        TASKS,
+        host="127.0.0.1",
+        allowed_hosts=["127.0.0.1"],
+        trials=2,
+        objective="balanced",
+    )
+    c.start()
+    clients = [CoordinatorClient(c.address, t) for t in TASKS]
+    try:
+        m = clients[0].poll(0)
+        assert m["push_credit"] > 0  # the pushes' window goes out with the setting
+        # one wait a step, or none: anything else is malformed
+        for bad in ([0.1], [0.1, -0.2], [0.1, "x"]):
+            with pytest.raises(grpc.RpcError) as e:
+                _raw(
+                    c.address,
+                    "Report",
+                    json.dumps(
+                        {"task": TASKS[0], "epoch": 0, "steps": 2, "seconds": 2.0, "waits": bad}
+                    ).encode(),
+                )
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert c.rejected == 3 and not c.search.history
+        # two synchronized steps of 1 s each: worker 1 waited 0.4 s and 0.2 s for worker 0
+        assert clients[0].report(0, 2, 2.0, [0.0, 0.0])["accepted"]
+        assert clients[1].report(0, 2, 2.0, [0.4, 0.2])["accepted"]
+        t = c.search.history[0]
+        assert t.measured["throughput_steps_per_s"] == pytest.approx(2.0)
+        assert t.measured["straggler"] == pytest.approx(0.3)
+        assert t.value == pytest.approx(2.0 * (1 - 0.3))
+        assert t.to_json()["straggler"] == pytest.approx(0.3)
+        # as fast, the workers together: it wins
+        m = clients[0].poll(5)
+        for cl in clients:
+            assert cl.report(m["epoch"], 2, 2.0, [0.02, 0.02])["accepted"]
+        final = clients[0].poll(9)
+        assert final["final"] and Setting.from_json(final) == c.search.history[1].setting
+    finally:
+        for cl in clients:
+            cl.close()
+        c.stop()
+    with pytest.raises(TfschedError, match="unknown objective 'fast'"):
+        Coordinator(
+            RandomSearch(Space()), TASKS, host="127.0.0.1", allowed_hosts=[], trials=1, objective="fast"
+        )

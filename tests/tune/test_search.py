@@ -37,6 +37,34 @@ def test_space_rounds_partition_to_its_grid_and_fixes_it_when_asked():
         Space(credit_log2=(30.0, 20.0))
 
 
+def test_the_pushes_window_is_a_third_knob_and_zero_is_the_credits():
+    from tfsched.tune.search import PUSH_CREDIT_LOG2
+
+    space = Space(partition_step=1.0, push_credit_log2=PUSH_CREDIT_LOG2)
+    assert set(space.bounds()) == {"log2_partition", "log2_credit", "log2_push_credit"}
+    s = space.setting({"log2_partition": 18.0, "log2_credit": 22.0, "log2_push_credit": 17.0})
+    assert s == Setting(2**18, 2**22, 2**17)
+    assert space.setting(space.params(s)) == s
+    # ByteScheduler's setting has one window for both directions: in this space, the credit's
+    unset = Setting(2**18, 2**22)
+    assert space.setting(space.params(unset)) == Setting(2**18, 2**22, 2**22)
+    assert BayesSearch(space).in_bounds(unset)
+    assert not BayesSearch(space).in_bounds(Setting(2**18, 2**22, 2**12))
+    # the window is kept in the file only where there is one; files without it read as 0
+    assert Setting.from_json(s.to_json()) == s and "push_credit" not in unset.to_json()
+    assert Setting.from_json({"partition": 8, "credit": 9}) == Setting(8, 9, 0)
+    assert s.describe() == "partition 262,144 credit 4,194,304 pushes 131,072"
+    with pytest.raises(TfschedError, match="bad search range"):
+        Space(push_credit_log2=(20.0, 10.0))
+    # the search suggests all three, and keeps what each measurement was made of
+    search = BayesSearch(space, seed=1)
+    for _ in range(4):
+        t = search.next_setting()
+        assert t.push_credit > 0 and search.in_bounds(t)
+        search.register(t, 1.0, measured={"straggler": 0.1})
+    assert search.history[-1].to_json()["straggler"] == 0.1
+
+
 def test_a_setting_measured_before_is_not_run_again():
     space = Space(partition_log2=(16.0, 17.0), credit_log2=(18.0, 18.5), partition_step=1.0)
     search = BayesSearch(space, seed=1)

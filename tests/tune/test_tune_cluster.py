@@ -5,17 +5,18 @@ import statistics
 import pytest
 
 from tests.helpers import cli
-from tfsched.tune.search import Space
+from tfsched.tune.search import Setting, Space
 
 pytestmark = [pytest.mark.tf, pytest.mark.cluster]
+
+# trials of one settling and two measured steps; two steps on the best; no run longer than 10 min
+SHORT = {"settle": 1, "measure": 2, "final_steps": 2, "timeout_s": 600}
 
 
 def test_tuning_run_applies_the_best_setting_on_every_worker():
     from tfsched.tune.run import tune_cluster
 
-    r = tune_cluster(
-        "seq32", workers=2, ps=1, trials=3, confirm=1, settle=1, measure=2, final_steps=2, timeout_s=600
-    )
+    r = tune_cluster("seq32", workers=2, ps=1, trials=3, confirm=1, **SHORT)
     # the first trial is ByteScheduler's setting for the link and model (loopback: the 1 Gbit/s
     # sizes; Seq-32's 2.1M parameters a channel cap the credit at a quarter of them, and the
     # partition at the credit, on the search's grid: 2^19); then the model's trials, then one
@@ -110,10 +111,7 @@ def test_tuning_one_window_per_task_with_a_timing_aware_order():
         prescreen_keep=2,
         trials=3,
         confirm=0,
-        settle=1,
-        measure=2,
-        final_steps=2,
-        timeout_s=600,
+        **SHORT,
     )
     doc = r.to_json()
     assert doc["config"]["host_credit"] is True and doc["config"]["algorithm"] == "tao"
@@ -134,6 +132,58 @@ def test_tuning_one_window_per_task_with_a_timing_aware_order():
     ]
     for applied in r.applied.values():
         assert applied["live_credit"] == r.best.credit
+
+
+def test_tuning_the_pushes_window_for_the_straggler_effect():
+    """tfsched tune --push-credit --objective balanced --sync: a third knob, set live on each
+    worker's own gates, the PS's keeping the credit; each trial weighed by how long the workers
+    waited for each other."""
+    from tfsched.bench.run import parse_mode, tuned_mode
+    from tfsched.tune.run import tune_cluster
+    from tfsched.tune.search import PUSH_CREDIT_LOG2
+
+    r = tune_cluster(
+        "seq32",
+        workers=2,
+        ps=1,
+        host_credit=True,
+        host_order="priority",
+        space=Space(push_credit_log2=PUSH_CREDIT_LOG2),
+        objective="balanced",
+        sync=True,
+        prescreen_keep=1,
+        trials=3,
+        confirm=1,
+        **SHORT,
+    )
+    doc = r.to_json()
+    assert doc["config"]["objective"] == "balanced" and doc["config"]["push_credit_log2"] == [16.0, 24.0]
+    # the defaults first, their pushes in the credit's window; then the simulator's best of its
+    # 5x5x5 grid, then the model's
+    assert r.history[0].setting.push_credit == r.history[0].setting.credit
+    assert r.history[1].setting == Setting.from_json(r.prescreened[0])
+    assert all(t.setting.push_credit > 0 for t in r.history)
+    for t in doc["trials"]:
+        assert 0 <= t["straggler"] < 1 and t["throughput_steps_per_s"] > 0
+        assert t["value"] == pytest.approx(t["throughput_steps_per_s"] * (1 - t["straggler"]))
+    assert doc["best"]["value"] == pytest.approx(r.best_value)
+    assert 0 <= doc["best"]["straggler"] < 1 and doc["best"]["push_credit"] == r.best.push_credit
+    # in force at the end: the workers' gates hold the pushes' window, the PS's the credit
+    for applied in r.applied.values():
+        assert applied["push_credit"] == r.best.push_credit
+        assert applied["live_credit"] == r.best.push_credit
+    # the bench runs it with a window that counts what the tuner's counted
+    where = {"model": "seq32", "workers": 2, "ps": 1, "bandwidth": "loopback", "batch_size": 4}
+    spec = parse_mode(tuned_mode(doc, "tune.json", **where))
+    assert (spec.partition, spec.credit, spec.push_credit) == (
+        r.best.partition,
+        r.best.credit,
+        r.best.push_credit,
+    )
+    assert spec.host_order == "priority"
+    from tfsched.analysis import least_acknowledged
+
+    assert least_acknowledged(spec.credit, spec.ack_share) <= doc["config"]["acknowledged_from"]
 
 
 def test_credit_hook_tunes_credit_inside_monitored_training_session():
@@ -195,12 +245,14 @@ def test_synchronous_steps_last_as_long_as_the_slowest_worker():
     class Client:  # the coordinator, in process: one setting from step 0; the reports kept
         def __init__(self):
             self.per_step: list[float] = []
+            self.waits: list[list[float]] = []
 
         def poll(self, step):
             return {"epoch": 0, "apply_at": 0, "partition": 0, "credit": 1 << 20, "final": False}
 
-        def report(self, epoch, steps, seconds):
+        def report(self, epoch, steps, seconds, waits):
             self.per_step.append(seconds / steps)
+            self.waits.append(list(waits))
             return {"accepted": True}
 
         def close(self):
@@ -251,6 +303,7 @@ def test_synchronous_steps_last_as_long_as_the_slowest_worker():
             for s in sessions:
                 s.close()
         assert all(len(c.per_step) == 1 for c in clients)
+        measure.waits = [c.waits[0] for c in clients]
         return [c.per_step[0] for c in clients]
 
     with LocalCluster(ps=1, workers=2) as cluster:
@@ -258,5 +311,11 @@ def test_synchronous_steps_last_as_long_as_the_slowest_worker():
             s0.run(graphs[0][0].init_op)
         fast, slow = measure(cluster, None)
         assert fast < 0.7 * slow  # the extra work shows
+        assert measure.waits == [[], []]  # free: nobody waits for anybody
         fast, slow = measure(cluster, threading.Barrier(2))
         assert fast == pytest.approx(slow, rel=0.2)
+        # synchronized: each measured step, the fast worker waited for the slow one at its end
+        # (the balanced objective's straggler effect), and the slow one hardly at all
+        waits_fast, waits_slow = measure.waits
+        assert len(waits_fast) == len(waits_slow) == 4
+        assert all(f > 0.2 * slow > s for f, s in zip(waits_fast, waits_slow, strict=True))

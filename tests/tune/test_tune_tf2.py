@@ -82,6 +82,8 @@ def test_a_tf2_tuning_run_measures_each_setting_in_a_coordinator_of_its_own(tmp_
         (("--settle", "2"), "--settle is not for --api tf2"),
         (("--prescreen", "2"), "--prescreen is not for --api tf2"),
         (("--shaped-loopback",), "--shaped-loopback is not for --api tf2"),
+        (("--push-credit",), "--push-credit is not for --api tf2: the workers' pushes go through"),
+        (("--objective", "balanced"), "--objective is not for --api tf2: a coordinator's steps are"),
         (("--ps", "2", "--ps-placement", "bytes"), "--ps-placement bytes is not for --api tf2"),
     ],
 )
@@ -100,6 +102,13 @@ def test_the_session_tuner_refuses_what_is_tensorflow_2s_or_a_built_in_models(tm
     assert_one_line_error(p, "--mode is a built-in model's: a saved graph runs its --fetch")
     p = cli("tune", "--host-order", "priority", "-o", str(out), timeout=120)
     assert_one_line_error(p, "--host-order orders --host-credit's window: give --host-credit too")
+    # the pushes' window is searched for the straggler effect, which needs synchronized steps
+    p = cli("tune", "--push-credit", "--sync", "-o", str(out), timeout=120)
+    assert_one_line_error(
+        p, "--push-credit evens out the workers, not the throughput: add --objective balanced"
+    )
+    p = cli("tune", "--objective", "balanced", "-o", str(out), timeout=120)
+    assert_one_line_error(p, "--objective balanced weighs how long workers wait for each other: add --sync")
     assert not out.exists()
 
 

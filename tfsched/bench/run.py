@@ -208,23 +208,36 @@ def parse_modes(value: str, *, tuned: bool = False) -> tuple[str, ...]:
 
 
 def setting_mode(config: dict, setting: dict) -> str:
-    """The bench mode that runs ``setting`` (its ``partition``, 0: none, and ``credit``) as a
-    tuner measured it with ``config`` (a tune file's: its algorithm, and ``+host``, ``+aN`` and
-    ``+sent`` where it tuned with them; ``+lockstep`` for a window per task in lockstep).
+    """The bench mode that runs ``setting`` (its ``partition``, 0: none, ``credit``, and
+    ``push_credit`` where it has one) as a tuner measured it with ``config`` (a tune file's: its
+    algorithm, and ``+host``, ``+aN`` and ``+sent`` where it tuned with them; ``+lockstep`` for a
+    window per task in lockstep).
+
+    A pushes' window (``+wN``) counts only acknowledged transfers, and the tuner's pass
+    acknowledged those of ``config["acknowledged_from"]`` parameters and more whatever the live
+    credit: the mode's ``+aN`` acknowledges as many under its credit. (A tuned credit without
+    one keeps the tuned ``+aN``: its window counts from credit/N on, as ``tfsched.enable``'s.)
 
     >>> setting_mode({"algorithm": "tao", "host_credit": True}, {"partition": 0, "credit": 500})
     'tao+c500+host'
     >>> setting_mode({"algorithm": "tio", "host_credit": True, "host_order": "priority"},
     ...              {"partition": 8, "credit": 500})
     'tio+p8+c500+lockstep'
+    >>> setting_mode({"algorithm": "tao", "host_credit": True, "acknowledged_from": 32768},
+    ...              {"partition": 262144, "credit": 4194304, "push_credit": 262144})
+    'tao+p262144+c4194304+host+a128+w262144'
     """
     name = str(config.get("algorithm"))
     name += f"+p{setting['partition']}" if setting["partition"] else ""
     name += f"+c{setting['credit']}"
     if config.get("host_credit"):
         name += "+lockstep" if config.get("host_order") == "priority" else "+host"
-    name += f"+a{config['ack_share']}" if config.get("ack_share") else ""
+    share = config.get("ack_share")
+    if setting.get("push_credit") and config.get("acknowledged_from"):
+        share = max(share or DEFAULT_ACK_SHARE, -(-setting["credit"] // config["acknowledged_from"]))
+    name += f"+a{share}" if share else ""
     name += "+sent" if config.get("credit_return") == "sent" else ""
+    name += f"+w{setting['push_credit']}" if setting.get("push_credit") else ""
     return name
 
 
@@ -242,8 +255,9 @@ def tuned_mode(
     run_mode: str = "train",
 ) -> str:
     """The bench mode of a tune file's best setting (``tfsched.tune.run.read_tune_file``): its
-    algorithm, ``+pN`` (unless it tuned no partitioning), ``+cN``, and ``+host``, ``+aN`` and
-    ``+sent`` as it tuned with them, so that the bench runs what the tuner measured.
+    algorithm, ``+pN`` (unless it tuned no partitioning), ``+cN``, ``+wN`` (a pushes' window),
+    and ``+host``, ``+aN`` and ``+sent`` as it tuned with them (``setting_mode``), so that the
+    bench runs what the tuner measured.
 
     The file must have been tuned for this model, cluster and link (``bandwidth`` as the
     results label it: ``1 Gbit/s`` or ``loopback``), with this ``api`` (``session`` or ``tf2``:

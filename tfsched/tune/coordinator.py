@@ -2,14 +2,19 @@
 
 Messages are JSON objects of a fixed shape (no generated stubs to keep in step with the wire):
 
-* ``Poll {task, step}`` -> ``{epoch, partition, credit, apply_at, final}``: the setting in force
-  from ``apply_at`` (the worker's own step count) on. Every worker polls before each step.
-* ``Report {task, epoch, steps, seconds}`` -> ``{accepted}``: a worker measured ``steps`` steps of
-  ``epoch``'s setting in ``seconds``.
+* ``Poll {task, step}`` -> ``{epoch, partition, credit, [push_credit,] apply_at, final}``: the
+  setting in force from ``apply_at`` (the worker's own step count) on. Every worker polls before
+  each step.
+* ``Report {task, epoch, steps, seconds, waits}`` -> ``{accepted}``: a worker measured ``steps``
+  steps of ``epoch``'s setting in ``seconds``; ``waits``: in synchronous steps, how long it
+  waited at the end of each of them for the others (empty when the steps are not synchronized).
 
-When every worker has reported the current epoch, the coordinator registers the cluster's
-throughput (the sum of the workers' steps/s) with the search, takes the next setting and
-announces it. When the trial budget is spent it measures the ``confirm`` settings with the
+When every worker has reported the current epoch, the coordinator registers the objective with
+the search, takes the next setting and announces it. The objective (``OBJECTIVES``) is the
+cluster's throughput (the sum of the workers' steps/s), or ``"balanced"``: that throughput times
+one minus the straggler effect (``straggler``), so that of two settings as fast, the one whose
+workers wait less on each other wins, and one that evens them out wins if it costs less
+throughput than the share of the step it saves. When the trial budget is spent it measures the ``confirm`` settings with the
 highest means once more, then announces the one of those with the highest mean (``final``). Each
 setting is announced for a step every worker reaches after it polls: ``apply_at`` = the
 furthest step any worker has polled + ``lead``.
@@ -34,7 +39,8 @@ from tfsched.tune.search import Setting, _Search
 
 SERVICE = "tfsched.Coordinator"
 _POLL = {"task": str, "step": int}
-_REPORT = {"task": str, "epoch": int, "steps": int, "seconds": float}
+_REPORT = {"task": str, "epoch": int, "steps": int, "seconds": float, "waits": list}
+OBJECTIVES = ("throughput", "balanced")
 
 
 def _decode(raw: bytes, shape: dict) -> dict:
@@ -44,12 +50,37 @@ def _decode(raw: bytes, shape: dict) -> dict:
         raise ValueError(f"expected the fields {sorted(shape)}")
     for k, t in shape.items():
         v = msg[k]
-        ok = isinstance(v, (int, float)) if t is float else isinstance(v, t)
-        if not ok or isinstance(v, bool):
+        if t is list:
+            if not isinstance(v, list) or not all(_number(x) and x >= 0 for x in v):
+                raise ValueError(f"field {k!r} must be a list of non-negative numbers")
+            continue
+        ok = _number(v) if t is float else isinstance(v, t) and not isinstance(v, bool)
+        if not ok:
             raise ValueError(f"field {k!r} must be {t.__name__}")
         if t in (int, float) and v < 0:
             raise ValueError(f"field {k!r} must not be negative")
     return msg
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def straggler(steps_s: list[float], waits: list[list[float]]) -> float:
+    """The straggler effect of synchronized steps: at each step the longest any worker waited
+    for the others, over the step; the mean of that over the steps, over the mean step.
+
+    ``steps_s``: each worker's mean step (s); ``waits``: each worker's wait at each step.
+
+    >>> straggler([1.0, 1.0], [[0.1, 0.3], [0.0, 0.0]])
+    0.2
+    >>> straggler([1.0], [[]])  # steps not synchronized: no wait measured
+    0.0
+    """
+    per_step = [max(w) for w in zip(*waits, strict=False)] if all(waits) else []  # the common steps
+    if not per_step or not steps_s:
+        return 0.0
+    return (sum(per_step) / len(per_step)) / (sum(steps_s) / len(steps_s))
 
 
 def _encode(obj: dict) -> bytes:
@@ -71,7 +102,7 @@ class Epoch:
     apply_at: int
     final: bool = False
     confirm: bool = False  # a repeat of one of the leading settings
-    reports: dict[str, float] = field(default_factory=dict)  # task -> steps/s
+    reports: dict[str, dict] = field(default_factory=dict)  # task -> its Report
 
     def to_json(self) -> dict:
         return {
@@ -83,7 +114,8 @@ class Epoch:
 
 
 class Coordinator:
-    """The deciding side. ``tasks``: the workers (``/job:worker/task:0`` ...) that take part."""
+    """The deciding side. ``tasks``: the workers (``/job:worker/task:0`` ...) that take part;
+    ``objective``: what the search maximizes (``OBJECTIVES``; the module's docstring)."""
 
     def __init__(
         self,
@@ -95,8 +127,11 @@ class Coordinator:
         trials: int,
         confirm: int = 0,
         lead: int = 2,
-        on_trial: Callable[[int, Setting, float, bool], None] | None = None,
+        objective: str = "throughput",
+        on_trial: Callable[[int, Setting, float, bool, dict], None] | None = None,
     ):
+        if objective not in OBJECTIVES:
+            raise TfschedError(f"unknown objective {objective!r}; choose {', '.join(OBJECTIVES)}")
         if trials < 1:
             raise TfschedError(f"trials must be at least 1, got {trials}")
         if confirm < 0:
@@ -113,6 +148,7 @@ class Coordinator:
         self._repeats: list[Setting] | None = None  # chosen when the trial budget is spent
         self.leaders: list[Setting] = []  # the settings measured again; the winner is among them
         self.lead = lead
+        self.objective = objective
         self.on_trial = on_trial
         self._lock = threading.Lock()
         self._last_step: dict[str, int] = {}
@@ -172,22 +208,35 @@ class Coordinator:
             return _encode(self.epoch.to_json())
 
     def _report(self, raw: bytes, context) -> bytes:
+        import grpc
+
         msg = self._check(raw, context, _REPORT)
+        if msg["waits"] and len(msg["waits"]) != msg["steps"]:
+            self.rejected += 1
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "malformed message: one wait a step, or none")
         with self._lock:
             e = self.epoch
             if e.final or msg["epoch"] != e.number or msg["steps"] == 0 or msg["seconds"] <= 0:
                 return _encode({"accepted": False})
-            e.reports[msg["task"]] = msg["steps"] / msg["seconds"]
+            e.reports[msg["task"]] = msg
             if set(e.reports) == self.tasks:
                 self._decide()
             return _encode({"accepted": True})
 
     def _decide(self) -> None:
         e = self.epoch
-        value = sum(e.reports.values())
-        self.search.register(e.setting, value, confirm=e.confirm)
+        reports = list(e.reports.values())
+        throughput = sum(r["steps"] / r["seconds"] for r in reports)
+        measured = {"throughput_steps_per_s": throughput}
+        value = throughput
+        if self.objective == "balanced":
+            measured["straggler"] = straggler(
+                [r["seconds"] / r["steps"] for r in reports], [r["waits"] for r in reports]
+            )
+            value = throughput * (1.0 - measured["straggler"])
+        self.search.register(e.setting, value, confirm=e.confirm, measured=measured)
         if self.on_trial:
-            self.on_trial(len(self.search.history), e.setting, value, e.confirm)
+            self.on_trial(len(self.search.history), e.setting, value, e.confirm, measured)
         apply_at = max(self._last_step.values(), default=0) + self.lead
         if sum(not t.confirm for t in self.search.history) < self.trials:
             self.epoch = Epoch(e.number + 1, self.search.next_setting(), apply_at)
@@ -219,10 +268,10 @@ class CoordinatorClient:
     def poll(self, step: int) -> dict | None:
         return self._call(self._poll, {"task": self.task, "step": step})
 
-    def report(self, epoch: int, steps: int, seconds: float) -> dict | None:
-        return self._call(
-            self._report, {"task": self.task, "epoch": epoch, "steps": steps, "seconds": float(seconds)}
-        )
+    def report(self, epoch: int, steps: int, seconds: float, waits: list[float] = ()) -> dict | None:
+        """``waits``: the worker's wait for the others at each of the ``steps`` (synchronous steps)."""
+        msg = {"task": self.task, "epoch": epoch, "steps": steps, "seconds": float(seconds)}
+        return self._call(self._report, {**msg, "waits": [float(w) for w in waits]})
 
     def _call(self, method, msg: dict) -> dict | None:
         import grpc

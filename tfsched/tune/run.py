@@ -8,16 +8,20 @@ best setting is then applied on every worker at one step and training carries on
 
 from __future__ import annotations
 
+import itertools
 import json
+import statistics
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError, cause_line
+from tfsched.tune.coordinator import OBJECTIVES
 from tfsched.tune.search import SEARCHES, Setting, Space
 from tfsched.units import is_count
 
+THROUGHPUT = "throughput_steps_per_s"
 PRESCREEN_GRID = 5  # per knob, simulated before the first real trial
 TUNE_SCHEMA = "tfsched.tune/1"
 
@@ -39,7 +43,8 @@ class TuneResult:
             "trials": [{"trial": k + 1, **t.to_json()} for k, t in enumerate(self.history)],
             "best": {
                 **self.best.to_json(),
-                "throughput_steps_per_s": self.best_value,  # mean over its measurements
+                "value": self.best_value,  # the objective's mean over its measurements
+                **self._best_means(),
                 "measurements": sum(t.setting == self.best for t in self.history),
             },
             "applied": self.applied,
@@ -47,10 +52,23 @@ class TuneResult:
             "elapsed_s": self.elapsed_s,
         }
 
+    def _best_means(self) -> dict[str, float]:
+        """The best setting's throughput (and straggler effect where measured), each the mean
+        over its trials; a trial that kept no throughput apart measured its value."""
+        runs = [t for t in self.history if t.setting == self.best]
+        if not runs:
+            return {"throughput_steps_per_s": self.best_value}
+        out = {"throughput_steps_per_s": statistics.fmean(t.measured.get(THROUGHPUT, t.value) for t in runs)}
+        stragglers = [t.measured["straggler"] for t in runs if "straggler" in t.measured]
+        if stragglers:
+            out["straggler"] = statistics.fmean(stragglers)
+        return out
+
 
 def read_tune_file(path: str) -> dict:
     """A ``tfsched tune -o`` file (``TuneResult.to_json``), checked as far as a reader uses it:
-    its schema, the best setting (``best.partition`` >= 0, ``best.credit`` > 0, in parameters)
+    its schema, the best setting (``best.partition`` >= 0, ``best.credit`` > 0, ``best.push_credit``
+    >= 0 where given, in parameters)
     and the configuration it was tuned in. Anything else is one TfschedError line naming the file.
     """
 
@@ -75,6 +93,8 @@ def read_tune_file(path: str) -> dict:
         raise bad(
             f"best setting {best.get('partition')!r}/{best.get('credit')!r} is not a partition and credit"
         )
+    if not is_count(best.get("push_credit", 0)):
+        raise bad(f"best setting's push_credit {best.get('push_credit')!r} is not a number of parameters")
     return doc
 
 
@@ -93,6 +113,9 @@ def prescreen(
 ) -> list[tuple[Setting, float]]:
     """Simulate a grid of settings; the ``keep`` best (setting, predicted step time) first.
 
+    ``PRESCREEN_GRID`` values of each knob the space searches, on its log2 scale (with the
+    pushes' window, the simulator's ``push_credit_bytes``).
+
     ``host_credit``: the credit is one window per sending task (``enable(host_credit=True)``),
     serving ``host_order`` first (``"priority"``: the workers in lockstep);
     ``ack_share``: it acknowledges transfers of at least credit/ack_share (None: the default);
@@ -104,30 +127,28 @@ def prescreen(
     def grid(lo, hi):
         return [lo + (hi - lo) * k / (PRESCREEN_GRID - 1) for k in range(PRESCREEN_GRID)]
 
-    parts = [space.partition] if space.partition is not None else grid(*space.partition_log2)
+    knobs = ("log2_partition", "log2_credit", "log2_push_credit")  # the order of the grid's loops
+    axes = {k: grid(*b) for k, b in sorted(space.bounds().items(), key=lambda kb: knobs.index(kb[0]))}
     out = []
-    for lp in parts:
-        for lc in grid(*space.credit_log2):
-            params = (
-                {"log2_credit": lc}
-                if space.partition is not None
-                else {"log2_partition": lp, "log2_credit": lc}
-            )
-            s = space.setting(params)
-            sg = build_sim_graph(
+    graphs: dict[int, object] = {}  # partition -> its simulated graph
+    for point in itertools.product(*axes.values()):
+        s = space.setting(dict(zip(axes, point, strict=True)))
+        if s.partition not in graphs:
+            graphs[s.partition] = build_sim_graph(
                 graph, oracle, schedule, workers=workers, partition_bytes=s.partition * PARAM_BYTES
             )
-            t = simulate(
-                sg,
-                POLICY_OF_MODE[schedule.mode],
-                credit_bytes=s.credit * PARAM_BYTES,
-                min_acked_bytes=MIN_ACKED_BYTES,
-                host_credit=host_credit,
-                host_order=host_order,
-                **({} if ack_share is None else {"ack_share": ack_share}),
-                credit_return=credit_return,
-            ).step_time
-            out.append((s, t))
+        t = simulate(
+            graphs[s.partition],
+            POLICY_OF_MODE[schedule.mode],
+            credit_bytes=s.credit * PARAM_BYTES,
+            push_credit_bytes=s.push_credit * PARAM_BYTES or None,
+            min_acked_bytes=MIN_ACKED_BYTES,
+            host_credit=host_credit,
+            host_order=host_order,
+            **({} if ack_share is None else {"ack_share": ack_share}),
+            credit_return=credit_return,
+        ).step_time
+        out.append((s, t))
     out.sort(key=lambda st: st[1])
     return out[:keep]
 
@@ -164,6 +185,7 @@ def tune_cluster(
     confirm: int = 2,
     from_defaults: bool = True,
     sync: bool = False,
+    objective: str = "throughput",
     timeout_s: float = 3600.0,
     progress: Callable[[str], None] | None = None,
 ) -> TuneResult:
@@ -188,6 +210,12 @@ def tune_cluster(
     than the step, which ran at 1.04x and 1.01x vanilla TensorFlow in the bench's synchronized
     steps against the defaults' 1.11x and 1.02x (BENCHMARKS.md, twenty-third session).
 
+    ``space.push_credit_log2`` also searches the window of the workers' pushes, live on each
+    worker's gates (``enable(push_credit=N)``). It is there for the straggler effect, not for
+    speed, so it goes with ``objective="balanced"`` (``sync`` steps): the throughput times one
+    minus the straggler effect (``coordinator.straggler``, from how long each worker waited for
+    the others at each step's end). ByteScheduler's tuner maximizes the throughput alone.
+
     Two additions to ByteScheduler's tuner (§4.3), for clusters whose steps vary by several
     percent from one trial to the next:
 
@@ -209,11 +237,12 @@ def tune_cluster(
     """
     import tempfile
 
+    from tfsched.analysis import least_acknowledged
     from tfsched.bench.run import close_sessions, dead_tasks_named, host_cluster
     from tfsched.graph._tf import import_tensorflow
-    from tfsched.sim.engine import check_host_order
+    from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_host_order
     from tfsched.tune.coordinator import Coordinator, CoordinatorClient
-    from tfsched.tune.worker import TunedSession
+    from tfsched.tune.worker import PASS_CREDIT, TunedSession
 
     tf = import_tensorflow()
     if search not in SEARCHES:
@@ -230,6 +259,16 @@ def tune_cluster(
         raise TfschedError("trials and measured steps must be at least 1, settle steps not negative")
     check_host_order(host_order, host_credit)  # before a cluster starts
     space = space or Space()
+    if objective not in OBJECTIVES:
+        raise TfschedError(f"unknown objective {objective!r}; choose {', '.join(OBJECTIVES)}")
+    if objective == "balanced" and not sync:
+        raise TfschedError(
+            "the balanced objective weighs how long workers wait for each other: it needs sync"
+        )
+    if space.push_credit_log2 is not None and objective != "balanced":
+        raise TfschedError(
+            "the pushes' window evens out the workers, not the throughput: search it with the balanced objective"
+        )
     started = time.monotonic()
 
     if model is not None:
@@ -328,12 +367,13 @@ def tune_cluster(
             tasks = [f"/job:worker/task:{w}" for w in range(workers)]
             hosts = [a.rsplit(":", 1)[0] for job in cluster.spec.values() for a in job]
 
-            def on_trial(k, s, v, again):
+            def on_trial(k, s, v, again, measured):
                 if progress:
                     what = "again" if again else f"{k}/{trials}"
-                    progress(
-                        f"trial {what}: partition {s.partition:,} credit {s.credit:,} -> {v:.3f} steps/s"
-                    )
+                    got = f"{measured[THROUGHPUT]:.3f} steps/s"
+                    if "straggler" in measured:
+                        got += f", straggler {measured['straggler']:.3f} -> {v:.3f}"
+                    progress(f"trial {what}: {s.describe()} -> {got}")
 
             coord = Coordinator(
                 found,
@@ -342,6 +382,7 @@ def tune_cluster(
                 allowed_hosts=hosts,
                 trials=trials,
                 confirm=confirm,
+                objective=objective,
                 on_trial=on_trial,
             )
             address = coord.start()
@@ -352,7 +393,12 @@ def tune_cluster(
                     cluster.target("worker", w),
                     built[w][0],
                     client=CoordinatorClient(address, tasks[w]),
-                    devices=[tasks[w], *ps_devices],
+                    # with a pushes' window, the worker's own gates take it and the PS's the credit
+                    **(
+                        {"devices": ps_devices, "push_devices": [tasks[w]]}
+                        if space.push_credit_log2 is not None
+                        else {"devices": [tasks[w], *ps_devices]}
+                    ),
                     settle=settle,
                     measure=measure,
                     step_barrier=barrier,
@@ -456,6 +502,11 @@ def tune_cluster(
             "confirm": confirm,
             "batch_size": batch_size,
             "sync": sync,
+            "objective": objective,
+            **({"push_credit_log2": list(space.push_credit_log2)} if space.push_credit_log2 else {}),
+            # the least transfer (parameters) the tuned sessions' pass acknowledged: what a live
+            # credit or window counted (``bench.run.setting_mode`` gives a pushes' window as much)
+            "acknowledged_from": least_acknowledged(PASS_CREDIT, ack_share or DEFAULT_ACK_SHARE),
             "defaults": defaults.to_json() if defaults else None,
         },
         elapsed_s=time.monotonic() - started,

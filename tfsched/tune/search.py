@@ -1,6 +1,8 @@
 """The search over (partition, credit): Bayesian optimization (ByteScheduler §4.3) and random search.
 
-Both knobs are searched on a log2 scale, where their effect is smooth. The partition size is
+Optionally a third knob, the window of the workers' pushes (``enable(push_credit=N)``), which
+ByteScheduler does not have: its credit is one window for both directions. The knobs are
+searched on a log2 scale, where their effect is smooth. The partition size is
 rounded to a grid (``Space.partition_step`` in log2): each partition size is a graph rewrite
 and a session per worker, so the tuner should revisit a few values rather than try many close
 ones. Credit changes live and is rounded to whole parameters only.
@@ -20,30 +22,51 @@ from tfsched.errors import TfschedError
 
 @dataclass(frozen=True)
 class Setting:
-    """Partition and credit in parameters (0: off)."""
+    """Partition, credit and the pushes' window in parameters (0: off; a push window of 0 is
+    the credit's)."""
 
     partition: int
     credit: int
+    push_credit: int = 0
 
     def to_json(self) -> dict:
-        return {"partition": self.partition, "credit": self.credit}
+        d = {"partition": self.partition, "credit": self.credit}
+        return {**d, "push_credit": self.push_credit} if self.push_credit else d
 
     @staticmethod
     def from_json(d: dict) -> Setting:
-        return Setting(int(d["partition"]), int(d["credit"]))
+        return Setting(int(d["partition"]), int(d["credit"]), int(d.get("push_credit", 0)))
+
+    def describe(self) -> str:
+        """``partition 1,000 credit 4,000`` (and ``pushes N``): for progress lines."""
+        text = f"partition {self.partition:,} credit {self.credit:,}"
+        return text + (f" pushes {self.push_credit:,}" if self.push_credit else "")
+
+
+# the pushes' window searched by ``tfsched tune --push-credit``: 65,536 .. 16,777,216 parameters,
+# from a window that lets one slice go at a time to one over most models' pushes
+PUSH_CREDIT_LOG2 = (16.0, 24.0)
 
 
 @dataclass(frozen=True)
 class Space:
-    """Where to search. ``partition=None`` searches partition sizes; a number fixes it (credit only)."""
+    """Where to search. ``partition=None`` searches partition sizes; a number fixes it (credit only).
+
+    ``push_credit_log2``: also search the window of the workers' pushes in this range (live on
+    the workers' gates, as ``set_credit`` on their tasks); None: the pushes keep the credit.
+    """
 
     partition_log2: tuple[float, float] = (16.0, 24.0)  # 65,536 .. 16,777,216 parameters
     credit_log2: tuple[float, float] = (18.0, 26.0)  # 262,144 .. 67,108,864 parameters
     partition_step: float = 0.5
     partition: int | None = None
+    push_credit_log2: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
-        for lo, hi in (self.partition_log2, self.credit_log2):
+        ranges = [self.partition_log2, self.credit_log2]
+        if self.push_credit_log2 is not None:
+            ranges.append(self.push_credit_log2)
+        for lo, hi in ranges:
             if not (0 <= lo < hi <= 40):
                 raise TfschedError(f"bad search range 2^{lo} .. 2^{hi} parameters")
 
@@ -51,19 +74,25 @@ class Space:
         b = {"log2_credit": self.credit_log2}
         if self.partition is None:
             b["log2_partition"] = self.partition_log2
+        if self.push_credit_log2 is not None:
+            b["log2_push_credit"] = self.push_credit_log2
         return b
 
     def setting(self, params: dict) -> Setting:
         credit = round(2 ** params["log2_credit"])
+        push = round(2 ** params["log2_push_credit"]) if self.push_credit_log2 is not None else 0
         if self.partition is not None:
-            return Setting(self.partition, credit)
+            return Setting(self.partition, credit, push)
         k = round(params["log2_partition"] / self.partition_step) * self.partition_step
-        return Setting(round(2**k), credit)
+        return Setting(round(2**k), credit, push)
 
     def params(self, s: Setting) -> dict:
         p = {"log2_credit": math.log2(max(s.credit, 1))}
         if self.partition is None:
             p["log2_partition"] = math.log2(max(s.partition, 1))
+        if self.push_credit_log2 is not None:
+            # a window of 0 is the credit's (ByteScheduler's one window for both directions)
+            p["log2_push_credit"] = math.log2(max(s.push_credit or s.credit, 1))
         return p
 
     def sample(self, rng: random.Random) -> dict:
@@ -75,9 +104,10 @@ class Trial:
     setting: Setting
     value: float  # what is maximized: measured throughput (steps/s), or any objective
     confirm: bool = False  # a repeat of a setting measured before (``_Search.to_confirm``)
+    measured: dict = field(default_factory=dict)  # what the value was made of (throughput, straggler)
 
     def to_json(self) -> dict:
-        return {**self.setting.to_json(), "value": self.value, "confirm": self.confirm}
+        return {**self.setting.to_json(), "value": self.value, "confirm": self.confirm, **self.measured}
 
 
 @dataclass
@@ -132,8 +162,11 @@ class _Search:
         self._pending = params
         return self.space.setting(params)
 
-    def register(self, setting: Setting, value: float, *, confirm: bool = False) -> None:
-        """One measurement of ``setting``; ``confirm``: a repeat, not the model's suggestion."""
+    def register(
+        self, setting: Setting, value: float, *, confirm: bool = False, measured: dict | None = None
+    ) -> None:
+        """One measurement of ``setting``; ``confirm``: a repeat, not the model's suggestion;
+        ``measured``: what ``value`` was made of, kept with the trial."""
         pending = getattr(self, "_pending", None)
         params = self.space.params(setting) if confirm or pending is None else pending
         if not confirm:
@@ -141,7 +174,7 @@ class _Search:
         if not math.isfinite(value):
             raise TfschedError(f"trial value must be finite, got {value}")
         self._register(params, value)
-        self.history.append(Trial(setting, value, confirm))
+        self.history.append(Trial(setting, value, confirm, dict(measured or {})))
 
     def in_bounds(self, setting: Setting) -> bool:
         """Whether ``setting`` lies in the search space (a probe outside it would skew the model)."""

@@ -12,9 +12,14 @@ import time
 from collections import OrderedDict
 
 from tfsched.tune.coordinator import CoordinatorClient
-from tfsched.tune.search import Setting
+from tfsched.tune.search import Setting, Space
 
 log = logging.getLogger("tfsched.tune")
+
+# The pass needs some credit to put acknowledgements in the graph; the live setting rules. The
+# pass acknowledges tensors of at least credit/ack_share (an eighth): a tuned session's is given
+# the smallest credit the search reaches, so that every live setting has those tensors to limit.
+PASS_CREDIT = 2 ** int(Space().credit_log2[0])
 
 
 class Follower:
@@ -38,6 +43,7 @@ class Follower:
         self._pending: dict | None = None
         self._in_epoch = 0
         self._window: list[float] = []
+        self._waits: list[float] = []
         self._reported = True
 
     def before_step(self) -> Setting | None:
@@ -59,30 +65,36 @@ class Follower:
             return None
         self._pending = None
         self.epoch, self.final = p["epoch"], p["final"]
-        new = Setting(p["partition"], p["credit"])
+        new = Setting(p["partition"], p["credit"], p.get("push_credit", 0))
         changed = new != self.setting
         self.setting = new
-        self._in_epoch, self._window, self._reported = 0, [], self.final
+        self._in_epoch, self._window, self._waits, self._reported = 0, [], [], self.final
         return new if changed else None
 
-    def after_step(self, seconds: float) -> None:
+    def after_step(self, seconds: float, wait: float | None = None) -> None:
+        """The step took ``seconds``; ``wait``: of them, how long this worker waited for the
+        others at its end (synchronous steps; None: not synchronized)."""
         self.step += 1
         if self._reported:
             return
         self._in_epoch += 1
         if self._in_epoch > self.settle:
             self._window.append(seconds)
+            if wait is not None:
+                self._waits.append(wait)
         if len(self._window) >= self.measure:
-            self.client.report(self.epoch, len(self._window), sum(self._window))
+            self.client.report(self.epoch, len(self._window), sum(self._window), self._waits)
             self._reported = True  # also when unanswered: the coordinator decides without us
 
 
 class TunedSession:
     """A training session whose partition and credit follow the coordinator.
 
-    Credit changes live (``CreditSetter``); a new partition size opens a new session on the same
-    graph and target with the pass set to it (the variables live on the PS, so training carries
-    on: no checkpoint, no restart). Up to ``max_sessions`` are kept open for sizes seen again.
+    Credit changes live (``CreditSetter``) on the ``devices``' gates; a new partition size opens
+    a new session on the same graph and target with the pass set to it (the variables live on
+    the PS, so training carries on: no checkpoint, no restart). Up to ``max_sessions`` are kept
+    open for sizes seen again. ``push_devices``: the tasks that push (the worker's own), whose
+    gates take the setting's pushes' window, live too (the credit where it has none).
     """
 
     def __init__(
@@ -92,6 +104,7 @@ class TunedSession:
         *,
         client: CoordinatorClient,
         devices: list[str],
+        push_devices: list[str] = (),
         settle: int = 1,
         measure: int = 3,
         max_sessions: int = 3,
@@ -110,6 +123,7 @@ class TunedSession:
         self._sessions: OrderedDict[int, object] = OrderedDict()
         self._max = max_sessions
         self._credit = CreditSetter(target, devices)
+        self._push = CreditSetter(target, list(push_devices)) if push_devices else None
         self._current = None
         self.partition: int | None = None
 
@@ -117,16 +131,11 @@ class TunedSession:
         import tensorflow as tf
 
         import tfsched
-        from tfsched.tune.search import Space
 
         if partition in self._sessions:
             self._sessions.move_to_end(partition)
             return self._sessions[partition]
-        # The pass needs some credit to put acknowledgements in the graph; the live setting rules.
-        # The pass acknowledges tensors of at least credit/ack_share (an eighth): give it the smallest
-        # credit the search reaches, so that every live setting has those tensors to limit.
-        lowest = 2 ** int(Space().credit_log2[0])
-        config = tfsched.enable(partition=partition, credit=lowest, **self._enable)
+        config = tfsched.enable(partition=partition, credit=PASS_CREDIT, **self._enable)
         sess = tf.compat.v1.Session(self.target, graph=self.graph, config=config)
         self._sessions[partition] = sess
         while len(self._sessions) > self._max:
@@ -138,6 +147,8 @@ class TunedSession:
         new = self.follower.before_step()
         if new is not None:
             self._credit(new.credit)
+            if self._push is not None:
+                self._push(new.push_credit or new.credit)
             self._current = self._session_for(new.partition)
             self.partition = new.partition
         if self._current is None:  # no word from the coordinator yet: the pass's defaults
@@ -145,11 +156,14 @@ class TunedSession:
             self.partition = 0
         start = time.perf_counter()
         out = self._current.run(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+        wait = None
         if self._barrier is not None:
             # the step lasts until the slowest worker has finished it (threading.BrokenBarrierError
             # when another worker's loop ended or failed, or after the timeout)
+            ran = time.perf_counter()
             self._barrier.wait(timeout=self._barrier_timeout_s)
-        self.follower.after_step(time.perf_counter() - start)
+            wait = time.perf_counter() - ran
+        self.follower.after_step(time.perf_counter() - start, wait)
         return out
 
     def close(self) -> None:
@@ -157,6 +171,8 @@ class TunedSession:
             sess.close()
         self._sessions.clear()
         self._credit.close()
+        if self._push is not None:
+            self._push.close()
         self.follower.client.close()
 
 
