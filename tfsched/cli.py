@@ -769,7 +769,10 @@ def _check_tf2_tune(ps_placement: str) -> str:
             ("prescreen", "the simulator's pre-screen is of a session's graph"),
             ("sync", "a coordinator's steps are asynchronous"),
             ("settle", "each trial is a coordinator of its own, its setting in force from its first step"),
-            ("push_credit", "the workers' pushes go through their step functions' gates, not set live"),
+            (
+                "push_credit",
+                "a window on the pushes evens out synchronized workers, and TensorFlow 2's step asynchronously",
+            ),
             ("objective", "a coordinator's steps are asynchronous: no worker waits for another"),
         )
     )

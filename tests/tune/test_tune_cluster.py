@@ -122,8 +122,12 @@ def test_tuning_one_window_per_task_with_a_timing_aware_order():
 
     where = {"model": "seq32", "workers": 2, "ps": 1, "bandwidth": "loopback", "batch_size": 4}
     assert doc["config"]["batch_size"] == 4 and doc["config"]["sync"] is True
+    # its +aN acknowledges from where the tuner's pass did (the search's smallest credit / 32)
+    assert doc["config"]["acknowledged_from"] == 16_384
+    share = -(-r.best.credit // 16_384)
     assert (
-        tuned_mode(doc, "tune.json", **where) == f"tao+p{r.best.partition}+c{r.best.credit}+lockstep+a32+sent"
+        tuned_mode(doc, "tune.json", **where)
+        == f"tao+p{r.best.partition}+c{r.best.credit}+lockstep+a{share}+sent"
     )
     # after the defaults, the two settings the simulator (with one window per task) liked best
     assert len(r.prescreened) == 2 and all(p["predicted_step_s"] > 0 for p in r.prescreened)

@@ -213,10 +213,11 @@ def setting_mode(config: dict, setting: dict) -> str:
     algorithm, and ``+host``, ``+aN`` and ``+sent`` where it tuned with them; ``+lockstep`` for a
     window per task in lockstep).
 
-    A pushes' window (``+wN``) counts only acknowledged transfers, and the tuner's pass
-    acknowledged those of ``config["acknowledged_from"]`` parameters and more whatever the live
-    credit: the mode's ``+aN`` acknowledges as many under its credit. (A tuned credit without
-    one keeps the tuned ``+aN``: its window counts from credit/N on, as ``tfsched.enable``'s.)
+    A window counts only acknowledged transfers, and the tuner's pass acknowledged those of
+    ``config["acknowledged_from"]`` parameters and more whatever the live credit (a tune file
+    since the fifty-ninth session records it): the mode's ``+aN`` acknowledges those too under
+    its credit (the nearest share, which may take a few parameters less), where
+    ``tfsched.enable(credit=N)`` alone would acknowledge from N/8 on.
 
     >>> setting_mode({"algorithm": "tao", "host_credit": True}, {"partition": 0, "credit": 500})
     'tao+c500+host'
@@ -226,6 +227,8 @@ def setting_mode(config: dict, setting: dict) -> str:
     >>> setting_mode({"algorithm": "tao", "host_credit": True, "acknowledged_from": 32768},
     ...              {"partition": 262144, "credit": 4194304, "push_credit": 262144})
     'tao+p262144+c4194304+host+a128+w262144'
+    >>> setting_mode({"algorithm": "tio", "acknowledged_from": 32768}, {"partition": 0, "credit": 100000})
+    'tio+c100000+a4'
     """
     name = str(config.get("algorithm"))
     name += f"+p{setting['partition']}" if setting["partition"] else ""
@@ -233,8 +236,8 @@ def setting_mode(config: dict, setting: dict) -> str:
     if config.get("host_credit"):
         name += "+lockstep" if config.get("host_order") == "priority" else "+host"
     share = config.get("ack_share")
-    if setting.get("push_credit") and config.get("acknowledged_from"):
-        share = max(share or DEFAULT_ACK_SHARE, -(-setting["credit"] // config["acknowledged_from"]))
+    if config.get("acknowledged_from"):  # the tuned ack_share is in it, with the pass's credit
+        share = max(1, -(-setting["credit"] // config["acknowledged_from"]))
     name += f"+a{share}" if share else ""
     name += "+sent" if config.get("credit_return") == "sent" else ""
     name += f"+w{setting['push_credit']}" if setting.get("push_credit") else ""
@@ -256,8 +259,8 @@ def tuned_mode(
 ) -> str:
     """The bench mode of a tune file's best setting (``tfsched.tune.run.read_tune_file``): its
     algorithm, ``+pN`` (unless it tuned no partitioning), ``+cN``, ``+wN`` (a pushes' window),
-    and ``+host``, ``+aN`` and ``+sent`` as it tuned with them (``setting_mode``), so that the
-    bench runs what the tuner measured.
+    ``+aN`` that acknowledges what the tuner's pass did, and ``+host`` and ``+sent`` as it tuned
+    with them (``setting_mode``), so that the bench runs what the tuner measured.
 
     The file must have been tuned for this model, cluster and link (``bandwidth`` as the
     results label it: ``1 Gbit/s`` or ``loopback``), with this ``api`` (``session`` or ``tf2``:
