@@ -14,8 +14,8 @@ the search, takes the next setting and announces it. The objective (``OBJECTIVES
 cluster's throughput (the sum of the workers' steps/s), or ``"balanced"``: that throughput times
 one minus the straggler effect (``straggler``), so that of two settings as fast, the one whose
 workers wait less on each other wins, and one that evens them out wins if it costs less
-throughput than the share of the step it saves. When the trial budget is spent it measures the ``confirm`` settings with the
-highest means once more, then announces the one of those with the highest mean (``final``). Each
+throughput than the share of the step it saves. When the trial budget is spent it measures the
+``confirm`` settings with the highest means once more, then announces the one of those with the highest mean (``final``). Each
 setting is announced for a step every worker reaches after it polls: ``apply_at`` = the
 furthest step any worker has polled + ``lead``.
 
@@ -41,6 +41,7 @@ SERVICE = "tfsched.Coordinator"
 _POLL = {"task": str, "step": int}
 _REPORT = {"task": str, "epoch": int, "steps": int, "seconds": float, "waits": list}
 OBJECTIVES = ("throughput", "balanced")
+THROUGHPUT = "throughput_steps_per_s"  # a trial's measured throughput, kept with it
 
 
 def _decode(raw: bytes, shape: dict) -> dict:
@@ -227,7 +228,7 @@ class Coordinator:
         e = self.epoch
         reports = list(e.reports.values())
         throughput = sum(r["steps"] / r["seconds"] for r in reports)
-        measured = {"throughput_steps_per_s": throughput}
+        measured = {THROUGHPUT: throughput}
         value = throughput
         if self.objective == "balanced":
             measured["straggler"] = straggler(

@@ -17,11 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError, cause_line
-from tfsched.tune.coordinator import OBJECTIVES
+from tfsched.tune.coordinator import OBJECTIVES, THROUGHPUT
 from tfsched.tune.search import SEARCHES, Setting, Space
 from tfsched.units import is_count
 
-THROUGHPUT = "throughput_steps_per_s"
 PRESCREEN_GRID = 5  # per knob, simulated before the first real trial
 TUNE_SCHEMA = "tfsched.tune/1"
 
@@ -57,8 +56,8 @@ class TuneResult:
         over its trials; a trial that kept no throughput apart measured its value."""
         runs = [t for t in self.history if t.setting == self.best]
         if not runs:
-            return {"throughput_steps_per_s": self.best_value}
-        out = {"throughput_steps_per_s": statistics.fmean(t.measured.get(THROUGHPUT, t.value) for t in runs)}
+            return {THROUGHPUT: self.best_value}
+        out = {THROUGHPUT: statistics.fmean(t.measured.get(THROUGHPUT, t.value) for t in runs)}
         stragglers = [t.measured["straggler"] for t in runs if "straggler" in t.measured]
         if stragglers:
             out["straggler"] = statistics.fmean(stragglers)
@@ -505,7 +504,7 @@ def tune_cluster(
             "objective": objective,
             **({"push_credit_log2": list(space.push_credit_log2)} if space.push_credit_log2 else {}),
             # the least transfer (parameters) the tuned sessions' pass acknowledged: what a live
-            # credit or window counted (``bench.run.setting_mode`` gives a pushes' window as much)
+            # credit or window counted (``bench.run.setting_mode`` acknowledges as much)
             "acknowledged_from": least_acknowledged(PASS_CREDIT, ack_share or DEFAULT_ACK_SHARE),
             "defaults": defaults.to_json() if defaults else None,
         },

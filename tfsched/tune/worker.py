@@ -182,7 +182,8 @@ def credit_tune_hook(
     """A ``SessionRunHook`` that applies the coordinator's credit inside ``MonitoredTrainingSession``.
 
     The session's partition size is fixed (the hook cannot swap sessions): tune credit only,
-    with ``Space(partition=...)`` on the coordinator. The live credit limits the tensors the pass
+    with ``Space(partition=...)`` on the coordinator (and no pushes' window: the hook sets one
+    credit on all ``devices``). The live credit limits the tensors the pass
     acknowledges, those of at least the pass's credit/ack_share (an eighth by default): enable
     the pass with the smallest credit the search reaches.
     """
