@@ -152,7 +152,7 @@ def test_the_balanced_objective_weighs_the_throughput_by_how_long_workers_wait()
         m = clients[0].poll(0)
         assert m["push_credit"] > 0  # the pushes' window goes out with the setting
         # one wait a step, or none: anything else is malformed
-        for bad in ([0.1], [0.1, -0.2], [0.1, "x"]):
+        for bad in ([0.1], [0.1, -0.2], [0.1, "x"], [0.1, 1.5]):
             with pytest.raises(grpc.RpcError) as e:
                 _raw(
                     c.address,
@@ -162,7 +162,7 @@ def test_the_balanced_objective_weighs_the_throughput_by_how_long_workers_wait()
                     ).encode(),
                 )
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert c.rejected == 3 and not c.search.history
+        assert c.rejected == 4 and not c.search.history
         # two synchronized steps of 1 s each: worker 1 waited 0.4 s and 0.2 s for worker 0
         assert clients[0].report(0, 2, 2.0, [0.0, 0.0])["accepted"]
         assert clients[1].report(0, 2, 2.0, [0.4, 0.2])["accepted"]

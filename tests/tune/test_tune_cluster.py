@@ -319,7 +319,8 @@ def test_synchronous_steps_last_as_long_as_the_slowest_worker():
         fast, slow = measure(cluster, threading.Barrier(2))
         assert fast == pytest.approx(slow, rel=0.2)
         # synchronized: each measured step, the fast worker waited for the slow one at its end
-        # (the balanced objective's straggler effect), and the slow one hardly at all
+        # (the balanced objective's straggler effect, a share of the step), and the slow one
+        # hardly at all
         waits_fast, waits_slow = measure.waits
         assert len(waits_fast) == len(waits_slow) == 4
-        assert all(f > 0.2 * slow > s for f, s in zip(waits_fast, waits_slow, strict=True))
+        assert all(1 > f > 0.2 > s >= 0 for f, s in zip(waits_fast, waits_slow, strict=True))

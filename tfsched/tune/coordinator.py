@@ -6,8 +6,9 @@ Messages are JSON objects of a fixed shape (no generated stubs to keep in step w
   setting in force from ``apply_at`` (the worker's own step count) on. Every worker polls before
   each step.
 * ``Report {task, epoch, steps, seconds, waits}`` -> ``{accepted}``: a worker measured ``steps``
-  steps of ``epoch``'s setting in ``seconds``; ``waits``: in synchronous steps, how long it
-  waited at the end of each of them for the others (empty when the steps are not synchronized).
+  steps of ``epoch``'s setting in ``seconds``; ``waits``: in synchronous steps, the share of
+  each of them it spent waiting for the others at its end, 0 to 1 (empty when the steps are not
+  synchronized).
 
 When every worker has reported the current epoch, the coordinator registers the objective with
 the search, takes the next setting and announces it. The objective (``OBJECTIVES``) is the
@@ -52,8 +53,8 @@ def _decode(raw: bytes, shape: dict) -> dict:
     for k, t in shape.items():
         v = msg[k]
         if t is list:
-            if not isinstance(v, list) or not all(_number(x) and x >= 0 for x in v):
-                raise ValueError(f"field {k!r} must be a list of non-negative numbers")
+            if not isinstance(v, list) or not all(_number(x) and 0 <= x <= 1 for x in v):
+                raise ValueError(f"field {k!r} must be a list of shares, 0 to 1")
             continue
         ok = _number(v) if t is float else isinstance(v, t) and not isinstance(v, bool)
         if not ok:
@@ -67,21 +68,18 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def straggler(steps_s: list[float], waits: list[list[float]]) -> float:
-    """The straggler effect of synchronized steps: at each step the longest any worker waited
-    for the others, over the step; the mean of that over the steps, over the mean step.
+def straggler(waits: list[list[float]]) -> float:
+    """The straggler effect of synchronized steps (TicTac §6, as ``bench.run.ModeResult``'s): at
+    each step the longest any worker waited for the others, over the step; the mean over the
+    steps. ``waits``: each worker's share of each step spent waiting.
 
-    ``steps_s``: each worker's mean step (s); ``waits``: each worker's wait at each step.
-
-    >>> straggler([1.0, 1.0], [[0.1, 0.3], [0.0, 0.0]])
+    >>> straggler([[0.1, 0.3], [0.0, 0.0]])
     0.2
-    >>> straggler([1.0], [[]])  # steps not synchronized: no wait measured
+    >>> straggler([[], []])  # steps not synchronized: no wait measured
     0.0
     """
     per_step = [max(w) for w in zip(*waits, strict=False)] if all(waits) else []  # the common steps
-    if not per_step or not steps_s:
-        return 0.0
-    return (sum(per_step) / len(per_step)) / (sum(steps_s) / len(steps_s))
+    return sum(per_step) / len(per_step) if per_step else 0.0
 
 
 def _encode(obj: dict) -> bytes:
@@ -231,9 +229,7 @@ class Coordinator:
         measured = {THROUGHPUT: throughput}
         value = throughput
         if self.objective == "balanced":
-            measured["straggler"] = straggler(
-                [r["seconds"] / r["steps"] for r in reports], [r["waits"] for r in reports]
-            )
+            measured["straggler"] = straggler([r["waits"] for r in reports])
             value = throughput * (1.0 - measured["straggler"])
         self.search.register(e.setting, value, confirm=e.confirm, measured=measured)
         if self.on_trial:
@@ -270,7 +266,8 @@ class CoordinatorClient:
         return self._call(self._poll, {"task": self.task, "step": step})
 
     def report(self, epoch: int, steps: int, seconds: float, waits: list[float] = ()) -> dict | None:
-        """``waits``: the worker's wait for the others at each of the ``steps`` (synchronous steps)."""
+        """``waits``: the share of each of the ``steps`` the worker spent waiting for the others
+        (synchronous steps)."""
         msg = {"task": self.task, "epoch": epoch, "steps": steps, "seconds": float(seconds)}
         return self._call(self._report, {**msg, "waits": [float(w) for w in waits]})
 

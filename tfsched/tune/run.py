@@ -212,8 +212,8 @@ def tune_cluster(
     ``space.push_credit_log2`` also searches the window of the workers' pushes, live on each
     worker's gates (``enable(push_credit=N)``). It is there for the straggler effect, not for
     speed, so it goes with ``objective="balanced"`` (``sync`` steps): the throughput times one
-    minus the straggler effect (``coordinator.straggler``, from how long each worker waited for
-    the others at each step's end). ByteScheduler's tuner maximizes the throughput alone.
+    minus the straggler effect (``coordinator.straggler``, from the share of each step each
+    worker waited for the others at its end, as the bench's). ByteScheduler's tuner maximizes the throughput alone.
 
     Two additions to ByteScheduler's tuner (§4.3), for clusters whose steps vary by several
     percent from one trial to the next:

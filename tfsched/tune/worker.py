@@ -81,7 +81,7 @@ class Follower:
         if self._in_epoch > self.settle:
             self._window.append(seconds)
             if wait is not None:
-                self._waits.append(wait)
+                self._waits.append(min(1.0, wait / seconds) if seconds > 0 else 0.0)  # its share
         if len(self._window) >= self.measure:
             self.client.report(self.epoch, len(self._window), sum(self._window), self._waits)
             self._reported = True  # also when unanswered: the coordinator decides without us
