@@ -16,9 +16,9 @@ cluster's throughput (the sum of the workers' steps/s), or ``"balanced"``: that 
 one minus the straggler effect (``straggler``), so that of two settings as fast, the one whose
 workers wait less on each other wins, and one that evens them out wins if it costs less
 throughput than the share of the step it saves. When the trial budget is spent it measures the
-``confirm`` settings with the highest means once more, then announces the one of those with the highest mean (``final``). Each
-setting is announced for a step every worker reaches after it polls: ``apply_at`` = the
-furthest step any worker has polled + ``lead``.
+``confirm`` settings with the highest means once more, then announces the one of those with the
+highest mean (``final``). Each setting is announced for a step every worker reaches after it
+polls: ``apply_at`` = the furthest step any worker has polled + ``lead``.
 
 The server listens only on the address it is given (a cluster host, never 0.0.0.0), accepts
 calls only from the cluster's hosts, and rejects malformed messages (INVALID_ARGUMENT) and
