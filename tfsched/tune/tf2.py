@@ -153,9 +153,7 @@ def tune_tf2(
             found.register(s, value, confirm=again)
             if progress:
                 what = "again" if again else f"{len(found.history)}/{trials}"
-                progress(
-                    f"trial {what}: partition {s.partition:,} credit {s.credit:,} -> {value:.3f} steps/s"
-                )
+                progress(f"trial {what}: {s.describe()} -> {value:.3f} steps/s")
         if progress:
             progress(f"vanilla TensorFlow again: {measure} steps per worker")
         baseline.append(measured("baseline"))
