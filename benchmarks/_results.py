@@ -28,9 +28,11 @@ def run_dir_errors():
 
 def run_title(config: dict) -> str:
     """A kept bench run's model, mode, batch and cluster, as its Markdown summaries open."""
+    from tfsched.bench.results import link_text
+
     return (
         f"**{config['model']}** ({config['mode']}, batch {config['batch_size']}), {config['ps']} PS x "
-        f"{config['workers']} workers, {config['bandwidth']}"
+        f"{config['workers']} workers, {link_text(config)}"
     )
 
 

@@ -40,6 +40,11 @@ ROWS = {
     # to 21 (16 before; the others stayed within 15%): its row re-ran at it, with 5 rounds of 5 steps.
     "vgg16-train": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 103 --modes baseline,tio,tao,tio+pc,tao+pc,tao+p1000000+c1000000,tao+pc+host",
     "vgg16-inference": "--model vgg16 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 397 --modes baseline,tio,tao,tio+pc,tao+pc,tao+p1000000+c1000000,tao+pc+host",
+    # The sixtieth session's: VGG16 inference on hosts with cores of their own (``--host-cores``:
+    # each task's process capped at half a core, the machine's two over the four workers), at this
+    # processor's balance (708, measured in the fifty-seventh session with the four workers
+    # computing at once, as they do here), beside the row above, whose tasks share the cores.
+    "vgg16-inference-hosts": "--model vgg16 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 708 --host-cores 0.5 --modes baseline,tio,tao,tio+pc,tao+pc,tao+p1000000+c1000000,tao+pc+host",
     "resnet50-train": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 161 --modes baseline,tio,tao,tio+pc,tao+pc,tio+p4194304+c4194304,tao+pc+host",
     "resnet50-inference": "--model resnet50 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 680 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host,tio+pc+a32,tao+pc+a32",
     "inception_v3-train": "--model inception_v3 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 73 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+pc+a32",
@@ -106,7 +111,9 @@ def assemble() -> None:
         "namespace; each host's link is shaped with `tc` in both directions (full duplex).",
         "",
         f"Machine: {cpu_description()}, no GPU, {platform.platform()}, Python {platform.python_version()}.",
-        "All tasks share these cores, which matters: see the reading at the end. The processor under",
+        "All tasks share these cores, which matters: see the reading at the end. Rows whose command has",
+        "`--host-cores` give each task cores of its own instead (a CPU quota: what one task leaves idle",
+        "is not lent to another, as on separate hosts). The processor under",
         "this machine is not always the same one: each row says which one it ran on (rows run before",
         "the sixteenth session do not), and its CPU s/step column shows what a step cost there.",
         "",

@@ -11,7 +11,9 @@ the acknowledgements' ops waiting for no thread of the executor, as until the fi
 ``executor_waits=False``; the machine's share of the cores from the op seconds the simulator
 runs, ``annotate``'s ``work="simulated"``; each simulated op taking its mean traced time, not
 its fastest, ``op_statistic="mean"``; each message no credit window holds sent 16 or
-32 MiB at a time, ``stream_window_bytes``, after ``benchmarks/arrival_order.py``) beside it.
+32 MiB at a time, ``stream_window_bytes``, after ``benchmarks/arrival_order.py``; each simulated task taking
+whatever of the machine the others leave, as until the sixtieth session, ``host_cores=0``,
+which changes only the runs whose tasks had cores of their own) beside it.
 
     python benchmarks/repredict.py DIR --name resnet50-inference-traced
 
@@ -73,7 +75,7 @@ def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
                 workers=config["workers"],
                 bandwidth_bps=bandwidth,
                 inter_op_threads=config.get("inter_op_threads") or None,
-                **what_if,
+                **{"host_cores": config.get("host_cores", 0), **what_if},
             )
     rows = [
         {
@@ -125,6 +127,11 @@ WHAT_IFS = {
         "each simulated op taking its mean traced time, not its fastest (TicTac's): the time the "
         "machine's share of the cores is reckoned from, so a saturated machine does the measured work "
         "(tried in the fifty-eighth session and not kept)",
+    ),
+    "shared_cores": (
+        {"host_cores": 0},
+        "each simulated task taking whatever of the machine the others leave, as until the sixtieth "
+        "session; only runs whose tasks had cores of their own (--host-cores) differ",
     ),
     **{
         f"stream_window_{mb}mb": (

@@ -205,6 +205,30 @@ def _check_host_order(host_order: str, host_credit: bool) -> None:
 _loopback_option = click.option(
     "--loopback", is_flag=True, help="No namespaces: every task on loopback, unshaped."
 )
+_host_cores_option = click.option(
+    "--host-cores",
+    type=click.FloatRange(min=0),
+    default=0,
+    show_default=True,
+    help="Cores of its own each emulated host has: every task's process in a CPU cgroup capped at "
+    "that many (root; cgroup v1 or v2). As on separate hosts, the cores a waiting task leaves idle "
+    "are not lent to the others (0: every task shares this machine's cores). The machine's cores "
+    "over the workers gives each worker its share when all compute.",
+)
+
+
+def _check_host_cores(host_cores: float) -> None:
+    """Before anything runs: a share no task could have, or no cgroup to cap it with, is one line."""
+    if host_cores:
+        from tfsched.bench.hostcpu import check_cores, find_hierarchy
+
+        try:
+            check_cores(host_cores)
+            find_hierarchy()
+        except TfschedError as e:
+            raise click.BadParameter(str(e), param_hint="--host-cores") from None
+
+
 _shaped_loopback_option = click.option(
     "--shaped-loopback",
     is_flag=True,
@@ -841,6 +865,7 @@ def _bench_tf2(console, *, output, traces_dir, balance, tuned, **run) -> None:
     "the number of cores). More than the cores let a credit's acknowledgement run while the "
     "others wait on convolutions; every mode, the baseline too, runs on these tasks.",
 )
+@_host_cores_option
 @click.option(
     "--tuned",
     "tuned_path",
@@ -924,6 +949,7 @@ def bench(
     ps_placement,
     api,
     inter_op_threads,
+    host_cores,
 ):
     """Vanilla TensorFlow vs tfsched on an emulated multi-host PS cluster, interleaved in one run.
 
@@ -965,6 +991,7 @@ def bench(
             f"{', '.join(PS_PLACEMENTS)})"
         )
     _check_loopback(loopback, shaped_loopback, latency, queue)  # before a batch size is measured
+    _check_host_cores(host_cores)
     if traces_dir:
         check_directory(traces_dir)
     # the results and their .md and .png: checked now, not after the run (in the traces
@@ -989,6 +1016,7 @@ def bench(
         ps_placement=tf2_placements[0] if api == "tf2" else ps_placement[0],
         api=api,
         run_mode=run_mode,
+        host_cores=host_cores,
     )
     tuned_doc = None
     if tuned_path is not None:
@@ -1004,7 +1032,7 @@ def bench(
 
         with console.status(f"measuring compute for the default batch size ({workers} workers at once)"):
             balance = balanced_batch_size(
-                model, bandwidth_bps=bandwidth, workers=workers, ps=ps, mode=run_mode
+                model, bandwidth_bps=bandwidth, workers=workers, ps=ps, mode=run_mode, host_cores=host_cores
             )
         batch_size = balance.batch_size
         console.print(
@@ -1031,6 +1059,7 @@ def bench(
         bandwidth_bps=None if loopback else bandwidth,
         latency_s=latency,
         queue_s=queue,
+        host_cores=host_cores,
     )
     tuned = None
     if tuned_doc is not None:
@@ -1085,6 +1114,7 @@ def bench(
         "latency": f"{latency * 1e3:g} ms" if latency else None,
         "queue": None if loopback or queue == DEFAULT_QUEUE_S else f"{queue * 1e3:g} ms",
         **({"inter_op_threads": inter_op_threads} if inter_op_threads else {}),
+        **({"host_cores": host_cores} if host_cores else {}),
         **({"links": "relays"} if shaped_loopback else {}),
         "batch_balance": balance.to_json() if balance else None,
         "tuned": {"file": tuned_path, "mode": tuned} if tuned else None,
@@ -1228,6 +1258,7 @@ def bench(
     "TensorFlow 2's ParameterServerStrategy, each trial a ClusterCoordinator of its own on the same "
     "cluster (asynchronous training, as bench --api tf2), vanilla TensorFlow measured before and after.",
 )
+@_host_cores_option
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "-o",
@@ -1270,6 +1301,7 @@ def tune(
     batch_size,
     run_mode,
     api,
+    host_cores,
     seed,
     output,
 ):
@@ -1323,6 +1355,7 @@ def tune(
         raise click.UsageError(
             "--push-credit evens out the workers, not the throughput: add --objective balanced (and --sync)"
         )
+    _check_host_cores(host_cores)
     check_writable(output)  # not after the trials
 
     if model is None and graph_path is None:
@@ -1360,6 +1393,7 @@ def tune(
             confirm=confirm,
             from_defaults=not no_defaults,
             progress=progress,
+            host_cores=host_cores,
         )
         if api == "tf2":
             from tfsched.tune.tf2 import tune_tf2

@@ -7,9 +7,10 @@ import time
 import pytest
 
 from tests.helpers import BENCH_SEQ32, cli
-from tfsched.bench import netns
+from tfsched.bench import hostcpu, netns
 from tfsched.bench.predict import FIT_LOW
 from tfsched.bench.stagger import PHASES
+from tfsched.errors import TfschedError
 
 pytestmark = [
     pytest.mark.cluster,
@@ -17,6 +18,17 @@ pytestmark = [
         netns.available() is not None, reason=f"no network namespaces here: {netns.available()}"
     ),
 ]
+
+
+def _cgroups() -> bool:
+    try:
+        hostcpu.find_hierarchy()
+    except TfschedError:
+        return False
+    return True
+
+
+CGROUPS = _cgroups()
 
 
 def _leftovers(tag: str) -> list[str]:
@@ -266,6 +278,8 @@ def test_bench_command_writes_every_field(tmp_path):
         str(_tune_file(tmp_path, partition=20_000, credit=40_000)),
         "--queue",
         "50ms",
+        # every task in a CPU cgroup of its own (bench.hostcpu), where this machine has them
+        *(["--host-cores", "1"] if CGROUPS else []),
         "--traces",
         str(tmp_path / "traces"),
         "--trace-steps",
@@ -278,6 +292,14 @@ def test_bench_command_writes_every_field(tmp_path):
     data = json.loads(out.read_text())
     assert data["config"]["bandwidth"] == "0.2 Gbit/s" and data["config"]["workers"] == 2
     assert data["config"]["trace_steps"] == 2
+    if CGROUPS:
+        md = out.with_suffix(".md").read_text()
+        assert (
+            data["config"]["host_cores"] == 1
+            and "1 PS x 2 workers, 0.2 Gbit/s, links queueing at most 50 ms, each host 1 core of its own"
+            in md
+        )
+        assert "Every task had 1 core of its own" in md and "At the cores' limit" not in md
     assert (
         data["config"]["queue"] == "50 ms"
         and "links queueing at most 50 ms" in out.with_suffix(".md").read_text()
@@ -415,6 +437,8 @@ def test_bench_command_writes_every_field(tmp_path):
     assert spreads_line(measured) in v.stdout, (v.stdout, measured)
     # the bench's process is gone, and nothing of its is left (a concurrent run's, live, may be)
     assert netns.orphans("netns") == [] and netns.orphans("link") == []
+    if CGROUPS:  # ... nor of its capped groups
+        assert hostcpu.orphans(hostcpu.find_hierarchy()) == []
 
 
 def test_a_killed_runs_namespaces_and_bridge_go_with_the_next_run():

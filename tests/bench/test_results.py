@@ -393,6 +393,12 @@ def test_a_tune_file_for_another_run_is_one_error_naming_it(tmp_path):
         tuned_mode(_tune_doc(ps=2, ps_placement="held"), "t.json", **two)
     assert tuned_mode(_tune_doc(ps=2, ps_placement="bytes"), "t.json", **two) == "tao+p131072+c569173"
     assert tuned_mode(_tune_doc(ps=2), "t.json", **two) == "tao+p131072+c569173"
+    # tuned on hosts of cores of their own, or not (files that record none shared the machine's)
+    with pytest.raises(TfschedError, match="^t.json: tuned for host_cores 0, not host_cores 0.5$"):
+        tuned_mode(_tune_doc(), "t.json", **where, host_cores=0.5)
+    with pytest.raises(TfschedError, match="^t.json: tuned for host_cores 0.5, not host_cores 0$"):
+        tuned_mode(_tune_doc(host_cores=0.5), "t.json", **where)
+    assert tuned_mode(_tune_doc(host_cores=0.5), "t.json", **where, host_cores=0.5) == "tao+p131072+c569173"
     # files that are not tune results, each named with what is wrong
     bad = _tune_doc()
     bad["best"]["credit"] = 0
@@ -470,3 +476,12 @@ def test_the_table_says_which_modes_ran_at_the_cores_limit_and_what_that_leaves_
     assert "At the cores' limit" not in markdown(summary)
     summary["modes"][1]["cpu_busy"], summary["cpu"] = 0.99, "unknown processor"
     assert "At the cores' limit" not in markdown(summary)
+    # each task with cores of its own (bench --host-cores): the title says so, and the machine's
+    # busy share bounds nothing, for no task is lent another's idle cores
+    summary["config"]["host_cores"], summary["cores"] = 0.5, 2
+    text = markdown(summary)
+    assert "x 2 workers, 1 Gbit/s, each host 0.5 cores of its own, 1 interleaved rounds" in text
+    assert "At the cores' limit" not in text and (
+        "Every task had 0.5 cores of its own (a CPU quota: the machine's 2 cores are not lent "
+        "between tasks)" in text
+    )

@@ -585,6 +585,12 @@ class TestBadInput:
         ),
         (("trace", "--model", "seq32", "--steps", "3000", "-o", "{missing}/t.json"), ("cannot write",)),
         (("tune", "--model", "seq32", "--loopback", "-o", "{missing}/t.json"), ("cannot write",)),
+        # ... and so must a share of cores no emulated host could have
+        *(
+            ((cmd, "--model", "vgg16", "--host-cores", "99", "-o", "{tmp}/x.json"), ("--host-cores", needle))
+            for cmd in ("bench", "tune")
+            for needle in ["cores per host must be from 0.05 to this machine's"]
+        ),
     ],
 )
 def test_a_long_run_refuses_an_output_it_cannot_write_before_it_starts(tmp_path, args, needles):

@@ -456,6 +456,27 @@ class TestSimulate:
         bounds = step_bounds(build_sim_graph(g, o))
         assert bounds.lower == pytest.approx(4.0, abs=1e-6)  # the machine's work
 
+    def test_a_task_with_cores_of_its_own_is_lent_none_of_the_others(self):
+        # a (1 s) and b (3 s), each on its own worker, on one machine of one op's worth at once
+        nodes = var("w", (1,)) + [op("a", ["w/read"], device=W0), op("b", ["w/read"], device=W1)]
+        g = build_comm_graph(nodes, fetches=["a", "b"])
+        o = oracle_with({"a": 1.0, "b": 3.0}, bandwidth_bps=8e12)
+        o.machine_slots = 1.0
+        # shared: b takes the whole machine once a is done (2 s), and ends at 4 s
+        assert simulate_schedule(g, o).makespan == pytest.approx(4.0, abs=1e-6)
+        # each task capped at half of it (bench.hostcpu): b keeps its half, 6 s of it
+        o.host_slots = 0.5
+        assert build_sim_graph(g, o).host_slots == 0.5
+        assert simulate_schedule(g, o).makespan == pytest.approx(6.0, abs=1e-6)
+        # a cap above the fair share binds only when b computes alone: its last 2 s of work at
+        # 0.8 after 2 s at half speed
+        o.host_slots = 0.8
+        assert simulate_schedule(g, o).makespan == pytest.approx(4.5, abs=1e-6)
+        # without a shared machine there is nothing to cap
+        o.machine_slots = None
+        assert build_sim_graph(g, o).host_slots is None
+        assert simulate_schedule(g, o).makespan == pytest.approx(3.0, abs=1e-6)
+
     def test_bytes_on_the_wire_take_the_machines_cpu(self):
         # Worker 0 computes a (1 s) while worker 1 pulls v (1,000,000 bytes at 1 MB/s: 1 s).
         nodes = var("w", (1,)) + var("v", (250_000,))

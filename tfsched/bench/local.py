@@ -213,19 +213,32 @@ class TaskHandles:
 
     # This process's address on the cluster's network (where a driver-side service listens).
     driver_host = "127.0.0.1"
+    # cores of its own each task's host has (a CPU quota, ``bench.hostcpu``); 0: all share them
+    host_cores: float = 0.0
+    host_cpu = None  # its bench.hostcpu.HostCpu while the tasks run
 
     def start_all(self, prefix=lambda job, index: [], spec_of=None) -> None:
         """Start every task of ``spec`` (its stderr in a fresh ``log_dir``; ``start_tasks``'
-        ``prefix`` and ``spec_of``) and wait until each serves."""
+        ``prefix`` and ``spec_of``), each in a group capped at ``host_cores`` if set, and wait
+        until each serves."""
         self.log_dir = tempfile.mkdtemp(prefix="tfsched-tasks-")
+        if self.host_cores:
+            from tfsched.bench.hostcpu import HostCpu
+
+            self.host_cpu = HostCpu(self.host_cores).__enter__()
+            inner = prefix
+            prefix = lambda job, index: [*self.host_cpu.prefix(job, index), *inner(job, index)]  # noqa: E731
         # to start a task again (restart)
         self._launch = {"prefix": prefix, "spec_of": spec_of, "inter_op_threads": self.inter_op_threads}
         self.procs = start_tasks(self.spec, vanilla=self.vanilla, log_dir=self.log_dir, **self._launch)
         wait_ready(self.procs, self.start_timeout_s, self.log_dir)
 
     def stop_all(self) -> None:
-        """Stop every task and remove their logs."""
+        """Stop every task and remove their logs (and their capped groups)."""
         stop_processes(self.procs.values())
+        if self.host_cpu is not None:
+            self.host_cpu.close()
+            self.host_cpu = None
         if self.log_dir:
             shutil.rmtree(self.log_dir, ignore_errors=True)
 
@@ -275,6 +288,7 @@ class LocalCluster(TaskHandles):
     workers: int = 1
     vanilla: bool = False  # plain tf.distribute.Server tasks, without tfsched loaded
     inter_op_threads: int = 0  # kernels each task runs at a time (0: TensorFlow's default)
+    host_cores: float = 0.0  # each task's own cores (bench.hostcpu); 0: they share the machine's
     bandwidth_bps: float | None = None  # None: loopback as it is
     latency_s: float = 0.0  # per link, with bandwidth_bps
     start_timeout_s: float = 180.0

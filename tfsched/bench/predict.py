@@ -114,6 +114,19 @@ def machine_slots_from_cpu(
     return cores * workers * work / spent
 
 
+def host_slots(host_cores: float, machine_slots: float, cores: int) -> float | None:
+    """The most of the simulated machine one task's ops take at once where each task has
+    ``host_cores`` of its own (``bench.hostcpu``): the machine's ``machine_slots`` are its
+    ``cores``' worth of lone-worker ops. None where the tasks share the cores (0).
+
+    >>> host_slots(0.5, 1.2, 2)
+    0.3
+    >>> host_slots(0, 1.2, 2) is None
+    True
+    """
+    return host_cores * machine_slots / cores if host_cores else None
+
+
 def _by_rank(iterations: list[list[float]]) -> list[float]:
     """``sim.mean_by_rank`` of the synchronized steps that every worker finished.
 
@@ -228,8 +241,13 @@ def annotate(
     executor_waits: bool = True,
     stream_window_bytes: int | None = None,
     op_statistic: str = "min",
+    host_cores: float = 0.0,
 ) -> None:
     """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace).
+
+    ``host_cores``: the cores of its own each task had (``bench.hostcpu``); the simulated tasks
+    then share the machine as before, but none takes more than its own cores' worth of it
+    (``host_slots``, ``SimGraph.host_slots``).
 
     ``latency_s``: what each host's link adds (``--latency``). A tensor between two tasks
     crosses two links, so the simulator delays each arrival (and each acknowledgement) by twice
@@ -322,6 +340,7 @@ def annotate(
             work_s=sum(oracle.compute(n) for n in graph.graph) if work == "simulated" else None,
         )
         oracle.machine_slots = from_cpu or machine_slots(base.solo_trace, base.trace, workers)
+        oracle.host_slots = host_slots(host_cores, oracle.machine_slots, cores)
         # a slot is the cores one lone worker's ops kept busy: the machine's cores / its slots
         oracle.comm_slot_s_per_byte = base.comm_cpu_s_per_byte * oracle.machine_slots / cores
         # an acknowledgement is one more message with almost no bytes (TfschedAck, its RPC,

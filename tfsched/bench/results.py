@@ -170,6 +170,14 @@ def cores_limit_lines(summary: dict) -> list[str]:
     cores, at least 5.11 s, against the baseline's 7.63 s: at most 1.49x, measured 1.486x).
     """
     cores = machine_cores(summary)
+    own = summary["config"].get("host_cores")
+    if own:  # no task takes the cores another leaves idle: the machine's busy share bounds nothing
+        return [
+            "",
+            f"Every task had {own:g} core{'' if own == 1 else 's'} of its own (a CPU quota: the machine's "
+            f"{f'{cores} ' if cores else ''}cores are not lent between tasks), so the machine's busy share "
+            "does not bound a step: each worker's own cores do.",
+        ]
     full = [
         r
         for r in summary["modes"]
@@ -213,10 +221,21 @@ def stagger_lines(summary: dict) -> list[str]:
     return lines
 
 
+def link_text(config: dict) -> str:
+    """The hosts a run had, as its title says them: the link, its latency and queue, and the
+    cores of its own each host had (``bench.hostcpu``) where they did not share the machine's."""
+    link = f"{config['bandwidth']}" + (f", {config['latency']} latency" if config.get("latency") else "")
+    link += f", links queueing at most {config['queue']}" if config.get("queue") else ""
+    if config.get("host_cores"):
+        from tfsched.bench.hostcpu import describe
+
+        link += f", {describe(config['host_cores'])}"
+    return link
+
+
 def markdown(summary: dict) -> str:
     c = summary["config"]
-    link = f"{c['bandwidth']}" + (f", {c['latency']} latency" if c.get("latency") else "")
-    link += f", links queueing at most {c['queue']}" if c.get("queue") else ""
+    link = link_text(c)
     link += ", shaped by relays on loopback" if c.get("links") == "relays" else ""
     link += f", {c['inter_op_threads']} inter-op threads a task" if c.get("inter_op_threads") else ""
     batch = f", batch {c['batch_size']}" if c.get("batch_size") else ""

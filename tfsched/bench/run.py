@@ -256,6 +256,7 @@ def tuned_mode(
     ps_placement: str = "bytes",
     api: str = "session",
     run_mode: str = "train",
+    host_cores: float = 0.0,
 ) -> str:
     """The bench mode of a tune file's best setting (``tfsched.tune.run.read_tune_file``): its
     algorithm, ``+pN`` (unless it tuned no partitioning), ``+cN``, ``+wN`` (a pushes' window),
@@ -266,8 +267,9 @@ def tuned_mode(
     results label it: ``1 Gbit/s`` or ``loopback``), with this ``api`` (``session`` or ``tf2``:
     the TensorFlow 2 tuner's files say so, the others are a session's) and ``run_mode`` (files
     that record none trained), and for ``batch_size`` where it records one (None: not known
-    yet), and on several PS for ``ps_placement`` where it records one; a setting tuned elsewhere
-    is one TfschedError line naming it.
+    yet), and on several PS for ``ps_placement`` where it records one, on hosts of ``host_cores``
+    of their own (files that record none: 0, sharing the machine's); a setting tuned elsewhere is
+    one TfschedError line naming it.
     """
     c, b = doc["config"], doc["best"]
     if c.get("model") is None:
@@ -277,8 +279,8 @@ def tuned_mode(
         want["batch_size"] = batch_size
     if ps > 1 and c.get("ps_placement") is not None:
         want["ps_placement"] = ps_placement
-    want.update(api=api, mode=run_mode)
-    had = dict(c, api=c.get("api", "session"), mode=c.get("mode", "train"))
+    want.update(api=api, mode=run_mode, host_cores=host_cores or 0)
+    had = dict(c, api=c.get("api", "session"), mode=c.get("mode", "train"), host_cores=c.get("host_cores", 0))
     off = [k for k, v in want.items() if had.get(k) != v]
     if off:
         raise TfschedError(
@@ -883,18 +885,30 @@ def host_cluster(
     relays: bool = False,
     progress: Callable[[str], None] | None = None,
     inter_op_threads: int = 0,
+    host_cores: float = 0.0,
 ):
     """The cluster a bench or a tuning run trains on (not started yet): each task a host with
     links of ``bandwidth_bps`` each way, emulated with namespaces (``bench.netns``, root), or
     with ``relays`` shaped on loopback in this process (``bench.relay``); None: loopback unshaped.
     ``progress`` is told what it starts; ``inter_op_threads``: how many kernels each task runs
-    at a time (0: TensorFlow's default, the number of cores)."""
+    at a time (0: TensorFlow's default, the number of cores); ``host_cores``: the cores of its
+    own each task has (``bench.hostcpu``: a CPU quota; 0: every task shares the machine's),
+    checked here, before anything starts."""
     from tfsched.bench.local import LocalCluster
     from tfsched.bench.netns import EmulatedCluster
 
+    if host_cores:
+        from tfsched.bench.hostcpu import check_cores, find_hierarchy
+
+        check_cores(host_cores)
+        find_hierarchy()
     if progress:
         where = f"hosts shaped to {bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback"
         where += " by relays on loopback" if bandwidth_bps and relays else ""
+        if host_cores:
+            from tfsched.bench.hostcpu import describe
+
+            where += f", {describe(host_cores)}"
         progress(f"starting {ps} PS and {workers} worker processes ({where})")
     if bandwidth_bps and not relays:
         return EmulatedCluster(
@@ -904,6 +918,7 @@ def host_cluster(
             latency_s=latency_s,
             queue_s=queue_s,
             inter_op_threads=inter_op_threads,
+            host_cores=host_cores,
         )
     return LocalCluster(
         ps=ps,
@@ -911,6 +926,7 @@ def host_cluster(
         bandwidth_bps=bandwidth_bps or None,
         latency_s=latency_s,
         inter_op_threads=inter_op_threads,
+        host_cores=host_cores,
     )
 
 
@@ -936,6 +952,7 @@ def cluster_side_by_side(
     done: Callable[[int, int], None] | None = None,
     ps_placement: str | tuple[str, ...] = "bytes",
     inter_op_threads: int = 0,
+    host_cores: float = 0.0,
 ) -> dict[str, ModeResult]:
     """Side by side on an emulated multi-host cluster (``bandwidth_bps`` given) or on loopback.
 
@@ -951,7 +968,7 @@ def cluster_side_by_side(
     (a tuple) run every mode on each placement's graph in the same rounds, the first's modes
     under their names, the others' as ``MODE@PLACEMENT`` (``placed_mode``), each predicted on
     its own graph from its own baseline's traces. ``inter_op_threads``: how many kernels each
-    task runs at a time (``host_cluster``'s).
+    task runs at a time, ``host_cores`` the cores of its own each task has (``host_cluster``'s).
     """
     from tfsched.bench.netns import check_latency
     from tfsched.models import build_graph
@@ -1033,6 +1050,7 @@ def cluster_side_by_side(
             relays=relays,
             progress=progress,
             inter_op_threads=inter_op_threads,
+            host_cores=host_cores,
         )
         with cluster:
             targets = [cluster.target("worker", w) for w in range(workers)]
@@ -1068,6 +1086,7 @@ def cluster_side_by_side(
                     bandwidth_bps=bandwidth_bps,
                     latency_s=latency_s,
                     inter_op_threads=inter_op_threads or None,
+                    host_cores=host_cores,
                 )
         return results
 

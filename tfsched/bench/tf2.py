@@ -330,6 +330,7 @@ def predict_calls(
     latency_s: float,
     channel_params: int,
     work: str = "simulated",
+    host_cores: float = 0.0,
 ) -> None:
     """The simulator's prediction of each mode's throughput, beside the measured one, for the
     rows of one placement of the variables (``MODE`` or ``MODE@PLACEMENT``; ``predict_placements``)
@@ -365,13 +366,20 @@ def predict_calls(
 
     ``work``: what a call's ops cost in the machine's share of the cores: ``simulated``, the op
     times the simulator runs (each op's fastest traced time), or ``traced``, the trace's mean, as
-    the session bench takes it (a what-if for ``benchmarks/repredict_tf2.py``).
+    the session bench takes it (a what-if for ``benchmarks/repredict_tf2.py``). ``host_cores``:
+    the cores of its own each task had (``predict.host_slots``).
     """
     import copy
     from dataclasses import replace
 
     from tfsched.analysis import PARAM_BYTES
-    from tfsched.bench.predict import check_work, machine_slots, machine_slots_from_cpu, scheduled_runs
+    from tfsched.bench.predict import (
+        check_work,
+        host_slots,
+        machine_slots,
+        machine_slots_from_cpu,
+        scheduled_runs,
+    )
     from tfsched.bench.run import parse_mode, split_placed
     from tfsched.graph import load_comm_graph
     from tfsched.oracle.oracle import LinkModel, TimeOracle
@@ -399,6 +407,7 @@ def predict_calls(
         cores=cores,
         work_s=sum(oracle.compute(n) for n in graph.graph) if work == "simulated" else None,
     ) or machine_slots(alone, Trace.load(baseline_trace), workers)
+    oracle.host_slots = host_slots(host_cores, oracle.machine_slots, cores)
     if bandwidth_bps:
         oracle.set_links(bandwidth_bps=bandwidth_bps)
     plain = build_sim_graph(graph, oracle, None, workers=workers, steps=steps)
@@ -515,6 +524,7 @@ def side_by_side(
     traces_dir: str | None = None,
     progress: Callable[[str], None] | None = None,
     done: Callable[[int, int], None] | None = None,
+    host_cores: float = 0.0,
 ) -> dict:
     """Every mode ``rounds`` times, interleaved, on one cluster; then a traced round of each. The
     run's summary (``write`` writes it): its config, and per mode its rounds, throughput, ratio
@@ -524,7 +534,8 @@ def side_by_side(
     the others' as ``MODE@PLACEMENT`` (the session bench's naming), each placement's ordered,
     sized and predicted from its own graph and solo round, every mode against the first's
     baseline. ``traces_dir``: where the traces, the dumped graphs and the schedules go once the
-    run has succeeded (None: nowhere)."""
+    run has succeeded (None: nowhere). ``host_cores``: the cores of its own each task has
+    (``bench.run.host_cluster``'s)."""
     from tfsched.bench.netns import DEFAULT_QUEUE_S
     from tfsched.bench.results import cpu_description
     from tfsched.bench.run import host_cluster, parse_mode, placed_mode
@@ -568,6 +579,7 @@ def side_by_side(
         latency_s=latency_s,
         queue_s=DEFAULT_QUEUE_S if queue_s is None else queue_s,
         progress=progress,
+        host_cores=host_cores,
     )
     # the run's traces, graphs and schedules, copied to traces_dir once it has succeeded: a run that
     # fails leaves nothing there
@@ -634,6 +646,7 @@ def side_by_side(
             steps=steps,
             bandwidth_bps=bandwidth_bps,
             latency_s=latency_s,
+            host_cores=host_cores,
         )
         tick()
         if traces_dir:
@@ -662,6 +675,7 @@ def side_by_side(
         "bandwidth": f"{bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback",
         "latency": f"{latency_s * 1e3:g} ms" if latency_s else None,
         "queue": None if queue_s is None or queue_s == DEFAULT_QUEUE_S else f"{queue_s * 1e3:g} ms",
+        **({"host_cores": host_cores} if host_cores else {}),
         # the first placement's, as a run of one; every placement's in placements
         "channel_params": params[first],
         "schedules": schedules(first),
@@ -683,11 +697,11 @@ def side_by_side(
 def markdown(summary: dict) -> str:
     """The run as a Markdown table: each mode's throughput against the baseline's, per round,
     and its traced calls."""
-    from tfsched.bench.results import ratio_text, tuned_lines
+    from tfsched.bench.results import link_text, ratio_text, tuned_lines
     from tfsched.bench.run import split_placed
 
     c = summary["config"]
-    link = c["bandwidth"] + (f", {c['latency']} latency" if c.get("latency") else "")
+    link = link_text(c)
     what = "asynchronous training" if c["mode"] == "train" else "inference"
     spread = ""
     if c["ps"] > 1:  # runs before the option have no ps_placement: they were round-robin

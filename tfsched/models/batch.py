@@ -122,7 +122,13 @@ def _forward(index: int, stream, lines: queue.Queue) -> None:
 
 
 def _compute_time(
-    model: str, mode: str, batch: int, image_size: int | None, steps: int = 3, copies: int = 1
+    model: str,
+    mode: str,
+    batch: int,
+    image_size: int | None,
+    steps: int = 3,
+    copies: int = 1,
+    host_cores: float = 0.0,
 ) -> float:
     """Compute seconds per step at ``batch``: the fastest of ``steps`` steps in this process, or,
     with ``copies`` > 1, the mean step of that many processes computing at once (each its own
@@ -130,7 +136,8 @@ def _compute_time(
     They start their steps together, once all have warmed up, and each runs one step more than
     it reports, so the others' last steps share the machine too. Every wait ends: a process that
     fails reports why, one that dies is seen at the end of its output, and all of it within
-    ``PROBE_TIMEOUT_S``; the processes do not outlive the call."""
+    ``PROBE_TIMEOUT_S``; the processes do not outlive the call. ``host_cores``: each of the
+    copies capped at that many cores, as the bench's hosts are (``bench.hostcpu``)."""
     if copies <= 1:
         # the fastest step: the others carry this machine's noise
         return min(_step_times(model, mode, batch, image_size, steps))
@@ -171,12 +178,17 @@ def _compute_time(
                 raise TfschedError(f"{where}: {msg['error']}")
             return i, msg
 
+    caps = None
+    if host_cores:
+        from tfsched.bench.hostcpu import HostCpu
+
+        caps = HostCpu(host_cores).__enter__()
     with tmp:
         try:
             for i in range(copies):
                 with open(errs[i], "w") as err:
                     p = subprocess.Popen(
-                        cmd,
+                        [*(caps.prefix("probe", i) if caps else []), *cmd],
                         stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE,
                         stderr=err,
@@ -200,6 +212,8 @@ def _compute_time(
                 done[i] = msg["times"]
         finally:
             stop_processes(procs)
+            if caps is not None:
+                caps.close()
     return statistics.fmean(statistics.fmean(t) for t in done.values())
 
 
@@ -223,7 +237,11 @@ def balanced_batch_size(
     image_size: int | None = None,
     probe: int = 4,
     shared_cores: bool = True,
+    host_cores: float = 0.0,
 ) -> Balance:
+    """The batch whose compute per step is about ``workers`` x the model's bytes over the PS
+    tasks' links (module docstring). ``host_cores``: the bench's workers each capped at that many
+    cores (``bench.hostcpu``); the batch is then measured with the copies capped alike."""
     nbytes = param_bytes(model, image_size)
     comm = nbytes * workers / (ps * bandwidth_bps / 8.0)
     shared = float(workers) if shared_cores else 1.0
@@ -246,7 +264,7 @@ def balanced_batch_size(
     copies = workers if shared_cores else 1
     # Where communication is less than the fixed part, no batch balances it: the smallest stays.
     while len(measured) < REFINE_ROUNDS and fixed < comm:
-        t = _compute_time(model, mode, batch, image_size, copies=copies)
+        t = _compute_time(model, mode, batch, image_size, copies=copies, host_cores=host_cores)
         measured.append((batch, t))
         if abs(t - comm) <= REFINE_TOLERANCE * comm or (batch == MAX_BATCH and t < comm):
             break

@@ -62,6 +62,9 @@ class TimeOracle:
     # (gRPC's serialization and copies and the kernel's TCP at both ends, measured by the bench);
     # 0: communication costs no CPU.
     comm_slot_s_per_byte: float = 0.0
+    # With machine_slots: the most of that machine one task's ops take at once, where each task
+    # is capped at cores of its own (bench.hostcpu); None: whatever the others leave.
+    host_slots: float | None = None
 
     @classmethod
     def general(cls) -> TimeOracle:

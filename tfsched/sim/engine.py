@@ -240,6 +240,36 @@ def _max_min_rates(
     return rate
 
 
+def _machine_shares(
+    demand: dict[str, tuple[int, float]], slots: float, host_slots: float | None, uncapped: str = ""
+) -> dict[str, float]:
+    """Each resource's rate per op on a machine of ``slots``: ``demand`` gives each resource its
+    running ops and the rate each would run at alone. The machine is shared in proportion to
+    what each wants; with ``host_slots`` no resource (but ``uncapped``) gets more than that in
+    all (its host's own cores), and what a capped one cannot take goes to the others, as the
+    kernel's CPU quota and fair share do (water-filling).
+
+    >>> _machine_shares({"a": (2, 1.0), "b": (1, 1.0)}, 1.5, None)
+    {'a': 0.5, 'b': 0.5}
+    >>> _machine_shares({"a": (2, 1.0), "b": (1, 1.0)}, 2.0, 0.5)
+    {'a': 0.25, 'b': 0.5}
+    >>> _machine_shares({"a": (2, 1.0), "b": (2, 1.0)}, 1.0, 1.0)
+    {'a': 0.25, 'b': 0.25}
+    """
+    want = {r: k * rate for r, (k, rate) in demand.items()}
+    capped: set[str] = set()
+    while True:
+        free = [r for r in want if r not in capped]
+        left = slots - (host_slots or 0.0) * len(capped)
+        total = sum(want[r] for r in free)
+        factor = min(1.0, max(left, 0.0) / total) if total > 0 else 1.0
+        over = {r for r in free if host_slots is not None and r != uncapped and want[r] * factor > host_slots}
+        if not over:
+            break
+        capped |= over
+    return {r: host_slots / k if r in capped else rate * factor for r, (k, rate) in demand.items()}
+
+
 def simulate(
     sg: SimGraph,
     policy: str = "fifo",
@@ -422,16 +452,20 @@ def simulate(
     def reschedule(res: str, new: list[int]) -> None:
         """Push the ends of the ``new`` ops, and of all ops whose rate changed."""
         group = members(res)
-        factor = 1.0
+        rates = {r: own_rate(r) for r in group}
         if sg.machine_slots:
-            demand = sum(len(running[r]) * own_rate(r) for r in group)
             # the flows first (as the kernel's network work); the ops share what they leave, at
             # least MIN_OPS_SHARE of the machine (comm_load is capped where the flows are rated)
-            factor = min(1.0, (sg.machine_slots - comm_load) / demand) if demand > 0 else 1.0
+            rates = _machine_shares(
+                {r: (len(running[r]), rates[r]) for r in group},
+                sg.machine_slots - comm_load,
+                sg.host_slots,
+                uncapped=ACKS,
+            )
         fresh = set(new)
         for r in group:
             ops = running[r]
-            rate = own_rate(r) * factor
+            rate = rates[r]
             changed = rate != rate_of[r]
             rate_of[r] = rate
             for j in ops:

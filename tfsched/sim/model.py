@@ -50,6 +50,9 @@ class SimGraph:
     machine_slots: float | None = None
     # with machine_slots: slot-seconds of that machine a byte on the wire costs (both ends)
     comm_slot_s_per_byte: float = 0.0
+    # with machine_slots: the most of that machine one task's ops take at once (its own cores,
+    # bench.hostcpu); None: whatever the other tasks leave
+    host_slots: float | None = None
 
     def add(
         self,
@@ -148,6 +151,7 @@ def build_sim_graph(
     sg = SimGraph(
         machine_slots=oracle.machine_slots,
         comm_slot_s_per_byte=oracle.comm_slot_s_per_byte if oracle.machine_slots else 0.0,
+        host_slots=oracle.host_slots if oracle.machine_slots else None,
     )
     barriers: dict[tuple[str, int], int] = {}  # (worker run, step) -> its end-of-step node
     delayed: dict[str, list[str]] = {}  # task with a dispatch delay -> its ops

@@ -187,6 +187,7 @@ def tune_cluster(
     objective: str = "throughput",
     timeout_s: float = 3600.0,
     progress: Callable[[str], None] | None = None,
+    host_cores: float = 0.0,
 ) -> TuneResult:
     """Tune (partition, credit) on a cluster that trains ``model`` (or a user's graph).
 
@@ -233,6 +234,9 @@ def tune_cluster(
       defaults. With both additions (BENCHMARKS.md, ninth session) the tuned settings ran at
       1.34x and 1.22x against the defaults' 1.38x and 1.23x: as good, not better, on this
       machine.
+
+    ``host_cores``: the cores of its own each task has (``bench.run.host_cluster``'s, the
+    bench's ``--host-cores``); the tune file records it, and ``bench --tuned`` wants the same.
     """
     import tempfile
 
@@ -361,6 +365,7 @@ def tune_cluster(
             latency_s=latency_s,
             relays=relays,
             progress=progress,
+            host_cores=host_cores,
         )
         with cluster:
             tasks = [f"/job:worker/task:{w}" for w in range(workers)]
@@ -488,6 +493,7 @@ def tune_cluster(
             "bandwidth": f"{bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback",
             **({"latency": f"{latency_s * 1e3:g} ms"} if latency_s else {}),
             **({"links": "relays"} if relays and bandwidth_bps else {}),
+            **({"host_cores": host_cores} if host_cores else {}),
             "algorithm": algorithm,
             "host_credit": host_credit,
             "host_order": host_order,

@@ -58,6 +58,7 @@ def tune_tf2(
     confirm: int = 2,
     from_defaults: bool = True,
     progress: Callable[[str], None] | None = None,
+    host_cores: float = 0.0,
 ) -> TuneResult:
     """Tune (partition, credit) for ``model`` trained (or, ``run_mode="inference"``, run forward)
     by ``ParameterServerStrategy`` on ``ps`` PS and ``workers`` workers, each task a host with
@@ -69,6 +70,9 @@ def tune_tf2(
     fixed while the search moves partition and credit. The result's ``config`` says ``api``
     ``tf2``: ``tfsched bench --api tf2 --tuned FILE`` runs its best setting, the session bench
     refuses it. ``applied`` stays empty: no training outlives the trials.
+
+    ``host_cores``: the cores of its own each task has (``bench.run.host_cluster``'s, the
+    bench's ``--host-cores``); the tune file records it, and ``bench --tuned`` wants the same.
     """
     from tfsched.bench import tf2
     from tfsched.bench.run import host_cluster, parse_mode, setting_mode
@@ -112,7 +116,12 @@ def tune_tf2(
     leaders: list[Setting] | None = None
     walls: list[float] = []
     cluster = host_cluster(
-        ps=ps, workers=workers, bandwidth_bps=bandwidth_bps, latency_s=latency_s, progress=progress
+        ps=ps,
+        workers=workers,
+        bandwidth_bps=bandwidth_bps,
+        latency_s=latency_s,
+        progress=progress,
+        host_cores=host_cores,
     )
     with tempfile.TemporaryDirectory(prefix="tfsched-tune-tf2-") as out_dir, cluster as c:
         args = tf2.round_args(
@@ -174,6 +183,7 @@ def tune_tf2(
             **({"ps_placement": ps_placement} if ps > 1 else {}),
             "bandwidth": f"{bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback",
             **({"latency": f"{latency_s * 1e3:g} ms"} if latency_s else {}),
+            **({"host_cores": host_cores} if host_cores else {}),
             **knobs,
             "search": search,
             "trials": trials,
