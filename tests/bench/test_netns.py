@@ -248,11 +248,14 @@ def test_a_push_window_that_would_hold_none_of_the_models_pushes_is_refused_befo
     assert time.monotonic() - start < 60  # before any cluster was started
 
 
-def _tune_file(where, *, partition: int, credit: int):
-    """What ``tfsched tune -o`` writes for the 3-step bench run below (tio, 2 workers, 200 Mbit/s)."""
+def _tune_file(where, *, partition: int, credit: int, host_cores: float = 0):
+    """What ``tfsched tune -o`` writes for the 3-step bench run below (tio, 2 workers, 200 Mbit/s;
+    on hosts of ``host_cores`` cores of their own, if any)."""
     import json
 
     config = {"model": "seq32", "graph": None, "workers": 2, "ps": 1, "bandwidth": "0.2 Gbit/s"}
+    if host_cores:
+        config["host_cores"] = host_cores
     doc = {
         "schema": "tfsched.tune/1",
         "config": {**config, "algorithm": "tio", "host_credit": False, "batch_size": 4},
@@ -275,7 +278,7 @@ def test_bench_command_writes_every_field(tmp_path):
         "baseline,tio,tuned,tao",
         # a tuner's best setting on this run: tio with partition 20,000 and credit 40,000
         "--tuned",
-        str(_tune_file(tmp_path, partition=20_000, credit=40_000)),
+        str(_tune_file(tmp_path, partition=20_000, credit=40_000, host_cores=1 if CGROUPS else 0)),
         "--queue",
         "50ms",
         # every task in a CPU cgroup of its own (bench.hostcpu), where this machine has them
