@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _results import machine, run_title, write  # noqa: E402
 
 # what makes two runs the same benchmark (keys of a results file's config; their processor must match too)
-SAME = ("model", "mode", "workers", "ps", "batch_size", "bandwidth", "latency", "queue")
+SAME = ("model", "mode", "workers", "ps", "batch_size", "bandwidth", "latency", "queue", "host_cores")
 
 
 def pooled(ratios: list[float], level: float = 0.95) -> tuple[float, float | None, float | None]:

@@ -22,9 +22,13 @@ def pool_runs():
     return module
 
 
-def _results_file(path: Path, *, ratio: float, batch: int = 708, cpu: str = "EPYC, 2 cores") -> str:
+def _results_file(
+    path: Path, *, ratio: float, batch: int = 708, cpu: str = "EPYC, 2 cores", host_cores: float = 0
+) -> str:
     config = {"model": "vgg16", "mode": "inference", "workers": 4, "ps": 1, "batch_size": batch}
     config.update(bandwidth="1 Gbit/s", latency=None, queue=None, rounds=3)
+    if host_cores:  # bench --host-cores records it; runs on shared cores do not
+        config["host_cores"] = host_cores
     doc = {
         "benchmark": "tfsched bench",
         "config": config,
@@ -79,8 +83,9 @@ def test_runs_of_one_benchmark_are_pooled_into_a_results_file(pool_runs, tmp_pat
     [
         ({"batch": 397}, "batch_size 397, not 708 as in"),
         ({"cpu": "Xeon, 2 cores"}, "ran on 'Xeon, 2 cores', not 'EPYC, 2 cores'"),
+        ({"host_cores": 0.5}, "host_cores 0.5, not None as in"),
     ],
-    ids=["another-batch", "another-processor"],
+    ids=["another-batch", "another-processor", "hosts-with-cores-of-their-own"],
 )
 def test_runs_of_another_benchmark_are_refused_in_one_line(pool_runs, tmp_path, monkeypatch, bad, error):
     files = [
