@@ -12,8 +12,9 @@ four sharing them when all compute at once (the batch-size probe's setting,
 ``models.batch``), and no faster when some wait.
 
 The task's own threads count against its quota: TensorFlow's kernels, its executor and gRPC's
-threads, which copy the bytes it sends and receives (the kernel's network work in softirq
-context is not charged to a group).
+threads, which copy the bytes it sends and receives. A real host of a cluster has cores to spare
+for those; here they share the task's cap with its computing, which slows an order that
+overlaps the two more than the vanilla baseline, whose transfers mostly come first.
 
 cgroup v1 (a ``cpu`` hierarchy with ``cpu.cfs_quota_us``) and v2 (``cpu.max``, the ``cpu``
 controller enabled for the groups made at the hierarchy's root) are both used; root is needed
