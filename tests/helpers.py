@@ -56,3 +56,15 @@ BENCH_SEQ32 = (
     *("--model", "seq32", "--workers", "2", "--bandwidth", "200Mbit"),
     *("--steps", "3", "--rounds", "1", "--batch-size", "4"),
 )
+
+
+def cgroups_unavailable() -> str | None:
+    """Why this machine cannot cap a task's cores (``bench.hostcpu``), or None where it can."""
+    from tfsched.bench import hostcpu
+    from tfsched.errors import TfschedError
+
+    try:
+        hostcpu.find_hierarchy()
+    except TfschedError as e:
+        return str(e)
+    return None

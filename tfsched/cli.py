@@ -220,11 +220,10 @@ _host_cores_option = click.option(
 def _check_host_cores(host_cores: float) -> None:
     """Before anything runs: a share no task could have, or no cgroup to cap it with, is one line."""
     if host_cores:
-        from tfsched.bench.hostcpu import check_cores, find_hierarchy
+        from tfsched.bench.hostcpu import check
 
         try:
-            check_cores(host_cores)
-            find_hierarchy()
+            check(host_cores)
         except TfschedError as e:
             raise click.BadParameter(str(e), param_hint="--host-cores") from None
 

@@ -7,20 +7,12 @@ import time
 
 import pytest
 
+from tests.helpers import cgroups_unavailable
 from tfsched.bench import hostcpu, netns
 from tfsched.errors import TfschedError
 
-
-def _no_hierarchy() -> str | None:
-    try:
-        hostcpu.find_hierarchy()
-    except TfschedError as e:
-        return str(e)
-    return None
-
-
 needs_cgroups = pytest.mark.skipif(
-    _no_hierarchy() is not None, reason=f"no cpu cgroups here: {_no_hierarchy()}"
+    cgroups_unavailable() is not None, reason=f"no cpu cgroups here: {cgroups_unavailable()}"
 )
 
 # one thread spinning for SPIN_S seconds of wall time, then its CPU seconds
@@ -45,7 +37,7 @@ def _spin(prefix: list[str]) -> float:
 
 def _ours() -> list[str]:
     root = hostcpu.find_hierarchy().root
-    tag = f"{hostcpu.PREFIX}{os.getpid() % 100000:05d}-"
+    tag = f"{hostcpu.PREFIX}{netns.run_tag()}-"
     return [n for n in os.listdir(root) if n.startswith(tag)]
 
 
@@ -83,7 +75,7 @@ def test_the_process_is_in_its_group_before_it_runs_anything():
 @needs_cgroups
 def test_a_dead_runs_groups_go_with_the_next_run():
     root = hostcpu.find_hierarchy().root
-    live = {f"{int(p) % 100000:05d}" for p in os.listdir("/proc") if p.isdigit()}
+    live = netns.live_tags()
     dead = next(f"{t:05d}" for t in range(99999, 0, -1) if f"{t:05d}" not in live)
     orphan = os.path.join(root, f"{hostcpu.PREFIX}{dead}-1-worker0")
     os.mkdir(orphan)

@@ -6,11 +6,10 @@ import time
 
 import pytest
 
-from tests.helpers import BENCH_SEQ32, cli
+from tests.helpers import BENCH_SEQ32, cgroups_unavailable, cli
 from tfsched.bench import hostcpu, netns
 from tfsched.bench.predict import FIT_LOW
 from tfsched.bench.stagger import PHASES
-from tfsched.errors import TfschedError
 
 pytestmark = [
     pytest.mark.cluster,
@@ -20,15 +19,7 @@ pytestmark = [
 ]
 
 
-def _cgroups() -> bool:
-    try:
-        hostcpu.find_hierarchy()
-    except TfschedError:
-        return False
-    return True
-
-
-CGROUPS = _cgroups()
+CGROUPS = cgroups_unavailable() is None
 
 
 def _leftovers(tag: str) -> list[str]:

@@ -91,6 +91,13 @@ def find_hierarchy(base: str = BASE) -> Hierarchy:
     )
 
 
+def check(cores: float) -> Hierarchy:
+    """The hierarchy to cap tasks at ``cores`` with, or a TfschedError saying why there is none
+    (``check_cores``, ``find_hierarchy``): what a caller checks before it starts anything."""
+    check_cores(cores)
+    return find_hierarchy()
+
+
 def check_cores(cores: float) -> None:
     """Refuses a share of cores no task could have on this machine."""
     most = os.cpu_count() or 1
@@ -98,10 +105,6 @@ def check_cores(cores: float) -> None:
         raise TfschedError(
             f"cores per host must be from {MIN_QUOTA_US / PERIOD_US:g} to this machine's {most}, got {cores!r}"
         )
-
-
-def _live_tags() -> set[str]:
-    return {f"{int(pid) % 100000:05d}" for pid in os.listdir("/proc") if pid.isdigit()}
 
 
 def _remove(path: str, wait_s: float) -> bool:
@@ -122,13 +125,14 @@ def _remove(path: str, wait_s: float) -> bool:
 def orphans(hierarchy: Hierarchy) -> list[str]:
     """The groups of runs whose process is gone: a run names its groups with its tag (its pid
     modulo 100,000), which no live process has once it died before it could clean up."""
-    live = _live_tags()
+    from tfsched.bench.netns import live_tags
+
+    live = live_tags()
+    tags = {name: name[len(PREFIX) : len(PREFIX) + 5] for name in os.listdir(hierarchy.root)}
     return [
         os.path.join(hierarchy.root, name)
-        for name in os.listdir(hierarchy.root)
-        if name.startswith(PREFIX)
-        and name[len(PREFIX) : len(PREFIX) + 5].isdigit()
-        and name[len(PREFIX) : len(PREFIX) + 5] not in live
+        for name, tag in tags.items()
+        if name.startswith(PREFIX) and tag.isdigit() and tag not in live
     ]
 
 
@@ -150,9 +154,10 @@ class HostCpu:
     groups: dict = field(default_factory=dict)  # (job, index) -> the group's directory
 
     def __enter__(self) -> HostCpu:
-        check_cores(self.cores)
         if self.hierarchy is None:
-            self.hierarchy = find_hierarchy()
+            self.hierarchy = check(self.cores)
+        else:
+            check_cores(self.cores)
         reap_orphans(self.hierarchy)
         return self
 
@@ -160,10 +165,10 @@ class HostCpu:
         """The group of task (job, index), made with its quota when first asked for."""
         global _made
         if (job, index) not in self.groups:
+            from tfsched.bench.netns import run_tag
+
             _made += 1
-            path = os.path.join(
-                self.hierarchy.root, f"{PREFIX}{os.getpid() % 100000:05d}-{_made}-{job}{index}"
-            )
+            path = os.path.join(self.hierarchy.root, f"{PREFIX}{run_tag()}-{_made}-{job}{index}")
             try:
                 os.mkdir(path)
                 self.groups[(job, index)] = path  # removed on close, even if the quota fails

@@ -38,7 +38,7 @@ def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.Com
 
 def _shape_in_a_probe(latency_s: float) -> None:
     """Makes a namespace, shapes its loopback (with ``latency_s``) and removes it."""
-    probe = f"{PREFIX}{os.getpid() % 100000:05d}probe"
+    probe = f"{PREFIX}{run_tag()}probe"
     _ip("ip", "netns", "add", probe)
     try:
         shape("lo", 1e9, latency_s, ns=probe)
@@ -96,12 +96,23 @@ def _names(kind: str) -> list[str]:
     return [n for n in names if n.startswith(PREFIX)]
 
 
+def run_tag(pid: int | None = None) -> str:
+    """What a run names what it makes with: its pid (this process's by default) modulo 100,000,
+    five digits."""
+    return f"{(os.getpid() if pid is None else pid) % 100000:05d}"
+
+
+def live_tags() -> set[str]:
+    """The tags of every live process: a run's whose tag is not among them is gone."""
+    return {run_tag(int(pid)) for pid in os.listdir("/proc") if pid.isdigit()}
+
+
 def orphans(kind: str) -> list[str]:
     """The namespaces (``kind`` "netns") or links ("link") of runs whose process is gone.
 
     A run names what it makes with its tag (its pid modulo 100,000): a tag no live process has
     belongs to a run killed before it could clean up (SIGKILL, the OOM killer)."""
-    live = {f"{int(pid) % 100000:05d}" for pid in os.listdir("/proc") if pid.isdigit()}
+    live = live_tags()
 
     def orphan(name: str) -> bool:
         tag = name[len(PREFIX) : len(PREFIX) + 5]
@@ -205,7 +216,7 @@ class EmulatedCluster(TaskHandles):
         if not self.queue_s > 0:
             raise TfschedError(f"the links' queue must be a positive time, got {self.queue_s!r} s")
         reap_orphans()  # a dead run's bridge could hold this run's subnet
-        self._tag = f"{os.getpid() % 100000:05d}"
+        self._tag = run_tag()
         subnet = _subnet(os.getpid())
         self.driver_host = f"{subnet}.254"  # the bridge's own address
         if threading.current_thread() is threading.main_thread():

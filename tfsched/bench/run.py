@@ -898,10 +898,9 @@ def host_cluster(
     from tfsched.bench.netns import EmulatedCluster
 
     if host_cores:
-        from tfsched.bench.hostcpu import check_cores, find_hierarchy
+        from tfsched.bench.hostcpu import check
 
-        check_cores(host_cores)
-        find_hierarchy()
+        check(host_cores)
     if progress:
         where = f"hosts shaped to {bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback"
         where += " by relays on loopback" if bandwidth_bps and relays else ""

@@ -32,6 +32,7 @@ fit this machine's 24 GiB.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -178,17 +179,18 @@ def _compute_time(
                 raise TfschedError(f"{where}: {msg['error']}")
             return i, msg
 
-    caps = None
     if host_cores:
         from tfsched.bench.hostcpu import HostCpu
 
-        caps = HostCpu(host_cores).__enter__()
-    with tmp:
+        caps = HostCpu(host_cores)
+    else:
+        caps = contextlib.nullcontext()
+    with tmp, caps:
         try:
             for i in range(copies):
                 with open(errs[i], "w") as err:
                     p = subprocess.Popen(
-                        [*(caps.prefix("probe", i) if caps else []), *cmd],
+                        [*(caps.prefix("probe", i) if host_cores else []), *cmd],
                         stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE,
                         stderr=err,
@@ -212,8 +214,6 @@ def _compute_time(
                 done[i] = msg["times"]
         finally:
             stop_processes(procs)
-            if caps is not None:
-                caps.close()
     return statistics.fmean(statistics.fmean(t) for t in done.values())
 
 
