@@ -90,6 +90,7 @@ def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
             "finish_by_rank_s": m.get("finish_by_rank_s"),
             "predicted_finish_by_rank_now_s": results[m["mode"]].measured["predicted_finish_by_rank_s"],
             "worker_weight_now": results[m["mode"]].measured["worker_weight"],
+            "floor_now_s": results[m["mode"]].measured["floor_s"],
         }
         for m in doc["modes"]
     ]

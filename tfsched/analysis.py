@@ -30,6 +30,8 @@ class Prediction:
     efficiency: float  # E of the scheduled step
     speedup_bound: float  # S
     baseline_efficiency: float
+    # no order is faster (sim.metrics.Bounds.floor: the dependencies and each resource); 0: unknown
+    floor_s: float = 0.0
     # With partitioning and/or credit (parameters; 0: off): the same order without them.
     partition: int = 0
     credit: int = 0
@@ -53,6 +55,7 @@ class Prediction:
             "upper_bound_s": self.upper_bound_s,
             "efficiency": self.efficiency,
             "speedup_bound": self.speedup_bound,
+            "floor_s": self.floor_s,
         }
         if self.partition or self.credit:
             out.update(
@@ -311,6 +314,7 @@ def predict(
         efficiency=b.efficiency(scheduled),
         speedup_bound=b.speedup,
         baseline_efficiency=b.efficiency(baseline),
+        floor_s=b.floor,
         partition=partition,
         credit=credit,
         host_credit=host_credit,

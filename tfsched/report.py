@@ -202,6 +202,9 @@ def print_analysis(
         "ordering efficiency E (baseline → scheduled)", f"{p.baseline_efficiency:.3f} → {p.efficiency:.3f}"
     )
     summary.add_row("speedup bound S", f"{p.speedup_bound:.3f}")
+    if p.floor_s > 0:
+        summary.add_row("floor: no order is faster (dependencies and each resource)", f"{p.floor_s:.4f}")
+        summary.add_row("the most any order can gain over the baseline", f"{p.baseline_s / p.floor_s:.3f}x")
     outside = None
     if a.traced is not None:
         t, e = a.traced, a.traced.efficiency(p)

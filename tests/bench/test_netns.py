@@ -315,6 +315,7 @@ def test_bench_command_writes_every_field(tmp_path):
             "efficiency_E",
             "lower_bound_s",
             "upper_bound_s",
+            "floor_s",
             "predicted_s",
             "prediction_error",
             "finish_by_rank_s",
@@ -327,6 +328,8 @@ def test_bench_command_writes_every_field(tmp_path):
         assert r["predicted_finish_by_rank_s"][-1] == pytest.approx(r["predicted_s"])
         assert r["steps"] == 6 and r["throughput_steps_per_s"] > 0 and r["p95_s"] >= r["p50_s"] > 0
         assert 0 <= r["straggler"] < 1 and r["lower_bound_s"] <= r["upper_bound_s"]
+        # no simulated order beats the floor (the driver's call included, as in every prediction)
+        assert r["floor_s"] <= r["predicted_s"] + 1e-9
         # the prediction is compared with the slowest worker of each synchronized step
         assert len(r["iterations"]) == 3 and all(len(it) == 2 for it in r["iterations"])
         assert r["iteration_mean_s"] == pytest.approx(sum(max(it) for it in r["iterations"]) / 3, rel=1e-4)

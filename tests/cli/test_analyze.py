@@ -52,6 +52,7 @@ class TestAnalyze:
             "upper_bound_s",
             "efficiency",
             "speedup_bound",
+            "floor_s",
             "simulated_graph",
         }
         n = len(out["transfers"])  # without a trace, the prediction lays out the saved graph
@@ -63,6 +64,8 @@ class TestAnalyze:
         assert all(t["src"].startswith("/job:ps/replica:0/task:0/device:") for t in pulls)
         pr = out["prediction"]
         assert pr["lower_bound_s"] <= pr["scheduled_s"] <= pr["upper_bound_s"]
+        # no order is faster than the floor, which counts the dependencies TicTac's bound does not
+        assert pr["lower_bound_s"] <= pr["floor_s"] <= min(pr["scheduled_s"], pr["baseline_s"]) + 1e-9
         # priorities are 0..n-1 per channel
         by_channel = {}
         for t in out["transfers"]:

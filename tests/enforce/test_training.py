@@ -385,9 +385,17 @@ def _train_sync_replicas(cluster, config, steps: int, sparse: bool = False):
             chief["optimizer"].get_chief_queue_runner().create_threads(sessions[0], coord=coord, start=True)
         )
 
+        # SyncReplicasOptimizer lets a worker that takes a token before the other does take the
+        # next one too: both of its gradients then make an update, and (each worker stepping a set
+        # number of times) the other's last gradient waits for a second one that never comes. A
+        # loaded CI machine did so once, in the vanilla or the scheduled run alike (an update of
+        # other gradients, or a hang). The workers start each step together: one token each.
+        together = threading.Barrier(2)
+
         def work(w):
             p = graphs[w][1]
             for k in range(steps):
+                together.wait(timeout=120)
                 traced = (w, k) == (1, 0)
                 options = tf.compat.v1.RunOptions(output_partition_graphs=True) if traced else None
                 out = sessions[w].run(
@@ -516,6 +524,7 @@ def _train_sync_replicas_monitored(cluster, config, steps: int):
     graphs = [_sync_replicas_graph(w, container=container) for w in (0, 1)]
     losses: list[list] = [[], []]
     chief_up, errors = threading.Event(), []
+    together = threading.Barrier(2)  # each step of both workers at once (``_train_sync_replicas``)
 
     def work(w):
         g, p = graphs[w]
@@ -536,9 +545,11 @@ def _train_sync_replicas_monitored(cluster, config, steps: int):
                 ) as sess:
                     chief_up.set()
                     for _ in range(steps):
+                        together.wait(timeout=120)
                         losses[w].append(sess.run([p["train"], p["loss"]])[1])
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
+            together.abort()  # the other worker's wait ends too
             chief_up.set()
 
     chief = threading.Thread(target=work, args=(0,), daemon=True)

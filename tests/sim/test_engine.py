@@ -12,6 +12,30 @@ from tfsched.ordering.schedule import Schedule
 from tfsched.sim import build_sim_graph, simulate, simulate_schedule, step_bounds
 
 
+def _training_chain(n: int, nbytes: int = 1_000_000):
+    """A chain of ``n`` layers trained on one worker: f_i needs pull_i and f_{i-1}; g_i needs
+    the last forward op and g_{i+1}; the PS applies g_i to v_i."""
+    from tfsched.graph import RawNode
+
+    nodes = []
+    for i in range(n):
+        nodes += var(f"v{i}", (nbytes // 4,))
+        nodes.append(op(f"f{i}", [f"v{i}/read"] + ([f"f{i - 1}"] if i else [])))
+    for i in reversed(range(n)):
+        nodes.append(op(f"g{i}", [f"f{n - 1}"] + ([f"g{i + 1}"] if i < n - 1 else []), shape=(nbytes // 4,)))
+        nodes.append(
+            RawNode(
+                f"apply{i}",
+                "ResourceApplyGradientDescent",
+                PS,
+                [f"v{i}", f"g{i}"],
+                attrs={"T": "FLOAT"},
+                output_shapes=[],
+            )
+        )
+    return build_comm_graph(nodes, fetches=[f"apply{i}" for i in range(n)])
+
+
 def _two_workers_pulling_one_variable():
     """One PS, two workers each pulling 1 MB (1 s alone on the link) and computing 1 s with it:
     the simulated graph, and the ids of the two workers' ops by name (a, b)."""
@@ -423,6 +447,76 @@ class TestSimulate:
         assert step_bounds(sg).lower == pytest.approx(wire + 0.001, rel=1e-3)
         assert step_bounds(sg, overlap=False).lower == pytest.approx(wire + 4 * 0.001, rel=1e-3)
 
+    def test_the_floor_counts_the_backward_pass_after_the_last_pull(self):
+        # One worker trains a chain of four layers: pulls of 1 MB (1 s each on the PS's link),
+        # forward ops of 0.25 s, backward ops of 0.5 s, each gradient (1 MB) pushed to the PS.
+        # TicTac's lower bound is the busiest resource, the link's 4 s of pulls; but the
+        # backward pass needs every pull's layer, so after the last pull come at least the last
+        # layer's forward op, the four backward ops and the first layer's push: 4 + 3.25 s.
+        g = _training_chain(4)
+        times = {f"f{i}": 0.25 for i in range(4)} | {f"g{i}": 0.5 for i in range(4)}
+        sg = build_sim_graph(g, oracle_with(times, bandwidth_bps=8e6), order(g, "tio"))
+        b = step_bounds(sg)
+        assert b.lower == pytest.approx(4.0, rel=1e-3)
+        assert b.floor == pytest.approx(7.25, rel=1e-3)
+        assert b.most_gain(8.75) == pytest.approx(8.75 / 7.25, rel=1e-3)
+        for policy in ("fifo", "random", "counter", "queue"):
+            for seed in range(3):
+                assert simulate(sg, policy, seed=seed).step_time >= b.floor - 1e-9
+        # TIO's order: the pulls end at 4 s, the backward ops at 6.25 s, the pushes, one after
+        # another on the channel from the first gradient's (4.75 s), at 8.75 s
+        assert simulate(sg, "counter").step_time == pytest.approx(8.75, rel=1e-3)
+        # with several steps the floor is per step, and still under every run
+        sg3 = build_sim_graph(g, oracle_with(times, bandwidth_bps=8e6), order(g, "tio"), steps=3)
+        b3 = step_bounds(sg3, steps=3)
+        assert b.lower <= b3.floor <= simulate(sg3, "counter").makespan / 3 + 1e-9
+
+    def test_the_floor_counts_the_work_after_a_pull_not_only_its_longest_path(self):
+        # After its one pull (1 MB, 1 s) the worker runs f (0.5 s) and then a and b (1 s each)
+        # side by side in the graph, but one op at a time: the longest path after the pull is
+        # 1.5 s, the work 2.5 s, and the step takes 3.5 s whatever the order.
+        nodes = var("w", (250_000,)) + [op("f", ["w/read"]), op("a", ["f"]), op("b", ["f"])]
+        g = build_comm_graph(nodes, fetches=["a", "b"])
+        o = oracle_with({"f": 0.5, "a": 1.0, "b": 1.0}, bandwidth_bps=8e6)
+        sg = build_sim_graph(g, o)
+        assert simulate(sg, "fifo").step_time == pytest.approx(3.5)
+        assert step_bounds(sg).floor == pytest.approx(3.5)
+        # a worker that runs two ops at once: the path bounds it, 2.5 s
+        o.compute_slots = {W0.split("/device:")[0]: 2.0}
+        sg = build_sim_graph(g, o)
+        assert simulate(sg, "fifo").step_time == pytest.approx(2.5)
+        assert step_bounds(sg).floor == pytest.approx(2.5)
+
+    @pytest.mark.parametrize("seed", range(6))
+    def test_no_simulated_order_beats_the_floor(self, seed):
+        # random layer sizes and op times, two or three workers, a shared machine (some with
+        # cores of their own), every policy, with and without slices and a window per task
+        import random
+
+        rng = random.Random(seed)
+        n = rng.randint(2, 5)
+        g = _training_chain(n, nbytes=rng.choice([40_000, 400_000, 1_000_000]))
+        times = {f"f{i}": rng.uniform(0.01, 0.3) for i in range(n)}
+        times |= {f"g{i}": rng.uniform(0.01, 0.6) for i in range(n)}
+        o = oracle_with(times, bandwidth_bps=rng.choice([8e6, 8e7]), overhead_s=rng.choice([0.0, 0.002]))
+        if seed % 2:
+            o.machine_slots = rng.uniform(0.5, 2.0)
+            o.host_slots = rng.choice([None, o.machine_slots / 3])
+        workers = rng.choice([2, 3])
+        s = order(g, "tio")
+        plain = step_bounds(build_sim_graph(g, o, s, workers=workers))
+        assert plain.lower <= plain.floor
+        for partition in (None, 100_000):
+            sg = build_sim_graph(g, o, s, workers=workers, partition_bytes=partition)
+            runs = [
+                simulate(sg, p, seed=k, race=True) for p in ("fifo", "random", "counter") for k in range(2)
+            ]
+            runs.append(simulate(sg, "counter", credit_bytes=200_000, host_credit=True))
+            runs.append(
+                simulate(sg, "counter", credit_bytes=200_000, host_credit=True, host_order="priority")
+            )
+            assert min(r.step_time for r in runs) >= plain.floor - 1e-9
+
     def test_bounds_hold_on_a_machine_slower_than_one_op(self):
         # four workers of a chain on a machine that does a quarter of an op's worth at once
         g = chain_graph(4, [1000, 50_000, 200, 9000])
@@ -468,6 +562,11 @@ class TestSimulate:
         o.host_slots = 0.5
         assert build_sim_graph(g, o).host_slots == 0.5
         assert simulate_schedule(g, o).makespan == pytest.approx(6.0, abs=1e-6)
+        # and so do the bounds: b's 3 s of work on its half of the machine
+        b = step_bounds(build_sim_graph(g, o))
+        assert b.lower == pytest.approx(6.0, abs=1e-6)
+        assert b.floor == pytest.approx(6.0, abs=1e-6)
+        assert b.upper >= 8.0 - 1e-6  # both ops one after another at half speed
         # a cap above the fair share binds only when b computes alone: its last 2 s of work at
         # 0.8 after 2 s at half speed
         o.host_slots = 0.8
@@ -516,27 +615,8 @@ class TestQueueWithoutCredit:
     def test_layer_pushes_do_not_wait_for_the_last_gradient(self):
         # Chain with backward: grad_i depends on grad_{i+1}; layer order ranks push_0 first,
         # but push_0's gradient is computed last. Counters would hold every push until then.
-        from tests.helpers import PS
-        from tfsched.graph import RawNode
-
         n = 4
-        nodes = []
-        for i in range(n):
-            nodes += var(f"v{i}", (250_000,))
-            nodes.append(op(f"f{i}", [f"v{i}/read"] + ([f"f{i - 1}"] if i else [])))
-        for i in reversed(range(n)):
-            nodes.append(op(f"g{i}", [f"f{n - 1}"] + ([f"g{i + 1}"] if i < n - 1 else []), shape=(250_000,)))
-            nodes.append(
-                RawNode(
-                    f"apply{i}",
-                    "ResourceApplyGradientDescent",
-                    PS,
-                    [f"v{i}", f"g{i}"],
-                    attrs={"T": "FLOAT"},
-                    output_shapes=[],
-                )
-            )
-        g = build_comm_graph(nodes, fetches=[f"apply{i}" for i in range(n)])
+        g = _training_chain(n)
         o = oracle_with({f"g{i}": 0.5 for i in range(n)}, bandwidth_bps=8e7)
         layer = order(g, "layer", o)
         assert layer.mode == "queue"

@@ -113,6 +113,7 @@ class TestCollect:
         assert m.transfers_matched >= m.transfers_total - 2 and m.ops_matched > m.ops_total // 2
         assert a.oracle.name == "trace (min)"
         assert a.prediction.lower_bound_s <= a.prediction.scheduled_s <= a.prediction.upper_bound_s
+        assert a.prediction.lower_bound_s <= a.prediction.floor_s <= a.prediction.scheduled_s
         # the saved graph's ops that Grappler rewrote away take no time (not the cost model's,
         # which counted a fused op's work twice), and the report says how many
         from tfsched.oracle import TimeOracle

@@ -417,6 +417,9 @@ def annotate(
             "efficiency_E": bounds.efficiency(statistics.median(its)) if its else None,
             "lower_bound_s": bounds.lower,
             "upper_bound_s": bounds.upper,
+            # no order is faster than this (sim.metrics.step_bounds' floor, since the
+            # sixty-first session), with the driver's call as every predicted step has it
+            "floor_s": bounds.floor + driver_s,
             "predicted_s": predicted,
             "prediction_error": (predicted - measured) / measured if measured else None,
             # the workers' steps, the first to finish first: measured (the mean by rank over the

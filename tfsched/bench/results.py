@@ -202,6 +202,33 @@ def cores_limit_lines(summary: dict) -> list[str]:
     return lines
 
 
+def floor_lines(summary: dict) -> list[str]:
+    """What no order can beat: the simulator's floor (``sim.metrics.Bounds.floor``: the
+    dependencies and each resource of the traced baseline's graph), against the baseline's
+    simulated and measured step (none before the sixty-first session, or without traces).
+
+    >>> rows = [{"mode": "baseline", "floor_s": 4.0, "predicted_s": 5.0, "iteration_mean_s": 6.0}]
+    >>> print(floor_lines({"modes": rows})[1])  # doctest: +NORMALIZE_WHITESPACE
+    No order steps faster than the simulator's floor of 4.00 s (for each link, channel and task:
+    the least time before the first thing it serves, its work, and the least time after the last):
+    at most 1.25x the simulated baseline (5.00 s), 1.50x the measured one (6.00 s).
+    """
+    base = next((r for r in summary["modes"] if r["mode"] == "baseline" and r.get("floor_s")), None)
+    if base is None:
+        return []
+    floor = base["floor_s"]
+    line = (
+        f"No order steps faster than the simulator's floor of {floor:.2f} s (for each link, channel and task: "
+        "the least time before the first thing it serves, its work, and the least time after the last): at most "
+        f"{base['predicted_s'] / floor:.2f}x the simulated baseline ({base['predicted_s']:.2f} s)"
+    )
+    if base.get("iteration_mean_s"):
+        line += (
+            f", {base['iteration_mean_s'] / floor:.2f}x the measured one ({base['iteration_mean_s']:.2f} s)"
+        )
+    return ["", line + "."]
+
+
 def stagger_lines(summary: dict) -> list[str]:
     """The straggler effect by phase (``bench.stagger``), where the traced steps measured it
     (files from before the forty-ninth session have none)."""
@@ -280,6 +307,7 @@ def markdown(summary: dict) -> str:
         "is the straggler effect).",
     ]
     lines += cores_limit_lines(summary)
+    lines += floor_lines(summary)
     lines += stagger_lines(summary)
     # the graph the simulator laid out (tracing.replay.graph_that_ran): since the twenty-ninth session
     laid = next((r["simulated_graph"] for r in summary["modes"] if r.get("simulated_graph")), None)
