@@ -45,6 +45,10 @@ ROWS = {
     # processor's balance (708, measured in the fifty-seventh session with the four workers
     # computing at once, as they do here), beside the row above, whose tasks share the cores.
     "vgg16-inference-hosts": "--model vgg16 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 708 --host-cores 0.5 --modes baseline,tio,tao,tio+pc,tao+pc,tao+p1000000+c1000000,tao+pc+host",
+    # The sixty-first session's: VGG16 training on such hosts, at the balance of its processor (201,
+    # fifty-sixth session), with the training row's fastest and lockstep modes; traced on every
+    # worker (2 steps), so that the table has the simulator's floor.
+    "vgg16-train-hosts": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 201 --host-cores 0.5 --trace-steps 2 --modes baseline,tao+pc,tio+pc+host,tao+pc+host,tao+p250000+c4000000+a32+lockstep+w250000",
     "resnet50-train": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 161 --modes baseline,tio,tao,tio+pc,tao+pc,tio+p4194304+c4194304,tao+pc+host",
     "resnet50-inference": "--model resnet50 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 680 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host,tio+pc+a32,tao+pc+a32",
     "inception_v3-train": "--model inception_v3 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 73 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+pc+a32",

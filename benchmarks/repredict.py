@@ -58,7 +58,10 @@ def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
             r = ModeResult(mode=m["mode"], iterations=m["iterations"], steps=m["steps"])
             if m.get("ordered_from"):
                 r.order_trace = order_trace
-            r.knobs = {k: m[k] for k in ("partition", "credit") if k in m}  # the sizes the run used
+            # the sizes the run used, and whether its transfers were inline (until the sixty-first
+            # session not copied: a credit mode of a run since the fifty-fourth was predicted on
+            # TensorFlow's _Send/_Recv, its acknowledgements waiting for the executor's threads)
+            r.knobs = {k: m[k] for k in ("partition", "credit", "inline_transfers") if k in m}
             if plain == "baseline":
                 # cpu_per_step as run
                 r.cpu_s, r.cpu_total_s = m["cpu_s_per_step"] * len(m["iterations"]), 1.0

@@ -110,6 +110,11 @@ def run_demo(
     console.print(
         f"speedup bound S = {first.prediction.speedup_bound:.3f} (TicTac §3.1: the most ordering could gain)"
     )
+    if first.prediction.floor_s > 0:
+        console.print(
+            f"floor = {first.prediction.floor_s:.4f} s: no order steps faster, at most "
+            f"{base / first.prediction.floor_s:.3f}x the baseline (the dependencies and each resource)"
+        )
     out = {"predicted": {alg: a.prediction.scheduled_s for alg, a in results.items()}}
     if not train:
         return out

@@ -485,3 +485,33 @@ def test_the_table_says_which_modes_ran_at_the_cores_limit_and_what_that_leaves_
         "Every task had 0.5 cores of its own (a CPU quota: the machine's 2 cores are not lent "
         "between tasks)" in text
     )
+
+
+def test_the_table_says_what_no_order_can_beat_and_where_a_mode_measured_under_it():
+    """The simulator's floor under the table (sim.metrics.Bounds.floor), against the baseline's
+    simulated and measured step; a mode that measured under it is named, for the floor is only as
+    right as the simulator's op times."""
+    config = {
+        "model": "m",
+        "mode": "train",
+        "ps": 1,
+        "workers": 2,
+        "bandwidth": "1 Gbit/s",
+        "rounds": 1,
+        "steps": 2,
+    }
+
+    def mode(name, slowest):
+        r = ModeResult(name, step_times=[slowest] * 4, rounds=[(1, 2 * slowest)], steps=4, wall_s=2 * slowest)
+        r.iterations = [[slowest, slowest - 0.1]] * 2
+        return r
+
+    summary = summarize({"baseline": mode("baseline", 9.0), "tao+pc+host": mode("tao+pc+host", 7.5)}, config)
+    assert "no order steps faster" not in markdown(summary)  # no traces, no floor
+    summary["modes"][0].update(floor_s=7.2, predicted_s=8.64)
+    text = markdown(summary)
+    assert "In the simulator no order steps faster than its floor of 7.20 s" in text
+    assert "at most 1.20x the simulated baseline (8.64 s), 1.25x the measured one (9.00 s)." in text
+    assert "under the floor" not in text
+    summary["modes"][0]["floor_s"] = 7.8
+    assert "`tao+pc+host` measured 7.50 s, under the floor" in markdown(summary)

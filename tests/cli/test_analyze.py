@@ -624,6 +624,11 @@ def test_demo_predicts_a_window_for_the_pushes():
     # the table's first column, its rows' wrapped lines joined
     labels = " ".join(" ".join(line.split("│")[1].split()) for line in p.stdout.splitlines() if "│" in line)
     assert "TIO, partition 524,928, credit 524,928, pushes 20,000" in labels
+    # what no order can beat, and so the most any order could gain over the baseline
+    m = re.search(
+        r"^floor = ([\d.]+) s: no order steps faster, at most ([\d.]+)x the baseline", p.stdout, re.M
+    )
+    assert m and float(m[1]) > 0 and float(m[2]) >= 1.0, p.stdout
 
 
 def test_demo_rejects_bad_modes():
