@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.cli.test_analyze import assert_one_line_error
-from tests.helpers import BENCH_SEQ32, cli
+from tests.helpers import BENCH_SEQ32, cgroups_unavailable, cli
 from tfsched.bench import netns
 
 needs_namespaces = pytest.mark.skipif(
@@ -28,10 +28,12 @@ def _model_bytes(model: str) -> int:
 @pytest.mark.tf
 @needs_namespaces
 def test_a_tf2_bench_run_fills_every_field_from_real_calls(tmp_path):
+    from tfsched.bench import hostcpu
     from tfsched.enforce.api import link_sizes
 
     out, traces = tmp_path / "tf2.json", tmp_path / "traces"
     modes = ["baseline", "tio", "tao+pc"]
+    cgroups = cgroups_unavailable() is None
     p = cli(
         *BENCH_SEQ32,
         "--api",
@@ -40,6 +42,8 @@ def test_a_tf2_bench_run_fills_every_field_from_real_calls(tmp_path):
         ",".join(modes),
         "--traces",
         str(traces),
+        # every task in a CPU cgroup of its own (bench.hostcpu), where this machine has them
+        *(["--host-cores", "1"] if cgroups else []),
         "-o",
         str(out),
         timeout=900,
@@ -98,6 +102,9 @@ def test_a_tf2_bench_run_fills_every_field_from_real_calls(tmp_path):
     md = out.with_suffix(".md").read_text()
     assert all(f"| {m} |" in md for m in modes) and "asynchronous training" in md and "sim. error" in md
     assert out.with_suffix(".png").stat().st_size > 0
+    if cgroups:  # recorded, said in the title, and every group gone with the cluster
+        assert c["host_cores"] == 1 and "each host 1 core of its own" in md
+        assert hostcpu.orphans(hostcpu.find_hierarchy()) == []
 
 
 @pytest.mark.cluster
