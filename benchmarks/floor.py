@@ -41,6 +41,7 @@ def floor_row(run_dir: str) -> dict:
         "baseline_s": base["measured_s"],
         "baseline_predicted_s": base["predicted_now_s"],
         "floor_s": base["floor_now_s"],
+        "floor_by": base["floor_by_now"],
         "most_gain": base["measured_s"] / base["floor_now_s"],
         "most_gain_simulated": base["predicted_now_s"] / base["floor_now_s"],
         "fastest_mode": fastest["mode"],
@@ -125,6 +126,8 @@ def main() -> None:
         if args.target:
             line += f" {reach(r, target)} at {target:g}x |" if target else " - |"
         md.append(line)
+    md += ["", "What sets each floor (the driver's call to the worker not counted):", ""]
+    md += [f"- {r['title']}: {r['floor_by']}." for r in rows]
     md += [
         "",
         "most any order gains: the measured baseline over the floor (simulated: the simulated baseline "

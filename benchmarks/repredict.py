@@ -94,6 +94,7 @@ def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
             "predicted_finish_by_rank_now_s": results[m["mode"]].measured["predicted_finish_by_rank_s"],
             "worker_weight_now": results[m["mode"]].measured["worker_weight"],
             "floor_now_s": results[m["mode"]].measured["floor_s"],
+            "floor_by_now": results[m["mode"]].measured["floor_by"],
         }
         for m in doc["modes"]
     ]

@@ -14,7 +14,7 @@ from tfsched.graph import CommGraph, load_comm_graph
 from tfsched.oracle.oracle import DEFAULT_BANDWIDTH_BPS, DEFAULT_OVERHEAD_S, LinkModel, TimeOracle
 from tfsched.ordering import order
 from tfsched.ordering.schedule import Schedule
-from tfsched.sim import POLICY_OF_MODE, build_sim_graph, mean_step_time, step_bounds
+from tfsched.sim import POLICY_OF_MODE, build_sim_graph, describe_floor, mean_step_time, step_bounds
 from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_credit_return, check_host_order
 from tfsched.units import is_count
 
@@ -32,6 +32,8 @@ class Prediction:
     baseline_efficiency: float
     # no order is faster (sim.metrics.Bounds.floor: the dependencies and each resource); 0: unknown
     floor_s: float = 0.0
+    # what sets it (sim.metrics.describe_floor's words: "the uplink of ...: 4.31 s of work, ...")
+    floor_by: str = ""
     # With partitioning and/or credit (parameters; 0: off): the same order without them.
     partition: int = 0
     credit: int = 0
@@ -56,6 +58,7 @@ class Prediction:
             "efficiency": self.efficiency,
             "speedup_bound": self.speedup_bound,
             "floor_s": self.floor_s,
+            "floor_by": self.floor_by,
         }
         if self.partition or self.credit:
             out.update(
@@ -315,6 +318,7 @@ def predict(
         speedup_bound=b.speedup,
         baseline_efficiency=b.efficiency(baseline),
         floor_s=b.floor,
+        floor_by=describe_floor(b.floor_by, b.floor_part) if b.floor_part else "",
         partition=partition,
         credit=credit,
         host_credit=host_credit,

@@ -213,6 +213,8 @@ def print_analysis(
         summary.add_row("ordering efficiency E of the traced step", f"{e:.3f}")
         outside = _outside_bounds(e)
     console.print(summary)
+    if p.floor_s > 0 and p.floor_by:
+        console.print(f"the floor is set by {p.floor_by}")
     if p.credit and p.acknowledged == 0:
         console.print(
             f"the credit of {p.credit:,} acknowledges none of the {p.messages} messages of a step: each is "

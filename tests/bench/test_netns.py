@@ -329,7 +329,7 @@ def test_bench_command_writes_every_field(tmp_path):
         assert r["steps"] == 6 and r["throughput_steps_per_s"] > 0 and r["p95_s"] >= r["p50_s"] > 0
         assert 0 <= r["straggler"] < 1 and r["lower_bound_s"] <= r["upper_bound_s"]
         # no simulated order beats the floor (the driver's call included, as in every prediction)
-        assert r["floor_s"] <= r["predicted_s"] + 1e-9
+        assert r["floor_s"] <= r["predicted_s"] + 1e-9 and r["floor_by"]
         # the prediction is compared with the slowest worker of each synchronized step
         assert len(r["iterations"]) == 3 and all(len(it) == 2 for it in r["iterations"])
         assert r["iteration_mean_s"] == pytest.approx(sum(max(it) for it in r["iterations"]) / 3, rel=1e-4)

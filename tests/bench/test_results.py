@@ -508,10 +508,13 @@ def test_the_table_says_what_no_order_can_beat_and_where_a_mode_measured_under_i
 
     summary = summarize({"baseline": mode("baseline", 9.0), "tao+pc+host": mode("tao+pc+host", 7.5)}, config)
     assert "no order steps faster" not in markdown(summary)  # no traces, no floor
-    summary["modes"][0].update(floor_s=7.2, predicted_s=8.64)
+    summary["modes"][0].update(floor_s=7.2, predicted_s=8.64, floor_by="the uplink of PS: 4.00 s of work")
     text = markdown(summary)
     assert "In the simulator no order steps faster than its floor of 7.20 s" in text
-    assert "at most 1.20x the simulated baseline (8.64 s), 1.25x the measured one (9.00 s)." in text
+    assert (
+        "at most 1.20x the simulated baseline (8.64 s), 1.25x the measured one (9.00 s). It is set by the "
+        "uplink of PS: 4.00 s of work." in text
+    )
     assert "under the floor" not in text
     summary["modes"][0]["floor_s"] = 7.8
     assert "`tao+pc+host` measured 7.50 s, under the floor" in markdown(summary)

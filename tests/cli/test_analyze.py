@@ -53,6 +53,7 @@ class TestAnalyze:
             "efficiency",
             "speedup_bound",
             "floor_s",
+            "floor_by",
             "simulated_graph",
         }
         n = len(out["transfers"])  # without a trace, the prediction lays out the saved graph
@@ -66,6 +67,9 @@ class TestAnalyze:
         assert pr["lower_bound_s"] <= pr["scheduled_s"] <= pr["upper_bound_s"]
         # no order is faster than the floor, which counts the dependencies TicTac's bound does not
         assert pr["lower_bound_s"] <= pr["floor_s"] <= min(pr["scheduled_s"], pr["baseline_s"]) + 1e-9
+        assert re.match(
+            r"(the (uplink|downlink) of |the channel |the longest path|.*'s compute)", pr["floor_by"]
+        )
         # priorities are 0..n-1 per channel
         by_channel = {}
         for t in out["transfers"]:
@@ -86,6 +90,9 @@ class TestAnalyze:
         sched = tmp_path / "s.json"
         p = run("analyze", seq_graph_file["pb"], "--fetch", "train", "-o", str(sched))
         assert p.returncode == 0 and "Predicted step time" in p.stdout
+        # what no order can beat, and what sets it
+        assert "floor: no order is faster" in p.stdout and "the most any order can gain" in p.stdout
+        assert re.search(r"^the floor is set by .+: [\d.]+ s", p.stdout, re.M), p.stdout
         data = json.loads(sched.read_text())
         assert data["schema"] == "tfsched.schedule/1" and data["mode"] == "counter"
         from tfsched.ordering import load_schedule

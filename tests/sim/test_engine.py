@@ -459,6 +459,13 @@ class TestSimulate:
         b = step_bounds(sg)
         assert b.lower == pytest.approx(4.0, rel=1e-3)
         assert b.floor == pytest.approx(7.25, rel=1e-3)
+        # set by the PS's uplink: its 4 s of pulls, then 3.25 s after the last
+        assert b.floor_by == f"up:{PS.split('/device:')[0]}"
+        assert b.floor_part.before == pytest.approx(0.0, abs=1e-6)
+        assert (b.floor_part.work, b.floor_part.after) == (
+            pytest.approx(4.0, rel=1e-3),
+            pytest.approx(3.25, rel=1e-3),
+        )
         assert b.most_gain(8.75) == pytest.approx(8.75 / 7.25, rel=1e-3)
         for policy in ("fifo", "random", "counter", "queue"):
             for seed in range(3):
@@ -470,6 +477,7 @@ class TestSimulate:
         sg3 = build_sim_graph(g, oracle_with(times, bandwidth_bps=8e6), order(g, "tio"), steps=3)
         b3 = step_bounds(sg3, steps=3)
         assert b.lower <= b3.floor <= simulate(sg3, "counter").makespan / 3 + 1e-9
+        assert b3.floor_part.total == pytest.approx(b3.floor)  # its parts per step too
 
     def test_the_floor_counts_the_work_after_a_pull_not_only_its_longest_path(self):
         # After its one pull (1 MB, 1 s) the worker runs f (0.5 s) and then a and b (1 s each)
@@ -481,11 +489,15 @@ class TestSimulate:
         sg = build_sim_graph(g, o)
         assert simulate(sg, "fifo").step_time == pytest.approx(3.5)
         assert step_bounds(sg).floor == pytest.approx(3.5)
+        # the PS's uplink: its 1 s pull, then the worker's 2.5 s of work after it
+        assert step_bounds(sg).floor_by.startswith("up:")
         # a worker that runs two ops at once: the path bounds it, 2.5 s
         o.compute_slots = {W0.split("/device:")[0]: 2.0}
         sg = build_sim_graph(g, o)
         assert simulate(sg, "fifo").step_time == pytest.approx(2.5)
         assert step_bounds(sg).floor == pytest.approx(2.5)
+        # the pull, f, then a or b: the link's floor and the longest path tie, and the link says more
+        assert step_bounds(sg).floor_by.startswith("up:")
 
     @pytest.mark.parametrize("seed", range(6))
     def test_no_simulated_order_beats_the_floor(self, seed):

@@ -231,6 +231,8 @@ def floor_lines(summary: dict) -> list[str]:
         line += (
             f", {base['iteration_mean_s'] / floor:.2f}x the measured one ({base['iteration_mean_s']:.2f} s)"
         )
+    if base.get("floor_by"):  # since the sixty-first session
+        line += f". It is set by {base['floor_by']}"
     under = [r for r in summary["modes"] if r.get("iteration_mean_s") and r["iteration_mean_s"] < floor]
     if under:
         line += ". " + ", ".join(f"`{r['mode']}` measured {r['iteration_mean_s']:.2f} s" for r in under)

@@ -18,11 +18,55 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from tfsched.errors import TfschedError
 from tfsched.sim.model import COMPUTE, DELAY, MESSAGE, SimGraph
+
+
+class FloorPart(NamedTuple):
+    """A floor's three parts (seconds): the least time before the resource serves anything, its
+    work, and the least time after the last thing it serves."""
+
+    before: float
+    work: float
+    after: float
+
+    @property
+    def total(self) -> float:
+        return self.before + self.work + self.after
+
+    def scaled(self, k: float) -> FloorPart:
+        return FloorPart(self.before * k, self.work * k, self.after * k)
+
+
+def describe_floor(by: str, part: FloorPart) -> str:
+    """What sets a floor, in words.
+
+    >>> describe_floor("up:/job:ps/replica:0/task:0", FloorPart(0.0, 4.31, 3.28))
+    'the uplink of /job:ps/replica:0/task:0: 4.31 s of work, 3.28 s after its last'
+    >>> describe_floor("compute:/job:worker/replica:0/task:1", FloorPart(0.5, 2.0, 0.0))
+    "/job:worker/replica:0/task:1's compute: 0.50 s before its first, 2.00 s of work"
+    >>> describe_floor("path", FloorPart(0.0, 1.5, 0.0))
+    'the longest path: 1.50 s'
+    """
+    if by == "path":
+        return f"the longest path: {part.work:.2f} s"
+    kind, _, name = by.partition(":")
+    what = {
+        "up": f"the uplink of {name}",
+        "down": f"the downlink of {name}",
+        "channel": f"the channel {name.replace('->', ' -> ')}",
+        "compute": f"{name}'s compute",
+        "cpu": "the machine's cores",
+    }.get(kind, by)
+    parts = [f"{part.before:.2f} s before its first"] if part.before >= 0.005 else []
+    parts.append(f"{part.work:.2f} s of work")
+    if part.after >= 0.005:
+        parts.append(f"{part.after:.2f} s after its last")
+    return f"{what}: " + ", ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -31,8 +75,12 @@ class Bounds:
 
     upper: float  # eq. 1: every op and transfer one after another
     lower: float  # eq. 2: the busiest resource, ignoring dependencies
-    # tfsched's: no order is faster (``floor_bound``); at least ``lower``. 0: not computed
+    # tfsched's: no order is faster (``step_bounds``); at least ``lower``. 0: not computed
     floor: float = 0.0
+    # what sets the floor: a resource (``step_bounds``' names: "up:TASK", "down:TASK",
+    # "channel:SRC->DST", "compute:TASK", "cpu") or "path" (the longest path), and its parts
+    floor_by: str = ""
+    floor_part: FloorPart | None = None
 
     def efficiency(self, makespan: float) -> float:
         """Eq. 3: 1 for the best order, 0 for the worst."""
@@ -168,24 +216,25 @@ def _weighed(bits: int, weight: np.ndarray) -> float:
     return float(np.unpackbits(raw, bitorder="little")[: len(weight)] @ weight)
 
 
-def resource_floor(items: list[tuple[float, float, float]]) -> float:
+def resource_floor(items: list[tuple[float, float, float]]) -> FloorPart:
     """The head-body-tail bound of one resource that serves ``items`` (head, work, tail) one
     after another: for any of them, the least head, their work and the least tail. Tried on the
     subsets of the longest tails and of the latest heads (a transfer of no bytes whose tail is
     nothing leaves the others' bound as it is).
 
     >>> resource_floor([(0.0, 4.0, 3.0), (0.0, 0.0, 0.0)])  # the four of work, then three after
-    7.0
-    >>> resource_floor([(0.0, 1.0, 0.0), (5.0, 1.0, 0.0)])  # the second cannot start before 5
+    FloorPart(before=0.0, work=4.0, after=3.0)
+    >>> resource_floor([(0.0, 1.0, 0.0), (5.0, 1.0, 0.0)]).total  # the second cannot start before 5
     6.0
     """
-    best = 0.0
+    best = FloorPart(0.0, 0.0, 0.0)
     for key, other in ((2, 0), (0, 2)):  # the longest tails first, then the latest heads
         work, least = 0.0, math.inf
         for item in sorted(items, key=lambda x: -x[key]):
             work += item[1]
             least = min(least, item[other])
-            best = max(best, item[key] + work + least)
+            if item[key] + work + least > best.total:
+                best = FloorPart(least, work, item[key]) if key == 2 else FloorPart(item[key], work, least)
     return best
 
 
@@ -258,7 +307,7 @@ def step_bounds(sg: SimGraph, steps: int = 1, *, overlap: bool = True) -> Bounds
         rates[link] = sg.link_capacity.get(link, link_rate[link])
         if math.isfinite(rates[link]) and rates[link] > 0:
             busy[link] = nbytes / rates[link]
-    floor = _floor(sg, members, rates, overlap) if sg.kind else 0.0
+    floor, by, part = _floor(sg, members, rates, overlap) if sg.kind else (0.0, "", None)
     if delay:
         for res in list(busy):
             kind, _, name = res.partition(":")
@@ -267,7 +316,15 @@ def step_bounds(sg: SimGraph, steps: int = 1, *, overlap: bool = True) -> Bounds
                 busy[res] += delay[task] * steps
         total += max(delay.values()) * steps
     lower = max(busy.values(), default=0.0)
-    return Bounds(upper=total / steps, lower=lower / steps, floor=max(lower, floor) / steps)
+    if lower > floor:  # a busy time with a dispatch delay added (TicTac's bound, not the floor's)
+        floor, by, part = lower, "", None
+    return Bounds(
+        upper=total / steps,
+        lower=lower / steps,
+        floor=floor / steps,
+        floor_by=by,
+        floor_part=part.scaled(1 / steps) if part else None,
+    )
 
 
 def _task_slots(sg: SimGraph, task: str) -> float:
@@ -279,10 +336,13 @@ def _task_slots(sg: SimGraph, task: str) -> float:
     return min(slots, sg.machine_slots, sg.host_slots or math.inf)
 
 
-def _floor(sg: SimGraph, members: dict[str, list[int]], rates: dict[str, float], overlap: bool) -> float:
-    """``Bounds.floor`` over the whole graph: the longest path, and each compute resource's,
-    channel's and link's ``resource_floor``. A message's head is at least the work its sender
-    must do first and its tail the work its receiver must do after it (``work_around``)."""
+def _floor(
+    sg: SimGraph, members: dict[str, list[int]], rates: dict[str, float], overlap: bool
+) -> tuple[float, str, FloorPart]:
+    """``Bounds.floor`` over the whole graph, what sets it and its parts: the longest path, and
+    each compute resource's, channel's and link's ``resource_floor``. A message's head is at
+    least the work its sender must do first and its tail the work its receiver must do after it
+    (``work_around``)."""
     times = least_times(sg)
     head, tail = heads_and_tails(sg, times)
     before, after = work_around(sg)
@@ -290,7 +350,8 @@ def _floor(sg: SimGraph, members: dict[str, list[int]], rates: dict[str, float],
         head[m] = max(head[m], w)
     for m, w in after.items():
         tail[m] = max(tail[m], w)
-    best = max(head[i] + times[i] + tail[i] for i in range(len(sg)))
+    path = max(head[i] + times[i] + tail[i] for i in range(len(sg)))
+    best, by = FloorPart(0.0, path, 0.0), "path"
     for res, nodes in members.items():
         kind, _, name = res.partition(":")
         if res == "cpu":  # the machine every task computes on, and the bytes' CPU on the wire
@@ -320,5 +381,15 @@ def _floor(sg: SimGraph, members: dict[str, list[int]], rates: dict[str, float],
             if not (math.isfinite(rate) and rate > 0):
                 continue
             items = [(head[i] + sg.overhead[i], sg.nbytes[i] / rate, tail[i]) for i in nodes]
-        best = max(best, resource_floor(items))
-    return best
+        part = resource_floor(items)
+        tie = abs(part.total - best.total) <= 1e-9 * max(1.0, best.total)
+        if (part.total > best.total and not tie) or (
+            tie and _SAYS_MORE[kind] < _SAYS_MORE[by.partition(":")[0]]
+        ):
+            best, by = part, res
+    return best.total, by, best
+
+
+# of resources whose floors tie, the one that says most of why: a host's link, a task's compute,
+# a channel (one worker's share of a link), the machine, the longest path
+_SAYS_MORE = {"up": 0, "down": 0, "compute": 1, "channel": 2, "cpu": 3, "path": 4}
