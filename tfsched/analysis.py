@@ -14,7 +14,7 @@ from tfsched.graph import CommGraph, load_comm_graph
 from tfsched.oracle.oracle import DEFAULT_BANDWIDTH_BPS, DEFAULT_OVERHEAD_S, LinkModel, TimeOracle
 from tfsched.ordering import order
 from tfsched.ordering.schedule import Schedule
-from tfsched.sim import POLICY_OF_MODE, build_sim_graph, describe_floor, mean_step_time, step_bounds
+from tfsched.sim import POLICY_OF_MODE, build_sim_graph, mean_step_time, step_bounds
 from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_credit_return, check_host_order
 from tfsched.units import is_count
 
@@ -318,7 +318,7 @@ def predict(
         speedup_bound=b.speedup,
         baseline_efficiency=b.efficiency(baseline),
         floor_s=b.floor,
-        floor_by=describe_floor(b.floor_by, b.floor_part) if b.floor_part else "",
+        floor_by=b.floor_text,
         partition=partition,
         credit=credit,
         host_credit=host_credit,

@@ -307,7 +307,7 @@ def annotate(
     from tfsched.graph import load_comm_graph
     from tfsched.oracle.oracle import LinkModel, TimeOracle
     from tfsched.ordering import carry_over, order
-    from tfsched.sim import build_sim_graph, describe_floor, finish_by_rank, seeded_runs, step_bounds
+    from tfsched.sim import build_sim_graph, finish_by_rank, seeded_runs, step_bounds
     from tfsched.tracing.match import oracle_for
     from tfsched.tracing.replay import graph_that_ran
 
@@ -421,7 +421,7 @@ def annotate(
             # sixty-first session), with the driver's call as every predicted step has it
             "floor_s": bounds.floor + driver_s,
             # what sets it (sim.metrics.describe_floor), the driver's call not counted
-            "floor_by": describe_floor(bounds.floor_by, bounds.floor_part) if bounds.floor_part else None,
+            "floor_by": bounds.floor_text or None,
             "predicted_s": predicted,
             "prediction_error": (predicted - measured) / measured if measured else None,
             # the workers' steps, the first to finish first: measured (the mean by rank over the

@@ -8,7 +8,7 @@ from tfsched.graph.model import CommGraph
 from tfsched.oracle.oracle import TimeOracle
 from tfsched.ordering.schedule import Schedule
 from tfsched.sim.engine import POLICIES, SimResult, simulate
-from tfsched.sim.metrics import Bounds, FloorPart, describe_floor, step_bounds
+from tfsched.sim.metrics import Bounds, step_bounds
 from tfsched.sim.model import SimGraph, build_sim_graph
 
 # The simulation policy that enforces each schedule mode.
@@ -70,8 +70,6 @@ def simulate_schedule(
 __all__ = [
     "POLICIES",
     "Bounds",
-    "FloorPart",
-    "describe_floor",
     "SimGraph",
     "SimResult",
     "build_sim_graph",

@@ -92,6 +92,11 @@ class Bounds:
         """Eq. 4: how much faster the best order can be than the worst (0: ordering cannot help)."""
         return (self.upper - self.lower) / self.lower if self.lower > 0 else 0.0
 
+    @property
+    def floor_text(self) -> str:
+        """What sets the floor, in words (``describe_floor``); empty where TicTac's bound does."""
+        return describe_floor(self.floor_by, self.floor_part) if self.floor_part else ""
+
     def most_gain(self, step_s: float) -> float | None:
         """How many times faster than ``step_s`` the best order can be: ``step_s`` over ``floor``."""
         return step_s / self.floor if self.floor > 0 else None
@@ -142,12 +147,11 @@ def _topological(sg: SimGraph) -> list[int]:
     return topo
 
 
-def heads_and_tails(sg: SimGraph, times: list[float]) -> tuple[list[float], list[float]]:
+def heads_and_tails(sg: SimGraph, times: list[float], topo: list[int]) -> tuple[list[float], list[float]]:
     """The longest path (in ``times``) from the start of the run to each node's start (its head)
     and from its end to the end of the run (its tail): no run starts it earlier, or ends sooner
-    after it."""
+    after it. ``topo``: the nodes in ``_topological`` order."""
     n = len(sg)
-    topo = _topological(sg)
     head, tail = [0.0] * n, [0.0] * n
     for i in topo:
         end = head[i] + times[i]
@@ -158,13 +162,13 @@ def heads_and_tails(sg: SimGraph, times: list[float]) -> tuple[list[float], list
     return head, tail
 
 
-def work_around(sg: SimGraph) -> tuple[dict[int, float], dict[int, float]]:
+def work_around(sg: SimGraph, order: list[int]) -> tuple[dict[int, float], dict[int, float]]:
     """For each message: the work of its sender's ops that must end before it (its ancestors
     there) and of its receiver's ops that must run after it (its descendants there), each over
     what that task does at once (``_task_slots``, at ``op_rate``). A path counts one op after
     another; this counts every op, where the task runs fewer at once than the ops it could: on
     VGG16 training a worker's backward pass after its last pull is about 3.3 s of work on its
-    half core, where its longest path is 2.7 s."""
+    half core, where its longest path is 2.7 s. ``order``: the nodes in ``_topological`` order."""
     n = len(sg)
     messages = [i for i in range(n) if sg.kind[i] == MESSAGE]
     if not messages:
@@ -173,7 +177,6 @@ def work_around(sg: SimGraph) -> tuple[dict[int, float], dict[int, float]]:
     for i in range(n):
         for j in sg.succ[i]:
             preds[j].append(i)
-    order = _topological(sg)
     before: dict[int, float] = {}
     after: dict[int, float] = {}
     tasks = {sg.resource[i] for i in range(n) if sg.kind[i] == COMPUTE}
@@ -336,6 +339,11 @@ def _task_slots(sg: SimGraph, task: str) -> float:
     return min(slots, sg.machine_slots, sg.host_slots or math.inf)
 
 
+# of resources whose floors tie, the one that says most of why: a host's link, a task's compute,
+# a channel (one worker's share of a link), the machine, the longest path
+_SAYS_MORE = {"up": 0, "down": 0, "compute": 1, "channel": 2, "cpu": 3, "path": 4}
+
+
 def _floor(
     sg: SimGraph, members: dict[str, list[int]], rates: dict[str, float], overlap: bool
 ) -> tuple[float, str, FloorPart]:
@@ -344,8 +352,9 @@ def _floor(
     least the work its sender must do first and its tail the work its receiver must do after it
     (``work_around``)."""
     times = least_times(sg)
-    head, tail = heads_and_tails(sg, times)
-    before, after = work_around(sg)
+    topo = _topological(sg)
+    head, tail = heads_and_tails(sg, times, topo)
+    before, after = work_around(sg, topo)
     for m, w in before.items():
         head[m] = max(head[m], w)
     for m, w in after.items():
@@ -388,8 +397,3 @@ def _floor(
         ):
             best, by = part, res
     return best.total, by, best
-
-
-# of resources whose floors tie, the one that says most of why: a host's link, a task's compute,
-# a channel (one worker's share of a link), the machine, the longest path
-_SAYS_MORE = {"up": 0, "down": 0, "compute": 1, "channel": 2, "cpu": 3, "path": 4}
