@@ -119,8 +119,11 @@ def test_relays_pace_to_the_links_bandwidth_and_leave_nothing_behind():
             t.join()
         both = sinks["ps"].wait_for(10_000_000) - start
         back = sinks["w0"].wait_for(2_500_000) - start
-        assert both == pytest.approx(0.4, rel=0.1)
-        assert back == pytest.approx(0.2, rel=0.15)
+        # Never faster than the links allow; the slack above is for a loaded machine (CI runs
+        # TensorFlow tests beside this one) and still tells the wrong models apart: an unshared
+        # downlink would take 0.2 s for both, half duplex 0.6 s for both and 0.4 s back.
+        assert 0.38 <= both < 0.5
+        assert 0.19 <= back < 0.3
     finally:
         relays.close()
         for s in sinks.values():
