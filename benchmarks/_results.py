@@ -30,8 +30,9 @@ def run_title(config: dict) -> str:
     """A kept bench run's model, mode, batch and cluster, as its Markdown summaries open."""
     from tfsched.bench.results import link_text
 
+    api = "TensorFlow 2's asynchronous steps, " if config.get("api") == "tf2" else ""
     return (
-        f"**{config['model']}** ({config['mode']}, batch {config['batch_size']}), {config['ps']} PS x "
+        f"**{config['model']}** ({api}{config['mode']}, batch {config['batch_size']}), {config['ps']} PS x "
         f"{config['workers']} workers, {link_text(config)}"
     )
 

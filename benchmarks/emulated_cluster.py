@@ -200,6 +200,8 @@ TF2_ROWS = {
     "tf2-resnet50-train": "TensorFlow 2: ResNet-50 training (`tfsched bench --api tf2`)",
     "tf2-vgg16-inference-2ps": "TensorFlow 2: inference on two PS, the variables split "
     "(`tfsched bench --api tf2 --ps-placement min-size`)",
+    "tf2-vgg16-train-hosts": "TensorFlow 2: training on hosts with cores of their own "
+    "(`tfsched bench --api tf2 --host-cores 0.5`)",
 }
 TF2_COMMANDS = {
     "tf2-vgg16-inference": "tfsched bench --api tf2 --model vgg16 --mode inference --workers 4 --bandwidth 1Gbit "
@@ -212,6 +214,10 @@ TF2_COMMANDS = {
     "tf2-vgg16-inference-2ps": "tfsched bench --api tf2 --model vgg16 --mode inference --ps 2 --workers 4 "
     "--bandwidth 1Gbit --batch-size 397 --steps 3 --rounds 3 --ps-placement min-size "
     "--modes baseline,tio,tao,tao+pc,tao+pc+host -o benchmarks/results/tf2-vgg16-inference-2ps.json",
+    # the sixty-second session's: the batch of the session rows' training on such hosts
+    "tf2-vgg16-train-hosts": "tfsched bench --api tf2 --model vgg16 --mode train --workers 4 --bandwidth 1Gbit "
+    "--batch-size 201 --host-cores 0.5 --steps 3 --rounds 3 --modes baseline,tio,tao+pc,tao+pc+host "
+    "-o benchmarks/results/tf2-vgg16-train-hosts.json",
 }
 
 

@@ -31,7 +31,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _results import machine, run_title, write  # noqa: E402
 
 # what makes two runs the same benchmark (keys of a results file's config; their processor must match too)
-SAME = ("model", "mode", "workers", "ps", "batch_size", "bandwidth", "latency", "queue", "host_cores")
+SAME = ("api", "model", "mode", "workers", "ps", "batch_size", "bandwidth", "latency", "queue", "host_cores")
+# what a results file says it is: a session's run, or TensorFlow 2's (``--api tf2``: no synchronized
+# step, so no mean step; its ratio is of the workers' steps a second)
+BENCHMARKS = ("tfsched bench", "tfsched bench --api tf2")
 
 
 def pooled(ratios: list[float], level: float = 0.95) -> tuple[float, float | None, float | None]:
@@ -63,7 +66,7 @@ def read_run(path: str, mode: str) -> dict:
         raise PoolError(f"{path}: {e.strerror}") from None
     except ValueError as e:
         raise PoolError(f"{path}: not JSON ({e})") from None
-    if not isinstance(doc, dict) or doc.get("benchmark") != "tfsched bench" or "config" not in doc:
+    if not isinstance(doc, dict) or doc.get("benchmark") not in BENCHMARKS or "config" not in doc:
         raise PoolError(f"{path}: not a tfsched bench results file")
     modes = {m.get("mode"): m for m in doc.get("modes", [])}
     if mode not in modes:

@@ -37,6 +37,57 @@ def chain_graph(n: int, sizes: list[int] | None = None) -> CommGraph:
     return build_comm_graph(nodes, fetches=[f"f{n - 1}"])
 
 
+def training_chain(n: int, nbytes: int = 1_000_000) -> CommGraph:
+    """A chain of ``n`` layers trained on one worker: f_i needs pull_i and f_{i-1}; g_i needs
+    the last forward op and g_{i+1}; the PS applies g_i to v_i."""
+    nodes = []
+    for i in range(n):
+        nodes += var(f"v{i}", (nbytes // 4,))
+        nodes.append(op(f"f{i}", [f"v{i}/read"] + ([f"f{i - 1}"] if i else [])))
+    for i in reversed(range(n)):
+        nodes.append(op(f"g{i}", [f"f{n - 1}"] + ([f"g{i + 1}"] if i < n - 1 else []), shape=(nbytes // 4,)))
+        nodes.append(
+            RawNode(
+                f"apply{i}",
+                "ResourceApplyGradientDescent",
+                PS,
+                [f"v{i}", f"g{i}"],
+                attrs={"T": "FLOAT"},
+                output_shapes=[],
+            )
+        )
+    return build_comm_graph(nodes, fetches=[f"apply{i}" for i in range(n)])
+
+
+def random_training_case(seed: int) -> tuple[CommGraph, TimeOracle, int]:
+    """A ``training_chain`` of random layer sizes and op times, its oracle (a link of 1 or 10
+    MB/s, overheads or none; on odd seeds a shared machine, some with cores of their own) and
+    two or three workers: the floor's random cases (``test_engine``, ``benchmarks/floor_random.py``)."""
+    import random
+
+    rng = random.Random(seed)
+    n = rng.randint(2, 5)
+    g = training_chain(n, nbytes=rng.choice([40_000, 400_000, 1_000_000]))
+    times = {f"f{i}": rng.uniform(0.01, 0.3) for i in range(n)}
+    times |= {f"g{i}": rng.uniform(0.01, 0.6) for i in range(n)}
+    o = oracle_with(times, bandwidth_bps=rng.choice([8e6, 8e7]), overhead_s=rng.choice([0.0, 0.002]))
+    if seed % 2:
+        o.machine_slots = rng.uniform(0.5, 2.0)
+        o.host_slots = rng.choice([None, o.machine_slots / 3])
+    return g, o, rng.choice([2, 3])
+
+
+def simulated_orders(sg) -> list:
+    """``sg`` simulated under every policy (two seeds each, racing), and one window per task
+    in both of its orders: the runs no floor may be over."""
+    from tfsched.sim import simulate
+
+    runs = [simulate(sg, p, seed=k, race=True) for p in ("fifo", "random", "counter") for k in range(2)]
+    for host_order in ("steps", "priority"):
+        runs.append(simulate(sg, "counter", credit_bytes=200_000, host_credit=True, host_order=host_order))
+    return runs
+
+
 def oracle_with(
     op_times: dict[str, float], bandwidth_bps: float = 8e6, overhead_s: float = 0.0
 ) -> TimeOracle:

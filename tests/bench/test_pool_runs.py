@@ -23,14 +23,22 @@ def pool_runs():
 
 
 def _results_file(
-    path: Path, *, ratio: float, batch: int = 708, cpu: str = "EPYC, 2 cores", host_cores: float = 0
+    path: Path,
+    *,
+    ratio: float,
+    batch: int = 708,
+    cpu: str = "EPYC, 2 cores",
+    host_cores: float = 0,
+    api: str = "session",
 ) -> str:
     config = {"model": "vgg16", "mode": "inference", "workers": 4, "ps": 1, "batch_size": batch}
     config.update(bandwidth="1 Gbit/s", latency=None, queue=None, rounds=3)
     if host_cores:  # bench --host-cores records it; runs on shared cores do not
         config["host_cores"] = host_cores
+    if api == "tf2":  # bench --api tf2 records it, and names its benchmark so
+        config["api"] = "tf2"
     doc = {
-        "benchmark": "tfsched bench",
+        "benchmark": "tfsched bench --api tf2" if api == "tf2" else "tfsched bench",
         "config": config,
         "cpu": cpu,
         "modes": [
@@ -78,14 +86,26 @@ def test_runs_of_one_benchmark_are_pooled_into_a_results_file(pool_runs, tmp_pat
     assert "in 3 runs" in md and "1 of 3 runs at or above 1.5x" in md and "| 1.600x | 1.50 to 1.70 |" in md
 
 
+def test_runs_of_tensorflow_2_are_pooled_and_say_so(pool_runs, tmp_path, monkeypatch):
+    files = [_results_file(tmp_path / f"run{k}.json", ratio=r, api="tf2") for k, r in enumerate((1.31, 1.29))]
+    out = tmp_path / "results"
+    monkeypatch.setattr(sys.modules["_results"], "RESULTS", str(out))
+    monkeypatch.setattr(sys, "argv", ["pool_runs.py", "--mode", "tao+pc+host", "--name", "p", *files])
+    pool_runs.main()
+    doc = json.loads((out / "p.json").read_text())
+    assert doc["pooled"]["vs_baseline"] == pytest.approx(statistics.geometric_mean([1.31, 1.29]))
+    assert "TensorFlow 2's asynchronous steps" in (out / "p.md").read_text()
+
+
 @pytest.mark.parametrize(
     "bad, error",
     [
         ({"batch": 397}, "batch_size 397, not 708 as in"),
         ({"cpu": "Xeon, 2 cores"}, "ran on 'Xeon, 2 cores', not 'EPYC, 2 cores'"),
         ({"host_cores": 0.5}, "host_cores 0.5, not None as in"),
+        ({"api": "tf2"}, "api 'tf2', not None as in"),
     ],
-    ids=["another-batch", "another-processor", "hosts-with-cores-of-their-own"],
+    ids=["another-batch", "another-processor", "hosts-with-cores-of-their-own", "tensorflow-2"],
 )
 def test_runs_of_another_benchmark_are_refused_in_one_line(pool_runs, tmp_path, monkeypatch, bad, error):
     files = [

@@ -4,36 +4,23 @@ import math
 
 import pytest
 
-from tests.helpers import PS, W0, W1, chain_graph, op, oracle_with, var
+from tests.helpers import (
+    PS,
+    W0,
+    W1,
+    chain_graph,
+    op,
+    oracle_with,
+    random_training_case,
+    simulated_orders,
+    training_chain,
+    var,
+)
 from tfsched.errors import TfschedError
 from tfsched.graph import build_comm_graph
 from tfsched.ordering import order
 from tfsched.ordering.schedule import Schedule
 from tfsched.sim import build_sim_graph, simulate, simulate_schedule, step_bounds
-
-
-def _training_chain(n: int, nbytes: int = 1_000_000):
-    """A chain of ``n`` layers trained on one worker: f_i needs pull_i and f_{i-1}; g_i needs
-    the last forward op and g_{i+1}; the PS applies g_i to v_i."""
-    from tfsched.graph import RawNode
-
-    nodes = []
-    for i in range(n):
-        nodes += var(f"v{i}", (nbytes // 4,))
-        nodes.append(op(f"f{i}", [f"v{i}/read"] + ([f"f{i - 1}"] if i else [])))
-    for i in reversed(range(n)):
-        nodes.append(op(f"g{i}", [f"f{n - 1}"] + ([f"g{i + 1}"] if i < n - 1 else []), shape=(nbytes // 4,)))
-        nodes.append(
-            RawNode(
-                f"apply{i}",
-                "ResourceApplyGradientDescent",
-                PS,
-                [f"v{i}", f"g{i}"],
-                attrs={"T": "FLOAT"},
-                output_shapes=[],
-            )
-        )
-    return build_comm_graph(nodes, fetches=[f"apply{i}" for i in range(n)])
 
 
 def _two_workers_pulling_one_variable():
@@ -451,22 +438,24 @@ class TestSimulate:
         # One worker trains a chain of four layers: pulls of 1 MB (1 s each on the PS's link),
         # forward ops of 0.25 s, backward ops of 0.5 s, each gradient (1 MB) pushed to the PS.
         # TicTac's lower bound is the busiest resource, the link's 4 s of pulls; but the
-        # backward pass needs every pull's layer, so after the last pull come at least the last
-        # layer's forward op, the four backward ops and the first layer's push: 4 + 3.25 s.
-        g = _training_chain(4)
+        # backward pass needs every pull's layer, so no gradient leaves before the four pulls
+        # (4 s), the last layer's forward op and its backward op (0.75 s), and then the
+        # worker's link carries the four pushes, 4 s: 8.75 s, what TIO's order takes.
+        g = training_chain(4)
         times = {f"f{i}": 0.25 for i in range(4)} | {f"g{i}": 0.5 for i in range(4)}
         sg = build_sim_graph(g, oracle_with(times, bandwidth_bps=8e6), order(g, "tio"))
         b = step_bounds(sg)
         assert b.lower == pytest.approx(4.0, rel=1e-3)
-        assert b.floor == pytest.approx(7.25, rel=1e-3)
-        # set by the PS's uplink: its 4 s of pulls, then 3.25 s after the last
-        assert b.floor_by == f"up:{PS.split('/device:')[0]}"
-        assert b.floor_part.before == pytest.approx(0.0, abs=1e-6)
-        assert (b.floor_part.work, b.floor_part.after) == (
+        assert b.floor == pytest.approx(8.75, rel=1e-3)
+        # set by the worker's uplink: 4.75 s before its first push, its 4 s of pushes
+        assert b.floor_by == f"up:{W0.split('/device:')[0]}"
+        assert (b.floor_part.before, b.floor_part.work) == (
+            pytest.approx(4.75, rel=1e-3),
             pytest.approx(4.0, rel=1e-3),
-            pytest.approx(3.25, rel=1e-3),
         )
-        assert b.most_gain(8.75) == pytest.approx(8.75 / 7.25, rel=1e-3)
+        assert b.floor_part.after == pytest.approx(0.0, abs=1e-6)
+        assert type(b.floor) is float and all(type(x) is float for x in b.floor_part)
+        assert b.most_gain(10.0) == pytest.approx(10.0 / 8.75, rel=1e-3)
         for policy in ("fifo", "random", "counter", "queue"):
             for seed in range(3):
                 assert simulate(sg, policy, seed=seed).step_time >= b.floor - 1e-9
@@ -503,31 +492,13 @@ class TestSimulate:
     def test_no_simulated_order_beats_the_floor(self, seed):
         # random layer sizes and op times, two or three workers, a shared machine (some with
         # cores of their own), every policy, with and without slices and a window per task
-        import random
-
-        rng = random.Random(seed)
-        n = rng.randint(2, 5)
-        g = _training_chain(n, nbytes=rng.choice([40_000, 400_000, 1_000_000]))
-        times = {f"f{i}": rng.uniform(0.01, 0.3) for i in range(n)}
-        times |= {f"g{i}": rng.uniform(0.01, 0.6) for i in range(n)}
-        o = oracle_with(times, bandwidth_bps=rng.choice([8e6, 8e7]), overhead_s=rng.choice([0.0, 0.002]))
-        if seed % 2:
-            o.machine_slots = rng.uniform(0.5, 2.0)
-            o.host_slots = rng.choice([None, o.machine_slots / 3])
-        workers = rng.choice([2, 3])
+        g, o, workers = random_training_case(seed)
         s = order(g, "tio")
         plain = step_bounds(build_sim_graph(g, o, s, workers=workers))
         assert plain.lower <= plain.floor
         for partition in (None, 100_000):
             sg = build_sim_graph(g, o, s, workers=workers, partition_bytes=partition)
-            runs = [
-                simulate(sg, p, seed=k, race=True) for p in ("fifo", "random", "counter") for k in range(2)
-            ]
-            runs.append(simulate(sg, "counter", credit_bytes=200_000, host_credit=True))
-            runs.append(
-                simulate(sg, "counter", credit_bytes=200_000, host_credit=True, host_order="priority")
-            )
-            assert min(r.step_time for r in runs) >= plain.floor - 1e-9
+            assert min(r.step_time for r in simulated_orders(sg)) >= plain.floor - 1e-9
 
     def test_bounds_hold_on_a_machine_slower_than_one_op(self):
         # four workers of a chain on a machine that does a quarter of an op's worth at once
@@ -628,7 +599,7 @@ class TestQueueWithoutCredit:
         # Chain with backward: grad_i depends on grad_{i+1}; layer order ranks push_0 first,
         # but push_0's gradient is computed last. Counters would hold every push until then.
         n = 4
-        g = _training_chain(n)
+        g = training_chain(n)
         o = oracle_with({f"g{i}": 0.5 for i in range(n)}, bandwidth_bps=8e7)
         layer = order(g, "layer", o)
         assert layer.mode == "queue"

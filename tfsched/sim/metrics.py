@@ -147,76 +147,147 @@ def _topological(sg: SimGraph) -> list[int]:
     return topo
 
 
-def heads_and_tails(sg: SimGraph, times: list[float], topo: list[int]) -> tuple[list[float], list[float]]:
+def heads_and_tails(
+    sg: SimGraph,
+    times: list[float],
+    topo: list[int],
+    *,
+    least_head: np.ndarray | None = None,
+    least_tail: np.ndarray | None = None,
+) -> tuple[list[float], list[float]]:
     """The longest path (in ``times``) from the start of the run to each node's start (its head)
     and from its end to the end of the run (its tail): no run starts it earlier, or ends sooner
-    after it. ``topo``: the nodes in ``_topological`` order."""
+    after it. A node's head is at least ``least_head`` of it and its tail ``least_tail``, which
+    carry along the paths from it. ``topo``: the nodes in ``_topological`` order."""
     n = len(sg)
-    head, tail = [0.0] * n, [0.0] * n
+    head = [0.0] * n if least_head is None else least_head.tolist()
+    tail = [0.0] * n if least_tail is None else least_tail.tolist()
     for i in topo:
         end = head[i] + times[i]
         for j in sg.succ[i]:
             head[j] = max(head[j], end)
     for i in reversed(topo):
-        tail[i] = max((times[j] + tail[j] for j in sg.succ[i]), default=0.0)
+        tail[i] = max(tail[i], max((times[j] + tail[j] for j in sg.succ[i]), default=0.0))
     return head, tail
 
 
-def work_around(sg: SimGraph, order: list[int]) -> tuple[dict[int, float], dict[int, float]]:
-    """For each message: the work of its sender's ops that must end before it (its ancestors
-    there) and of its receiver's ops that must run after it (its descendants there), each over
-    what that task does at once (``_task_slots``, at ``op_rate``). A path counts one op after
-    another; this counts every op, where the task runs fewer at once than the ops it could: on
-    VGG16 training a worker's backward pass after its last pull is about 3.3 s of work on its
-    half core, where its longest path is 2.7 s. ``order``: the nodes in ``_topological`` order."""
+def work_around(
+    sg: SimGraph, order: list[int], served: dict[str, tuple[list[int], np.ndarray, np.ndarray]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each node: the most work any one resource of ``served`` must do before it starts (its
+    ancestors there, one after another at the resource's rate) and after it ends (its
+    descendants there). A path counts one op or message after another; this counts every one a
+    resource serves, where it serves fewer at once than the graph allows. On VGG16 training a
+    worker's backward pass after its last pull is about 3.3 s of work on its half core, where
+    its longest path is 2.7 s; and no push starts before its worker's pulls have all crossed the
+    PS's link. ``order``: the nodes in ``_topological`` order; ``served``: resource -> its
+    nodes, their work and offsets (``_served``).
+
+    Until the sixty-second session only a message's sender's and receiver's compute counted,
+    and only for messages: every resource and every node count now, which raises the floor of
+    VGG16 training on shared cores from 5.14 s to 5.45 s (no push starts before one worker's
+    pulls have crossed the PS's uplink; ``benchmarks/floor.py``), and the floor of a one-worker
+    chain from 7.25 s to 8.75 s, what TIO's order takes (``test_engine``).
+    """
     n = len(sg)
-    messages = [i for i in range(n) if sg.kind[i] == MESSAGE]
-    if not messages:
-        return {}, {}
     preds: list[list[int]] = [[] for _ in range(n)]
     for i in range(n):
         for j in sg.succ[i]:
             preds[j].append(i)
-    before: dict[int, float] = {}
-    after: dict[int, float] = {}
-    tasks = {sg.resource[i] for i in range(n) if sg.kind[i] == COMPUTE}
-    ends = {sg.resource[m].split("->")[k] for m in messages for k in (0, 1)}
-    for task in tasks & ends:
-        ops = [i for i in range(n) if sg.kind[i] == COMPUTE and sg.resource[i] == task]
-        bit = {i: 1 << k for k, i in enumerate(ops)}
-        per = _task_slots(sg, task)
-        weight = np.array([sg.duration[i] / per for i in ops])
-        up = [0] * n  # the task's ops each node needs done (bitset over ``ops``)
-        for i in order:
+    before, after = np.zeros(n), np.zeros(n)
+    # Where the sums are taken: a task's or the machine's ops are many, and their work is
+    # weighed at the messages (every dependency between tasks is one); a channel's or link's
+    # messages are few, and theirs is weighed at the messages and the ops next to them too, from
+    # which it carries along the paths (on a chain the last forward op after all the pulls).
+    # Taken at every node and over every node, the sums took Inception-v3 with four workers
+    # (39,000 nodes) 2.8 s and grew with the cube of the workers, for the same floors; so taken,
+    # and over the nodes each resource reaches, they add about 2 s to `tfsched analyze`'s 21 s
+    # with sixteen workers (156,000 nodes).
+    is_message = np.array([k == MESSAGE for k in sg.kind], dtype=bool)
+    near = is_message.copy()
+    for m in np.flatnonzero(is_message).tolist():
+        near[sg.succ[m]] = True
+        near[preds[m]] = True
+    topo = np.array(order, dtype=int)
+    for res, (nodes, work, _) in served.items():
+        if len(nodes) < 2 or not work.any() or _dominated(res, work, served):
+            continue
+        at = is_message if res == "cpu" or res.startswith("compute:") else near
+        bit = {i: 1 << k for k, i in enumerate(nodes)}
+        # only the nodes that need one of the resource's (a worker's link: that worker's and
+        # the PS's), each after its predecessors
+        below = _reached(nodes, sg.succ, n)
+        up: dict[int, int] = {}  # the resource's nodes each node needs done (bitset over ``nodes``)
+        for i in topo[below[topo]].tolist():
             acc = 0
             for p in preds[i]:
-                acc |= up[p] | bit.get(p, 0)
+                acc |= up.get(p, 0) | bit.get(p, 0)
             up[i] = acc
-        down = [0] * n  # the task's ops that need each node
-        for i in reversed(order):
+        above = _reached(nodes, preds, n)
+        down: dict[int, int] = {}  # the resource's nodes that need each node
+        for i in topo[above[topo]][::-1].tolist():
             acc = 0
             for j in sg.succ[i]:
-                acc |= down[j] | bit.get(j, 0)
+                acc |= down.get(j, 0) | bit.get(j, 0)
             down[i] = acc
-        for m in messages:
-            src, dst = sg.resource[m].split("->")
-            if src == task:
-                before[m] = max(before.get(m, 0.0), _weighed(up[m], weight))
-            if dst == task:
-                after[m] = max(after.get(m, 0.0), _weighed(down[m], weight))
+        for sums, out, where in ((up, before, below & at), (down, after, above & at)):
+            idx = np.flatnonzero(where)
+            out[idx] = np.maximum(out[idx], _weighed([sums[i] for i in idx.tolist()], work))
     return before, after
 
 
-def _weighed(bits: int, weight: np.ndarray) -> float:
-    """The sum of ``weight[k]`` over the set bits k of ``bits``.
+def _reached(nodes: list[int], edges: list[list[int]], n: int) -> np.ndarray:
+    """Which of ``n`` nodes ``nodes`` and the nodes along ``edges`` from them are."""
+    seen = np.zeros(n, dtype=bool)
+    seen[nodes] = True
+    stack = list(nodes)
+    while stack:
+        for j in edges[stack.pop()]:
+            if not seen[j]:
+                seen[j] = True
+                stack.append(j)
+    return seen
 
-    >>> _weighed(0b101, np.array([1.0, 2.0, 4.0]))
-    5.0
+
+def _dominated(res: str, work: np.ndarray, served: dict) -> bool:
+    """Whether a channel's sums can add nothing to its sender's uplink's or receiver's
+    downlink's, which carry each of its messages with at least as much work."""
+    kind, _, name = res.partition(":")
+    if kind != "channel":
+        return False
+    src, dst = name.split("->")
+    for link in ("up:" + src, "down:" + dst):
+        if link in served:
+            nodes, link_work, _ = served[link]
+            # the channel's messages are among the link's, in the same order (``step_bounds``)
+            mine = np.isin(nodes, served[res][0])
+            if mine.sum() == len(work) and np.all(link_work[mine] >= work - 1e-15):
+                return True
+    return False
+
+
+def _weighed(bitsets: list[int], weight: np.ndarray) -> np.ndarray:
+    """For each bitset, the sum of ``weight[k]`` over its set bits k.
+
+    >>> _weighed([0b101, 0, 0b010], np.array([1.0, 2.0, 4.0])).tolist()
+    [5.0, 0.0, 2.0]
     """
-    if not bits:
-        return 0.0
-    raw = np.frombuffer(bits.to_bytes((len(weight) + 7) // 8, "little"), dtype=np.uint8)
-    return float(np.unpackbits(raw, bitorder="little")[: len(weight)] @ weight)
+    m = len(weight)
+    nbytes = (m + 7) // 8
+    padded = np.zeros(nbytes * 8)
+    padded[:m] = weight
+    # each byte position's weight for each of the 256 bytes it can hold: a sum is then one
+    # look-up a byte (table[k, byte k of the bitset])
+    byte_bits = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little")
+    table = padded.reshape(nbytes, 8) @ byte_bits.T
+    positions = np.arange(nbytes)
+    out = np.zeros(len(bitsets))
+    rows = max(1, (1 << 20) // max(nbytes, 1))  # a few MB of look-ups at a time
+    for s in range(0, len(bitsets), rows):
+        chunk = bitsets[s : s + rows]
+        raw = np.frombuffer(b"".join(b.to_bytes(nbytes, "little") for b in chunk), dtype=np.uint8)
+        out[s : s + len(chunk)] = table[positions, raw.reshape(len(chunk), nbytes)].sum(axis=1)
+    return out
 
 
 def resource_floor(items: list[tuple[float, float, float]]) -> FloorPart:
@@ -257,10 +328,11 @@ def step_bounds(sg: SimGraph, steps: int = 1, *, overlap: bool = True) -> Bounds
     is added to those resources' busy times, and the longest one to the upper bound.
 
     ``floor`` (tfsched's, not TicTac's) adds the dependencies: the longest path, and for each
-    resource the head-body-tail bound (``resource_floor``): a channel or link cannot start a
-    message before the longest path to it (and its overhead), nor before its sender's ops that
-    it needs have run on the sender's cores, and after the last one it serves the longest path
-    from that message remains, and the receiver's ops that need it (``work_around``). On VGG16
+    resource the head-body-tail bound (``resource_floor``): a resource cannot start a node
+    before the longest path to it (and a message's overhead), nor before any one resource has
+    served the node's ancestors there (a worker's ops on its cores, a worker's pulls on the
+    PS's link), and after the last one it serves the longest path from that node remains, and
+    any one resource's work on the node's descendants (``work_around``). On VGG16
     training with 1 PS x 4 workers on hosts with half a core of their own, the PS's link is the
     busiest resource (4.3 s), and a worker's backward pass (3.3 s of work on its cores) comes
     after its last pull: TicTac's bound says 4.3 s, this one 7.6 s, where the fastest order
@@ -344,53 +416,62 @@ def _task_slots(sg: SimGraph, task: str) -> float:
 _SAYS_MORE = {"up": 0, "down": 0, "compute": 1, "channel": 2, "cpu": 3, "path": 4}
 
 
+def _served(
+    sg: SimGraph, members: dict[str, list[int]], rates: dict[str, float], times: list[float], overlap: bool
+) -> dict[str, tuple[list[int], np.ndarray, np.ndarray]]:
+    """Each resource of the floor: its nodes, each one's work there, and how long after its head
+    it can start there (a message's overhead, paid before it waits for the channel or link)."""
+    served = {}
+    for res, nodes in members.items():
+        kind, _, name = res.partition(":")
+        if res == "cpu":  # the machine every task computes on, and the bytes' CPU on the wire
+            work = [
+                sg.duration[i] if sg.kind[i] == COMPUTE else sg.nbytes[i] * sg.comm_slot_s_per_byte
+                for i in nodes
+            ]
+            served[res] = (
+                nodes,
+                np.array(work) / sg.machine_slots,
+                np.array([sg.overhead[i] if sg.kind[i] == MESSAGE else 0.0 for i in nodes]),
+            )
+        elif kind == "compute":
+            slots = _task_slots(sg, name)
+            served[res] = (nodes, np.array([sg.duration[i] / slots for i in nodes]), np.zeros(len(nodes)))
+        elif kind == "channel":
+            if overlap:  # a message pays its overhead before it waits for the channel
+                offset = np.array([sg.overhead[i] for i in nodes])
+                served[res] = (nodes, np.array([times[i] for i in nodes]) - offset, offset)
+            else:
+                served[res] = (nodes, np.array([times[i] for i in nodes]), np.zeros(len(nodes)))
+        else:  # a host's link: the bytes at its rate, after the message's overhead
+            rate = rates.get(res, math.inf)
+            if math.isfinite(rate) and rate > 0:
+                served[res] = (
+                    nodes,
+                    np.array([sg.nbytes[i] / rate for i in nodes]),
+                    np.array([sg.overhead[i] for i in nodes]),
+                )
+    return served
+
+
 def _floor(
     sg: SimGraph, members: dict[str, list[int]], rates: dict[str, float], overlap: bool
 ) -> tuple[float, str, FloorPart]:
     """``Bounds.floor`` over the whole graph, what sets it and its parts: the longest path, and
-    each compute resource's, channel's and link's ``resource_floor``. A message's head is at
-    least the work its sender must do first and its tail the work its receiver must do after it
-    (``work_around``)."""
+    each compute resource's, channel's and link's ``resource_floor``. A node's head is at least
+    the work any resource must do before it and its tail the work one must do after it
+    (``work_around``), and those carry along the paths from it."""
     times = least_times(sg)
     topo = _topological(sg)
-    head, tail = heads_and_tails(sg, times, topo)
-    before, after = work_around(sg, topo)
-    for m, w in before.items():
-        head[m] = max(head[m], w)
-    for m, w in after.items():
-        tail[m] = max(tail[m], w)
+    served = _served(sg, members, rates, times, overlap)
+    before, after = work_around(sg, topo, served)
+    head, tail = heads_and_tails(sg, times, topo, least_head=before, least_tail=after)
     path = max(head[i] + times[i] + tail[i] for i in range(len(sg)))
     best, by = FloorPart(0.0, path, 0.0), "path"
-    for res, nodes in members.items():
-        kind, _, name = res.partition(":")
-        if res == "cpu":  # the machine every task computes on, and the bytes' CPU on the wire
-            items = [
-                (head[i], sg.duration[i] / sg.machine_slots, tail[i])
-                if sg.kind[i] == COMPUTE
-                else (
-                    head[i] + sg.overhead[i],
-                    sg.nbytes[i] * sg.comm_slot_s_per_byte / sg.machine_slots,
-                    tail[i],
-                )
-                for i in nodes
-            ]
-        elif kind == "compute":
-            slots = _task_slots(sg, name)
-            items = [(head[i], sg.duration[i] / slots, tail[i]) for i in nodes]
-        elif kind == "channel":
-            # with overlap a message pays its overhead before it waits for the channel
-            items = [
-                (head[i] + sg.overhead[i], times[i] - sg.overhead[i], tail[i])
-                if overlap
-                else (head[i], times[i], tail[i])
-                for i in nodes
-            ]
-        else:  # a host's link: the bytes at its rate, after the message's overhead
-            rate = rates.get(res, math.inf)
-            if not (math.isfinite(rate) and rate > 0):
-                continue
-            items = [(head[i] + sg.overhead[i], sg.nbytes[i] / rate, tail[i]) for i in nodes]
-        part = resource_floor(items)
+    for res, (nodes, work, offset) in served.items():
+        items = zip(nodes, work.tolist(), offset.tolist(), strict=True)
+        part = resource_floor([(head[i] + o, w, tail[i]) for i, w, o in items])
+        kind = res.partition(":")[0]
         tie = abs(part.total - best.total) <= 1e-9 * max(1.0, best.total)
         if (part.total > best.total and not tie) or (
             tie and _SAYS_MORE[kind] < _SAYS_MORE[by.partition(":")[0]]
