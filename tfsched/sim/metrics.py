@@ -183,8 +183,9 @@ def work_around(
     PS's link. ``order``: the nodes in ``_topological`` order; ``served``: resource -> its
     nodes, their work and offsets (``_served``).
 
-    Until the sixty-second session only a message's sender's and receiver's compute counted,
-    and only for messages: every resource and every node count now, which raises the floor of
+    Until the sixty-second session only a message's sender's and receiver's compute counted:
+    every resource counts now (at the messages, and a link's or channel's at the ops beside
+    them too, below), which raises the floor of
     VGG16 training on shared cores from 5.14 s to 5.45 s (no push starts before one worker's
     pulls have crossed the PS's uplink; ``benchmarks/floor.py``), and the floor of a one-worker
     chain from 7.25 s to 8.75 s, what TIO's order takes (``test_engine``).
