@@ -36,6 +36,22 @@ def test_machine_slots_is_at_least_what_worker_0_ran_alone():
     ) == pytest.approx(2.0)
 
 
+def test_on_hosts_with_cores_of_their_own_a_task_keeps_its_lone_speed():
+    # Half a core each on two cores: worker 0 alone and the four together ran their ops at the
+    # same speed (each at its cap), which the ratio reads as four slots of a core each; a lone
+    # op took at most half a core, so the machine does at least four of them at once, and each
+    # task one (host_slots): its lone speed, not half of it.
+    from tfsched.bench.predict import host_slots
+
+    alone, together = _trace(1.0), _trace(1.0, steps=1)
+    assert machine_slots(alone, together, workers=2) == pytest.approx(2.0)
+    slots = machine_slots(alone, together, workers=2, host_cores=0.5, cores=2)
+    assert slots == pytest.approx(4.0)
+    assert host_slots(0.5, slots, 2) == pytest.approx(1.0)
+    # more workers than the cap's least: the ratio stands
+    assert machine_slots(alone, together, workers=6, host_cores=0.5, cores=2) == pytest.approx(6.0)
+
+
 def test_machine_slots_from_the_cpu_the_baseline_spent():
     # Alone, every task's ops take 2 s a step (worker 1 s, the PS 1 s), and worker 0 moves
     # 1,000,000 bytes. Four workers on 2 cores spent 20 CPU s a step, 4 of them moving

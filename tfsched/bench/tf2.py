@@ -406,7 +406,7 @@ def predict_calls(
         workers=workers,
         cores=cores,
         work_s=sum(oracle.compute(n) for n in graph.graph) if work == "simulated" else None,
-    ) or machine_slots(alone, Trace.load(baseline_trace), workers)
+    ) or machine_slots(alone, Trace.load(baseline_trace), workers, host_cores=host_cores, cores=cores)
     oracle.host_slots = host_slots(host_cores, oracle.machine_slots, cores)
     if bandwidth_bps:
         oracle.set_links(bandwidth_bps=bandwidth_bps)
