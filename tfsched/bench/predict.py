@@ -62,11 +62,16 @@ def machine_slots(alone, together, workers: int, *, host_cores: float = 0.0, cor
     Where each task has ``host_cores`` of the machine's ``cores`` of its own (``bench.hostcpu``),
     worker 0 ran alone within them: a lone-worker op took at most ``host_cores``, so the machine
     does at least ``cores / host_cores`` of them at once, and ``host_slots`` gives each task at
-    least the rate it had alone. The ratio of op times says nothing of that (every task runs at
-    its cap alone or not: about ``workers``), and taken alone it ran each task at half its lone
-    speed on half-core hosts: ResNet-50 training at 10 Gbit/s there, where the bytes' measured
-    CPU left none for the ops (``machine_slots_from_cpu`` None), was simulated at +94% of its
-    measured step (sixty-second session).
+    least the rate it had alone, as ``machine_slots_from_cpu`` gives it there (4.1 slots on
+    VGG16, 6.7 on ResNet-50). The ratio of op times says nothing of that (every task runs at its
+    cap alone or not: about ``workers``), and taken alone it ran each task at about half its
+    lone speed on half-core hosts, by as much as one traced step's op times happened to say:
+    ResNet-50 training at 10 Gbit/s there, where the bytes' measured CPU left none for the ops
+    (``machine_slots_from_cpu`` None), was simulated at +94% of its measured step in one run
+    (sixty-second session), and at -7% in another re-predicted so (2.27 slots; -28% with this,
+    as with the CPU's 6.7 slots: -31%). What the simulator leaves out there is the CPU each
+    task's gRPC threads spend on the bytes within its own share; the halved speed stood in for
+    it by chance.
     """
     from tfsched.oracle.fit import compute_parallelism
 
