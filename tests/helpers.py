@@ -61,8 +61,8 @@ def training_chain(n: int, nbytes: int = 1_000_000) -> CommGraph:
 
 def random_training_case(seed: int) -> tuple[CommGraph, TimeOracle, int]:
     """A ``training_chain`` of random layer sizes and op times, its oracle (a link of 1 or 10
-    MB/s, overheads or none; on odd seeds a shared machine, some with cores of their own) and
-    two or three workers: the floor's random cases (``test_engine``, ``benchmarks/floor_random.py``)."""
+    MB/s, overheads or none; on odd seeds a shared machine, some with cores of their own; on every
+    third the PS's links measured slower than its channels) and two or three workers: the floor's random cases (``test_engine``, ``benchmarks/floor_random.py``)."""
     import random
 
     rng = random.Random(seed)
@@ -74,7 +74,15 @@ def random_training_case(seed: int) -> tuple[CommGraph, TimeOracle, int]:
     if seed % 2:
         o.machine_slots = rng.uniform(0.5, 2.0)
         o.host_slots = rng.choice([None, o.machine_slots / 3])
-    return g, o, rng.choice([2, 3])
+    workers = rng.choice([2, 3])
+    # drawn last, so the earlier cases stay as they were: on every third seed the PS's links
+    # measured slower than its channels, and the bytes' CPU on a shared machine
+    if seed % 3 == 0:
+        ps = g.ps_tasks[0]
+        o.host_bps = {(ps, d): o.link.bandwidth_bps * rng.uniform(0.4, 1.0) for d in ("up", "down")}
+        if o.machine_slots:
+            o.comm_slot_s_per_byte = rng.choice([1e-9, 1e-7, 1e-6])
+    return g, o, workers
 
 
 def simulated_orders(sg) -> list:

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tfsched.errors import TfschedError
+from tfsched.sim.engine import MIN_OPS_SHARE
 from tfsched.sim.model import COMPUTE, DELAY, MESSAGE, SimGraph
 
 
@@ -115,17 +116,42 @@ def op_rate(sg: SimGraph) -> float:
     return min(1.0, sg.machine_slots, sg.host_slots or 1.0)
 
 
+def wire_times(sg: SimGraph) -> list[float]:
+    """The shortest time each message's bytes take on the wire (0 for other nodes): alone, at the
+    least of its channel's rate, its hosts' measured link rates (``link_capacity``: a link
+    measured over its channels together can be slower than one channel's fit) and what the
+    machine's CPU can move (``comm_slot_s_per_byte``, all but ``MIN_OPS_SHARE`` of it), as the
+    simulator rates a lone flow. Before the sixty-third session the bounds took the channel's
+    rate alone, and the busiest resource could come out above the upper bound (a CI run of the
+    bench: lower 1.38 s, upper 1.35 s)."""
+    cpu = math.inf
+    if sg.machine_slots and sg.comm_slot_s_per_byte and COMPUTE in sg.kind:
+        cpu = (1 - MIN_OPS_SHARE) * sg.machine_slots / sg.comm_slot_s_per_byte
+    out = [0.0] * len(sg)
+    for i, kind in enumerate(sg.kind):
+        if kind == MESSAGE:
+            src, dst = sg.resource[i].split("->")
+            rate = min(
+                sg.bandwidth[i],
+                sg.link_capacity.get("up:" + src, math.inf),
+                sg.link_capacity.get("down:" + dst, math.inf),
+                cpu,
+            )
+            out[i] = sg.nbytes[i] / rate if math.isfinite(rate) else 0.0
+    return out
+
+
 def least_times(sg: SimGraph) -> list[float]:
     """Each node's shortest time in any run: an op's time at ``op_rate``, a message's overhead
-    and its bytes at its channel's rate, a dispatch delay's time (a step barrier: none)."""
+    and its bytes on the wire (``wire_times``), a dispatch delay's time (a step barrier: none)."""
     rate = op_rate(sg)
+    wires = wire_times(sg)
     out = []
     for i, kind in enumerate(sg.kind):
         if kind == COMPUTE:
             out.append(sg.duration[i] / rate)
         elif kind == MESSAGE:
-            wire = sg.nbytes[i] / sg.bandwidth[i] if math.isfinite(sg.bandwidth[i]) else 0.0
-            out.append(sg.overhead[i] + wire)
+            out.append(sg.overhead[i] + wires[i])
         elif kind == DELAY:
             out.append(sg.duration[i])
         else:
@@ -318,7 +344,8 @@ def step_bounds(sg: SimGraph, steps: int = 1, *, overlap: bool = True) -> Bounds
 
     Resources, as the simulator has them: each task's compute (op times over the ops it runs at
     once, or over its own cores' share: ``host_slots``), each channel (its messages' bytes one
-    after another, after the first one's overhead; with ``overlap=False``, as ``simulate``'s, every
+    after another, each at the fastest the simulator moves it: ``wire_times``, after the first
+    one's overhead; with ``overlap=False``, as ``simulate``'s, every
     message's overhead + bytes / bandwidth), each host link direction (its bytes over its
     capacity: measured, or the largest channel rate on it; overheads do not use the wire), and
     the machine when every task computes on it. The upper bound runs everything one after
@@ -346,6 +373,7 @@ def step_bounds(sg: SimGraph, steps: int = 1, *, overlap: bool = True) -> Bounds
     first: dict[str, float] = {}  # with overlap: channel -> the least overhead of its messages
     members: dict[str, list[int]] = defaultdict(list)  # resource -> its nodes, for the floor
     rate = op_rate(sg)
+    wires = wire_times(sg)
     total = 0.0
     for i, kind in enumerate(sg.kind):
         if kind == DELAY:
@@ -358,7 +386,7 @@ def step_bounds(sg: SimGraph, steps: int = 1, *, overlap: bool = True) -> Bounds
             # between ops) runs at its rate, as the simulator runs it
             total += sg.duration[i] / rate
         elif kind == MESSAGE:
-            wire = sg.nbytes[i] / sg.bandwidth[i] if math.isfinite(sg.bandwidth[i]) else 0.0
+            wire = wires[i]
             if overlap:  # the messages pay their overheads at once, before the channel
                 busy["channel:" + sg.resource[i]] += wire
                 first[sg.resource[i]] = min(first.get(sg.resource[i], math.inf), sg.overhead[i])
