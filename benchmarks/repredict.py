@@ -12,8 +12,10 @@ the acknowledgements' ops waiting for no thread of the executor, as until the fi
 runs, ``annotate``'s ``work="simulated"``; each simulated op taking its mean traced time, not
 its fastest, ``op_statistic="mean"``; each message no credit window holds sent 16 or
 32 MiB at a time, ``stream_window_bytes``, after ``benchmarks/arrival_order.py``; each simulated task taking
-whatever of the machine the others leave, as until the sixtieth session, ``host_cores=0``,
-which changes only the runs whose tasks had cores of their own) beside it.
+whatever of the machine the others leave, as until the sixtieth session, ``host_cores=0``, or
+the bytes' CPU taken from the machine alone and not from each end's own cores, as until the
+sixty-third, ``host_bytes=False``: both change only the runs whose tasks had cores of their
+own) beside it.
 
     python benchmarks/repredict.py DIR --name resnet50-inference-traced
 
@@ -132,6 +134,11 @@ WHAT_IFS = {
         "each simulated op taking its mean traced time, not its fastest (TicTac's): the time the "
         "machine's share of the cores is reckoned from, so a saturated machine does the measured work "
         "(tried in the fifty-eighth session and not kept)",
+    ),
+    "bytes_on_machine": (
+        {"host_bytes": False},
+        "the bytes' CPU taken from the machine alone, not from each end's own cores, as until the "
+        "sixty-third session; only runs whose tasks had cores of their own (--host-cores) differ",
     ),
     "shared_cores": (
         {"host_cores": 0},

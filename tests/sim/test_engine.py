@@ -622,6 +622,44 @@ class TestSimulate:
         o.machine_slots = None
         assert build_sim_graph(g, o).comm_slot_s_per_byte == 0.0
 
+    def test_a_task_with_cores_of_its_own_spends_its_bytes_cpu_there(self):
+        # Two workers pull 1 MB each from the PS (its uplink 1 MB/s, each pull 0.5 MB/s), then
+        # compute 0.1 s. The machine has 2 slots, each task 0.5 of its own (bench.hostcpu); a
+        # byte costs 1 us of CPU, half at each end, in the gRPC threads of its own task.
+        nodes = var("w", (250_000,)) + [op("a", ["w/read"], device=W0), op("b", ["w/read"], device=W1)]
+        g = build_comm_graph(nodes, fetches=["a", "b"])
+        o = oracle_with({"a": 0.1, "b": 0.1}, bandwidth_bps=8e6)
+        o.machine_slots, o.comm_slot_s_per_byte = 2.0, 1e-6
+        # shared cores: the bytes want 1 slot of the machine's 2, and keep the link's rate
+        assert simulate_schedule(g, o).makespan == pytest.approx(2.0 + 0.1, rel=1e-3)
+        # cores of their own: the PS's two flows want 2 x 0.5 MB/s x 0.5 us = 0.5 slots of its
+        # 0.5; it gives them all but MIN_OPS_SHARE (0.475), so each pull runs at 475 kB/s and
+        # the ops at the task's share, 0.5: 1 / 0.475 + 0.2 s
+        o.host_slots = 0.5
+        sg = build_sim_graph(g, o)
+        t = simulate(sg, "fifo").step_time
+        assert t == pytest.approx(1 / 0.475 + 0.2, rel=1e-3)
+        # the floor and the bounds move the bytes no faster than the PS's cores
+        b = step_bounds(sg)
+        assert b.floor <= t + 1e-9 and b.lower <= b.upper
+        assert b.floor == pytest.approx(t, rel=1e-3)
+        # as until the sixty-third session (host_bytes=False): the bytes take the machine's CPU
+        # alone, the pulls keep the link's rate
+        o.host_bytes = False
+        sg = build_sim_graph(g, o)
+        assert simulate(sg, "fifo").step_time == pytest.approx(2.0 + 0.2, rel=1e-3)
+        assert step_bounds(sg).floor == pytest.approx(2.2, rel=1e-3)
+        # a worker computing while it receives: the op gets what the bytes leave of its share
+        nodes = var("v", (250_000,)) + [op("a", [], device=W0), op("b", ["v/read"], device=W0)]
+        g = build_comm_graph(nodes, fetches=["a", "b"])
+        o = oracle_with({"a": 0.5, "b": 0.0}, bandwidth_bps=8e6)
+        o.machine_slots, o.host_slots, o.comm_slot_s_per_byte = 2.0, 0.5, 0.4e-6
+        sg = build_sim_graph(g, o)
+        r = simulate(sg, "fifo", record=True)
+        # the pull (1 s at 1 MB/s) takes 0.2 of the worker's 0.5 slots: a runs at 0.3 for 1 s,
+        # then at 0.5 for its last 0.2 s of work: 1.4 s
+        assert r.ends[sg.name.index("a")] == pytest.approx(1.4, abs=0.01)
+
     def test_bad_policy(self):
         with pytest.raises(TfschedError, match="unknown simulation policy"):
             simulate(build_sim_graph(chain_graph(1), oracle_with({})), "lifo")

@@ -69,9 +69,9 @@ def machine_slots(alone, together, workers: int, *, host_cores: float = 0.0, cor
     ResNet-50 training at 10 Gbit/s there, where the bytes' measured CPU left none for the ops
     (``machine_slots_from_cpu`` None), was simulated at +94% of its measured step in one run
     (sixty-second session), and at -7% in another re-predicted so (2.27 slots; -28% with this,
-    as with the CPU's 6.7 slots: -31%). What the simulator leaves out there is the CPU each
-    task's gRPC threads spend on the bytes within its own share; the halved speed stood in for
-    it by chance.
+    as with the CPU's 6.7 slots: -31%). What the simulator left out there was the CPU each
+    task's gRPC threads spend on the bytes within its own share (charged since the sixty-third
+    session, ``sim.engine._host_comm``); the halved speed stood in for it by chance.
     """
     from tfsched.oracle.fit import compute_parallelism
 
@@ -258,12 +258,15 @@ def annotate(
     stream_window_bytes: int | None = None,
     op_statistic: str = "min",
     host_cores: float = 0.0,
+    host_bytes: bool = True,
 ) -> None:
     """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace).
 
     ``host_cores``: the cores of its own each task had (``bench.hostcpu``); the simulated tasks
     then share the machine as before, but none takes more than its own cores' worth of it
-    (``host_slots``, ``SimGraph.host_slots``).
+    (``host_slots``, ``SimGraph.host_slots``), and each end of a flow spends its half of the
+    bytes' CPU there (``sim.engine._host_comm``); ``host_bytes=False``: on the machine only, as
+    until the sixty-third session (a what-if for ``benchmarks/repredict.py``).
 
     ``latency_s``: what each host's link adds (``--latency``). A tensor between two tasks
     crosses two links, so the simulator delays each arrival (and each acknowledgement) by twice
@@ -359,6 +362,7 @@ def annotate(
             base.solo_trace, base.trace, workers, host_cores=host_cores, cores=cores
         )
         oracle.host_slots = host_slots(host_cores, oracle.machine_slots, cores)
+        oracle.host_bytes = host_bytes
         # a slot is the cores one lone worker's ops kept busy: the machine's cores / its slots
         oracle.comm_slot_s_per_byte = base.comm_cpu_s_per_byte * oracle.machine_slots / cores
         # an acknowledgement is one more message with almost no bytes (TfschedAck, its RPC,

@@ -65,6 +65,9 @@ class TimeOracle:
     # With machine_slots: the most of that machine one task's ops take at once, where each task
     # is capped at cores of its own (bench.hostcpu); None: whatever the others leave.
     host_slots: float | None = None
+    # With host_slots: each end of a flow spends its share of the bytes' CPU within its own
+    # task's cores (sim.engine); False: on the machine only, as until the sixty-third session
+    host_bytes: bool = True
 
     @classmethod
     def general(cls) -> TimeOracle:

@@ -10,7 +10,14 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   task runs on one machine (``SimGraph.machine_slots``), their ops share it, and the bytes on
   the wire take their share of it too (``comm_slot_s_per_byte``: the CPU that moving a byte
   costs at both ends, measured: the flows keep their rates and the ops share what they leave,
-  and only flows wanting more than the machine slow down);
+  and only flows wanting more than the machine slow down). Where each task has cores of its
+  own (``SimGraph.host_slots``, the bench's ``--host-cores``), each end of a flow spends half
+  of that in its own task's share, where its gRPC threads run: a task's ops get what its bytes
+  leave of it, and a task whose flows want more than all but ``MIN_OPS_SHARE`` of it slows them
+  (``_host_comm``). Until the sixty-third session the bytes took only the machine's, and a PS
+  on half a core moving ResNet-50's 400 MB a step at 10 Gbit/s was simulated 29% to 32% fast
+  (a traced run of 1 PS x 2 workers, tfsched's modes; 23% to 26% with this; ByteScheduler's
+  fixed sizes 40% and 34%: ``benchmarks/results/resnet50-train-10g-hosts-traced2-repredicted.md``);
 * each host has one full-duplex NIC: an uplink and a downlink of the link's bandwidth, or of
   what a trace measured the host's channels carrying together (``TimeOracle.host_bps``);
   concurrent flows share a link max-min fairly (TCP's steady state), or with ``worker_weight``
@@ -241,33 +248,68 @@ def _max_min_rates(
 
 
 def _machine_shares(
-    demand: dict[str, tuple[int, float]], slots: float, host_slots: float | None, uncapped: str = ""
+    demand: dict[str, tuple[int, float]], slots: float, caps: dict[str, float] | None = None
 ) -> dict[str, float]:
     """Each resource's rate per op on a machine of ``slots``: ``demand`` gives each resource its
     running ops and the rate each would run at alone. The machine is shared in proportion to
-    what each wants; with ``host_slots`` no resource (but ``uncapped``) gets more than that in
-    all (its host's own cores), and what a capped one cannot take goes to the others, as the
-    kernel's CPU quota and fair share do (water-filling).
+    what each wants; with ``caps`` (resource -> the most its ops take in all: its host's own
+    cores, less what its bytes take there) no resource gets more than its cap, and what a capped
+    one cannot take goes to the others, as the kernel's CPU quota and fair share do
+    (water-filling).
 
-    >>> _machine_shares({"a": (2, 1.0), "b": (1, 1.0)}, 1.5, None)
+    >>> _machine_shares({"a": (2, 1.0), "b": (1, 1.0)}, 1.5)
     {'a': 0.5, 'b': 0.5}
-    >>> _machine_shares({"a": (2, 1.0), "b": (1, 1.0)}, 2.0, 0.5)
+    >>> _machine_shares({"a": (2, 1.0), "b": (1, 1.0)}, 2.0, {"a": 0.5, "b": 0.5})
     {'a': 0.25, 'b': 0.5}
-    >>> _machine_shares({"a": (2, 1.0), "b": (2, 1.0)}, 1.0, 1.0)
+    >>> _machine_shares({"a": (2, 1.0), "b": (2, 1.0)}, 1.0, {"a": 1.0, "b": 1.0})
     {'a': 0.25, 'b': 0.25}
+    >>> _machine_shares({"a": (1, 1.0), "b": (1, 1.0)}, 2.0, {"a": 0.2, "b": 0.5})
+    {'a': 0.2, 'b': 0.5}
     """
+    caps = caps or {}
     want = {r: k * rate for r, (k, rate) in demand.items()}
     capped: set[str] = set()
     while True:
         free = [r for r in want if r not in capped]
-        left = slots - (host_slots or 0.0) * len(capped)
+        left = slots - sum(caps[r] for r in capped)
         total = sum(want[r] for r in free)
         factor = min(1.0, max(left, 0.0) / total) if total > 0 else 1.0
-        over = {r for r in free if host_slots is not None and r != uncapped and want[r] * factor > host_slots}
+        over = {r for r in free if r in caps and want[r] * factor > caps[r]}
         if not over:
             break
         capped |= over
-    return {r: host_slots / k if r in capped else rate * factor for r, (k, rate) in demand.items()}
+    return {r: caps[r] / k if r in capped else rate * factor for r, (k, rate) in demand.items()}
+
+
+def _host_comm(
+    spec: list[tuple[int, str, str, float]], rates: dict[int, float], per_byte: float, host_slots: float
+) -> tuple[dict[int, float], dict[str, float]]:
+    """Where each task has cores of its own (``host_slots`` of the machine), the flows of ``spec``
+    (id, uplink, downlink, channel rate) at ``rates``, each end spending half of a byte's CPU
+    (``per_byte`` slot-seconds, both ends) in its own task's share: the rates each task's share
+    allows (a task whose flows want more than all but ``MIN_OPS_SHARE`` of it slows them alike)
+    and the slots each task's bytes take.
+
+    >>> spec = [(0, "up:ps", "down:w0", 10.0), (1, "up:ps", "down:w1", 10.0)]
+    >>> rates, load = _host_comm(spec, {0: 10.0, 1: 10.0}, 0.2, 1.0)
+    >>> rates, {task: round(x, 3) for task, x in load.items()}
+    ({0: 4.75, 1: 4.75}, {'ps': 0.95, 'w0': 0.475, 'w1': 0.475})
+    """
+    end = per_byte / 2
+    most = (1 - MIN_OPS_SHARE) * host_slots
+    want: dict[str, float] = defaultdict(float)
+    for fid, up, down, _ in spec:
+        for link in (up, down):
+            want[link.partition(":")[2]] += rates[fid] * end
+    factor = {task: min(1.0, most / w) if w > 0 else 1.0 for task, w in want.items()}
+    out: dict[int, float] = {}
+    load: dict[str, float] = defaultdict(float)
+    for fid, up, down, _ in spec:
+        src, dst = up.partition(":")[2], down.partition(":")[2]
+        out[fid] = rates[fid] * min(factor[src], factor[dst])
+        load[src] += out[fid] * end
+        load[dst] += out[fid] * end
+    return out, dict(load)
 
 
 def simulate(
@@ -422,6 +464,7 @@ def simulate(
     updated: dict[str, float] = defaultdict(float)
     version = [0] * n
     comm_load = 0.0  # machine slots the bytes on the wire take now
+    host_load: dict[str, float] = {}  # with host_slots: task -> its share its bytes take now
     shared = sorted({sg.resource[i] for i in range(n) if sg.kind[i] == COMPUTE}) if sg.machine_slots else []
     # each acknowledgement's CPU: an op of its own on ACKS (id n + the message's), sharing the machine
     charge_acks = credit_return == "ack" and ack_slot_s > 0 and bool(shared) and any(acked)
@@ -456,11 +499,11 @@ def simulate(
         if sg.machine_slots:
             # the flows first (as the kernel's network work); the ops share what they leave, at
             # least MIN_OPS_SHARE of the machine (comm_load is capped where the flows are rated)
+            caps = None
+            if sg.host_slots is not None:  # each task's own cores, less what its bytes take there
+                caps = {r: sg.host_slots - host_load.get(r, 0.0) for r in group if r != ACKS}
             rates = _machine_shares(
-                {r: (len(running[r]), rates[r]) for r in group},
-                sg.machine_slots - comm_load,
-                sg.host_slots,
-                uncapped=ACKS,
+                {r: (len(running[r]), rates[r]) for r in group}, sg.machine_slots - comm_load, caps
             )
         fresh = set(new)
         for r in group:
@@ -737,11 +780,14 @@ def simulate(
             rates = _max_min_rates(spec, sg.link_capacity, flow_weight(spec)) if spec else {}
             if shared and sg.comm_slot_s_per_byte:
                 advance(shared[0])  # the ops ran at the old share until now
+                if sg.host_slots and sg.host_bytes:  # each end's CPU within its own task's cores
+                    rates, host_load = _host_comm(spec, rates, sg.comm_slot_s_per_byte, sg.host_slots)
                 wanted = sum(rates.values()) * sg.comm_slot_s_per_byte
                 # more than the machine can move: every flow slows alike
                 most = (1 - MIN_OPS_SHARE) * sg.machine_slots
                 if wanted > most:
                     rates = {f: r * most / wanted for f, r in rates.items()}
+                    host_load = {t: load * most / wanted for t, load in host_load.items()}
                 comm_load = min(wanted, most)
                 reschedule(shared[0], [])
 

@@ -61,6 +61,7 @@ def describe_floor(by: str, part: FloorPart) -> str:
         "down": f"the downlink of {name}",
         "channel": f"the channel {name.replace('->', ' -> ')}",
         "compute": f"{name}'s compute",
+        "host": f"{name}'s cores moving its bytes",
         "cpu": "the machine's cores",
     }.get(kind, by)
     parts = [f"{part.before:.2f} s before its first"] if part.before >= 0.005 else []
@@ -79,7 +80,8 @@ class Bounds:
     # tfsched's: no order is faster (``step_bounds``); at least ``lower``. 0: not computed
     floor: float = 0.0
     # what sets the floor: a resource (``step_bounds``' names: "up:TASK", "down:TASK",
-    # "channel:SRC->DST", "compute:TASK", "cpu") or "path" (the longest path), and its parts
+    # "channel:SRC->DST", "compute:TASK", "host:TASK", "cpu") or "path" (the longest path), and
+    # its parts
     floor_by: str = ""
     floor_part: FloorPart | None = None
 
@@ -127,6 +129,8 @@ def wire_times(sg: SimGraph) -> list[float]:
     cpu = math.inf
     if sg.machine_slots and sg.comm_slot_s_per_byte and COMPUTE in sg.kind:
         cpu = (1 - MIN_OPS_SHARE) * sg.machine_slots / sg.comm_slot_s_per_byte
+    if host_byte_s(sg):  # and what each end's own cores can move
+        cpu = min(cpu, 1 / host_byte_s(sg))
     out = [0.0] * len(sg)
     for i, kind in enumerate(sg.kind):
         if kind == MESSAGE:
@@ -139,6 +143,23 @@ def wire_times(sg: SimGraph) -> list[float]:
             )
             out[i] = sg.nbytes[i] / rate if math.isfinite(rate) else 0.0
     return out
+
+
+def host_byte_s(sg: SimGraph) -> float:
+    """Where each task has cores of its own (``host_slots``), the least seconds a byte takes of
+    each end's cores: half its CPU (``comm_slot_s_per_byte``, both ends) over all but
+    ``MIN_OPS_SHARE`` of a task's share, as the simulator charges it (``engine._host_comm``);
+    0 where the tasks share the machine's cores or the bytes cost none.
+
+    >>> sg = SimGraph(kind=[COMPUTE], machine_slots=2.0, host_slots=0.5, comm_slot_s_per_byte=1e-6)
+    >>> round(host_byte_s(sg) * 1e6, 4)  # 0.5 us over 0.475 of a slot
+    1.0526
+    """
+    if not (sg.host_slots and sg.host_bytes and sg.machine_slots and sg.comm_slot_s_per_byte):
+        return 0.0
+    if COMPUTE not in sg.kind:  # the simulator charges the bytes' CPU where ops share it
+        return 0.0
+    return sg.comm_slot_s_per_byte / 2 / ((1 - MIN_OPS_SHARE) * sg.host_slots)
 
 
 def least_times(sg: SimGraph) -> list[float]:
@@ -374,6 +395,7 @@ def step_bounds(sg: SimGraph, steps: int = 1, *, overlap: bool = True) -> Bounds
     members: dict[str, list[int]] = defaultdict(list)  # resource -> its nodes, for the floor
     rate = op_rate(sg)
     wires = wire_times(sg)
+    per_byte = host_byte_s(sg)
     total = 0.0
     for i, kind in enumerate(sg.kind):
         if kind == DELAY:
@@ -399,6 +421,10 @@ def step_bounds(sg: SimGraph, steps: int = 1, *, overlap: bool = True) -> Bounds
                 link_bytes[link] += sg.nbytes[i]
                 link_rate[link] = max(link_rate[link], sg.bandwidth[i])
                 members[link].append(i)
+            if per_byte:  # each end's cores move its bytes
+                for task in (src, dst):
+                    busy["host:" + task] += sg.nbytes[i] * per_byte
+                    members["host:" + task].append(i)
     for ch, overhead in first.items():  # each step's first message pays one before any bytes
         busy["channel:" + ch] += overhead * steps
     if sg.machine_slots:  # every task computes on the same machine, which also moves the bytes
@@ -442,7 +468,7 @@ def _task_slots(sg: SimGraph, task: str) -> float:
 
 # of resources whose floors tie, the one that says most of why: a host's link, a task's compute,
 # a channel (one worker's share of a link), the machine, the longest path
-_SAYS_MORE = {"up": 0, "down": 0, "compute": 1, "channel": 2, "cpu": 3, "path": 4}
+_SAYS_MORE = {"up": 0, "down": 0, "compute": 1, "host": 2, "channel": 3, "cpu": 4, "path": 5}
 
 
 def _served(
@@ -472,6 +498,13 @@ def _served(
                 served[res] = (nodes, np.array([times[i] for i in nodes]) - offset, offset)
             else:
                 served[res] = (nodes, np.array([times[i] for i in nodes]), np.zeros(len(nodes)))
+        elif kind == "host":  # a task's own cores moving its bytes, after each one's overhead
+            per_byte = host_byte_s(sg)
+            served[res] = (
+                nodes,
+                np.array([sg.nbytes[i] * per_byte for i in nodes]),
+                np.array([sg.overhead[i] for i in nodes]),
+            )
         else:  # a host's link: the bytes at its rate, after the message's overhead
             rate = rates.get(res, math.inf)
             if math.isfinite(rate) and rate > 0:

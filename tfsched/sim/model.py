@@ -53,6 +53,8 @@ class SimGraph:
     # with machine_slots: the most of that machine one task's ops take at once (its own cores,
     # bench.hostcpu); None: whatever the other tasks leave
     host_slots: float | None = None
+    # with host_slots: each end's share of a byte's CPU comes out of its own task's (engine)
+    host_bytes: bool = True
 
     def add(
         self,
@@ -152,6 +154,7 @@ def build_sim_graph(
         machine_slots=oracle.machine_slots,
         comm_slot_s_per_byte=oracle.comm_slot_s_per_byte if oracle.machine_slots else 0.0,
         host_slots=oracle.host_slots if oracle.machine_slots else None,
+        host_bytes=oracle.host_bytes,
     )
     barriers: dict[tuple[str, int], int] = {}  # (worker run, step) -> its end-of-step node
     delayed: dict[str, list[str]] = {}  # task with a dispatch delay -> its ops
