@@ -515,6 +515,19 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float]:
     Both are 0 if /proc/stat cannot be read, nothing is on a PS or a pull fails (the rounds
     measured before are kept: the prediction then leaves this CPU out); the cost of a byte is 0
     if the bytes cost nothing measurable.
+
+    Until the sixty-third session the two steps were warmed up together, in one run of both
+    fetches: that registered a graph for the pair, not for either, so the first measured step of
+    each set up its own on every task. Measured on ResNet-50 training (1 PS x 2 workers, 10
+    Gbit/s, half-core hosts, twelve steps each, ``results/comm-cost-first-steps.md``): the first
+    cut step took 0.46 to 0.74 CPU seconds and the first whole one 0.55 to 0.74, the others 0.02
+    to 0.05 and 0.09 to 0.15. The two setups did not cancel out (up to 0.09 s apart, against
+    0.24 s of bytes over three steps), and the cut's was counted as its messages'. Three runs of
+    one short bench command each way (``benchmarks/comm_cost_spread.py``,
+    ``results/comm-cost-spread-before.md`` and ``results/comm-cost-spread.md``): a byte 6.5e-10
+    to 1.27e-9 s before, 9.7e-10 to 1.13e-9 s now; a message 3.6e-4 to 7.3e-4 s before, 1.0e-4
+    to 1.4e-4 s now. A fifth of the message's cost moves the predictions of kept runs' credit
+    modes by at most half a point (``results/ack-cost-one-fifth.md``).
     """
     with built.graph.as_default():
         whole, cut, nbytes, small = [], [], 0, 0
@@ -533,7 +546,12 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float]:
     busy = {"whole": 0.0, "cut": 0.0}
     try:
         with tf.compat.v1.Session(target, graph=built.graph) as sess:
-            sess.run([whole, cut], options=options)  # warm-up: graph registration, connections
+            # warm-up, each fetch alone: a fetch's first run partitions and registers a graph of
+            # its own on every task (one run of both together warmed neither), which cost the
+            # first step of each 0.46 to 0.74 CPU seconds on ResNet-50 against 0.02 to 0.05 (cut)
+            # and 0.09 to 0.15 (whole) after (results/comm-cost-first-steps.md)
+            sess.run(cut, options=options)
+            sess.run(whole, options=options)
             steps = 0
             while steps < COMM_STEPS or (busy["whole"] < COMM_MIN_CPU_S and steps < COMM_MAX_STEPS):
                 for name, fetch in (("cut", cut), ("whole", whole)):

@@ -17,7 +17,9 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   (``_host_comm``). Until the sixty-third session the bytes took only the machine's, and a PS
   on half a core moving ResNet-50's 400 MB a step at 10 Gbit/s was simulated 29% to 32% fast
   (a traced run of 1 PS x 2 workers, tfsched's modes; 23% to 26% with this; ByteScheduler's
-  fixed sizes 40% and 34%: ``benchmarks/results/resnet50-train-10g-hosts-traced2-repredicted.md``);
+  fixed sizes 40% and 34%: ``benchmarks/results/resnet50-train-10g-hosts-traced2-repredicted.md``;
+  in a run whose bytes' CPU was measured since the bench's fix of that session, 13% to 17%
+  against 32% to 39%: ``resnet50-train-10g-hosts-traced3-repredicted.md``);
 * each host has one full-duplex NIC: an uplink and a downlink of the link's bandwidth, or of
   what a trace measured the host's channels carrying together (``TimeOracle.host_bps``);
   concurrent flows share a link max-min fairly (TCP's steady state), or with ``worker_weight``
