@@ -366,10 +366,11 @@ def step_bounds(sg: SimGraph, steps: int = 1, *, overlap: bool = True) -> Bounds
     Resources, as the simulator has them: each task's compute (op times over the ops it runs at
     once, or over its own cores' share: ``host_slots``), each channel (its messages' bytes one
     after another, each at the fastest the simulator moves it: ``wire_times``, after the first
-    one's overhead; with ``overlap=False``, as ``simulate``'s, every
-    message's overhead + bytes / bandwidth), each host link direction (its bytes over its
-    capacity: measured, or the largest channel rate on it; overheads do not use the wire), and
-    the machine when every task computes on it. The upper bound runs everything one after
+    one's overhead; with ``overlap=False``, as ``simulate``'s, every message's overhead and its
+    bytes), each host link direction (its bytes over its
+    capacity: measured, or the largest channel rate on it; overheads do not use the wire), the
+    machine when every task computes on it, and where each task also has cores of its own, each
+    task's cores moving its bytes (``host_byte_s``). The upper bound runs everything one after
     another, each op at the machine's rate where that is under one op's worth (``op_rate``;
     before the twenty-ninth session it ran them at full speed, and the measured steps of the
     bench's Seq-32 and Par-32 rows came out above it: E negative). A task's dispatch delay
@@ -467,7 +468,8 @@ def _task_slots(sg: SimGraph, task: str) -> float:
 
 
 # of resources whose floors tie, the one that says most of why: a host's link, a task's compute,
-# a channel (one worker's share of a link), the machine, the longest path
+# a task's cores moving its bytes, a channel (one worker's share of a link), the machine, the
+# longest path
 _SAYS_MORE = {"up": 0, "down": 0, "compute": 1, "host": 2, "channel": 3, "cpu": 4, "path": 5}
 
 
