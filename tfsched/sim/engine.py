@@ -292,6 +292,11 @@ def _host_comm(
     allows (a task whose flows want more than all but ``MIN_OPS_SHARE`` of it slows them alike)
     and the slots each task's bytes take.
 
+    The even split is an assumption. Read per process on the bench's pulls (ResNet-50, half-core
+    hosts: ``benchmarks/results/comm-cost-first-steps.md``), the receiver took about twice the
+    sender's CPU, and the kernel an eighth to a quarter of the machine's, charged to no task. In
+    training every task sends and receives alike, so each one's total is as the even split has it.
+
     >>> spec = [(0, "up:ps", "down:w0", 10.0), (1, "up:ps", "down:w1", 10.0)]
     >>> rates, load = _host_comm(spec, {0: 10.0, 1: 10.0}, 0.2, 1.0)
     >>> rates, {task: round(x, 3) for task, x in load.items()}
