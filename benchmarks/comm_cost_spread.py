@@ -25,6 +25,8 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _results import machine, positive, write  # noqa: E402
 
+RUN_TIMEOUT_S = 3600  # one short bench run; its own steps have deadlines, this bounds the rest
+
 
 def one_run(bench_args: list[str]) -> dict:
     """One bench run of the baseline: its measured costs of a byte and of a message."""
@@ -32,9 +34,13 @@ def one_run(bench_args: list[str]) -> dict:
         out = os.path.join(tmp, "bench.json")
         cmd = [sys.executable, "-m", "tfsched.cli", "bench", *bench_args]
         cmd += ["--modes", "baseline", "--rounds", "1", "--steps", "2", "-o", out]
-        p = subprocess.run(cmd, capture_output=True, text=True)
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise SystemExit(f"Error: {' '.join(cmd)} did not end within {RUN_TIMEOUT_S} s") from None
         if p.returncode != 0:
-            raise SystemExit(f"Error: {' '.join(cmd)} failed: {p.stderr.strip().splitlines()[-1]}")
+            last = (p.stderr.strip().splitlines() or [f"exit code {p.returncode}"])[-1]
+            raise SystemExit(f"Error: {' '.join(cmd)} failed: {last}")
         with open(out) as f:
             base = json.load(f)["modes"][0]
     return {

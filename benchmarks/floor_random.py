@@ -4,7 +4,8 @@
 the nearer the best run comes to it, the more it says about what an order can still gain. This
 draws the random cases of ``tests/sim/test_engine.py::test_no_simulated_order_beats_the_floor``
 (``tests.helpers.random_training_case``: a chain of two to five layers trained by two or three
-workers, random sizes and op times, some on a shared machine) for many seeds, runs each under
+workers, random sizes and op times, some on a shared machine, some with the PS's links slower
+than its channels) for many seeds, runs each under
 every policy, with and without slices and a window per task (``tests.helpers.simulated_orders``),
 and reports the best run over the floor: its quantiles, and every run under the floor (none may
 be).

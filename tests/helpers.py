@@ -61,8 +61,9 @@ def training_chain(n: int, nbytes: int = 1_000_000) -> CommGraph:
 
 def random_training_case(seed: int) -> tuple[CommGraph, TimeOracle, int]:
     """A ``training_chain`` of random layer sizes and op times, its oracle (a link of 1 or 10
-    MB/s, overheads or none; on odd seeds a shared machine, some with cores of their own; on every
-    third the PS's links measured slower than its channels) and two or three workers: the floor's random cases (``test_engine``, ``benchmarks/floor_random.py``)."""
+    MB/s, overheads or none; on odd seeds a shared machine, some with cores of their own; on
+    every third the PS's links measured slower than its channels) and two or three workers: the
+    floor's random cases (``test_engine``, ``benchmarks/floor_random.py``)."""
     import random
 
     rng = random.Random(seed)

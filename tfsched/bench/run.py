@@ -546,10 +546,8 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float]:
     busy = {"whole": 0.0, "cut": 0.0}
     try:
         with tf.compat.v1.Session(target, graph=built.graph) as sess:
-            # warm-up, each fetch alone: a fetch's first run partitions and registers a graph of
-            # its own on every task (one run of both together warmed neither), which cost the
-            # first step of each 0.46 to 0.74 CPU seconds on ResNet-50 against 0.02 to 0.05 (cut)
-            # and 0.09 to 0.15 (whole) after (results/comm-cost-first-steps.md)
+            # warm-up, each fetch alone: its first run registers a graph of its own on every
+            # task (one run of both warmed neither; the docstring's last paragraph)
             sess.run(cut, options=options)
             sess.run(whole, options=options)
             steps = 0

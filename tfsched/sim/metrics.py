@@ -129,8 +129,9 @@ def wire_times(sg: SimGraph) -> list[float]:
     cpu = math.inf
     if sg.machine_slots and sg.comm_slot_s_per_byte and COMPUTE in sg.kind:
         cpu = (1 - MIN_OPS_SHARE) * sg.machine_slots / sg.comm_slot_s_per_byte
-    if host_byte_s(sg):  # and what each end's own cores can move
-        cpu = min(cpu, 1 / host_byte_s(sg))
+    per_byte = host_byte_s(sg)
+    if per_byte:  # and what each end's own cores can move
+        cpu = min(cpu, 1 / per_byte)
     out = [0.0] * len(sg)
     for i, kind in enumerate(sg.kind):
         if kind == MESSAGE:
@@ -479,6 +480,7 @@ def _served(
     """Each resource of the floor: its nodes, each one's work there, and how long after its head
     it can start there (a message's overhead, paid before it waits for the channel or link)."""
     served = {}
+    per_byte = host_byte_s(sg)
     for res, nodes in members.items():
         kind, _, name = res.partition(":")
         if res == "cpu":  # the machine every task computes on, and the bytes' CPU on the wire
@@ -501,7 +503,6 @@ def _served(
             else:
                 served[res] = (nodes, np.array([times[i] for i in nodes]), np.zeros(len(nodes)))
         elif kind == "host":  # a task's own cores moving its bytes, after each one's overhead
-            per_byte = host_byte_s(sg)
             served[res] = (
                 nodes,
                 np.array([sg.nbytes[i] * per_byte for i in nodes]),
