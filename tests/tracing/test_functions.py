@@ -10,6 +10,7 @@ from tfsched.tracing.functions import FunctionTracer, Sizes, _slice_bytes, _Task
 PS = "/job:ps/replica:0/task:0/device:CPU:0"
 WORKER = "/job:worker/replica:0/task:0/device:CPU:0"
 US = 1_000_000  # picoseconds
+T0 = 1_795_000_000_000_000_000  # ns since the epoch
 
 
 class _NoGraphs(Sizes):
@@ -205,14 +206,14 @@ def _xspace(lines, started_ns=None):
     return space
 
 
-def _async(edge, at, dur, start=True):
-    """The event that starts (or ends) receive ``edge``'s ``_Recv`` of call 7."""
+def _async(edge, at, dur, start=True, call=7):
+    """The event that starts (or ends) receive ``edge``'s ``_Recv`` of ``call``."""
     kind = "Start" if start else "Done"
     return (
         f"ExecutorState::ProcessAsync::{kind}",
         at,
         dur,
-        {"step_id": 7, "name": edge, "kernel_type": "_Recv"},
+        {"step_id": call, "name": edge, "kernel_type": "_Recv"},
     )
 
 
@@ -250,7 +251,7 @@ def test_a_tasks_profile_is_read_by_thread_and_step():
     ]
     assert task.recvs == [(7, "w/read/_4", 1100 * US, 1300 * US)]
     assert task.sends == {(WORKER, "w/read/_3"): (PS, "w/read", "matmul")}
-    assert task.calls == {7: [1001 * US, 1483 * US, 1, 1]}
+    assert task.calls == {7: [1001 * US, 1480 * US, 1, 1]}  # to where its executor called back
     assert task.functions == {7: "__inference_step_9"}
     assert task.started_ns is None
 
@@ -262,7 +263,7 @@ def test_tasks_whose_profiles_began_apart_are_put_on_one_clock():
     send, 250 us into the PS's. On the wall clock the step begins at the PS's FunctionRun."""
     from tfsched.tracing.functions import read_task
 
-    t0 = 1_795_000_000_000_000_000  # ns since the epoch
+    t0 = T0
     key = f"{PS};1;{WORKER};edge_4_w/read;0:0"
     ps = _xspace(
         [
@@ -292,11 +293,62 @@ def test_tasks_whose_profiles_began_apart_are_put_on_one_clock():
     assert trace.step_starts_us == [t0 / 1000]  # both calls' FunctionRun: the PS's at t0
     (pull,) = trace.transfers
     assert (pull.start_us, pull.duration_us) == (300.0, 50.0)  # unaligned: 100 us
-    assert trace.step_times_us == [701.0]  # to the worker's end, 501 us into its profile
+    assert trace.step_times_us == [700.0]  # to the worker's callback, 500 us into its profile
     # a task that does not say when its profile began: no step starts, rather than wrong ones
     assert (
         build_trace([read_task(ps, PS), read_task(_xspace([]), WORKER)], _NoGraphs({})).step_starts_us == []
     )
+
+
+@pytest.mark.tf
+def test_a_call_ends_where_its_last_part_called_back_not_where_the_callback_returned():
+    """The PS's part of call 7 calls back at 400 us, sends its result, and its thread is held
+    until 700 us; the worker's part calls back at 450 us and the worker begins call 8 at 600
+    us. Call 7 ends at 450 us, before call 8 begins (to the callback's return it would have
+    ended at 700 us, overlapping it)."""
+    from tfsched.tracing.functions import read_task
+
+    key = f"{PS};1;{WORKER};edge_4_w/read;0:0"
+    send = ("w/read/_3:_Send", 0, 2, {"from": "w/read", "to": "matmul", "key": key})
+    ps = _xspace(
+        [
+            [
+                ("FunctionRun", 0, 1, {"id": 7}),
+                ("ExecutorState::Process", 10, 10, {"id": 7}),
+                (send[0], 11, *send[2:]),
+                ("ExecutorDoneCallback", 400, 300, {"id": 7}),
+            ],
+            [
+                ("FunctionRun", 605, 1, {"id": 8}),
+                ("ExecutorState::Process", 610, 10, {"id": 8}),
+                (send[0], 611, *send[2:]),
+                ("ExecutorDoneCallback", 790, 1, {"id": 8}),
+            ],
+        ],
+        started_ns=T0,
+    )
+    worker = _xspace(
+        [
+            [
+                ("FunctionRun", 0, 1, {"id": 7}),
+                _async("w/read/_4", 100, 1),
+                _async("w/read/_4", 150, 1, start=False),
+                ("ExecutorDoneCallback", 450, 1, {"id": 7}),
+                ("FunctionRun", 600, 1, {"id": 8}),
+                _async("w/read/_4", 612, 1, call=8),
+                _async("w/read/_4", 620, 1, start=False, call=8),
+                ("ExecutorDoneCallback", 800, 1, {"id": 8}),
+            ]
+        ],
+        started_ns=T0,
+    )
+    trace = build_trace([read_task(ps, PS), read_task(worker, WORKER)], _NoGraphs({"w/read:0": (1000, 4)}))
+    assert trace.steps == 2
+    assert trace.step_starts_us[1] - trace.step_starts_us[0] == pytest.approx(
+        600.0, abs=0.5
+    )  # float ulp 0.25
+    assert trace.step_times_us == [450.0, 200.0]
+    assert trace.step_starts_us[0] + trace.step_times_us[0] <= trace.step_starts_us[1]
 
 
 @pytest.mark.tf
