@@ -244,10 +244,11 @@ def build_trace(
 
     A call ends where the last of its parts' executors finished: the start of that part's
     ``ExecutorDoneCallback``. The callback's event lasts until the callback returns, after it
-    has sent the part's result to its caller. A PS's callback took 76 us at the median and at
-    most 541 us on an idle machine, and was seen to end after the worker's part had finished.
-    On a busy machine it can end after the worker has begun the next call, and two calls would
-    then overlap."""
+    has sent the part's result to its caller. On a local cluster (Seq-32 training, one PS, one
+    worker: ``benchmarks/results/tf2-callback-spans.md``) a PS's callback took 76 us at the
+    median and 531 us at most on an idle machine, 3.7 ms at most with four busy processes
+    beside it; there the last callback returned up to 3.5 ms after the call's end, and one call
+    in 100 would have overlapped the next had it ended there."""
     seen: dict[int, list] = defaultdict(list)  # step id -> its parts' [start, end, runs, dones]
     for t in tasks:
         for sid, call in t.calls.items():
