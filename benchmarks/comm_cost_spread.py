@@ -1,10 +1,11 @@
 """How steady the bench's measured CPU cost of a byte and of a message is, run after run.
 
 ``tfsched bench`` measures, after its rounds, what moving a byte and sending a message cost the
-machine (``bench.run._comm_cpu_costs``); the simulator charges the bytes' CPU to the machine, or
-on hosts with cores of their own to each end's share, and each acknowledgement the cost of a
-message. This runs one short bench command (the baseline only, one round) ``--runs`` times and
-reports both costs of each run and their spread.
+machine, and the shares of a byte's CPU the sender's and the receiver's processes spent
+(``bench.run._comm_cpu_costs``). The simulator charges the bytes' CPU to the machine, or on
+hosts with cores of their own each end's share to its own cores, and each acknowledgement the
+cost of a message. This runs one short bench command (the baseline only, one round) ``--runs``
+times and reports each run's costs and shares, and their spread.
 
     python benchmarks/comm_cost_spread.py --runs 3 --name comm-cost-spread -- \\
         --model resnet50 --mode train --workers 2 --bandwidth 10Gbit --batch-size 8 --host-cores 0.5
@@ -43,10 +44,17 @@ def one_run(bench_args: list[str]) -> dict:
             raise SystemExit(f"Error: {' '.join(cmd)} failed: {last}")
         with open(out) as f:
             base = json.load(f)["modes"][0]
+    shares = base.get("comm_cpu_shares") or [None, None]
     return {
         "per_byte_s": base.get("comm_cpu_s_per_byte", 0.0),
         "per_message_s": base.get("comm_cpu_s_per_message", 0.0),
+        "send_share": shares[0],
+        "recv_share": shares[1],
     }
+
+
+def _share(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:.2f}"
 
 
 def main() -> None:
@@ -58,8 +66,10 @@ def main() -> None:
     bench_args = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
     runs = [one_run(bench_args) for _ in range(args.runs)]
     spread = {}
-    for key in ("per_byte_s", "per_message_s"):
-        values = [r[key] for r in runs]
+    for key in ("per_byte_s", "per_message_s", "send_share", "recv_share"):
+        values = [r[key] for r in runs if r[key] is not None]
+        if not values:  # shares not measured (a run of a bench before the sixty-fourth session)
+            continue
         mean = statistics.fmean(values)
         spread[key] = {
             "min": min(values),
@@ -74,16 +84,25 @@ def main() -> None:
         f"The bench's measured CPU costs, {args.runs} runs of `tfsched bench {' '.join(bench_args)}` "
         "(the baseline, one round)",
         "",
-        "| run | CPU s per byte | CPU s per message |",
-        "|---|---|---|",
-        *(f"| {k + 1} | {r['per_byte_s']:.3g} | {r['per_message_s']:.3g} |" for k, r in enumerate(runs)),
-        "",
-        "| | per byte | per message |",
-        "|---|---|---|",
+        "| run | CPU s per byte | CPU s per message | the sending PS's share of a byte's | the receiving "
+        "worker's |",
+        "|---|---|---|---|---|",
         *(
-            f"| {what} | {spread['per_byte_s'][key]:.3g} | {spread['per_message_s'][key]:.3g} |"
-            for what, key in (("min", "min"), ("max", "max"), ("mean", "mean"))
+            f"| {k + 1} | {r['per_byte_s']:.3g} | {r['per_message_s']:.3g} | {_share(r['send_share'])} "
+            f"| {_share(r['recv_share'])} |"
+            for k, r in enumerate(runs)
         ),
+        "",
+        "| | per byte | per message | sender's share | receiver's share |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {what} | {spread['per_byte_s'][what]:.3g} | {spread['per_message_s'][what]:.3g} "
+            f"| {_share(spread.get('send_share', {}).get(what))} | {_share(spread.get('recv_share', {}).get(what))} |"
+            for what in ("min", "max", "mean")
+        ),
+        "",
+        "The shares: of the machine's extra CPU for the extra bytes, what the PS's process and worker "
+        "0's spent (`/proc/<pid>/stat`); the rest was the kernel's.",
         "",
         "```bash",
         command,

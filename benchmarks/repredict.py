@@ -14,8 +14,9 @@ its fastest, ``op_statistic="mean"``; each message no credit window holds sent 1
 32 MiB at a time, ``stream_window_bytes``, after ``benchmarks/arrival_order.py``; each simulated task taking
 whatever of the machine the others leave, as until the sixtieth session, ``host_cores=0``, or
 the bytes' CPU taken from the machine alone and not from each end's own cores, as until the
-sixty-third, ``host_bytes=False``: both change only the runs whose tasks had cores of their
-own) beside it.
+sixty-third, ``host_bytes=False``, or each end spending half of it and the kernel none, as
+until the sixty-fourth, ``even_byte_shares``: these change only the runs whose tasks had cores
+of their own) beside it.
 
     python benchmarks/repredict.py DIR --name resnet50-inference-traced
 
@@ -69,6 +70,7 @@ def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
                 r.cpu_s, r.cpu_total_s = m["cpu_s_per_step"] * len(m["iterations"]), 1.0
                 r.comm_cpu_s_per_byte = m.get("comm_cpu_s_per_byte", 0.0)  # absent: measured as none
                 r.comm_cpu_s_per_message = m.get("comm_cpu_s_per_message", 0.0)
+                r.comm_cpu_shares = m.get("comm_cpu_shares")  # absent (before the sixty-fourth): half each
                 r.trace = Trace.load(os.path.join(run_dir, f"{m['mode']}.trace.json"))
                 r.solo_trace = Trace.load(os.path.join(run_dir, f"{m['mode']}.alone.trace.json"))
             group[plain] = results[m["mode"]] = r
@@ -139,6 +141,11 @@ WHAT_IFS = {
         {"host_bytes": False},
         "the bytes' CPU taken from the machine alone, not from each end's own cores, as until the "
         "sixty-third session; only runs whose tasks had cores of their own (--host-cores) differ",
+    ),
+    "even_byte_shares": (
+        {"even_byte_shares": True},
+        "each end of a flow spending half the bytes' CPU in its own cores and the kernel none, as "
+        "until the sixty-fourth session (now: the shares the run measured, where it did)",
     ),
     "shared_cores": (
         {"host_cores": 0},

@@ -62,7 +62,8 @@ def training_chain(n: int, nbytes: int = 1_000_000) -> CommGraph:
 def random_training_case(seed: int) -> tuple[CommGraph, TimeOracle, int]:
     """A ``training_chain`` of random layer sizes and op times, its oracle (a link of 1 or 10
     MB/s, overheads or none; on odd seeds a shared machine, some with cores of their own; on
-    every third the PS's links measured slower than its channels) and two or three workers: the
+    every third the PS's links measured slower than its channels, and where the tasks have cores
+    of their own the ends' shares of a byte's CPU uneven) and two or three workers: the
     floor's random cases (``test_engine``, ``benchmarks/floor_random.py``)."""
     import random
 
@@ -83,6 +84,8 @@ def random_training_case(seed: int) -> tuple[CommGraph, TimeOracle, int]:
         o.host_bps = {(ps, d): o.link.bandwidth_bps * rng.uniform(0.4, 1.0) for d in ("up", "down")}
         if o.machine_slots:
             o.comm_slot_s_per_byte = rng.choice([1e-9, 1e-7, 1e-6])
+    if o.host_slots and o.comm_slot_s_per_byte:  # the ends' shares of a byte's CPU, uneven
+        o.host_byte_shares = (rng.uniform(0.2, 0.5), rng.uniform(0.4, 0.7))
     return g, o, workers
 
 

@@ -342,6 +342,9 @@ def test_bench_command_writes_every_field(tmp_path):
     # what moving a byte costs the machine, measured once with the baseline
     assert data["modes"][0]["comm_cpu_s_per_byte"] > 0 and "comm_cpu_s_per_byte" not in data["modes"][1]
     assert 0 < data["modes"][0]["comm_cpu_s_per_message"] < 1
+    # and the shares of it the sending PS's process and the receiving worker's spent
+    send, recv = data["modes"][0]["comm_cpu_shares"]
+    assert 0 <= send and 0 <= recv and 0 < send + recv <= 1 and "comm_cpu_shares" not in data["modes"][1]
     # the sizes in force are in the file
     assert "partition" not in data["modes"][0]
     assert (data["modes"][2]["partition"], data["modes"][2]["credit"]) == (20_000, 40_000)

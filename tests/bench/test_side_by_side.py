@@ -240,6 +240,7 @@ def test_placements_share_one_run_each_on_its_own_graph():
     assert results["tao@held"].order_trace.meta["mode"] == "baseline@held"
     # what a byte costs the machine: measured once, given to the other placement
     assert results["baseline@held"].comm_cpu_s_per_byte == results["baseline"].comm_cpu_s_per_byte
+    assert results["baseline@held"].comm_cpu_shares == results["baseline"].comm_cpu_shares
 
     summary = summarize(results, {"model": "seq32", "mode": "train", "workers": 2, "ps": 2,
                                   "ps_placement": ["bytes", "held"], "rounds": 1, "steps": 2,

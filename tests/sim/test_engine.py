@@ -521,10 +521,11 @@ class TestSimulate:
         # the pull, f, then a or b: the link's floor and the longest path tie, and the link says more
         assert step_bounds(sg).floor_by.startswith("up:")
 
-    @pytest.mark.parametrize("seed", range(6))
+    @pytest.mark.parametrize("seed", [*range(6), 9])
     def test_no_simulated_order_beats_the_floor(self, seed):
         # random layer sizes and op times, two or three workers, a shared machine (some with
-        # cores of their own), every policy, with and without slices and a window per task
+        # cores of their own; seed 9 their ends' shares of a byte's CPU uneven), every policy,
+        # with and without slices and a window per task
         g, o, workers = random_training_case(seed)
         s = order(g, "tio")
         plain = step_bounds(build_sim_graph(g, o, s, workers=workers))
@@ -659,6 +660,32 @@ class TestSimulate:
         # the pull (1 s at 1 MB/s) takes 0.2 of the worker's 0.5 slots: a runs at 0.3 for 1 s,
         # then at 0.5 for its last 0.2 s of work: 1.4 s
         assert r.ends[sg.name.index("a")] == pytest.approx(1.4, abs=0.01)
+
+    def test_the_sender_and_the_receiver_spend_their_measured_shares_of_a_bytes_cpu(self):
+        # As above, two workers pulling 1 MB each from the PS (each pull 0.5 MB/s), a byte 2 us
+        # of CPU. Half at each end: the PS's flows want 2 x 0.5 MB/s x 1 us = 1 slot of its
+        # 0.5, and get 0.475: each pull runs at 237.5 kB/s.
+        nodes = var("w", (250_000,)) + [op("a", ["w/read"], device=W0), op("b", ["w/read"], device=W1)]
+        g = build_comm_graph(nodes, fetches=["a", "b"])
+        o = oracle_with({"a": 0.1, "b": 0.1}, bandwidth_bps=8e6)
+        o.machine_slots, o.host_slots, o.comm_slot_s_per_byte = 2.0, 0.5, 2e-6
+        assert build_sim_graph(g, o).host_byte_shares == (0.5, 0.5)
+        assert simulate_schedule(g, o).makespan == pytest.approx(1 / 0.2375 + 0.2, rel=1e-3)
+        # The sender a fifth, the receiver three fifths, the kernel the rest (on the machine
+        # alone): the PS's flows want 0.4 slots, under its 0.475; each worker's 0.6, and gets
+        # 0.475, so its pull runs at 0.5 MB/s x 0.475 / 0.6. The receivers bind.
+        o.host_byte_shares = (0.2, 0.6)
+        sg = build_sim_graph(g, o)
+        assert sg.host_byte_shares == (0.2, 0.6)
+        t = simulate(sg, "fifo").step_time
+        assert t == pytest.approx(1 / (0.5 * 0.475 / 0.6) + 0.2, rel=1e-3)
+        b = step_bounds(sg)
+        assert b.floor == pytest.approx(t, rel=1e-3) and b.lower <= b.floor <= t + 1e-9
+        # the other way round the PS binds: its flows want 2 x 0.5 MB/s x 1.2 us = 1.2 slots
+        o.host_byte_shares = (0.6, 0.2)
+        t = simulate_schedule(g, o).makespan
+        assert t == pytest.approx(1 / (0.5 * 0.475 / 1.2) + 0.2, rel=1e-3)
+        assert step_bounds(build_sim_graph(g, o)).floor == pytest.approx(t, rel=1e-3)
 
     def test_bad_policy(self):
         with pytest.raises(TfschedError, match="unknown simulation policy"):

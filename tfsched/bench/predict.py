@@ -259,14 +259,17 @@ def annotate(
     op_statistic: str = "min",
     host_cores: float = 0.0,
     host_bytes: bool = True,
+    even_byte_shares: bool = False,
 ) -> None:
     """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace).
 
     ``host_cores``: the cores of its own each task had (``bench.hostcpu``); the simulated tasks
     then share the machine as before, but none takes more than its own cores' worth of it
-    (``host_slots``, ``SimGraph.host_slots``), and each end of a flow spends its half of the
-    bytes' CPU there (``sim.engine._host_comm``); ``host_bytes=False``: on the machine only, as
-    until the sixty-third session (a what-if for ``benchmarks/repredict.py``).
+    (``host_slots``, ``SimGraph.host_slots``), and each end of a flow spends its share of the
+    bytes' CPU there (``sim.engine._host_comm``): the shares the baseline measured
+    (``ModeResult.comm_cpu_shares``), or half each where it measured none or with
+    ``even_byte_shares`` (as until the sixty-fourth session); ``host_bytes=False``: on the
+    machine only, as until the sixty-third session (what-ifs for ``benchmarks/repredict.py``).
 
     ``latency_s``: what each host's link adds (``--latency``). A tensor between two tasks
     crosses two links, so the simulator delays each arrival (and each acknowledgement) by twice
@@ -363,6 +366,8 @@ def annotate(
         )
         oracle.host_slots = host_slots(host_cores, oracle.machine_slots, cores)
         oracle.host_bytes = host_bytes
+        if base.comm_cpu_shares and not even_byte_shares:
+            oracle.host_byte_shares = tuple(base.comm_cpu_shares)
         # a slot is the cores one lone worker's ops kept busy: the machine's cores / its slots
         oracle.comm_slot_s_per_byte = base.comm_cpu_s_per_byte * oracle.machine_slots / cores
         # an acknowledgement is one more message with almost no bytes (TfschedAck, its RPC,

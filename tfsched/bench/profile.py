@@ -42,6 +42,11 @@ def _cpu_s(pid: int | str) -> float | None:
     return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime (fields 14 and 15)
 
 
+def task_cpu_s(pids: list[int]) -> float:
+    """User and system CPU seconds of processes ``pids`` together (one that is gone counts 0)."""
+    return sum(_cpu_s(pid) or 0.0 for pid in pids)
+
+
 def task_processes(parent: int | None = None) -> dict[int, str]:
     """The bench's task processes started by ``parent`` (this process by default): pid ->
     ``job:index`` (from the command ``bench.local`` starts them with)."""

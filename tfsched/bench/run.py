@@ -343,6 +343,9 @@ class ModeResult:
     # charges it to each acknowledgement, predict.annotate; a transfer's own stays in the ops'
     # share, see predict.machine_slots_from_cpu)
     comm_cpu_s_per_message: float = 0.0
+    # baseline: the shares of a byte's CPU (comm_cpu_s_per_byte) the sending PS's process and the
+    # receiving worker's spent, the rest the kernel's (None: not measured)
+    comm_cpu_shares: tuple[float, float] | None = None
     measured: dict = field(default_factory=dict)  # E, bounds, the simulator's prediction (predict.py)
     # with the traced steps: per phase, how far apart the workers reached it (bench.stagger)
     stagger: dict = field(default_factory=dict)
@@ -402,6 +405,7 @@ class ModeResult:
             **(
                 {"comm_cpu_s_per_message": self.comm_cpu_s_per_message} if self.comm_cpu_s_per_message else {}
             ),
+            **({"comm_cpu_shares": list(self.comm_cpu_shares)} if self.comm_cpu_shares else {}),
             # the raw times (seconds): any column can be recomputed from the file
             "iterations": [[round(t, 6) for t in it] for it in self.iterations],
             # a timing-aware mode: what its order came from (files from before the seventeenth
@@ -498,9 +502,11 @@ COMM_MAX_STEPS = 60  # and more, up to this, until the whole pulls took COMM_MIN
 COMM_MIN_CPU_S = 1.0  # (/proc/stat counts in ticks of 10 ms: small models need many steps)
 
 
-def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float]:
+def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tuple[float, float] | None]:
     """CPU seconds this machine spends per byte moved between two tasks past each message's own
-    cost, and per message (a tensor sent with almost no bytes, its share of the step included).
+    cost, and per message (a tensor sent with almost no bytes, its share of the step included);
+    and the shares of a byte's CPU the senders' processes (the PS tasks) and the receiver's
+    (worker 0) spent (``byte_shares``), None where their processes cannot be read.
 
     Worker 0 alone (a fresh copy of ``built``'s graph, sharing the variables) runs two steps in
     turn, at least ``COMM_STEPS`` times each and more for small models, until the CPU is
@@ -515,6 +521,14 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float]:
     Both are 0 if /proc/stat cannot be read, nothing is on a PS or a pull fails (the rounds
     measured before are kept: the prediction then leaves this CPU out); the cost of a byte is 0
     if the bytes cost nothing measurable.
+
+    The shares come from the same steps: each task process's CPU (``/proc/<pid>/stat``, the
+    bench's tasks, ``bench.profile.task_processes``) over them; the rest of the machine's is the
+    kernel's, in no task's process. The simulator charges each end's share to its own task's
+    cores (``TimeOracle.host_byte_shares``). Measured since the sixty-fourth session: on
+    ResNet-50 training at 10 Gbit/s on half-core hosts the sending PS 0.27 to 0.32 and the
+    receiving worker 0.46 to 0.69 (three runs, ``results/comm-cost-shares.md``); on VGG16
+    inference at 1 Gbit/s there 0.12 and 0.57 (``results/bench-vgg16-inference-hosts-s64.md``).
 
     Until the sixty-third session the two steps were warmed up together, in one run of both
     fetches: that registered a graph for the pair, not for either, so the first measured step of
@@ -542,8 +556,16 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float]:
                 nbytes += v.shape.num_elements() * v.dtype.size
                 small += v.dtype.size
     if nbytes <= small:
-        return 0.0, 0.0
+        return 0.0, 0.0, None
+    from tfsched.bench.profile import task_cpu_s, task_processes
+
+    tasks = task_processes()
+    ends = {  # the senders (every PS) and the receiver (worker 0): their processes
+        "send": [pid for pid, name in tasks.items() if name.startswith("ps:")],
+        "recv": [pid for pid, name in tasks.items() if name == "worker:0"],
+    }
     busy = {"whole": 0.0, "cut": 0.0}
+    spent = {(name, end): 0.0 for name in busy for end in ends}  # (fetch, end) -> CPU seconds
     try:
         with tf.compat.v1.Session(target, graph=built.graph) as sess:
             # warm-up, each fetch alone: its first run registers a graph of its own on every
@@ -553,16 +575,48 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float]:
             steps = 0
             while steps < COMM_STEPS or (busy["whole"] < COMM_MIN_CPU_S and steps < COMM_MAX_STEPS):
                 for name, fetch in (("cut", cut), ("whole", whole)):
-                    before = cpu_seconds()
+                    before, at = cpu_seconds(), {end: task_cpu_s(pids) for end, pids in ends.items()}
                     sess.run(fetch, options=options)
                     after = cpu_seconds()
                     if not before or not after:
-                        return 0.0, 0.0
+                        return 0.0, 0.0, None
                     busy[name] += after[0] - before[0]
+                    for end, pids in ends.items():
+                        spent[(name, end)] += task_cpu_s(pids) - at[end]
                 steps += 1
     except tf.errors.OpError:
-        return 0.0, 0.0
-    return per_byte(busy["whole"], busy["cut"], nbytes - small, steps), busy["cut"] / (len(cut) * steps)
+        return 0.0, 0.0, None
+    shares = None
+    if all(ends.values()):
+        shares = byte_shares(
+            busy["whole"] - busy["cut"],
+            spent[("whole", "send")] - spent[("cut", "send")],
+            spent[("whole", "recv")] - spent[("cut", "recv")],
+        )
+    cost = per_byte(busy["whole"], busy["cut"], nbytes - small, steps)
+    return cost, busy["cut"] / (len(cut) * steps), shares if cost else None
+
+
+def byte_shares(machine_s: float, send_s: float, recv_s: float) -> tuple[float, float] | None:
+    """The shares of the machine's extra CPU (``machine_s``) that the sender's and the
+    receiver's processes spent (``send_s``, ``recv_s``), each at least 0 and together at most 1
+    (the processes' ticks and the machine's are read apart: their sum can pass it by a tick);
+    None when the machine spent none.
+
+    >>> byte_shares(1.0, 0.3, 0.55)
+    (0.3, 0.55)
+    >>> byte_shares(1.0, 0.5, 0.6)  # scaled to the machine's
+    (0.4545, 0.5455)
+    >>> byte_shares(1.0, -0.01, 0.6), byte_shares(0.0, 0.1, 0.1)
+    ((0.0, 0.6), None)
+    """
+    if machine_s <= 0:
+        return None
+    send, recv = max(send_s, 0.0) / machine_s, max(recv_s, 0.0) / machine_s
+    both = send + recv
+    if both > 1:
+        send, recv = send / both, recv / both
+    return round(send, 4), round(recv, 4)
 
 
 def per_byte(busy_whole_s: float, busy_cut_s: float, extra_bytes: int, steps: int) -> float:
@@ -845,12 +899,13 @@ def run_side_by_side(
                 if progress:
                     progress("measuring what moving a byte costs the machine")
                 first = results[bases[0]]
-                first.comm_cpu_s_per_byte, first.comm_cpu_s_per_message = _comm_cpu_costs(
-                    tf, targets[0], builder_of(bases[0])(0), run_options
+                first.comm_cpu_s_per_byte, first.comm_cpu_s_per_message, first.comm_cpu_shares = (
+                    _comm_cpu_costs(tf, targets[0], builder_of(bases[0])(0), run_options)
                 )
                 for base_mode in bases[1:]:  # the machine's, whatever PS holds a variable
                     results[base_mode].comm_cpu_s_per_byte = first.comm_cpu_s_per_byte
                     results[base_mode].comm_cpu_s_per_message = first.comm_cpu_s_per_message
+                    results[base_mode].comm_cpu_shares = first.comm_cpu_shares
     finally:
         close_sessions([sess for sess, _ in sessions.values()])
     return results

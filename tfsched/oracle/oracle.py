@@ -68,6 +68,10 @@ class TimeOracle:
     # With host_slots: each end of a flow spends its share of the bytes' CPU within its own
     # task's cores (sim.engine); False: on the machine only, as until the sixty-third session
     host_bytes: bool = True
+    # With host_bytes: the shares of a byte's CPU the sender and the receiver spend in their own
+    # tasks' cores; the rest is the kernel's, on the machine alone (the bench measures them per
+    # process, bench.run._comm_cpu_costs; until the sixty-fourth session half each)
+    host_byte_shares: tuple[float, float] = (0.5, 0.5)
 
     @classmethod
     def general(cls) -> TimeOracle:

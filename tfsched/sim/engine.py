@@ -11,8 +11,9 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   the wire take their share of it too (``comm_slot_s_per_byte``: the CPU that moving a byte
   costs at both ends, measured: the flows keep their rates and the ops share what they leave,
   and only flows wanting more than the machine slow down). Where each task has cores of its
-  own (``SimGraph.host_slots``, the bench's ``--host-cores``), each end of a flow spends half
-  of that in its own task's share, where its gRPC threads run: a task's ops get what its bytes
+  own (``SimGraph.host_slots``, the bench's ``--host-cores``), each end of a flow spends its
+  measured share of that in its own task's share, where its gRPC threads run (the rest is the
+  kernel's, on the machine alone; ``host_byte_shares``): a task's ops get what its bytes
   leave of it, and a task whose flows want more than all but ``MIN_OPS_SHARE`` of it slows them
   (``_host_comm``). Until the sixty-third session the bytes took only the machine's, and a PS
   on half a core moving ResNet-50's 400 MB a step at 10 Gbit/s was simulated 29% to 32% fast
@@ -284,38 +285,48 @@ def _machine_shares(
 
 
 def _host_comm(
-    spec: list[tuple[int, str, str, float]], rates: dict[int, float], per_byte: float, host_slots: float
+    spec: list[tuple[int, str, str, float]],
+    rates: dict[int, float],
+    per_byte: float,
+    host_slots: float,
+    shares: tuple[float, float] = (0.5, 0.5),
 ) -> tuple[dict[int, float], dict[str, float]]:
     """Where each task has cores of its own (``host_slots`` of the machine), the flows of ``spec``
-    (id, uplink, downlink, channel rate) at ``rates``, each end spending half of a byte's CPU
-    (``per_byte`` slot-seconds, both ends) in its own task's share: the rates each task's share
-    allows (a task whose flows want more than all but ``MIN_OPS_SHARE`` of it slows them alike)
-    and the slots each task's bytes take.
+    (id, uplink, downlink, channel rate) at ``rates``, the sender spending ``shares[0]`` of a
+    byte's CPU (``per_byte`` slot-seconds, both ends and the kernel) in its own task's share and
+    the receiver ``shares[1]`` in its: the rates each task's share allows (a task whose flows
+    want more than all but ``MIN_OPS_SHARE`` of it slows them alike) and the slots each task's
+    bytes take. The rest of a byte's CPU is the kernel's, charged to no task: the machine's alone.
 
-    The even split is an assumption. Read per process on the bench's pulls (ResNet-50, half-core
-    hosts: ``benchmarks/results/comm-cost-first-steps.md``), the receiver took about twice the
-    sender's CPU, and the kernel an eighth to a quarter of the machine's, charged to no task. In
-    training every task sends and receives alike, so each one's total is as the even split has it.
+    Until the sixty-fourth session each end took half and the kernel none. Read per process on
+    the bench's pulls (ResNet-50, half-core hosts: ``benchmarks/results/comm-cost-first-steps.md``),
+    the receiver took about twice the sender's CPU, and the kernel an eighth to a quarter of the
+    machine's; the bench now measures the shares (``bench.run._comm_cpu_costs``). In training
+    every task sends and receives alike, so each one's total differs from the even split only by
+    the kernel's part; in inference (pulls alone) the PS sends and the workers receive.
 
     >>> spec = [(0, "up:ps", "down:w0", 10.0), (1, "up:ps", "down:w1", 10.0)]
     >>> rates, load = _host_comm(spec, {0: 10.0, 1: 10.0}, 0.2, 1.0)
     >>> rates, {task: round(x, 3) for task, x in load.items()}
     ({0: 4.75, 1: 4.75}, {'ps': 0.95, 'w0': 0.475, 'w1': 0.475})
+    >>> rates, load = _host_comm(spec, {0: 10.0, 1: 10.0}, 0.2, 1.0, (0.25, 0.5))
+    >>> rates, {task: round(x, 3) for task, x in load.items()}
+    ({0: 9.5, 1: 9.5}, {'ps': 0.95, 'w0': 0.95, 'w1': 0.95})
     """
-    end = per_byte / 2
+    send, recv = shares[0] * per_byte, shares[1] * per_byte
     most = (1 - MIN_OPS_SHARE) * host_slots
     want: dict[str, float] = defaultdict(float)
     for fid, up, down, _ in spec:
-        for link in (up, down):
-            want[link.partition(":")[2]] += rates[fid] * end
+        want[up.partition(":")[2]] += rates[fid] * send
+        want[down.partition(":")[2]] += rates[fid] * recv
     factor = {task: min(1.0, most / w) if w > 0 else 1.0 for task, w in want.items()}
     out: dict[int, float] = {}
     load: dict[str, float] = defaultdict(float)
     for fid, up, down, _ in spec:
         src, dst = up.partition(":")[2], down.partition(":")[2]
         out[fid] = rates[fid] * min(factor[src], factor[dst])
-        load[src] += out[fid] * end
-        load[dst] += out[fid] * end
+        load[src] += out[fid] * send
+        load[dst] += out[fid] * recv
     return out, dict(load)
 
 
@@ -788,7 +799,9 @@ def simulate(
             if shared and sg.comm_slot_s_per_byte:
                 advance(shared[0])  # the ops ran at the old share until now
                 if sg.host_slots and sg.host_bytes:  # each end's CPU within its own task's cores
-                    rates, host_load = _host_comm(spec, rates, sg.comm_slot_s_per_byte, sg.host_slots)
+                    rates, host_load = _host_comm(
+                        spec, rates, sg.comm_slot_s_per_byte, sg.host_slots, sg.host_byte_shares
+                    )
                 wanted = sum(rates.values()) * sg.comm_slot_s_per_byte
                 # more than the machine can move: every flow slows alike
                 most = (1 - MIN_OPS_SHARE) * sg.machine_slots

@@ -129,9 +129,9 @@ def wire_times(sg: SimGraph) -> list[float]:
     cpu = math.inf
     if sg.machine_slots and sg.comm_slot_s_per_byte and COMPUTE in sg.kind:
         cpu = (1 - MIN_OPS_SHARE) * sg.machine_slots / sg.comm_slot_s_per_byte
-    per_byte = host_byte_s(sg)
-    if per_byte:  # and what each end's own cores can move
-        cpu = min(cpu, 1 / per_byte)
+    slowest = max(host_byte_s(sg))
+    if slowest:  # and what each end's own cores can move
+        cpu = min(cpu, 1 / slowest)
     out = [0.0] * len(sg)
     for i, kind in enumerate(sg.kind):
         if kind == MESSAGE:
@@ -146,21 +146,27 @@ def wire_times(sg: SimGraph) -> list[float]:
     return out
 
 
-def host_byte_s(sg: SimGraph) -> float:
+def host_byte_s(sg: SimGraph) -> tuple[float, float]:
     """Where each task has cores of its own (``host_slots``), the least seconds a byte takes of
-    each end's cores: half its CPU (``comm_slot_s_per_byte``, both ends) over all but
-    ``MIN_OPS_SHARE`` of a task's share, as the simulator charges it (``engine._host_comm``);
-    0 where the tasks share the machine's cores or the bytes cost none.
+    the sender's cores and of the receiver's: its share of the byte's CPU
+    (``comm_slot_s_per_byte`` times ``host_byte_shares``) over all but ``MIN_OPS_SHARE`` of a
+    task's share, as the simulator charges it (``engine._host_comm``); 0 and 0 where the tasks
+    share the machine's cores or the bytes cost none.
 
     >>> sg = SimGraph(kind=[COMPUTE], machine_slots=2.0, host_slots=0.5, comm_slot_s_per_byte=1e-6)
-    >>> round(host_byte_s(sg) * 1e6, 4)  # 0.5 us over 0.475 of a slot
-    1.0526
+    >>> [round(x * 1e6, 4) for x in host_byte_s(sg)]  # 0.5 us over 0.475 of a slot, each end
+    [1.0526, 1.0526]
+    >>> sg.host_byte_shares = (0.3, 0.55)
+    >>> [round(x * 1e6, 4) for x in host_byte_s(sg)]
+    [0.6316, 1.1579]
     """
     if not (sg.host_slots and sg.host_bytes and sg.machine_slots and sg.comm_slot_s_per_byte):
-        return 0.0
+        return 0.0, 0.0
     if COMPUTE not in sg.kind:  # the simulator charges the bytes' CPU where ops share it
-        return 0.0
-    return sg.comm_slot_s_per_byte / 2 / ((1 - MIN_OPS_SHARE) * sg.host_slots)
+        return 0.0, 0.0
+    most = (1 - MIN_OPS_SHARE) * sg.host_slots
+    send, recv = sg.host_byte_shares
+    return sg.comm_slot_s_per_byte * send / most, sg.comm_slot_s_per_byte * recv / most
 
 
 def least_times(sg: SimGraph) -> list[float]:
@@ -397,7 +403,7 @@ def step_bounds(sg: SimGraph, steps: int = 1, *, overlap: bool = True) -> Bounds
     members: dict[str, list[int]] = defaultdict(list)  # resource -> its nodes, for the floor
     rate = op_rate(sg)
     wires = wire_times(sg)
-    per_byte = host_byte_s(sg)
+    send_byte_s, recv_byte_s = host_byte_s(sg)
     total = 0.0
     for i, kind in enumerate(sg.kind):
         if kind == DELAY:
@@ -423,8 +429,8 @@ def step_bounds(sg: SimGraph, steps: int = 1, *, overlap: bool = True) -> Bounds
                 link_bytes[link] += sg.nbytes[i]
                 link_rate[link] = max(link_rate[link], sg.bandwidth[i])
                 members[link].append(i)
-            if per_byte:  # each end's cores move its bytes
-                for task in (src, dst):
+            if send_byte_s or recv_byte_s:  # each end's cores move its bytes
+                for task, per_byte in ((src, send_byte_s), (dst, recv_byte_s)):
                     busy["host:" + task] += sg.nbytes[i] * per_byte
                     members["host:" + task].append(i)
     for ch, overhead in first.items():  # each step's first message pays one before any bytes
@@ -480,7 +486,7 @@ def _served(
     """Each resource of the floor: its nodes, each one's work there, and how long after its head
     it can start there (a message's overhead, paid before it waits for the channel or link)."""
     served = {}
-    per_byte = host_byte_s(sg)
+    send_byte_s, recv_byte_s = host_byte_s(sg)
     for res, nodes in members.items():
         kind, _, name = res.partition(":")
         if res == "cpu":  # the machine every task computes on, and the bytes' CPU on the wire
@@ -503,9 +509,15 @@ def _served(
             else:
                 served[res] = (nodes, np.array([times[i] for i in nodes]), np.zeros(len(nodes)))
         elif kind == "host":  # a task's own cores moving its bytes, after each one's overhead
+            sent = [sg.resource[i].partition("->")[0] == name for i in nodes]
             served[res] = (
                 nodes,
-                np.array([sg.nbytes[i] * per_byte for i in nodes]),
+                np.array(
+                    [
+                        sg.nbytes[i] * (send_byte_s if out else recv_byte_s)
+                        for i, out in zip(nodes, sent, strict=True)
+                    ]
+                ),
                 np.array([sg.overhead[i] for i in nodes]),
             )
         else:  # a host's link: the bytes at its rate, after the message's overhead

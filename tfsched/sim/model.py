@@ -55,6 +55,9 @@ class SimGraph:
     host_slots: float | None = None
     # with host_slots: each end's share of a byte's CPU comes out of its own task's (engine)
     host_bytes: bool = True
+    # with host_bytes: the sender's and the receiver's shares of a byte's CPU (the rest, the
+    # kernel's, is the machine's alone; TimeOracle.host_byte_shares)
+    host_byte_shares: tuple[float, float] = (0.5, 0.5)
 
     def add(
         self,
@@ -155,6 +158,7 @@ def build_sim_graph(
         comm_slot_s_per_byte=oracle.comm_slot_s_per_byte if oracle.machine_slots else 0.0,
         host_slots=oracle.host_slots if oracle.machine_slots else None,
         host_bytes=oracle.host_bytes,
+        host_byte_shares=oracle.host_byte_shares,
     )
     barriers: dict[tuple[str, int], int] = {}  # (worker run, step) -> its end-of-step node
     delayed: dict[str, list[str]] = {}  # task with a dispatch delay -> its ops
