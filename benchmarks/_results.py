@@ -125,3 +125,21 @@ def analyze_as_run(config: dict, graph_path: str, built, trace: str):
         bandwidth_bps=parse_bandwidth(config["bandwidth"]),
         trace=trace,
     )
+
+
+def seq32_round(cluster, steps: int) -> dict:
+    """The TensorFlow 2 bench's coordinator arguments (``bench.tf2.round_args``) for ``steps``
+    steps per worker of Seq-32 training, batch 4, on a local ``cluster`` (no shaped links)."""
+    from tfsched.bench.tf2 import channel_params, round_args
+
+    return round_args(
+        cluster,
+        bandwidth_bps=None,
+        channel_params=channel_params("seq32", 1),
+        model="seq32",
+        image_size=None,
+        batch_size=4,
+        run_mode="train",
+        ps_placement="round-robin",
+        steps=steps,
+    )

@@ -26,7 +26,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, positive, write  # noqa: E402
+from _results import machine, positive, seq32_round, write  # noqa: E402
 
 MODE = "tio+p20000+c40000"
 
@@ -66,7 +66,6 @@ def _coordinate(args: dict, queue) -> None:
 
 def measure(hogs: int, steps: int) -> dict:
     from tfsched.bench.local import LocalCluster
-    from tfsched.bench.tf2 import channel_params, round_args
     from tfsched.tracing.trace import Trace
 
     busy = [multiprocessing.Process(target=_hog, daemon=True) for _ in range(hogs)]
@@ -75,17 +74,7 @@ def measure(hogs: int, steps: int) -> dict:
     try:
         with LocalCluster(ps=1, workers=1) as c, tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "trace.json")
-            args = round_args(
-                c,
-                bandwidth_bps=None,
-                channel_params=channel_params("seq32", 1),
-                model="seq32",
-                image_size=None,
-                batch_size=4,
-                run_mode="train",
-                ps_placement="round-robin",
-                steps=steps,
-            )
+            args = seq32_round(c, steps)
             args.update(mode=MODE, trace=path)
             ctx = multiprocessing.get_context("spawn")
             queue = ctx.Queue()

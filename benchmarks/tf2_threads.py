@@ -20,7 +20,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, write  # noqa: E402
+from _results import machine, seq32_round, write  # noqa: E402
 
 STEPS = 4
 
@@ -39,21 +39,11 @@ def compute_threads(pid: int) -> int:
 
 def measure(threads: int) -> dict:
     from tfsched.bench.local import LocalCluster
-    from tfsched.bench.tf2 import FIRST_ROUND_TIMEOUT_S, channel_params, round_args, run_round
+    from tfsched.bench.tf2 import FIRST_ROUND_TIMEOUT_S, run_round
 
     with LocalCluster(ps=1, workers=1, inter_op_threads=threads) as c:
         before = {f"{job}:{k}": compute_threads(p.pid) for (job, k), p in c.procs.items()}
-        args = round_args(
-            c,
-            bandwidth_bps=None,
-            channel_params=channel_params("seq32", 1),
-            model="seq32",
-            image_size=None,
-            batch_size=4,
-            run_mode="train",
-            ps_placement="round-robin",
-            steps=STEPS,
-        )
+        args = seq32_round(c, STEPS)
         run_round(args, "baseline", FIRST_ROUND_TIMEOUT_S)
         after = {f"{job}:{k}": compute_threads(p.pid) for (job, k), p in c.procs.items()}
     return {"inter_op_threads": threads, "before": before, "after": after}
