@@ -1,5 +1,6 @@
 """The emulated multi-host cluster: real namespaces, veths and tc, cleaned up afterwards."""
 
+import os
 import subprocess
 import sys
 import time
@@ -294,6 +295,12 @@ def test_bench_command_writes_every_field(tmp_path):
             in md
         )
         assert "Every task had 1 core of its own" in md and "At the cores' limit" not in md
+    # the machine's share of the cores, reckoned from the lone trace's mean op seconds, and each
+    # task's part of it where it had cores of its own (predict.annotate)
+    base = data["modes"][0]
+    assert base["ops_work"] == "traced" and base["machine_slots"] > 0
+    cores = os.cpu_count()
+    assert base["host_slots"] == (pytest.approx(base["machine_slots"] / cores) if CGROUPS else None)
     assert (
         data["config"]["queue"] == "50 ms"
         and "links queueing at most 50 ms" in out.with_suffix(".md").read_text()
