@@ -601,19 +601,21 @@ def byte_shares(machine_s: float, send_s: float, recv_s: float) -> tuple[float, 
     """The shares of the machine's extra CPU (``machine_s``) that the sender's and the
     receiver's processes spent (``send_s``, ``recv_s``), each at least 0 and together at most 1
     (the processes' ticks and the machine's are read apart: their sum can pass it by a tick);
-    None when the machine spent none.
+    None when the machine or both processes spent none (nothing to split).
 
     >>> byte_shares(1.0, 0.3, 0.55)
     (0.3, 0.55)
     >>> byte_shares(1.0, 0.5, 0.6)  # scaled to the machine's
     (0.4545, 0.5455)
-    >>> byte_shares(1.0, -0.01, 0.6), byte_shares(0.0, 0.1, 0.1)
-    ((0.0, 0.6), None)
+    >>> byte_shares(1.0, -0.01, 0.6), byte_shares(0.0, 0.1, 0.1), byte_shares(1.0, 0.0, -0.01)
+    ((0.0, 0.6), None, None)
     """
     if machine_s <= 0:
         return None
     send, recv = max(send_s, 0.0) / machine_s, max(recv_s, 0.0) / machine_s
     both = send + recv
+    if both <= 0:
+        return None
     if both > 1:
         send, recv = send / both, recv / both
     return round(send, 4), round(recv, 4)

@@ -298,10 +298,10 @@ def _host_comm(
     want more than all but ``MIN_OPS_SHARE`` of it slows them alike) and the slots each task's
     bytes take. The rest of a byte's CPU is the kernel's, charged to no task: the machine's alone.
 
-    Until the sixty-fourth session each end took half and the kernel none. Read per process on
-    the bench's pulls (ResNet-50, half-core hosts: ``benchmarks/results/comm-cost-first-steps.md``),
-    the receiver took about twice the sender's CPU, and the kernel an eighth to a quarter of the
-    machine's; the bench now measures the shares (``bench.run._comm_cpu_costs``). In training
+    Until the sixty-fourth session each end took half and the kernel none. The bench measures
+    the shares per process (``bench.run._comm_cpu_costs``): on ResNet-50's pulls at 10 Gbit/s on
+    half-core hosts the sending PS 0.27 to 0.32 and the receiving worker 0.46 to 0.69
+    (``benchmarks/results/comm-cost-shares.md``), the rest the kernel's. In training
     every task sends and receives alike, so each one's total differs from the even split only by
     the kernel's part; in inference (pulls alone) the PS sends and the workers receive.
 
