@@ -21,14 +21,17 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import queue
 import statistics
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _results import machine, positive, seq32_round, write  # noqa: E402
 
 MODE = "tio+p20000+c40000"
+CHILD_TIMEOUT_S = 1800  # the coordinator's warm-up, profiling window and reading of the profile
 
 
 def _hog() -> None:
@@ -36,7 +39,7 @@ def _hog() -> None:
         pass
 
 
-def _coordinate(args: dict, queue) -> None:
+def _coordinate(args: dict, results) -> None:
     """The bench's coordinator, in a process of its own, with the profile's callback events
     recorded as ``read_task`` reads them: (task, call id, start us, end us) each."""
     import tfsched.tracing.functions as functions
@@ -61,7 +64,23 @@ def _coordinate(args: dict, queue) -> None:
 
     functions.read_task = recording
     coordinate(args)
-    queue.put(spans)
+    results.put(spans)
+
+
+def _spans_of(child, results) -> list:
+    """What the coordinator process ``child`` put on ``results``; one error line if it exits
+    without it or outlives ``CHILD_TIMEOUT_S``."""
+    deadline = time.monotonic() + CHILD_TIMEOUT_S
+    while True:
+        try:
+            return results.get(timeout=5)
+        except queue.Empty:
+            if child.is_alive() and time.monotonic() < deadline:
+                continue
+            child.kill()
+            child.join(10)
+            why = f"exit code {child.exitcode}" if child.exitcode is not None else "no answer"
+            raise SystemExit(f"Error: the coordinator ended without its callback spans ({why})") from None
 
 
 def measure(hogs: int, steps: int) -> dict:
@@ -77,10 +96,10 @@ def measure(hogs: int, steps: int) -> dict:
             args = seq32_round(c, steps)
             args.update(mode=MODE, trace=path)
             ctx = multiprocessing.get_context("spawn")
-            queue = ctx.Queue()
-            child = ctx.Process(target=_coordinate, args=(args, queue))
+            results = ctx.Queue()
+            child = ctx.Process(target=_coordinate, args=(args, results))
             child.start()
-            spans = queue.get(timeout=1800)
+            spans = _spans_of(child, results)
             child.join(60)
             trace = Trace.load(path)
     finally:

@@ -509,13 +509,13 @@ def _served(
             else:
                 served[res] = (nodes, np.array([times[i] for i in nodes]), np.zeros(len(nodes)))
         elif kind == "host":  # a task's own cores moving its bytes, after each one's overhead
-            sent = [sg.resource[i].partition("->")[0] == name for i in nodes]
-            served[res] = (
+            served[res] = (  # its share as the sender of a message, else as the receiver
                 nodes,
                 np.array(
                     [
-                        sg.nbytes[i] * (send_byte_s if out else recv_byte_s)
-                        for i, out in zip(nodes, sent, strict=True)
+                        sg.nbytes[i]
+                        * (send_byte_s if sg.resource[i].startswith(name + "->") else recv_byte_s)
+                        for i in nodes
                     ]
                 ),
                 np.array([sg.overhead[i] for i in nodes]),
