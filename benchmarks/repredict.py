@@ -15,8 +15,9 @@ its fastest, ``op_statistic="mean"``; each message no credit window holds sent 1
 whatever of the machine the others leave, as until the sixtieth session, ``host_cores=0``, or
 the bytes' CPU taken from the machine alone and not from each end's own cores, as until the
 sixty-third, ``host_bytes=False``, or each end spending half of it and the kernel none, as
-until the sixty-fourth, ``even_byte_shares``: these change only the runs whose tasks had cores
-of their own) beside it.
+until the sixty-fourth, ``even_byte_shares``, or an op's cost reckoned from the machine's CPU and
+not the workers' own, as until the sixty-fifth, ``task_cpu=False``: these change only the runs
+whose tasks had cores of their own) beside it.
 
     python benchmarks/repredict.py DIR --name resnet50-inference-traced
 
@@ -71,6 +72,10 @@ def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
                 r.comm_cpu_s_per_byte = m.get("comm_cpu_s_per_byte", 0.0)  # absent: measured as none
                 r.comm_cpu_s_per_message = m.get("comm_cpu_s_per_message", 0.0)
                 r.comm_cpu_shares = m.get("comm_cpu_shares")  # absent (before the sixty-fourth): half each
+                # absent before the sixty-fifth: the machine's CPU, as then
+                r.task_cpu_s = {
+                    t: s * len(m["iterations"]) for t, s in m.get("task_cpu_s_per_step", {}).items()
+                }
                 r.trace = Trace.load(os.path.join(run_dir, f"{m['mode']}.trace.json"))
                 r.solo_trace = Trace.load(os.path.join(run_dir, f"{m['mode']}.alone.trace.json"))
             group[plain] = results[m["mode"]] = r
@@ -129,7 +134,8 @@ WHAT_IFS = {
     "simulated_ops": (
         {"work": "simulated"},
         "the machine's share of the cores from the op seconds the simulator runs (as the TensorFlow 2 "
-        "bench takes it; tried in the forty-fourth session and not kept)",
+        "bench takes it; tried in the forty-fourth session and not kept; on hosts with cores of their own "
+        "where the run measured the workers' CPU, as now: that is reckoned from the same op seconds)",
     ),
     "mean_ops": (
         {"op_statistic": "mean"},
@@ -146,6 +152,12 @@ WHAT_IFS = {
         {"even_byte_shares": True},
         "each end of a flow spending half the bytes' CPU in its own cores and the kernel none, as "
         "until the sixty-fourth session (now: the shares the run measured, where it did)",
+    ),
+    "machine_cpu": (
+        {"task_cpu": False},
+        "an op's cost reckoned from the machine's CPU per step, as until the sixty-fifth session "
+        "(now: from the workers' own processes' CPU, where the run measured it); only runs whose "
+        "tasks had cores of their own (--host-cores) differ",
     ),
     "shared_cores": (
         {"host_cores": 0},

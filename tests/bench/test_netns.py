@@ -301,6 +301,18 @@ def test_bench_command_writes_every_field(tmp_path):
     assert base["ops_work"] == "traced" and base["machine_slots"] > 0
     cores = os.cpu_count()
     assert base["host_slots"] == (pytest.approx(base["machine_slots"] / cores) if CGROUPS else None)
+    # where each task had cores of its own, from what the workers' own processes spent, if the
+    # ticks of their CPU counted more than their bytes took (predict.machine_slots_from_task_cpu)
+    assert base["slots_from"] in (
+        ("the workers' CPU", "the machine's CPU") if CGROUPS else ("the machine's CPU",)
+    ), base["slots_from"]
+    for r in data["modes"]:
+        # every task's process's CPU over the timed rounds, part of the machine's: the kernel
+        # samples the machine's in 10 ms ticks and scales a process's to its exact run time, so
+        # over 3 short steps they agree only to a few ticks (one run: 1.35 s against 1.30 s)
+        per_task = r["task_cpu_s_per_step"]
+        assert set(per_task) == {"ps:0", "worker:0", "worker:1"} and min(per_task.values()) >= 0, r
+        assert sum(per_task.values()) <= 1.15 * r["cpu_s_per_step"] + 0.03, r
     assert (
         data["config"]["queue"] == "50 ms"
         and "links queueing at most 50 ms" in out.with_suffix(".md").read_text()

@@ -241,6 +241,10 @@ def test_placements_share_one_run_each_on_its_own_graph():
     # what a byte costs the machine: measured once, given to the other placement
     assert results["baseline@held"].comm_cpu_s_per_byte == results["baseline"].comm_cpu_s_per_byte
     assert results["baseline@held"].comm_cpu_shares == results["baseline"].comm_cpu_shares
+    # each task's process's CPU, over each mode's own rounds
+    tasks = {"ps:0", "ps:1", "worker:0", "worker:1"}
+    assert all(set(res.task_cpu_s) == tasks for res in results.values()), results
+    assert all(s >= 0 for res in results.values() for s in res.task_cpu_s.values())
 
     summary = summarize(results, {"model": "seq32", "mode": "train", "workers": 2, "ps": 2,
                                   "ps_placement": ["bytes", "held"], "rounds": 1, "steps": 2,

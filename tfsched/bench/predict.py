@@ -18,7 +18,9 @@ kernel's TCP at both ends): the bench measures it per byte with worker 0 pulling
 alone, past what the same messages cost cut short (``run._comm_cpu_costs``), and the
 simulated flows take their share of the machine from the ops. What the machine
 does at once comes from the CPU the baseline spent per step where it was measured
-(``machine_slots_from_cpu``), else from the op times (``machine_slots``).
+(``machine_slots_from_cpu``; where each task had cores of its own, from the CPU the workers'
+own processes spent, ``machine_slots_from_task_cpu``), else from the op times
+(``machine_slots``).
 """
 
 from __future__ import annotations
@@ -128,6 +130,67 @@ def machine_slots_from_cpu(
     if cpu_s_per_step <= 0 or work <= 0 or spent <= 0:
         return None
     return cores * workers * work / spent
+
+
+def machine_slots_from_task_cpu(
+    graph,
+    oracle,
+    task_cpu_s_per_step: dict[str, float],
+    *,
+    comm_cpu_s_per_byte: float,
+    shares: tuple[float, float],
+    cores: int,
+) -> float | None:
+    """``machine_slots_from_cpu`` where each task has cores of its own, from the CPU the
+    baseline's workers' own processes spent: worker 0's ops of ``graph`` as the simulator runs
+    them (each op's fastest traced time, ``oracle``'s) took a worker's process the mean of the
+    workers' CPU per synchronized step (``task_cpu_s_per_step``, "worker:K" -> seconds), less
+    what its bytes cost it (its share of a byte's CPU, ``shares`` (sender, receiver), over the
+    bytes it received and sent). So a CPU second does ``work / cpu`` seconds of the simulator's
+    ops, and ``cores`` of them, the machine's, ``cores * work / cpu``; a task's own cores the
+    same share of it (``host_slots``), and a byte's CPU is reckoned at the same rate
+    (``annotate``). None without a worker measured, or where the bytes took all of it.
+
+    Why (sixty-fifth session): under a CPU quota an op's traced time holds the periods its task
+    waited out throttled, so the mean op seconds ``machine_slots_from_cpu`` divides the
+    machine's CPU by were 2.3 and 2.7 times the fastest on ResNet-50 at 10 Gbit/s on half-core
+    hosts, and each half core came out as 1.06 and 1.69 lone-worker ops at once: the quota
+    slowed no simulated op, and the predictions were 13% to 34% fast. The fastest op seconds
+    over the machine's CPU (``work="simulated"``) divide the op seconds of one worker by the CPU
+    of every process, the PS's, the driver's and the kernel's among them, which is not what a
+    worker's quota pays for (VGG16 training's floors rose over its measured steps,
+    ``results/ops-work-on-hosts.md``). A worker's own process's CPU is.
+
+    >>> from tfsched.graph.model import CommGraph, Op, Transfer
+    >>> import networkx as nx
+    >>> w, ps = "/job:worker/replica:0/task:0", "/job:ps/replica:0/task:0"
+    >>> g = nx.DiGraph()
+    >>> g.add_node("conv", op=Op("conv", "Conv2D", w + "/device:CPU:0", [], []))
+    >>> g.add_node("apply", op=Op("apply", "Apply", ps + "/device:CPU:0", [], []))
+    >>> pull = Transfer("v:0", ps + "/device:CPU:0", w + "/device:CPU:0", "pull", 1000, "v")
+    >>> cg = CommGraph(g, [pull], [], [ps], [w])
+    >>> class Oracle:
+    ...     def compute(self, n):
+    ...         return {"conv": 0.5, "apply": 0.1}[n]
+    >>> cpu = {"worker:0": 1.2, "worker:1": 0.9, "ps:0": 0.4}  # the PS's is not a worker's
+    >>> machine_slots_from_task_cpu(cg, Oracle(), cpu, comm_cpu_s_per_byte=1e-4, shares=(0.2, 0.5), cores=2)
+    1.0
+    >>> machine_slots_from_task_cpu(cg, Oracle(), {"ps:0": 0.4}, comm_cpu_s_per_byte=0, shares=(0.5, 0.5), cores=2)
+    """
+    measured = [s for task, s in task_cpu_s_per_step.items() if task.startswith("worker:")]
+    wtasks = set(graph.worker_tasks)
+    work = sum(oracle.compute(n) for n in graph.graph if graph.op(n).task in wtasks)
+    send, recv = shares
+    received = sum(t.bytes or 0 for t in graph.transfers if t.dst_task in wtasks)
+    sent = sum(t.bytes or 0 for t in graph.transfers if t.src_task in wtasks)
+    cpu = (
+        statistics.fmean(measured) - comm_cpu_s_per_byte * (recv * received + send * sent)
+        if measured
+        else 0.0
+    )
+    if cpu <= 0 or work <= 0:
+        return None
+    return cores * work / cpu
 
 
 def host_slots(host_cores: float, machine_slots: float, cores: int) -> float | None:
@@ -260,6 +323,7 @@ def annotate(
     host_cores: float = 0.0,
     host_bytes: bool = True,
     even_byte_shares: bool = False,
+    task_cpu: bool = True,
 ) -> None:
     """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace).
 
@@ -270,6 +334,9 @@ def annotate(
     (``ModeResult.comm_cpu_shares``), or half each where it measured none or with
     ``even_byte_shares`` (as until the sixty-fourth session); ``host_bytes=False``: on the
     machine only, as until the sixty-third session (what-ifs for ``benchmarks/repredict.py``).
+    There what an op costs comes from the CPU the workers' own processes spent
+    (``machine_slots_from_task_cpu``, ``ModeResult.task_cpu_s``) where the baseline measured it;
+    ``task_cpu=False``: from the machine's, as until the sixty-fifth session (a what-if).
 
     ``latency_s``: what each host's link adds (``--latency``). A tensor between two tasks
     crosses two links, so the simulator delays each arrival (and each acknowledgement) by twice
@@ -296,7 +363,9 @@ def annotate(
     ops at once): the mean error over 41 modes went from 12.5% to 10.8% (ResNet-50 at 10 Gbit/s
     -13% to -34% became -12% to +30%), but the three VGG16 training runs' floors rose 3% to 8%
     and each one's fastest mode then measured under its floor, so the bench keeps the mean there
-    too (``benchmarks/results/ops-work-on-hosts.md``).
+    too (``benchmarks/results/ops-work-on-hosts.md``). Since the sixty-fifth session a run on
+    such hosts that measured its workers' own CPU is reckoned from that and the fastest times
+    (``task_cpu``), whatever ``work`` says.
 
     ``overlap``: ``sim.simulate``'s (False: each message's overhead holds its channel, as until
     the forty-fourth session). ``worker_weight``: how the links are shared between the workers'
@@ -355,26 +424,41 @@ def annotate(
         oracle.op_times.update(op_times(traced.complete_steps(), op_statistic))
     ack_slot_s = 0.0
     executor_threads = None
+    slots_from = None  # what the machine's slots were reckoned from
     if base.solo_trace is not None:
         cores = os.cpu_count() or 1
         if executor_waits:
             # TensorFlow's default: a thread per core (inter_op_parallelism_threads 0)
             executor_threads = inter_op_threads or cores
-        from_cpu = machine_slots_from_cpu(
-            base.solo_trace,
-            cpu_s_per_step=base.cpu_per_step,
-            comm_cpu_s_per_byte=base.comm_cpu_s_per_byte,
-            workers=workers,
-            cores=cores,
-            work_s=sum(oracle.compute(n) for n in graph.graph) if work == "simulated" else None,
-        )
+        if base.comm_cpu_shares and not even_byte_shares:
+            oracle.host_byte_shares = tuple(base.comm_cpu_shares)
+        from_cpu, slots_from = None, "the workers' CPU"
+        if host_cores and task_cpu and base.task_cpu_s:
+            from_cpu = machine_slots_from_task_cpu(
+                graph,
+                oracle,
+                base.task_cpu_per_step,
+                comm_cpu_s_per_byte=base.comm_cpu_s_per_byte,
+                shares=oracle.host_byte_shares,
+                cores=cores,
+            )
+        if from_cpu is None:
+            slots_from = "the machine's CPU"
+            from_cpu = machine_slots_from_cpu(
+                base.solo_trace,
+                cpu_s_per_step=base.cpu_per_step,
+                comm_cpu_s_per_byte=base.comm_cpu_s_per_byte,
+                workers=workers,
+                cores=cores,
+                work_s=sum(oracle.compute(n) for n in graph.graph) if work == "simulated" else None,
+            )
+        if from_cpu is None:
+            slots_from = "the op times"
         oracle.machine_slots = from_cpu or machine_slots(
             base.solo_trace, base.trace, workers, host_cores=host_cores, cores=cores
         )
         oracle.host_slots = host_slots(host_cores, oracle.machine_slots, cores)
         oracle.host_bytes = host_bytes
-        if base.comm_cpu_shares and not even_byte_shares:
-            oracle.host_byte_shares = tuple(base.comm_cpu_shares)
         # a slot is the cores one lone worker's ops kept busy: the machine's cores / its slots
         oracle.comm_slot_s_per_byte = base.comm_cpu_s_per_byte * oracle.machine_slots / cores
         # an acknowledgement is one more message with almost no bytes (TfschedAck, its RPC,
@@ -469,6 +553,7 @@ def annotate(
             "machine_slots": oracle.machine_slots,
             "host_slots": oracle.host_slots,
             "ops_work": work,
+            "slots_from": slots_from,
             # what the simulator laid out: the graph the baseline ran, else (an old trace) the saved one
             "simulated_graph": {
                 "from": "saved" if graph is saved else "ran",

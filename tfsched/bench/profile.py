@@ -47,6 +47,12 @@ def task_cpu_s(pids: list[int]) -> float:
     return sum(_cpu_s(pid) or 0.0 for pid in pids)
 
 
+def tasks_cpu_s(procs: dict[int, str]) -> dict[str, float]:
+    """Each of ``procs``' (pid -> name) user and system CPU seconds by name; one that is gone is
+    left out."""
+    return {name: cpu for pid, name in procs.items() if (cpu := _cpu_s(pid)) is not None}
+
+
 def task_processes(parent: int | None = None) -> dict[int, str]:
     """The bench's task processes started by ``parent`` (this process by default): pid ->
     ``job:index`` (from the command ``bench.local`` starts them with)."""
@@ -109,7 +115,7 @@ class TaskCpuSampler:
             if now - scanned >= self.rescan_s:
                 procs.update(task_processes(me))
                 scanned = now
-            row = {name: cpu for pid, name in procs.items() if (cpu := _cpu_s(pid)) is not None}
+            row = tasks_cpu_s(procs)
             # this process's own clocks are exact (the others' are in ticks); read one after the
             # other, they can step back by the microseconds between: kept from going back
             driver = max(driver, time.process_time() - time.thread_time())

@@ -346,6 +346,10 @@ class ModeResult:
     # baseline: the shares of a byte's CPU (comm_cpu_s_per_byte) the sending PS's process and the
     # receiving worker's spent, the rest the kernel's (None: not measured)
     comm_cpu_shares: tuple[float, float] | None = None
+    # CPU seconds each task's process spent during the timed rounds ("job:index" -> seconds;
+    # empty where the processes could not be read): what its ops cost where it has cores of its
+    # own (predict.task_host_slots)
+    task_cpu_s: dict[str, float] = field(default_factory=dict)
     measured: dict = field(default_factory=dict)  # E, bounds, the simulator's prediction (predict.py)
     # with the traced steps: per phase, how far apart the workers reached it (bench.stagger)
     stagger: dict = field(default_factory=dict)
@@ -378,6 +382,12 @@ class ModeResult:
         return self.cpu_s / len(self.iterations) if self.iterations and self.cpu_total_s else 0.0
 
     @property
+    def task_cpu_per_step(self) -> dict[str, float]:
+        """CPU seconds each task's process spent per synchronized step (``task_cpu_s``)."""
+        n = len(self.iterations)
+        return {task: round(s / n, 6) for task, s in sorted(self.task_cpu_s.items())} if n else {}
+
+    @property
     def iteration_times(self) -> list[float]:
         """Per synchronized step, the slowest worker's time: how long the step took for all."""
         return [max(it) for it in self.iterations if it]
@@ -406,6 +416,7 @@ class ModeResult:
                 {"comm_cpu_s_per_message": self.comm_cpu_s_per_message} if self.comm_cpu_s_per_message else {}
             ),
             **({"comm_cpu_shares": list(self.comm_cpu_shares)} if self.comm_cpu_shares else {}),
+            **({"task_cpu_s_per_step": self.task_cpu_per_step} if self.task_cpu_per_step else {}),
             # the raw times (seconds): any column can be recomputed from the file
             "iterations": [[round(t, 6) for t in it] for it in self.iterations],
             # a timing-aware mode: what its order came from (files from before the seventeenth
@@ -743,6 +754,9 @@ def run_side_by_side(
     if steps <= 0 or rounds <= 0 or trace_steps <= 0:
         raise TfschedError("steps, rounds and traced steps must be positive")
     results = {mode: ModeResult(mode) for mode in configs}
+    from tfsched.bench.profile import task_processes, tasks_cpu_s
+
+    procs = task_processes()  # the cluster's task processes, if this process started them
     # One graph and session per (mode, worker), kept for all rounds: what a user's job does.
     sessions = {}
 
@@ -762,6 +776,7 @@ def run_side_by_side(
         barrier = threading.Barrier(len(targets))
         box: dict = {}
         cpu: list = []
+        task_cpu: list = []  # each task's CPU seconds at the first step
 
         def work(w: int) -> None:
             sess, built = sessions[(mode, w)]
@@ -772,6 +787,7 @@ def run_side_by_side(
                     if barrier.wait(timeout=step_timeout_s) == 0 and k == 0:
                         started.append(time.perf_counter())
                         cpu.append(cpu_seconds())
+                        task_cpu.append(tasks_cpu_s(procs))
                     md = tf.compat.v1.RunMetadata() if traced else None
                     t, mono = time.perf_counter(), time.monotonic()
                     sess.run(built.train_op, options=trace_options if md else run_options, run_metadata=md)
@@ -793,9 +809,13 @@ def run_side_by_side(
         for t in threads:
             t.join()
         wall = time.perf_counter() - started[0] if started else 0.0
-        end = cpu_seconds()
+        end, tasks_end = cpu_seconds(), tasks_cpu_s(procs)
         if cpu and cpu[0] and end:
             box["cpu"] = (end[0] - cpu[0][0], end[1] - cpu[0][1])
+        if task_cpu:
+            box["task_cpu"] = {
+                task: s - task_cpu[0][task] for task, s in tasks_end.items() if task in task_cpu[0]
+            }
         if errors:
             dead = dead_tasks_named(dead_tasks)
             if dead:
@@ -857,6 +877,8 @@ def run_side_by_side(
                 busy, total = box.get("cpu", (0.0, 0.0))
                 res.cpu_s += busy
                 res.cpu_total_s += total
+                for task, s in box.get("task_cpu", {}).items():
+                    res.task_cpu_s[task] = res.task_cpu_s.get(task, 0.0) + s
                 res.step_times.extend(dt for _, _, dt in times)
                 for w, _, dt in times:
                     res.per_worker.setdefault(w, []).append(dt)
