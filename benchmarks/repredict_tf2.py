@@ -4,8 +4,10 @@ A run with ``--traces DIR -o RUN.json`` keeps what its prediction needs: worker 
 as the pass got it and its steps traced alone (``DIR/graphs``, ``DIR/solo-round.trace.json``;
 for another placement of a run of several, in ``DIR/at-PLACEMENT``), the baseline's traced round, and in ``RUN.json`` each mode's rounds (their throughput and the
 machine's CPU). This runs ``bench.tf2.predict_calls`` on them again, with the machine's share of
-the cores from the op times the simulator runs (as the bench does) and from the trace's mean op
-times (as the session bench takes them), so a change to the prediction is measured on one run.
+the cores from the op times the simulator runs (as the bench does), from the trace's mean op
+times (as the session bench takes them on shared cores), and, on hosts with cores of their own,
+from the op times it runs over the machine's CPU in place of the workers' own (as until the
+sixty-fifth session), so a change to the prediction is measured on one run.
 
     python benchmarks/repredict_tf2.py RUN.json DIR --name tf2-vgg16-inference
 
@@ -23,11 +25,18 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _results import machine, run_dir_errors, write  # noqa: E402
 
-from tfsched.bench.predict import WORKS  # noqa: E402
+# each prediction: predict_calls' arguments and what its column says
+VARIANTS = {
+    "simulated": ({"work": "simulated"}, "op times run"),
+    "traced": ({"work": "traced"}, "mean op times"),
+    # on hosts with cores of their own: what the session bench reckoned until the sixty-fifth session
+    "machine_cpu": ({"work": "simulated", "task_cpu": False}, "op times run, machine's CPU"),
+}
 
 
 def repredict(run_json: str, run_dir: str) -> tuple[dict, list[dict]]:
-    """The run's config, and per mode its measured steps/s and the prediction of each ``WORKS``."""
+    """The run's config, and per mode its measured steps/s and the prediction of each of
+    ``VARIANTS``."""
     from tfsched.bench.tf2 import predict_placements
     from tfsched.errors import TfschedError
     from tfsched.units import parse_bandwidth, parse_duration
@@ -46,7 +55,7 @@ def repredict(run_json: str, run_dir: str) -> tuple[dict, list[dict]]:
     params = {p: at["channel_params"] for p, at in (config.get("placements") or {}).items()}
     bandwidth = None if config["bandwidth"] == "loopback" else parse_bandwidth(config["bandwidth"])
     predicted = {}
-    for work in WORKS:
+    for variant, (kwargs, _) in VARIANTS.items():
         rows = copy.deepcopy(doc["modes"])
         predict_placements(
             rows,
@@ -57,14 +66,16 @@ def repredict(run_json: str, run_dir: str) -> tuple[dict, list[dict]]:
             steps=config["steps"],
             bandwidth_bps=bandwidth,
             latency_s=parse_duration(config["latency"].replace(" ", "")) if config.get("latency") else 0.0,
-            work=work,
+            # until the sixty-fifth session not passed: a run on such hosts re-predicted as on shared cores
+            host_cores=config.get("host_cores", 0.0),
+            **kwargs,
         )
-        predicted[work] = {r["mode"]: r["predicted"] for r in rows}
+        predicted[variant] = {r["mode"]: r["predicted"] for r in rows}
     rows = [
         {
             "mode": m["mode"],
             "measured_steps_per_s": m["throughput_steps_per_s"],
-            **{f"predicted_{w}": predicted[w][m["mode"]] for w in WORKS},
+            **{f"predicted_{v}": predicted[v][m["mode"]] for v in VARIANTS},
         }
         for m in doc["modes"]
     ]
@@ -79,20 +90,26 @@ def main() -> None:
     args = ap.parse_args()
     with run_dir_errors():
         config, rows = repredict(args.run_json, args.run_dir)
-    slots = {w: rows[0][f"predicted_{w}"]["machine_slots"] for w in WORKS}
+    first = {v: rows[0][f"predicted_{v}"] for v in VARIANTS}
+    hosts = f", each host {config['host_cores']} cores of its own" if config.get("host_cores") else ""
     md = [
         f"**{config['model']}** (TensorFlow 2, {config['mode']}, batch {config['batch_size']}), {config['ps']} PS x "
-        f"{config['workers']} workers, {config['bandwidth']}: measured steps/s and the simulator's, with the "
-        "machine's share of the cores from the op times it runs (each op's fastest traced time; "
-        f"{slots['simulated']:.3f} slots) and from the trace's mean op times ({slots['traced']:.3f} slots)",
+        f"{config['workers']} workers, {config['bandwidth']}{hosts}: measured steps/s and the simulator's, with "
+        "the machine's share of the cores from the op times it runs (each op's fastest traced time; "
+        f"{first['simulated']['machine_slots']:.3f} slots, from {first['simulated'].get('slots_from', '?')}), "
+        f"from the trace's mean op times ({first['traced']['machine_slots']:.3f} slots), and from the op "
+        f"times it runs over the machine's CPU ({first['machine_cpu']['machine_slots']:.3f} slots; on hosts "
+        "with cores of their own as until the sixty-fifth session, elsewhere as the first)",
         "",
-        "| mode | steps/s | simulated, op times run | error | simulated, mean op times | error |",
-        "|---|---|---|---|---|---|",
+        "| mode | steps/s "
+        + "".join(f"| simulated, {label} | error " for _, label in VARIANTS.values())
+        + "|",
+        "|---|---" + "|---|---" * len(VARIANTS) + "|",
         *(
             f"| {r['mode']} | {r['measured_steps_per_s']:.3f} "
             + " ".join(
-                f"| {r[f'predicted_{w}']['steps_per_s']:.3f} | {r[f'predicted_{w}']['error']:+.0%}"
-                for w in WORKS
+                f"| {r[f'predicted_{v}']['steps_per_s']:.3f} | {r[f'predicted_{v}']['error']:+.0%}"
+                for v in VARIANTS
             )
             + " |"
             for r in rows

@@ -75,8 +75,14 @@ def test_a_tf2_bench_run_fills_every_field_from_real_calls(tmp_path):
         assert (traces / f"{r['mode']}.trace.json").exists() and t["trace"] == str(
             traces / f"{r['mode']}.trace.json"
         )
-        # the machine's CPU over the round: the simulator's share of the cores comes from it
+        # the machine's CPU over the round: the simulator's share of the cores comes from it, or
+        # where each task had cores of its own from what the workers' own processes spent
         assert r["rounds"][0]["cpu_s"] > 0
+        assert set(r["rounds"][0]["task_cpu_s"]) == {"ps:0", "worker:0", "worker:1"}
+        assert min(r["rounds"][0]["task_cpu_s"].values()) >= 0
+        assert r["predicted"]["slots_from"] in (
+            ("the workers' CPU", "the machine's CPU") if cgroups else ("the machine's CPU",)
+        )
         # the simulator laid the calls out as they ran: both workers at once on the one PS's link,
         # each call after its worker's last. Serialized (a worker waiting for the other) it would be
         # about half the measured throughput

@@ -120,12 +120,14 @@ def channel_params(
 def coordinate(args: dict) -> dict:
     """One coordinator (its own process): warm-up, then ``steps`` timed steps per worker (worker 0
     alone with ``solo``). Its record: the steps, their wall time and the machine's busy CPU
-    seconds over them (``cpu_s``, None without /proc/stat)."""
+    seconds over them (``cpu_s``, None without /proc/stat), and each task process's
+    (``task_cpu_s``, "job:index" -> seconds; empty where they cannot be read)."""
     import tensorflow as tf
     import tf_keras as keras
 
     import tfsched
     from tfsched.bench.local import free_port
+    from tfsched.bench.profile import task_processes, tasks_cpu_s
     from tfsched.bench.run import cpu_seconds, parse_mode
     from tfsched.models.keras import keras_model
 
@@ -186,7 +188,9 @@ def coordinate(args: dict) -> dict:
     # unless given: per timed step per worker, twice the warm-up (a step that also instantiated
     # the function), and 5 s
     window = args.get("window_s") or 2 * (time.perf_counter() - start) * args["steps"] + 5
+    procs = task_processes(os.getppid())  # the bench's task processes, this process's siblings
     cpu = cpu_seconds()  # the machine's, every task's: they all run on it
+    tasks_at = tasks_cpu_s(procs)
     start = time.perf_counter()
     if args.get("trace"):  # the same steps inside a profiling window (tfsched.trace_functions)
         with tfsched.trace_functions(resolver, args["trace"], seconds=window, functions=[step]):
@@ -198,9 +202,16 @@ def coordinate(args: dict) -> dict:
             coordinator.schedule(step)
         coordinator.join()
     wall = time.perf_counter() - start
-    end = cpu_seconds()
+    end, tasks_end = cpu_seconds(), tasks_cpu_s(procs)
     busy = round(end[0] - cpu[0], 3) if cpu and end else None
-    return {"mode": args["mode"], "steps": workers * args["steps"], "wall_s": wall, "cpu_s": busy}
+    task_cpu = {t: round(c - tasks_at[t], 3) for t, c in tasks_end.items() if t in tasks_at}
+    return {
+        "mode": args["mode"],
+        "steps": workers * args["steps"],
+        "wall_s": wall,
+        "cpu_s": busy,
+        "task_cpu_s": task_cpu,
+    }
 
 
 def round_args(cluster, **run) -> dict:
@@ -331,6 +342,7 @@ def predict_calls(
     channel_params: int,
     work: str = "simulated",
     host_cores: float = 0.0,
+    task_cpu: bool = True,
 ) -> None:
     """The simulator's prediction of each mode's throughput, beside the measured one, for the
     rows of one placement of the variables (``MODE`` or ``MODE@PLACEMENT``; ``predict_placements``)
@@ -367,7 +379,11 @@ def predict_calls(
     ``work``: what a call's ops cost in the machine's share of the cores: ``simulated``, the op
     times the simulator runs (each op's fastest traced time), or ``traced``, the trace's mean, as
     the session bench takes it (a what-if for ``benchmarks/repredict_tf2.py``). ``host_cores``:
-    the cores of its own each task had (``predict.host_slots``).
+    the cores of its own each task had (``predict.host_slots``); there the work comes from the
+    CPU the baseline's workers' own processes spent a call where its rounds read it
+    (``predict.machine_slots_from_task_cpu``, as the session bench's since the sixty-fifth
+    session; ``task_cpu=False``: from the machine's, a what-if for
+    ``benchmarks/repredict_tf2.py``).
     """
     import copy
     from dataclasses import replace
@@ -378,6 +394,7 @@ def predict_calls(
         host_slots,
         machine_slots,
         machine_slots_from_cpu,
+        machine_slots_from_task_cpu,
         scheduled_runs,
     )
     from tfsched.bench.run import parse_mode, split_placed
@@ -399,14 +416,34 @@ def predict_calls(
     cpu = [x.get("cpu_s") for x in base["rounds"]]
     per_call = sum(cpu) / base["steps"] if all(c is not None for c in cpu) else 0.0
     cores = os.cpu_count() or 1
-    oracle.machine_slots = machine_slots_from_cpu(
+    from_tasks = None
+    spent = [x.get("task_cpu_s") for x in base["rounds"]]
+    if host_cores and task_cpu and spent and all(spent):
+        per_task: dict[str, float] = {}
+        for x in spent:
+            for t, c in x.items():
+                per_task[t] = per_task.get(t, 0.0) + c
+        calls = base["steps"] / workers  # each worker's calls over the rounds
+        from_tasks = machine_slots_from_task_cpu(
+            graph,
+            oracle,
+            {t: c / calls for t, c in per_task.items()},
+            comm_cpu_s_per_byte=0.0,  # not measured here: the bytes' CPU stays in the ops' share
+            shares=oracle.host_byte_shares,
+            cores=cores,
+        )
+    from_cpu = from_tasks or machine_slots_from_cpu(
         alone,
         cpu_s_per_step=per_call * workers,
         comm_cpu_s_per_byte=0.0,
         workers=workers,
         cores=cores,
         work_s=sum(oracle.compute(n) for n in graph.graph) if work == "simulated" else None,
-    ) or machine_slots(alone, Trace.load(baseline_trace), workers, host_cores=host_cores, cores=cores)
+    )
+    oracle.machine_slots = from_cpu or machine_slots(
+        alone, Trace.load(baseline_trace), workers, host_cores=host_cores, cores=cores
+    )
+    slots_from = "the workers' CPU" if from_tasks else "the machine's CPU" if from_cpu else "the op times"
     oracle.host_slots = host_slots(host_cores, oracle.machine_slots, cores)
     if bandwidth_bps:
         oracle.set_links(bandwidth_bps=bandwidth_bps)
@@ -440,6 +477,7 @@ def predict_calls(
             "error": rate / r["throughput_steps_per_s"] - 1,
             "call_s": statistics.fmean(calls),
             "machine_slots": oracle.machine_slots,
+            "slots_from": slots_from,
         }
 
 
@@ -624,7 +662,7 @@ def side_by_side(
                     tick(f"round {r + 1}/{rounds}: {name}")
                     rec = run_round(args[p], m, timeout, c.dead_tasks)
                     rounds_of[name].append(
-                        {"steps": rec["steps"], "wall_s": rec["wall_s"], "cpu_s": rec["cpu_s"]}
+                        {k: rec.get(k) for k in ("steps", "wall_s", "cpu_s", "task_cpu_s")}
                     )
                     timeout = round_timeout([x["wall_s"] for rs in rounds_of.values() for x in rs])
                     tick()
