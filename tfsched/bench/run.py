@@ -348,7 +348,7 @@ class ModeResult:
     comm_cpu_shares: tuple[float, float] | None = None
     # CPU seconds each task's process spent during the timed rounds ("job:index" -> seconds;
     # empty where the processes could not be read): what its ops cost where it has cores of its
-    # own (predict.task_host_slots)
+    # own (predict.machine_slots_from_task_cpu)
     task_cpu_s: dict[str, float] = field(default_factory=dict)
     measured: dict = field(default_factory=dict)  # E, bounds, the simulator's prediction (predict.py)
     # with the traced steps: per phase, how far apart the workers reached it (bench.stagger)
