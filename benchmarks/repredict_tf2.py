@@ -75,6 +75,8 @@ def repredict(run_json: str, run_dir: str) -> tuple[dict, list[dict]]:
         {
             "mode": m["mode"],
             "measured_steps_per_s": m["throughput_steps_per_s"],
+            # from a call's start to its worker's last pull, the median traced call's
+            "pulls_done_s": m["traced"]["pulls_done_s"],
             **{f"predicted_{v}": predicted[v][m["mode"]] for v in VARIANTS},
         }
         for m in doc["modes"]
@@ -103,15 +105,15 @@ def main() -> None:
         "",
         "| mode | steps/s "
         + "".join(f"| simulated, {label} | error " for _, label in VARIANTS.values())
-        + "|",
-        "|---|---" + "|---|---" * len(VARIANTS) + "|",
+        + "| last pull, measured (s) | simulated, op times run (s) |",
+        "|---|---" + "|---|---" * len(VARIANTS) + "|---|---|",
         *(
             f"| {r['mode']} | {r['measured_steps_per_s']:.3f} "
             + " ".join(
                 f"| {r[f'predicted_{v}']['steps_per_s']:.3f} | {r[f'predicted_{v}']['error']:+.0%}"
                 for v in VARIANTS
             )
-            + " |"
+            + f" | {r['pulls_done_s']:.3f} | {r['predicted_simulated']['pulls_done_s']:.3f} |"
             for r in rows
         ),
         "",

@@ -88,6 +88,8 @@ def test_a_tf2_bench_run_fills_every_field_from_real_calls(tmp_path):
         # about half the measured throughput
         p = r["predicted"]
         assert p["call_s"] > 0 and p["machine_slots"] > 0 and abs(p["error"]) < 0.5, p
+        # the simulated calls' last pull, beside the measured one: within the simulated call
+        assert 0 < p["pulls_done_s"] < p["call_s"], p
         assert p["error"] == pytest.approx(p["steps_per_s"] / r["throughput_steps_per_s"] - 1)
     base, tio, tao = data["modes"]
     assert base["vs_baseline"] == 1.0 and base["knobs"] == {} and tio["knobs"]["credit"] == 0

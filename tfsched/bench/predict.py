@@ -274,12 +274,13 @@ def scheduled_runs(
     worker_weight: float = 1.0,
     executor_threads: int | None = None,
     stream_window_bytes: int | None = None,
+    record: bool = False,
 ) -> list:
     """``sim.seeded_runs`` of ``sg`` as the pass enforces ``schedule`` with the sizes of ``spec``
     (``run.parse_mode``'s, in parameters): the pulls a gate releases together race to the wire,
     all but those a credit window acknowledges (``sim.engine``'s ``race``), a mean over seeds as
     for the baseline's ties. ``latency_s``: what each arrival and acknowledgement is delayed;
-    ``overlap``, ``worker_weight``, ``executor_threads`` and ``stream_window_bytes``:
+    ``overlap``, ``worker_weight``, ``executor_threads``, ``stream_window_bytes`` and ``record``:
     ``sim.simulate``'s."""
     from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
     from tfsched.sim import POLICY_OF_MODE, seeded_runs
@@ -301,6 +302,7 @@ def scheduled_runs(
         worker_weight=worker_weight,
         executor_threads=executor_threads,
         stream_window_bytes=stream_window_bytes,
+        record=record,
     )
 
 

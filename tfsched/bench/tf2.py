@@ -401,7 +401,7 @@ def predict_calls(
     from tfsched.graph import load_comm_graph
     from tfsched.oracle.oracle import LinkModel, TimeOracle
     from tfsched.ordering import order
-    from tfsched.sim import build_sim_graph, seeded_runs
+    from tfsched.sim import build_sim_graph, pulls_done, seeded_runs
     from tfsched.tracing.match import oracle_for
     from tfsched.tracing.trace import Trace
 
@@ -452,8 +452,9 @@ def predict_calls(
     for r in rows:
         spec = parse_mode(split_placed(r["mode"])[0], bandwidth_bps, channel_params)
         spec = replace(spec, partition=r["knobs"].get("partition", 0), credit=r["knobs"].get("credit", 0))
+        sg = plain
         if spec.algorithm is None:
-            runs = seeded_runs(plain, "random", latency_s=2 * latency_s)
+            runs = seeded_runs(plain, "random", latency_s=2 * latency_s, record=True)
         else:
             if spec.algorithm not in orders:
                 orders[spec.algorithm] = order(graph, spec.algorithm, ordering)
@@ -466,16 +467,20 @@ def predict_calls(
                 steps=steps,
                 partition_bytes=spec.partition * PARAM_BYTES or None,
             )
-            runs = scheduled_runs(sg, schedule, spec, latency_s=2 * latency_s)
+            runs = scheduled_runs(sg, schedule, spec, latency_s=2 * latency_s, record=True)
         # the coordinator's call and its answer cross the worker's link, as the session driver's
         driver_s = 2 * latency_s
         calls = [t + driver_s for run in runs for ts in run.step_times().values() for t in ts]
         # as the rounds are timed: every worker's calls, from the first call's start to the last's end
         rate = statistics.fmean(workers * steps / (run.makespan + steps * driver_s) for run in runs)
+        done = [t for run in runs for t in pulls_done(sg, run)]
         r["predicted"] = {
             "steps_per_s": rate,
             "error": rate / r["throughput_steps_per_s"] - 1,
             "call_s": statistics.fmean(calls),
+            # from a call's start to its worker's last pull, the median call's (``call_times``'
+            # ``pulls_done_s``, measured)
+            "pulls_done_s": statistics.median(done) if done else None,
             "machine_slots": oracle.machine_slots,
             "slots_from": slots_from,
         }
@@ -732,6 +737,15 @@ def side_by_side(
     }
 
 
+def _seconds(s: float | None) -> str:
+    """Seconds to three places, or a dash where there is none.
+
+    >>> _seconds(1.23456), _seconds(None)
+    ('1.235', '-')
+    """
+    return "-" if s is None else f"{s:.3f}"
+
+
 def markdown(summary: dict) -> str:
     """The run as a Markdown table: each mode's throughput against the baseline's, per round,
     and its traced calls."""
@@ -762,8 +776,8 @@ def markdown(summary: dict) -> str:
         "",
         "| mode | steps/s | vs baseline | per round | p50 call (s) | p95 call (s) | p95/p50 "
         "| last pull, median (s) | MB pulled, pushed a call | control edges a call "
-        "| simulated steps/s | sim. error |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| simulated steps/s | sim. error | sim. last pull (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary["modes"]:
         t = r["traced"]
@@ -772,7 +786,8 @@ def markdown(summary: dict) -> str:
             f"| {r['mode']} | {r['throughput_steps_per_s']:.3f} | {ratio_text(r)} | {per} | {t['p50_s']:.3f} "
             f"| {t['p95_s']:.3f} | {t['p95_over_p50']:.3f} | {t['pulls_done_s']:.3f} "
             f"| {t['pulled_mb']:.2f}, {t['pushed_mb']:.2f} | {t['control_edges']:g} "
-            f"| {r['predicted']['steps_per_s']:.3f} | {r['predicted']['error']:+.0%} |"
+            f"| {r['predicted']['steps_per_s']:.3f} | {r['predicted']['error']:+.0%} "
+            f"| {_seconds(r['predicted'].get('pulls_done_s'))} |"
         )
     lines += [
         "",
@@ -780,7 +795,8 @@ def markdown(summary: dict) -> str:
         "that ran whole in the profiling window). The coordinator runs the calls asynchronously: no "
         "synchronized step, so no straggler effect and no E. Simulated: every worker running "
         f"{c['steps']} calls one after another, none waiting for another, from the op times of worker 0 "
-        "traced alone before the rounds; its error is against the timed rounds' steps/s.",
+        "traced alone before the rounds; its error is against the timed rounds' steps/s, and its last "
+        "pull (the median call's, from the call's start) is beside the measured one.",
     ]
     placements = c.get("placements") or {None: c}  # a run of one placement: the config's own
     first = next(iter(placements))

@@ -44,6 +44,33 @@ def finish_by_rank(runs: list[SimResult]) -> list[float]:
     return mean_by_rank([[statistics.fmean(v) for v in r.step_times().values()] for r in runs])
 
 
+def pulls_done(sg: SimGraph, run: SimResult) -> list[float]:
+    """Per worker run and step of a ``record``-ed ``run`` of ``sg``: when its last pull arrived,
+    from the step's start (what ``bench.tf2.call_times`` measures as ``pulls_done_s``).
+
+    >>> from tfsched.graph.model import CommGraph, Op, Transfer
+    >>> from tfsched.oracle.oracle import LinkModel, TimeOracle
+    >>> import networkx as nx
+    >>> w, ps = "/job:worker/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:0/device:CPU:0"
+    >>> g = nx.DiGraph()
+    >>> g.add_node("read", op=Op("read", "ReadVariableOp", ps, [], []))
+    >>> g.add_node("matmul", op=Op("matmul", "MatMul", w, [], []))
+    >>> g.add_edge("read", "matmul", tensors={"read:0"})
+    >>> pull = Transfer("read:0", ps, w, "pull", 1_000_000, "v", ("matmul",))
+    >>> cg = CommGraph(g, [pull], ["matmul"], [ps[:-15]], [w[:-15]])
+    >>> oracle = TimeOracle({"read": 0.0, "matmul": 0.5}, link=LinkModel(bandwidth_bps=8e8, overhead_s=0.01))
+    >>> sg = build_sim_graph(cg, oracle)
+    >>> pulls_done(sg, simulate(sg, "fifo", record=True))  # 10 ms, then 1 MB at 100 MB/s
+    [0.02]
+    """
+    last: dict[tuple[str, int], float] = {}
+    for i, t in enumerate(sg.transfer):
+        if t is not None and t.kind == "pull":
+            key = (sg.worker[i], sg.step[i])
+            last[key] = max(last.get(key, 0.0), run.ends[i])
+    return [round(end - run.run_start[key], 9) for key, end in last.items() if key in run.run_start]
+
+
 def simulate_schedule(
     graph: CommGraph,
     oracle: TimeOracle,
