@@ -51,13 +51,13 @@ def pulls_done(sg: SimGraph, run: SimResult) -> list[float]:
     >>> from tfsched.graph.model import CommGraph, Op, Transfer
     >>> from tfsched.oracle.oracle import LinkModel, TimeOracle
     >>> import networkx as nx
-    >>> w, ps = "/job:worker/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:0/device:CPU:0"
+    >>> w, ps = "/job:worker/replica:0/task:0", "/job:ps/replica:0/task:0"
     >>> g = nx.DiGraph()
-    >>> g.add_node("read", op=Op("read", "ReadVariableOp", ps, [], []))
-    >>> g.add_node("matmul", op=Op("matmul", "MatMul", w, [], []))
+    >>> g.add_node("read", op=Op("read", "ReadVariableOp", ps + "/device:CPU:0", [], []))
+    >>> g.add_node("matmul", op=Op("matmul", "MatMul", w + "/device:CPU:0", [], []))
     >>> g.add_edge("read", "matmul", tensors={"read:0"})
-    >>> pull = Transfer("read:0", ps, w, "pull", 1_000_000, "v", ("matmul",))
-    >>> cg = CommGraph(g, [pull], ["matmul"], [ps[:-15]], [w[:-15]])
+    >>> pull = Transfer("read:0", ps + "/device:CPU:0", w + "/device:CPU:0", "pull", 1_000_000, "v", ("matmul",))
+    >>> cg = CommGraph(g, [pull], ["matmul"], [ps], [w])
     >>> oracle = TimeOracle({"read": 0.0, "matmul": 0.5}, link=LinkModel(bandwidth_bps=8e8, overhead_s=0.01))
     >>> sg = build_sim_graph(cg, oracle)
     >>> pulls_done(sg, simulate(sg, "fifo", record=True))  # 10 ms, then 1 MB at 100 MB/s
