@@ -434,9 +434,9 @@ def annotate(
             executor_threads = inter_op_threads or cores
         if base.comm_cpu_shares and not even_byte_shares:
             oracle.host_byte_shares = tuple(base.comm_cpu_shares)
-        from_cpu, slots_from = None, "the workers' CPU"
+        from_tasks = None
         if host_cores and task_cpu and base.task_cpu_s:
-            from_cpu = machine_slots_from_task_cpu(
+            from_tasks = machine_slots_from_task_cpu(
                 graph,
                 oracle,
                 base.task_cpu_per_step,
@@ -444,18 +444,15 @@ def annotate(
                 shares=oracle.host_byte_shares,
                 cores=cores,
             )
-        if from_cpu is None:
-            slots_from = "the machine's CPU"
-            from_cpu = machine_slots_from_cpu(
-                base.solo_trace,
-                cpu_s_per_step=base.cpu_per_step,
-                comm_cpu_s_per_byte=base.comm_cpu_s_per_byte,
-                workers=workers,
-                cores=cores,
-                work_s=sum(oracle.compute(n) for n in graph.graph) if work == "simulated" else None,
-            )
-        if from_cpu is None:
-            slots_from = "the op times"
+        from_cpu = from_tasks or machine_slots_from_cpu(
+            base.solo_trace,
+            cpu_s_per_step=base.cpu_per_step,
+            comm_cpu_s_per_byte=base.comm_cpu_s_per_byte,
+            workers=workers,
+            cores=cores,
+            work_s=sum(oracle.compute(n) for n in graph.graph) if work == "simulated" else None,
+        )
+        slots_from = "the workers' CPU" if from_tasks else "the machine's CPU" if from_cpu else "the op times"
         oracle.machine_slots = from_cpu or machine_slots(
             base.solo_trace, base.trace, workers, host_cores=host_cores, cores=cores
         )

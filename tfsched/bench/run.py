@@ -416,7 +416,7 @@ class ModeResult:
                 {"comm_cpu_s_per_message": self.comm_cpu_s_per_message} if self.comm_cpu_s_per_message else {}
             ),
             **({"comm_cpu_shares": list(self.comm_cpu_shares)} if self.comm_cpu_shares else {}),
-            **({"task_cpu_s_per_step": self.task_cpu_per_step} if self.task_cpu_per_step else {}),
+            **({"task_cpu_s_per_step": per_task} if (per_task := self.task_cpu_per_step) else {}),
             # the raw times (seconds): any column can be recomputed from the file
             "iterations": [[round(t, 6) for t in it] for it in self.iterations],
             # a timing-aware mode: what its order came from (files from before the seventeenth
