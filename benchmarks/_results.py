@@ -89,10 +89,11 @@ def run_graph(config: dict, placement: str | None = None):
 
 
 def bench_run(run_dir: str) -> tuple[dict, dict[str, float]]:
-    """A kept bench run's ``config`` and each mode's measured step (the slowest worker's mean)."""
+    """A kept bench run's ``config`` and each mode's measured step (the slowest worker's mean;
+    None in a run of TensorFlow 2's asynchronous calls, which has no step)."""
     with open(os.path.join(run_dir, "bench.json")) as f:
         doc = json.load(f)
-    return doc["config"], {m["mode"]: m["iteration_mean_s"] for m in doc["modes"]}
+    return doc["config"], {m["mode"]: m.get("iteration_mean_s") for m in doc["modes"]}
 
 
 def each_run(description: str, compare) -> list:

@@ -56,7 +56,26 @@ What the three runs found:
   largest is 8% against 27%. But the accurate ones move 5 to 9 points too fast. Three runs are
   too few to change every prediction on, and the bench keeps each message whole.
 
-Writes ``benchmarks/results/arrival-order.json`` and ``.md``.
+A run of ``tfsched bench --api tf2`` (one trace a mode, every worker's calls in it) is read too:
+its TIO gates' priorities are those of the step function its pass dumped (``bench.tf2.solo_round``
+runs TIO), and its TIO mode counts worker 0's calls alone beside the others'. Two such runs
+(sixty-sixth session, ``results/arrival-order-tf2.md``): VGG16 training on half-core hosts
+(``tf2-vgg16-train-hosts``'s command with ``--traces DIR``, ``results/tf2-vgg16-train-hosts-s66.md``)
+and ResNet-50 inference (``tfsched bench --api tf2 --model resnet50 --mode inference --workers 2
+--bandwidth 1Gbit --batch-size 16 --steps 2 --rounds 1 --modes baseline,tio --traces DIR -o
+DIR/bench.json``, ``results/tf2-resnet50-inference-s66-arrival.md``). What they found:
+- **TIO.** On VGG16 the pulls arrived in the order the gates released them: tau priority-arrival
+  +0.96 to +0.98 in all 14 traced calls, the gates having released every pull within 140 ms of
+  the call's start. On ResNet-50 mostly: +1.00, +0.98 and +0.97 in three calls, +0.50, +0.34
+  and +0.28 in the others. The simulator races them (``bench.tf2.predict_calls``); with each
+  channel's released messages kept in release order it would predict VGG16's TIO -4% of the
+  measured steps/s against -14%, but ResNet-50's +5% against -10% (and its ratio to the
+  baseline 1.18x against 1.02x measured; racing, 1.01x). One order for both is not found here.
+- **Vanilla TensorFlow.** As in the sessions' runs: VGG16's largest pull last in 9 of 12 calls
+  (a uniform order: 0.8), size and arrival otherwise unrelated (tau +0.09; ResNet-50 +0.02).
+
+Writes ``benchmarks/results/arrival-order.json`` and ``.md`` (``arrival-order-tf2`` for runs of
+TensorFlow 2's calls only).
 """
 
 from __future__ import annotations
@@ -85,14 +104,38 @@ def gate_priorities(trace) -> dict[str, int]:
     }
 
 
-def step_arrivals(trace) -> list[list[tuple[int, int | None, float]]]:
+def function_priorities(run_dir: str) -> dict[str, int]:
+    """A TensorFlow 2 run's gates' priorities, by the tensor each gate forwards: those of the step
+    function the pass dumped for worker 0 (``bench.tf2.solo_round``, which runs TIO), so TIO's
+    (every worker's calls gate the same tensors)."""
+    from tfsched.graph.load import read_graph_file
+    from tfsched.tracing.replay import scheduled_tensor
+
+    out = {}
+    for path in glob.glob(os.path.join(run_dir, "graphs", "*.gated.pb")):
+        for n in read_graph_file(path).graph_def.node:
+            if n.op == "TfschedGate":
+                out[scheduled_tensor(f"{n.name}:0")] = n.attr["priority"].i
+    return out
+
+
+def step_arrivals(
+    trace, by_tensor: dict[str, int] | None = None
+) -> list[list[tuple[int, int | None, float]]]:
     """Per (traced step, receiving worker): the pulls of at least ``MIN_BYTES``, as (bytes, its
-    gate's priority or None, arrival in us) in the order they arrived."""
-    priority = gate_priorities(trace)
+    gate's priority or None, arrival in us) in the order they arrived. ``by_tensor``: the
+    priorities by the tensor a gate forwards (``function_priorities``), for a trace of TensorFlow
+    2's calls, which keeps no partition graphs."""
+    from tfsched.tracing.replay import scheduled_tensor
+
+    priority = gate_priorities(trace) if by_tensor is None else {}
     by_step = defaultdict(list)
     for t in trace.transfers:
         if "/job:ps/" in t.src and "/job:worker/" in t.dst and t.bytes >= MIN_BYTES:
-            gate = priority.get(t.tensor.rsplit(":", 1)[0])
+            if by_tensor is None:
+                gate = priority.get(t.tensor.rsplit(":", 1)[0])
+            else:
+                gate = by_tensor.get(scheduled_tensor(t.tensor))
             by_step[t.step, t.dst].append((t.bytes, gate, t.start_us + t.duration_us))
     return [sorted(pulls, key=lambda p: p[2]) for _, pulls in sorted(by_step.items()) if len(pulls) > 1]
 
@@ -128,10 +171,18 @@ def compare(run_dir: str) -> dict:
     from tfsched.tracing.trace import Trace
 
     config, measured = bench_run(run_dir)
+    tf2 = config.get("api") == "tf2"
     rows = []
     for mode in measured:
-        paths = sorted(glob.glob(os.path.join(run_dir, f"{mode}.*trace.json")))
-        steps = [s for p in paths for s in step_arrivals(Trace.load(p))]
+        if tf2:  # one trace a mode, every worker's calls; TIO's gates are the ones dumped
+            paths = [os.path.join(run_dir, f"{mode}.trace.json")]
+            by_tensor = function_priorities(run_dir) if mode == "tio" else {}
+            if mode == "tio":
+                paths.append(os.path.join(run_dir, "solo-round.trace.json"))  # worker 0 alone, TIO
+        else:
+            paths = sorted(glob.glob(os.path.join(run_dir, f"{mode}.*trace.json")))
+            by_tensor = None
+        steps = [s for p in paths for s in step_arrivals(Trace.load(p), by_tensor)]
         if steps:
             rows.append({"mode": mode, "traces": len(paths), **order_stats(steps)})
     return {"config": config, "rows": rows}
@@ -166,7 +217,9 @@ def markdown(runs: list[dict]) -> list[str]:
 
 def main() -> None:
     runs = each_run(__doc__.splitlines()[0], compare)
-    write("arrival-order", {"machine": machine(), "min_bytes": MIN_BYTES, "runs": runs}, markdown(runs))
+    # runs of TensorFlow 2's calls only: a file of their own, beside the sessions' runs
+    name = "arrival-order-tf2" if all(r["config"].get("api") == "tf2" for r in runs) else "arrival-order"
+    write(name, {"machine": machine(), "min_bytes": MIN_BYTES, "runs": runs}, markdown(runs))
 
 
 if __name__ == "__main__":

@@ -5,9 +5,11 @@ as the pass got it and its steps traced alone (``DIR/graphs``, ``DIR/solo-round.
 for another placement of a run of several, in ``DIR/at-PLACEMENT``), the baseline's traced round, and in ``RUN.json`` each mode's rounds (their throughput and the
 machine's CPU). This runs ``bench.tf2.predict_calls`` on them again, with the machine's share of
 the cores from the op times the simulator runs (as the bench does), from the trace's mean op
-times (as the session bench takes them on shared cores), and, on hosts with cores of their own,
-from the op times it runs over the machine's CPU in place of the workers' own (as until the
-sixty-fifth session), so a change to the prediction is measured on one run.
+times (as the session bench takes them on shared cores), on hosts with cores of their own from
+the op times it runs over the machine's CPU in place of the workers' own (as until the
+sixty-fifth session), and as the bench does with the pulls a gate releases together going in the
+order released instead of racing (``predict_calls(race=False)``; ``benchmarks/arrival_order.py``),
+so a change to the prediction is measured on one run.
 
     python benchmarks/repredict_tf2.py RUN.json DIR --name tf2-vgg16-inference
 
@@ -31,6 +33,9 @@ VARIANTS = {
     "traced": ({"work": "traced"}, "mean op times"),
     # on hosts with cores of their own: what the session bench reckoned until the sixty-fifth session
     "machine_cpu": ({"work": "simulated", "task_cpu": False}, "op times run, machine's CPU"),
+    # a what-if (sixty-sixth session): the pulls released together go in the order released
+    # (benchmarks/arrival_order.py), not racing
+    "in_order": ({"work": "simulated", "race": False}, "op times run, released pulls in order"),
 }
 
 
@@ -101,7 +106,8 @@ def main() -> None:
         f"{first['simulated']['machine_slots']:.3f} slots, from {first['simulated'].get('slots_from', '?')}), "
         f"from the trace's mean op times ({first['traced']['machine_slots']:.3f} slots), and from the op "
         f"times it runs over the machine's CPU ({first['machine_cpu']['machine_slots']:.3f} slots; on hosts "
-        "with cores of their own as until the sixty-fifth session, elsewhere as the first)",
+        "with cores of their own as until the sixty-fifth session, elsewhere as the first); and as the "
+        "first with the pulls a gate releases together going in the order released, not racing",
         "",
         "| mode | steps/s "
         + "".join(f"| simulated, {label} | error " for _, label in VARIANTS.values())

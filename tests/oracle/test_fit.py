@@ -291,3 +291,37 @@ def test_a_line_that_explains_little_keeps_an_overhead_that_is_a_modest_share():
     assert source == "service times" and kept.overhead_s == pytest.approx(0.75e-3, rel=1e-6)
     unsplit, source = _service_fit(sizes, services, [_Period(0, 3.2e-3, 4, 1000)], min)
     assert source == DEFAULT and unsplit.overhead_s == DEFAULT_OVERHEAD_S
+
+
+def test_an_untraced_producer_flows_from_its_send():
+    # TensorFlow 2's calls: the PS's GroupCrossDeviceControlEdges identity, an empty tensor to
+    # the worker once the PS's part of the call is done, is requested at the call's start and
+    # arrives at its end; the profiler leaves its Identity out but traces its _Send
+    # ("SRC/_N-1" for the receive "SRC/_N"). From its request it would make each step's pulls
+    # one busy period of the whole call, and the fit put that time on every pull.
+    overhead, bw = 400e-6, 8e9
+    pulls = _concurrent_trace(
+        overhead, bw, [[4_000_000, 100], [100, 100, 100], [2_000_000], [500_000] + [100] * 4]
+    )
+    done_us = 500_000.0  # the PS's part of each call ends here, long after its pulls
+    control = "GroupCrossDeviceControlEdges_0/Identity_3"
+    empties = [
+        TransferRecord(s, f"{control}/_9", f"{control}:0", 0, PS, W, 1000.0 * s, done_us + overhead * 1e6)
+        for s in range(pulls.steps)
+    ]
+    sends = [
+        OpRecord(s, PS, f"{control}/_8", "_Send", 1000.0 * s + done_us, 30.0) for s in range(pulls.steps)
+    ]
+    link = ("/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0")
+
+    def fitted(ops):
+        return link_fits(Trace(steps=pulls.steps, ops=ops, transfers=pulls.transfers + empties), "mean")[0][
+            link
+        ]
+
+    f = fitted(pulls.ops + sends)
+    assert f.model.overhead_s == pytest.approx(overhead, rel=1e-6)
+    assert f.model.bandwidth_bps == pytest.approx(bw, rel=1e-6)
+    assert f.overhead_from == "periods"
+    # without the send the empty tensor flows from its request: each step is one period of the call
+    assert fitted(pulls.ops).model.overhead_s > 10 * overhead

@@ -275,12 +275,14 @@ def scheduled_runs(
     executor_threads: int | None = None,
     stream_window_bytes: int | None = None,
     record: bool = False,
+    race: bool = True,
 ) -> list:
     """``sim.seeded_runs`` of ``sg`` as the pass enforces ``schedule`` with the sizes of ``spec``
     (``run.parse_mode``'s, in parameters): the pulls a gate releases together race to the wire,
-    all but those a credit window acknowledges (``sim.engine``'s ``race``), a mean over seeds as
-    for the baseline's ties. ``latency_s``: what each arrival and acknowledgement is delayed;
-    ``overlap``, ``worker_weight``, ``executor_threads``, ``stream_window_bytes`` and ``record``:
+    all but those a credit window acknowledges (``sim.engine``'s ``race``; ``race=False``: they
+    go in the order released, a what-if), a mean over seeds as for the baseline's ties.
+    ``latency_s``: what each arrival and acknowledgement is delayed; ``overlap``,
+    ``worker_weight``, ``executor_threads``, ``stream_window_bytes`` and ``record``:
     ``sim.simulate``'s."""
     from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
     from tfsched.sim import POLICY_OF_MODE, seeded_runs
@@ -288,7 +290,7 @@ def scheduled_runs(
     return seeded_runs(
         sg,
         POLICY_OF_MODE[schedule.mode],
-        race=True,
+        race=race,
         credit_bytes=spec.credit * PARAM_BYTES or None,
         min_acked_bytes=MIN_ACKED_BYTES,
         host_credit=spec.host_credit,

@@ -343,6 +343,7 @@ def predict_calls(
     work: str = "simulated",
     host_cores: float = 0.0,
     task_cpu: bool = True,
+    race: bool = True,
 ) -> None:
     """The simulator's prediction of each mode's throughput, beside the measured one, for the
     rows of one placement of the variables (``MODE`` or ``MODE@PLACEMENT``; ``predict_placements``)
@@ -383,7 +384,9 @@ def predict_calls(
     CPU the baseline's workers' own processes spent a call where its rounds read it
     (``predict.machine_slots_from_task_cpu``, as the session bench's since the sixty-fifth
     session; ``task_cpu=False``: from the machine's, a what-if for
-    ``benchmarks/repredict_tf2.py``).
+    ``benchmarks/repredict_tf2.py``). ``race``: ``predict.scheduled_runs``' (False: what the
+    released pulls would do in the order released, a what-if for ``benchmarks/repredict_tf2.py``;
+    measured in ``benchmarks/arrival_order.py``).
     """
     import copy
     from dataclasses import replace
@@ -467,7 +470,7 @@ def predict_calls(
                 steps=steps,
                 partition_bytes=spec.partition * PARAM_BYTES or None,
             )
-            runs = scheduled_runs(sg, schedule, spec, latency_s=2 * latency_s, record=True)
+            runs = scheduled_runs(sg, schedule, spec, latency_s=2 * latency_s, record=True, race=race)
         # the coordinator's call and its answer cross the worker's link, as the session driver's
         driver_s = 2 * latency_s
         calls = [t + driver_s for run in runs for ts in run.step_times().values() for t in ts]

@@ -25,7 +25,7 @@ from scipy.optimize import nnls
 from tfsched.errors import TfschedError
 from tfsched.graph.devices import task_of
 from tfsched.oracle.oracle import DEFAULT_OVERHEAD_S, LinkModel
-from tfsched.tracing.trace import Trace
+from tfsched.tracing.trace import Trace, send_node
 
 
 def statistic_fn(name: str):
@@ -158,14 +158,32 @@ def _union_length(spans: list[tuple[float, float]]) -> float:
 
 
 def _producer_ends(trace: Trace) -> dict[tuple[int, str, str], float]:
-    """(step, task, op) -> when the op ended: a transfer's bytes can flow only after it."""
-    return {(o.step, task_of(o.device), o.node): o.start_us + o.duration_us for o in trace.ops}
+    """(step, task, op) -> when the op ended: a transfer's bytes can flow only after it; for a
+    ``_Send``, when it started (it hands its tensor over as it runs)."""
+    return {
+        (o.step, task_of(o.device), o.node): o.start_us + (0.0 if o.op == "_Send" else o.duration_us)
+        for o in trace.ops
+    }
 
 
 def _flow_start(t, produced: dict[tuple[int, str, str], float]) -> float:
-    """When a transfer's bytes could start to flow: its request or its producer's end, the later."""
-    ready = produced.get((t.step, task_of(t.src), t.tensor.rsplit(":", 1)[0]), -math.inf)
-    return min(max(t.start_us, ready), t.start_us + t.duration_us)
+    """When a transfer's bytes could start to flow: its request or its producer's end, the later.
+
+    Where its producer was not traced, its send's start stands for it, if the trace names the
+    send (``trace.send_node``: TensorFlow 2's calls, whose profiler leaves out the inexpensive
+    ops a session's step stats keep). A call's ``GroupCrossDeviceControlEdges`` identity on a PS
+    (an empty tensor to the worker once the PS's part of the call is done, its Identity not
+    traced) was taken to flow from its request at the call's start: on TensorFlow 2's VGG16
+    training (1 PS x 4 workers, worker 0 alone, ``bench.tf2.solo_round``) it made each step's
+    pulls one busy period of 7.6 s for 1.3 s of bytes, the fit put 149 ms on every pull, and the
+    credit windows' acknowledged slices waited for it: one window per task was predicted 28%
+    slow (``benchmarks/results/tf2-vgg16-train-hosts-s66-repredicted.md``)."""
+    src = task_of(t.src)
+    ready = produced.get((t.step, src, t.tensor.rsplit(":", 1)[0]))
+    if ready is None:
+        named = send_node(t.edge)
+        ready = produced.get((t.step, src, named[0])) if named else None
+    return min(max(t.start_us, -math.inf if ready is None else ready), t.start_us + t.duration_us)
 
 
 def _by_channel_step(trace: Trace) -> dict[tuple[int, str, str], list]:

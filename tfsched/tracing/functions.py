@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
 from tfsched.tracing.replay import GRAPH_TAG, scheduled_tensor
-from tfsched.tracing.trace import FUNCTIONS_API, MISSING, OpRecord, Trace, TransferRecord
+from tfsched.tracing.trace import FUNCTIONS_API, MISSING, OpRecord, Trace, TransferRecord, send_node
 
 # kernels whose Start..Done is a transfer into this task
 RECV_KERNELS = frozenset({"_Recv", "_HostRecv"})
@@ -289,12 +289,11 @@ def build_trace(
     sends = {k: v for t in tasks for k, v in t.sends.items()}  # as _Task.sends, of every task
 
     def sent_by(recv: str, dst: str):
-        """The send of the receive node ``recv`` (``SRC/_N``), and its number: the partitioner
-        names an edge's send ``SRC/_K`` and its receive ``SRC/_K+1``, one after the other."""
-        m = re.search(r"/_(\d+)$", recv)
-        if not m:
+        """The send of the receive node ``recv`` (``SRC/_N``, ``trace.send_node``), and its number."""
+        named = send_node(recv)
+        if named is None:
             return None, 0
-        return sends.get((dst, f"{recv[: m.start()]}/_{int(m[1]) - 1}")), int(m[1]) - 1
+        return sends.get((dst, named[0])), named[1]
 
     for t in tasks:
         received = []  # [step id, node, start, end, src device, tensor, a control edge's]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field, replace
 
 from tfsched.errors import TfschedError
@@ -31,6 +32,28 @@ FUNCTIONS_API = "tf2-functions"
 WAIT_OPS = frozenset(
     {"_Send", "_Recv", "_HostSend", "_HostRecv", "NoOp", "TfschedGate", "TfschedAck", "TfschedCredit"}
 )
+
+
+# A receive node of TensorFlow 2's partitioned functions, "SRC/_N": the partitioner names an
+# edge's send "SRC/_N-1" and its receive "SRC/_N", one after the other
+_RECV_NODE = re.compile(r"/_(\d+)$")
+
+
+def send_node(recv: str) -> tuple[str, int] | None:
+    """The send node of a receive node named as TensorFlow 2's partitioner names them, and its
+    number (None for another name: a session's ``edge_N_...``, whose send is in its partition
+    graphs).
+
+    >>> send_node("GroupCrossDeviceControlEdges_0/Identity_32/_183")
+    ('GroupCrossDeviceControlEdges_0/Identity_32/_182', 182)
+    >>> send_node("edge_12_conv1/ReadVariableOp") is None
+    True
+    """
+    m = _RECV_NODE.search(recv)
+    if not m:
+        return None
+    number = int(m[1]) - 1
+    return f"{recv[: m.start()]}/_{number}", number
 
 
 @dataclass(frozen=True)
