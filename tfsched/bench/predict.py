@@ -280,7 +280,8 @@ def scheduled_runs(
     """``sim.seeded_runs`` of ``sg`` as the pass enforces ``schedule`` with the sizes of ``spec``
     (``run.parse_mode``'s, in parameters): the pulls a gate releases together race to the wire,
     all but those a credit window acknowledges (``sim.engine``'s ``race``; ``race=False``: they
-    go in the order released, a what-if), a mean over seeds as for the baseline's ties.
+    go in the order released, as TensorFlow 2's calls send them, ``bench.tf2.predict_calls``), a
+    mean over seeds as for the baseline's ties.
     ``latency_s``: what each arrival and acknowledgement is delayed; ``overlap``,
     ``worker_weight``, ``executor_threads``, ``stream_window_bytes`` and ``record``:
     ``sim.simulate``'s."""

@@ -358,8 +358,8 @@ def predict_calls(
     overhead, and the work the machine does at once from the CPU the baseline's rounds spent a
     call (``predict.machine_slots_from_cpu``; the bytes' own CPU is not measured here and stays
     in the ops' share). Each mode as its pass enforced it: its order made again from the same
-    graph and trace, its partition and credit, the released tensors racing for a channel. Inference
-    calls have no gradients to push and are laid out the same way.
+    graph and trace, its partition and credit, the released tensors going in the order released
+    (below). Inference calls have no gradients to push and are laid out the same way.
 
     The throughput, not the traced calls' times, is what the prediction is held to: a traced
     round runs under the profiler, which takes its share of the cores (VGG16 inference with one

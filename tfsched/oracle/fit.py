@@ -177,7 +177,8 @@ def _flow_start(t, produced: dict[tuple[int, str, str], float]) -> float:
     training (1 PS x 4 workers, worker 0 alone, ``bench.tf2.solo_round``) it made each step's
     pulls one busy period of 7.6 s for 1.3 s of bytes, the fit put 149 ms on every pull, and the
     credit windows' acknowledged slices waited for it: one window per task was predicted 28%
-    slow (``benchmarks/results/tf2-vgg16-train-hosts-s66-repredicted.md``)."""
+    slow (``benchmarks/results/tf2-vgg16-train-hosts-s66.md``), +1% with this
+    (``tf2-vgg16-train-hosts-s66-repredicted.md``)."""
     src = task_of(t.src)
     ready = produced.get((t.step, src, t.tensor.rsplit(":", 1)[0]))
     if ready is None:
