@@ -131,14 +131,14 @@ def step_arrivals(
     2's calls, which keeps no partition graphs."""
     from tfsched.tracing.replay import scheduled_tensor
 
-    priority = gate_priorities(trace) if by_tensor is None else {}
+    if by_tensor is None:  # a session's: its gates by name, the transfer's tensor their output
+        priority, gate_of = gate_priorities(trace), lambda tensor: tensor.rsplit(":", 1)[0]
+    else:
+        priority, gate_of = by_tensor, scheduled_tensor
     by_step = defaultdict(list)
     for t in trace.transfers:
         if "/job:ps/" in t.src and "/job:worker/" in t.dst and t.bytes >= MIN_BYTES:
-            if by_tensor is None:
-                gate = priority.get(t.tensor.rsplit(":", 1)[0])
-            else:
-                gate = by_tensor.get(scheduled_tensor(t.tensor))
+            gate = priority.get(gate_of(t.tensor))
             by_step[t.step, t.dst].append((t.bytes, gate, t.start_us + t.duration_us))
     return [sorted(pulls, key=lambda p: p[2]) for _, pulls in sorted(by_step.items()) if len(pulls) > 1]
 
@@ -177,11 +177,11 @@ def compare(run_dir: str) -> dict:
     tf2 = config.get("api") == "tf2"
     rows = []
     for mode in measured:
-        if tf2:  # one trace a mode, every worker's calls; TIO's gates are the ones dumped
-            paths = [os.path.join(run_dir, f"{mode}.trace.json")]
-            by_tensor = function_priorities(run_dir) if mode == "tio" else {}
-            if mode == "tio":
-                paths.append(os.path.join(run_dir, "solo-round.trace.json"))  # worker 0 alone, TIO
+        if tf2:  # one trace a mode, every worker's calls
+            paths, by_tensor = [os.path.join(run_dir, f"{mode}.trace.json")], {}
+            if mode == "tio":  # its gates are the ones dumped, and worker 0 alone ran it too
+                paths.append(os.path.join(run_dir, "solo-round.trace.json"))
+                by_tensor = function_priorities(run_dir)
         else:
             paths = sorted(glob.glob(os.path.join(run_dir, f"{mode}.*trace.json")))
             by_tensor = None
