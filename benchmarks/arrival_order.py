@@ -16,7 +16,11 @@ Reported per run and mode:
 - for a mode whose gates ordered the pulls: Kendall's tau between a pull's priority and its
   rank of arrival. The gates release every pull within milliseconds of the step's start, in
   priority order. ``race`` draws their order on the wire at random (tau 0 on average); +1 means
-  they arrived in the order released.
+  they arrived in the order released;
+- and that tau for the steps in which the worker asked for every pull before its gate let it go
+  (its ``_Recv`` started before the gate ended: the processes share one clock) and for the
+  others. A request that comes after the release finds its tensor waiting on the sender and is
+  answered as it comes, in the order of the worker's requests, not of the gates.
 
     tfsched bench --model vgg16 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 \\
         --rounds 1 --batch-size 397 --modes baseline,tio --trace-steps 1 --traces DIR -o DIR/bench.json
@@ -59,7 +63,7 @@ What the three runs found:
 A run of ``tfsched bench --api tf2`` (one trace a mode, every worker's calls in it) is read too:
 its TIO gates' priorities are those of the step function its pass dumped (``bench.tf2.solo_round``
 runs TIO), and its TIO mode counts worker 0's calls alone beside the others'. Three such runs
-(sixty-sixth session, ``results/arrival-order-tf2.md``): VGG16 training on half-core hosts
+(sixty-sixth session, ``results/arrival-order-tf2-s66.md``): VGG16 training on half-core hosts
 (``tf2-vgg16-train-hosts``'s command with ``--traces DIR``, ``results/tf2-vgg16-train-hosts-s66.md``),
 ResNet-50 training (``tf2-resnet50-train``'s command with ``--rounds 1 --traces DIR``,
 ``results/tf2-resnet50-train-s66.md``) and ResNet-50 inference (``tfsched bench --api tf2 --model
@@ -76,6 +80,15 @@ What they found:
 - **Vanilla TensorFlow.** As in the sessions' runs: VGG16's largest pull last in 9 of 12 calls
   (a uniform order: 0.8), size and arrival otherwise unrelated (tau +0.09; ResNet-50 +0.04 and
   +0.02).
+
+The four TensorFlow 2 rows of BENCHMARKS.md, run with ``--traces DIR`` (sixty-seventh session,
+``results/arrival-order-tf2.md``), say why inference keeps the order in only some calls. In
+training the worker asked for every pull before its gate let it go in all 14 traced TIO calls of
+ResNet-50 (tau +0.90 to +1.00) and in 13 of 14 of VGG16 on half-core hosts (+0.96 to +0.98; the
+other +0.85). In VGG16 inference, 9 of 14 calls had every request in first (8 of them +0.96 to
++0.98) and 5 did not (-0.10 to +0.33): there the idle PS let a call's pulls go within 0.3 ms to
+1.7 ms of each other, before some of the worker's requests had started. The two-PS row's TIO
+tied 28 of its 45 pulls (its tau says nothing; ``tfsched.ordering.tio.assembly_ops``).
 
 Writes ``benchmarks/results/arrival-order.json`` and ``.md`` (``arrival-order-tf2`` for runs of
 TensorFlow 2's calls only).
@@ -124,39 +137,50 @@ def function_priorities(run_dir: str) -> dict[str, int]:
 
 def step_arrivals(
     trace, by_tensor: dict[str, int] | None = None
-) -> list[list[tuple[int, int | None, float]]]:
+) -> list[list[tuple[int, int | None, float, bool | None]]]:
     """Per (traced step, receiving worker): the pulls of at least ``MIN_BYTES``, as (bytes, its
-    gate's priority or None, arrival in us) in the order they arrived. ``by_tensor``: the
-    priorities by the tensor a gate forwards (``function_priorities``), for a trace of TensorFlow
-    2's calls, which keeps no partition graphs."""
+    gate's priority or None, arrival in us, whether the worker asked for it before its gate let
+    it go) in the order they arrived; None for the last where no gate's release is traced.
+    ``by_tensor``: the priorities by the tensor a gate forwards (``function_priorities``), for a
+    trace of TensorFlow 2's calls, which keeps no partition graphs.
+
+    The worker asks when its ``_Recv`` starts (the transfer's start), the gate lets the tensor go
+    when it ends: the processes share one clock, so the two compare."""
     from tfsched.tracing.replay import scheduled_tensor
 
     if by_tensor is None:  # a session's: its gates by name, the transfer's tensor their output
         priority, gate_of = gate_priorities(trace), lambda tensor: tensor.rsplit(":", 1)[0]
     else:
         priority, gate_of = by_tensor, scheduled_tensor
+    released = {(o.step, o.node): o.start_us + o.duration_us for o in trace.ops if o.op == "TfschedGate"}
     by_step = defaultdict(list)
     for t in trace.transfers:
         if "/job:ps/" in t.src and "/job:worker/" in t.dst and t.bytes >= MIN_BYTES:
             gate = priority.get(gate_of(t.tensor))
-            by_step[t.step, t.dst].append((t.bytes, gate, t.start_us + t.duration_us))
+            release = released.get((t.step, t.tensor.rsplit(":", 1)[0]))
+            asked_first = None if release is None else t.start_us < release
+            by_step[t.step, t.dst].append((t.bytes, gate, t.start_us + t.duration_us, asked_first))
     return [sorted(pulls, key=lambda p: p[2]) for _, pulls in sorted(by_step.items()) if len(pulls) > 1]
 
 
-def order_stats(steps: list[list[tuple[int, int | None, float]]]) -> dict:
+def order_stats(steps: list[list[tuple[int, int | None, float, bool | None]]]) -> dict:
     """Where each step's largest pull arrived, and how its sizes (and its gates' priorities)
-    correlate with the order."""
+    correlate with the order; for gated steps, also split by whether the worker had asked for
+    every pull before its gate let it go (``asked_first``)."""
     from scipy.stats import kendalltau
 
     from_last, taus, by_priority, uniform_last = [], [], [], 0.0
+    asked = {True: [], False: []}  # the worker asked first for every pull or not -> priority taus
     for pulls in steps:
-        sizes = [b for b, _, _ in pulls]
+        sizes = [p[0] for p in pulls]
         largest = max(range(len(sizes)), key=sizes.__getitem__)
         from_last.append(len(sizes) - 1 - largest)
         uniform_last += 1 / len(sizes)
         taus.append(float(kendalltau(sizes, range(len(sizes))).statistic))
-        if all(p is not None for _, p, _ in pulls):
-            by_priority.append(float(kendalltau([p for _, p, _ in pulls], range(len(pulls))).statistic))
+        if all(p[1] is not None for p in pulls):
+            by_priority.append(float(kendalltau([p[1] for p in pulls], range(len(pulls))).statistic))
+            if all(p[3] is not None for p in pulls):
+                asked[all(p[3] for p in pulls)].append(by_priority[-1])
     return {
         "steps": len(steps),
         "pulls_per_step": statistics.mean(len(p) for p in steps),
@@ -167,6 +191,8 @@ def order_stats(steps: list[list[tuple[int, int | None, float]]]) -> dict:
         "tau": taus,
         "priority_tau_mean": statistics.mean(by_priority) if by_priority else None,
         "priority_tau": by_priority,
+        "priority_tau_asked_first": asked[True],
+        "priority_tau_asked_late": asked[False],
     }
 
 
@@ -199,21 +225,27 @@ def markdown(runs: list[dict]) -> list[str]:
         "and arrival is 0 on average).",
         "",
         "| run | mode | traced steps | pulls a step | largest pull last (uniform) | its rank from the last "
-        "| tau size-arrival, mean (per step) | tau priority-arrival, mean (per step) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| tau size-arrival, mean (per step) | tau priority-arrival, mean (per step) "
+        "| of those, asked before the gates: steps, tau mean | asked later: steps, tau mean |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def group(taus: list[float]) -> str:
+        return f"{len(taus)}, {statistics.mean(taus):+.2f}" if taus else "0"
+
     for run in runs:
         for r in run["rows"]:
             ranks = ", ".join(str(k) for k in r["largest_rank_from_last"])
             taus = ", ".join(f"{t:+.2f}" for t in r["tau"])
-            ordered = "-"
+            ordered, first, late = "-", "-", "-"
             if r["priority_tau"]:
                 each = ", ".join(f"{t:+.2f}" for t in r["priority_tau"])
                 ordered = f"{r['priority_tau_mean']:+.2f} ({each})"
+                first, late = group(r["priority_tau_asked_first"]), group(r["priority_tau_asked_late"])
             lines.append(
                 f"| {run_title(run['config'])} | {r['mode']} | {r['steps']} | {r['pulls_per_step']:.0f} "
                 f"| {r['largest_last']} ({r['largest_last_if_uniform']:.1f}) | {ranks} "
-                f"| {r['tau_mean']:+.2f} ({taus}) | {ordered} |"
+                f"| {r['tau_mean']:+.2f} ({taus}) | {ordered} | {first} | {late} |"
             )
     return lines
 

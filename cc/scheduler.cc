@@ -382,7 +382,19 @@ std::vector<int> Levels(const Graph& g) {
   return level;
 }
 
-// TIO (TicTac §4.3): M+ of every recv of each worker under the general oracle.
+// Op types that put received tensors together or re-view them
+// (tfsched.ordering.tio.ASSEMBLY_TYPES).
+bool IsAssemblyType(const std::string& op) {
+  static const auto* types =
+      new std::unordered_set<std::string>({"ConcatV2", "Concat", "Pack", "Identity", "IdentityN",
+                                           "Snapshot", "ReadVariableOp", "Cast", "Reshape"});
+  return types->count(op) > 0;
+}
+
+// TIO (TicTac §4.3): M+ of every recv of each worker under the general oracle. Ops that only
+// assemble what the worker receives (of an assembly type, every input from another task, a
+// Const or another such op: the ConcatV2 that puts a split variable's shards together) take no
+// part in M+, as in tfsched.ordering.tio.assembly_ops, whose docstring says why.
 void Tio(const Graph& g, std::vector<Transfer>* xfers, const std::string& ps_job) {
   std::map<std::string, std::vector<int>> by_receiver;
   for (int i = 0; i < static_cast<int>(xfers->size()); ++i) {
@@ -403,9 +415,16 @@ void Tio(const Graph& g, std::vector<Transfer>* xfers, const std::string& ps_job
         bits_at[static_cast<int64_t>(t.src) * g.def->node_size() + use.first].push_back(k);
     }
     std::vector<std::vector<uint64_t>> dep(g.def->node_size());
+    std::vector<bool> assembly(g.def->node_size(), false);
     std::vector<double> m_plus(r, std::numeric_limits<double>::infinity());
     for (int v : g.topo) {
       if (g.task[v] != task) continue;
+      if (IsAssemblyType(g.def->node(v).op()) && !g.preds[v].empty()) {
+        assembly[v] = true;
+        for (int u : g.preds[v])
+          if (g.task[u] == task && g.def->node(u).op() != "Const" && !assembly[u])
+            assembly[v] = false;
+      }
       std::vector<uint64_t> d(words, 0);
       for (int u : g.preds[v]) {
         if (g.task[u] == task) {
@@ -418,7 +437,7 @@ void Tio(const Graph& g, std::vector<Transfer>* xfers, const std::string& ps_job
       }
       int total = 0;
       for (uint64_t x : d) total += __builtin_popcountll(x);
-      if (total > 1) {
+      if (total > 1 && !assembly[v]) {
         int m = 0;  // op.M: max over channels (§4.1)
         for (const auto& [sender, mask] : channel_mask) {
           int c = 0;

@@ -246,6 +246,40 @@ class TestPass:
             assert pulls["embedding/embedding_lookup"] <= 1 < sorted(pulls.values())[2], task
             assert pushes["Cast"] == 0, task  # the ids the lookup needs
 
+    def test_a_split_variables_shards_are_pulled_where_its_layer_needs_them(self, tmp_path):
+        # Three layers, each kernel split in two over two PS (a partitioned variable, put back
+        # together by a ConcatV2 on the worker). TicTac's M+ taken at that ConcatV2 made every
+        # shard as urgent as the first layer's (all tied); the pass's TIO, as tfsched.ordering's
+        # (tio.assembly_ops), now ranks them by the layer that computes with them.
+        import tensorflow as tf
+
+        from tfsched.analysis import analyze
+
+        g = tf.Graph()
+        setter = tf.compat.v1.train.replica_device_setter(ps_tasks=2, worker_device="/job:worker/task:0")
+        with g.as_default(), tf.compat.v1.device(setter):
+            h = tf.ones([2, 8])
+            for i in range(3):
+                kernel = tf.compat.v1.get_variable(
+                    f"k{i}", [8, 8], partitioner=tf.compat.v1.fixed_size_partitioner(2), use_resource=True
+                )
+                h = tf.matmul(h, kernel)
+            tf.identity(h, name="out")
+        pulls = {}
+        for name, device, p, _ in gates(optimize(g.as_graph_def(), ["out"], only_tfsched())):
+            # each shard's read, as the partitioned variable reads it: ReadVariableOp(_1)
+            shard = re.match(r"(k\d)/ConcatPartitions/concat/ReadVariableOp(_1)?/", name)
+            if device.startswith("/job:ps") and shard:
+                pulls[f"{shard.group(1)}/part_{1 if shard.group(2) else 0}"] = p
+        assert len(pulls) == 6
+        for part in (0, 1):  # a channel's shards in the order of their layers
+            assert pulls[f"k0/part_{part}"] < pulls[f"k1/part_{part}"] < pulls[f"k2/part_{part}"]
+        # the same order as tfsched.ordering's TIO of the graph (analyze, the simulator)
+        path = tmp_path / "split.pb"
+        path.write_bytes(g.as_graph_def().SerializeToString())
+        ours = analyze(str(path), fetches=["out"], algorithm="tio").schedule.priorities
+        assert {t.variable: p for t, p in ours.items() if t.kind == "pull"} == pulls
+
 
 def _dumped(directory) -> dict:
     """The graphs ``dump_graphs`` wrote to ``directory``: file name -> GraphDef."""

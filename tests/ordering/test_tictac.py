@@ -1,6 +1,6 @@
 """TIO and TAO on graphs from the TicTac paper, answers worked out by hand."""
 
-from tests.helpers import PS, W0, chain_graph, op, oracle_with, var
+from tests.helpers import PS, PS1, W0, chain_graph, op, oracle_with, var
 from tfsched.graph import RawNode, build_comm_graph
 from tfsched.ordering import order, tao_order, tio_order_values, transfer_stages
 from tfsched.sim import simulate_schedule
@@ -58,6 +58,24 @@ class TestTIO:
         )
         g = build_comm_graph(nodes, fetches=["z"])
         assert set(order(g, "tio").priorities.values()) == {0}
+
+    def test_variables_split_over_two_ps_go_in_the_order_their_layers_use_them(self):
+        # a chain of three layers, each variable split in two shards, one on each PS, put back
+        # together on the worker (ConcatV2 with a Const axis) before its layer computes with it
+        nodes = [op("x", [], op_type="Const"), op("axis", [], op_type="Const")]
+        for i in range(3):
+            nodes += var(f"k{i}/part_0") + var(f"k{i}/part_1", device=PS1)
+            nodes.append(RawNode(f"k{i}", "ConcatV2", W0, [f"k{i}/part_0/read", f"k{i}/part_1/read", "axis"]))
+            nodes.append(op(f"f{i}", [f"f{i - 1}" if i else "x", f"k{i}"], op_type="MatMul"))
+        g = build_comm_graph(nodes, fetches=["f2"])
+        prios = {t.variable: p for t, p in order(g, "tio").priorities.items()}
+        for i in range(3):  # a layer's two shards tie, and go before the next layer's
+            assert prios[f"k{i}/part_0"] == prios[f"k{i}/part_1"]
+            if i:
+                assert prios[f"k{i - 1}/part_0"] < prios[f"k{i}/part_0"]
+        # the paper's M+, taken at the ConcatV2 too, ties every shard (what TIO did before)
+        view = g.worker_view(g.worker_tasks[0])
+        assert set(tio_order_values(view)) == {1.0}
 
 
 class TestTAO:

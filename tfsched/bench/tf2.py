@@ -364,11 +364,11 @@ def predict_calls(
     The throughput, not the traced calls' times, is what the prediction is held to: a traced
     round runs under the profiler, which takes its share of the cores (VGG16 inference with one
     window per task: 5.52 s a call traced, 4.97 s a call from the timed rounds' throughput,
-    ``benchmarks/results/tf2-vgg16-inference.json``), and a round's calls end apart, so the mean
+    ``benchmarks/results/tf2-vgg16-inference-s43.json``), and a round's calls end apart, so the mean
     call is not the round's time over its calls.
 
-    Measured (forty-third session, ``benchmarks/results/tf2-vgg16-inference.md`` and
-    ``tf2-resnet50-train.md``): VGG16 inference -13% to +1% of the measured steps/s, the modes at
+    Measured (forty-third session, ``benchmarks/results/tf2-vgg16-inference-s43.md`` and
+    ``tf2-resnet50-train-s43.md``): VGG16 inference -13% to +1% of the measured steps/s, the modes at
     the cores' limit within 1%; ResNet-50 training -20% to -11%. The simulated workers start
     together and, being alike, stay in step: all pull at once, compute at once and push at once,
     where the real ones drift apart within a few calls and one's pulls share the PS's links with
@@ -388,7 +388,7 @@ def predict_calls(
 
     The pulls a gate releases together go in the order released (``race=False``), where the
     session bench races them (``predict.scheduled_runs``): TensorFlow 2's calls keep it
-    (``benchmarks/arrival_order.py``, ``results/arrival-order-tf2.md``; sixty-sixth session): in
+    (``benchmarks/arrival_order.py``, ``results/arrival-order-tf2-s66.md``; sixty-sixth session): in
     the traced calls of TIO, Kendall's tau between a pull's priority and its arrival was +0.96 to
     +1.00 in all 14 of VGG16 training on half-core hosts and all 14 of ResNet-50 training, and in
     three of six of ResNet-50 inference at batch 16 (+0.28 to +0.50 in the others), where a
@@ -398,6 +398,13 @@ def predict_calls(
     inference's TIO +5% against -10%): ``results/tf2-vgg16-train-hosts-s66-repredicted.md``,
     ``tf2-resnet50-train-s66-repredicted.md``, ``tf2-resnet50-inference-s66-arrival-repredicted.md``
     (``race=True``: until then, a what-if for ``benchmarks/repredict_tf2.py``).
+
+    A call keeps the order where the worker has asked for its pulls before the gates let them go,
+    as in training, where the PS is busy with the workers' gradients; in inference the idle PS
+    may let them go first, and a late request is answered as it comes (sixty-seventh session,
+    ``results/arrival-order-tf2.md``: VGG16 inference's TIO kept the order in 8 of the 9 traced
+    calls whose requests all came first, and in none of the 5 others). There TIO and TAO are
+    predicted +14% and +20%, and -14% and -9% racing (``results/tf2-vgg16-inference-repredicted.md``).
     """
     import copy
     from dataclasses import replace

@@ -42,12 +42,14 @@ class Properties:
             self.dead = np.zeros(self.ids.size, dtype=bool)
 
     @classmethod
-    def of(cls, view: WorkerView, oracle: TimeOracle) -> Properties:
+    def of(cls, view: WorkerView, oracle: TimeOracle, skip: frozenset[str] = frozenset()) -> Properties:
+        """The arrays of ``view`` with every recv outstanding; the ops in ``skip`` are left out
+        of the groups (``tio.assembly_ops``)."""
         n = len(view.recvs)
         groups: dict[int, float] = {}
         for op in view.ops:
             d = view.dep[op]
-            if d:
+            if d and op not in skip:
                 groups[d] = groups.get(d, 0.0) + oracle.compute(op)
         dep = np.array([_bits(d, n) for d in groups], dtype=bool).reshape(len(groups), n)
         senders = sorted({t.src_task for t in view.recvs})
