@@ -88,7 +88,11 @@ ResNet-50 (tau +0.90 to +1.00) and in 13 of 14 of VGG16 on half-core hosts (+0.9
 other +0.85). In VGG16 inference, 9 of 14 calls had every request in first (8 of them +0.96 to
 +0.98) and 5 did not (-0.10 to +0.33): there the idle PS let a call's pulls go within 0.3 ms to
 1.7 ms of each other, before some of the worker's requests had started. The two-PS row's TIO
-tied 28 of its 45 pulls (its tau says nothing; ``tfsched.ordering.tio.assembly_ops``).
+tied 28 of its 45 pulls (its tau says nothing; ``tfsched.ordering.tio.assembly_ops``). The
+file's fifth run (modes baseline, tio and tao) is that row's command after the change
+(``results/tf2-vgg16-inference-2ps-s67-tio.md``): TIO's tau +0.34, +0.76 in the 3 calls whose
+requests all came first and +0.23 in the 11 others (late requests in 11 of 14 calls, where
+the one-PS row had them in 5 of 14).
 
 Writes ``benchmarks/results/arrival-order.json`` and ``.md`` (``arrival-order-tf2`` for runs of
 TensorFlow 2's calls only).
