@@ -87,7 +87,8 @@ training the worker asked for every pull before its gate let it go in all 14 tra
 ResNet-50 (tau +0.90 to +1.00) and in 13 of 14 of VGG16 on half-core hosts (+0.96 to +0.98; the
 other +0.85). In VGG16 inference, 9 of 14 calls had every request in first (8 of them +0.96 to
 +0.98) and 5 did not (-0.10 to +0.33): there the idle PS let a call's pulls go within 0.3 ms to
-1.7 ms of each other, before some of the worker's requests had started. The two-PS row's TIO
+1.7 ms of each other (read from the traces' gate times; not in the results file), before some of
+the worker's requests had started. The two-PS row's TIO
 tied 28 of its 45 pulls (its tau says nothing; ``tfsched.ordering.tio.assembly_ops``). The
 file's fifth run (modes baseline, tio and tao) is that row's command after the change
 (``results/tf2-vgg16-inference-2ps-s67-tio.md``): TIO's tau +0.34, +0.76 in the 3 calls whose
