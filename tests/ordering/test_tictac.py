@@ -3,6 +3,7 @@
 from tests.helpers import PS, PS1, W0, chain_graph, op, oracle_with, var
 from tfsched.graph import RawNode, build_comm_graph
 from tfsched.ordering import order, tao_order, tio_order_values, transfer_stages
+from tfsched.ordering.tio import assembly_ops
 from tfsched.sim import simulate_schedule
 
 
@@ -79,6 +80,24 @@ class TestTIO:
 
 
 class TestTAO:
+    def test_variables_split_over_two_ps_go_in_the_order_their_layers_use_them(self):
+        # three layers, each variable split in two shards, one on each PS, put back together on
+        # the worker before its layer computes; the first layer's variable is the largest
+        nodes = [op("x", [], op_type="Const"), op("axis", [], op_type="Const")]
+        for i, size in enumerate((4000, 100, 1000)):
+            nodes += var(f"k{i}/part_0", (size,)) + var(f"k{i}/part_1", (size,), device=PS1)
+            nodes.append(RawNode(f"k{i}", "ConcatV2", W0, [f"k{i}/part_0/read", f"k{i}/part_1/read", "axis"]))
+            nodes.append(op(f"f{i}", [f"f{i - 1}" if i else "x", f"k{i}"], op_type="MatMul"))
+        g = build_comm_graph(nodes, fetches=["f2"])
+        o = oracle_with({**{f"f{i}": 1e-3 for i in range(3)}, **{f"k{i}": 1e-4 for i in range(3)}})
+        view = g.worker_view(g.worker_tasks[0])
+        names = _names(view, tao_order(view, o, assembly_ops(g, view)))
+        assert [n.split("/")[0] for n in names] == ["k0", "k0", "k1", "k1", "k2", "k2"]
+        # the paper's M+, taken at the ConcatV2 too, is a shard's own time: the smallest layer first
+        assert _names(view, tao_order(view, o))[0].startswith("k1/")
+        prios = {t.variable: p for t, p in order(g, "tao", o).priorities.items()}
+        assert prios["k0/part_0"] < prios["k1/part_0"] < prios["k2/part_0"]
+
     def test_fig2a_recv1_first(self):
         # P(recv1) = Time(op1) > 0 = P(recv2): eq. 5 puts recv1 first.
         g = fig2a()
@@ -217,7 +236,9 @@ class TestFastTAOMatchesReference:
 
         from tests.helpers import PS1
         from tfsched.ordering.tao import tao_order_reference
+        from tfsched.ordering.tio import assembly_ops
 
+        assembled = 0
         for seed in range(25):
             rng = random.Random(seed)
             n_vars, n_ops = rng.randint(2, 40), rng.randint(3, 60)
@@ -229,7 +250,8 @@ class TestFastTAOMatchesReference:
                 k = rng.randint(1, 3)
                 pool = [f"v{i}/read" for i in rng.sample(range(n_vars), min(k, n_vars))]
                 pool += rng.sample(names, min(len(names), rng.randint(0, 2)))
-                nodes.append(op(f"o{j}", pool))
+                # some ops only put pulled tensors together (a split variable's ConcatV2)
+                nodes.append(op(f"o{j}", pool, op_type="ConcatV2" if rng.random() < 0.3 else "AddV2"))
                 names.append(f"o{j}")
             g = build_comm_graph(nodes, fetches=names)
             o = oracle_with(
@@ -237,6 +259,10 @@ class TestFastTAOMatchesReference:
             )
             view = g.worker_view(g.worker_tasks[0])
             assert tao_order(view, o) == tao_order_reference(view, o), seed
+            assembly = assembly_ops(g, view)
+            assembled += bool(assembly)
+            assert tao_order(view, o, assembly) == tao_order_reference(view, o, assembly), seed
+        assert assembled > 5  # the graphs do have ops that only assemble pulls
 
 
 class TestCarryOver:

@@ -45,7 +45,8 @@ class ModeSpec:
     acknowledges transfers of at least credit/N parameters (``tao+pc+a32``; default
     ``DEFAULT_ACK_SHARE``, 8); ``+sent``
     returns the credit when the sender has sent a tensor, with no acknowledgement
-    (``enable(credit_return="sent")``); ``+wN`` gives the workers' pushes a window of N
+    (``enable(credit_return="sent")``; ``tio+c1+sent``: one tensor in flight a channel, TicTac's
+    order held to the wire); ``+wN`` gives the workers' pushes a window of N
     parameters, the PS's pulls keeping the mode's credit (``enable(push_credit=N)``:
     ``tao+pc+lockstep+w1000000``; until the fifty-third session the bench set it live,
     ``tfsched.set_credit`` on the worker tasks while the mode ran, the same window); ``+pool``

@@ -36,22 +36,25 @@ class Properties:
     channel: np.ndarray  # (|R|,) channel number of each recv
     n_channels: int
     dead: np.ndarray = None  # (|R|,) bool: column already taken out of R, awaiting compaction
+    assembly: np.ndarray = None  # (groups,) bool: ops that only assemble recvs, no M+ taken there
 
     def __post_init__(self) -> None:
         if self.dead is None:
             self.dead = np.zeros(self.ids.size, dtype=bool)
+        if self.assembly is None:
+            self.assembly = np.zeros(self.dep.shape[0], dtype=bool)
 
     @classmethod
-    def of(cls, view: WorkerView, oracle: TimeOracle, skip: frozenset[str] = frozenset()) -> Properties:
-        """The arrays of ``view`` with every recv outstanding; the ops in ``skip`` are left out
-        of the groups (``tio.assembly_ops``)."""
+    def of(cls, view: WorkerView, oracle: TimeOracle, assembly: frozenset[str] = frozenset()) -> Properties:
+        """The arrays of ``view`` with every recv outstanding. The ops in ``assembly``
+        (``tio.assembly_ops``) are groups of their own that give ``P`` but take no ``M+``."""
         n = len(view.recvs)
-        groups: dict[int, float] = {}
+        groups: dict[tuple[int, bool], float] = {}
         for op in view.ops:
-            d = view.dep[op]
-            if d and op not in skip:
-                groups[d] = groups.get(d, 0.0) + oracle.compute(op)
-        dep = np.array([_bits(d, n) for d in groups], dtype=bool).reshape(len(groups), n)
+            key = (view.dep[op], op in assembly)
+            if key[0]:
+                groups[key] = groups.get(key, 0.0) + oracle.compute(op)
+        dep = np.array([_bits(d, n) for d, _ in groups], dtype=bool).reshape(len(groups), n)
         senders = sorted({t.src_task for t in view.recvs})
         return cls(
             ids=np.arange(n),
@@ -60,6 +63,7 @@ class Properties:
             recv_time=_ns([oracle.transfer(t) for t in view.recvs]),
             channel=np.array([senders.index(t.src_task) for t in view.recvs], dtype=np.int64),
             n_channels=max(len(senders), 1),
+            assembly=np.array([a for _, a in groups], dtype=bool),
         )
 
     def op_m(self) -> np.ndarray:
@@ -79,9 +83,10 @@ class Properties:
         p = np.zeros(n, dtype=np.int64)
         if one.any():
             np.add.at(p, self.dep[one].argmax(axis=1), self.group_time[one])
-        # M+: the cheapest op.M among ops that need this recv and another outstanding one.
+        # M+: the cheapest op.M among ops that need this recv and another outstanding one, an op
+        # that only assembles recvs aside (tio.assembly_ops).
         m_plus = np.full(n, np.inf)  # float: +inf marks "no multi-recv op needs it"
-        multi = count > 1
+        multi = (count > 1) & ~self.assembly
         if multi.any():
             m = self.op_m()[multi]
             order = np.argsort(m, kind="stable")
@@ -103,7 +108,11 @@ class Properties:
             self.dep, self.dead = self.dep[:, keep], self.dead[keep]
             alive = self.dep.any(axis=1)  # a group with no outstanding recv plays no further part
             if not alive.all():
-                self.dep, self.group_time = self.dep[alive], self.group_time[alive]
+                self.dep, self.group_time, self.assembly = (
+                    self.dep[alive],
+                    self.group_time[alive],
+                    self.assembly[alive],
+                )
 
     @property
     def outstanding(self) -> list[int]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from tfsched.graph.model import CommGraph, Transfer, WorkerView
 from tfsched.oracle.oracle import TimeOracle
 from tfsched.ordering.properties import Properties
+from tfsched.ordering.tio import assembly_ops
 
 
-def tao_order(view: WorkerView, oracle: TimeOracle) -> list[int]:
+def tao_order(view: WorkerView, oracle: TimeOracle, assembly: frozenset[str] = frozenset()) -> list[int]:
     """Indices into ``view.recvs`` in TAO order (first = highest priority).
 
     Each round updates the properties (Algorithm 1) and takes the minimum recv under the
@@ -21,8 +22,16 @@ def tao_order(view: WorkerView, oracle: TimeOracle) -> list[int]:
     communication dependency are one row, properties are numpy reductions over
     (groups x outstanding recvs), and rows and columns leave the arrays as they stop mattering.
     An Inception-v3 worker (about 11,000 ops, 470 recvs) orders in well under a second.
+
+    ``assembly`` (``tio.assembly_ops``) give ``P`` but take no ``M+``, as in TIO (our extension):
+    where a variable is split over PS tasks, the ``ConcatV2`` that puts its shards together needs
+    just them, so the paper's ``M+`` of a shard is the shard's own time, and with every ``P`` 0
+    (each layer needs a weight and a bias) the comparator falls to ``M+``: a late layer's small
+    shards went before an earlier layer's large ones. On the TensorFlow 2 bench's VGG16
+    inference on two PS (sixty-eighth session, ``benchmarks/results/tf2-vgg16-inference-2ps.md``)
+    fc1's shards went before block4_conv2's and block5_conv2's before block4_conv2's.
     """
-    props = Properties.of(view, oracle)
+    props = Properties.of(view, oracle, assembly)
     order: list[int] = []
     while props.ids.size and not props.dead.all():
         p, m_plus = props.update()
@@ -50,7 +59,7 @@ def tao_values(graph: CommGraph, oracle: TimeOracle) -> dict[Transfer, float]:
     values: dict[Transfer, float] = {}
     for task in graph.worker_tasks:
         view = graph.worker_view(task)
-        order = tao_order(view, oracle)
+        order = tao_order(view, oracle, assembly_ops(graph, view))
         for pos, i in enumerate(order):
             values[view.recvs[i]] = float(pos)
         arrival: dict[Transfer, float] = {}
@@ -83,7 +92,9 @@ def expected_finish_times(
     return finish
 
 
-def tao_order_reference(view: WorkerView, oracle: TimeOracle) -> list[int]:
+def tao_order_reference(
+    view: WorkerView, oracle: TimeOracle, assembly: frozenset[str] = frozenset()
+) -> list[int]:
     """The straightforward TAO: Algorithm 1 recomputed over every op for every pick.
 
     Kept as the reference the vectorized :func:`tao_order` is tested and benchmarked against;
@@ -93,18 +104,18 @@ def tao_order_reference(view: WorkerView, oracle: TimeOracle) -> list[int]:
     ns = [round(oracle.transfer(t) * 1e9) for t in view.recvs]
     senders = sorted({t.src_task for t in view.recvs})
     chan = [senders.index(t.src_task) for t in view.recvs]
-    ops = [(view.dep[op], round(oracle.compute(op) * 1e9)) for op in view.ops if view.dep[op]]
+    ops = [(view.dep[op], round(oracle.compute(op) * 1e9), op in assembly) for op in view.ops if view.dep[op]]
     outstanding = list(range(n))
     order: list[int] = []
     while outstanding:
         mask = sum(1 << r for r in outstanding)
         p = dict.fromkeys(outstanding, 0)
         m_plus = dict.fromkeys(outstanding, float("inf"))
-        for dep, t in ops:
+        for dep, t, assembles in ops:
             d = [r for r in outstanding if dep & mask & (1 << r)]
             if len(d) == 1:
                 p[d[0]] += t
-            elif len(d) > 1:
+            elif len(d) > 1 and not assembles:
                 per = [0] * len(senders)
                 for r in d:
                     per[chan[r]] += ns[r]
