@@ -277,6 +277,25 @@ def test_a_credit_returned_when_sent_smaller_than_one_slice_does_not_deadlock(cl
     assert_bitwise_equal(vanilla, box["value"])
 
 
+def test_a_credit_of_one_returned_when_sent_keeps_one_tensor_in_flight(cluster):
+    """credit=1, credit_return="sent" (README, "One tensor in flight"): each tensor it counts waits
+    until the one before it on its channel has been sent, so no channel ever has two of seq32's
+    65,536-parameter weights (or their gradients) in flight; training stays bitwise identical,
+    and no gate waits out its timeout."""
+    import tfsched
+
+    target = cluster.target("worker", 0)
+    vanilla = train(target, build_graph("seq32", ps_tasks=2), 5, _config())
+    devices = ["/job:ps/task:0", "/job:ps/task:1", "/job:worker/task:0"]
+    tfsched.enforce.set_credit(target, 0, devices)  # resets the peak counters
+    cfg = _config(credit=1, credit_return="sent")
+    assert_bitwise_equal(vanilla, train(target, build_graph("seq32", ps_tasks=2), 5, cfg))
+    for device in devices:
+        s = settled_stats(target, device)
+        assert s["timeouts"] == 0 and s["live_steps"] == 0
+        assert s["peak_in_flight"] == WEIGHT, (device, s)
+
+
 def test_credit_return_is_checked():
     import tfsched
 
