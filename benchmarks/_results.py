@@ -37,6 +37,15 @@ def run_title(config: dict) -> str:
     )
 
 
+def run_dir_parser(description: str, written: str) -> argparse.ArgumentParser:
+    """The arguments of a script that reads a kept bench run: its directory and ``--name``
+    (``written``: the results files the name makes, for the help)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("run_dir", help="a bench run's --traces directory, with its bench.json")
+    ap.add_argument("--name", required=True, help=written)
+    return ap
+
+
 def machine() -> dict:
     return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
 

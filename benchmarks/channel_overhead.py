@@ -17,12 +17,11 @@ in each mode's traced steps (how fast one channel ran).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, run_dir_errors, run_title, write  # noqa: E402
+from _results import machine, run_dir_errors, run_dir_parser, run_title, write  # noqa: E402
 from repredict import repredict  # noqa: E402
 
 
@@ -61,9 +60,7 @@ def ranks(xs) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run_dir", help="a bench run's --traces directory, with its bench.json")
-    ap.add_argument("--name", required=True, help="results/<name>.{json,md}")
+    ap = run_dir_parser(__doc__.splitlines()[0], "results/<name>.{json,md}")
     ap.add_argument("--overheads", default="0.3,5", help="per-message overheads to try, ms, comma-separated")
     args = ap.parse_args()
     try:

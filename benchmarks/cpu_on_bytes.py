@@ -16,14 +16,13 @@ Writes ``benchmarks/results/cpu-on-bytes-<name>.json`` and ``.md``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, run_dir_errors, run_graph, run_title, write  # noqa: E402
+from _results import machine, run_dir_errors, run_dir_parser, run_graph, run_title, write  # noqa: E402
 
 
 def predict(run_dir: str, fractions: list[float]) -> tuple[dict, list[dict]]:
@@ -73,9 +72,7 @@ def predict(run_dir: str, fractions: list[float]) -> tuple[dict, list[dict]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run_dir", help="a bench run's --traces directory, with its bench.json")
-    ap.add_argument("--name", required=True, help="results/cpu-on-bytes-<name>.{json,md}")
+    ap = run_dir_parser(__doc__.splitlines()[0], "results/cpu-on-bytes-<name>.{json,md}")
     ap.add_argument("--fractions", default="0,0.5,0.8", help="of the baseline's CPU a step, on the bytes")
     args = ap.parse_args()
     try:

@@ -26,13 +26,12 @@ Writes ``benchmarks/results/<name>-repredicted.json`` and ``.md``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, run_dir_errors, run_graph, run_title, write  # noqa: E402
+from _results import machine, run_dir_errors, run_dir_parser, run_graph, run_title, write  # noqa: E402
 
 
 def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
@@ -177,9 +176,7 @@ WHAT_IFS = {
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run_dir", help="a bench run's --traces directory, with its bench.json")
-    ap.add_argument("--name", required=True, help="results/<name>-repredicted.{json,md}")
+    ap = run_dir_parser(__doc__.splitlines()[0], "results/<name>-repredicted.{json,md}")
     args = ap.parse_args()
     with run_dir_errors():
         config, rows = repredict(args.run_dir)

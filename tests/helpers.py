@@ -3,8 +3,10 @@ a user runs it."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 from tfsched.graph import CommGraph, RawNode, build_comm_graph
 from tfsched.oracle import LinkModel, TimeOracle
@@ -13,6 +15,16 @@ PS = "/job:ps/replica:0/task:0/device:CPU:0"
 PS1 = "/job:ps/replica:0/task:1/device:CPU:0"
 W0 = "/job:worker/replica:0/task:0/device:CPU:0"
 W1 = "/job:worker/replica:0/task:1/device:CPU:0"
+
+
+def benchmark_script(name: str):
+    """``benchmarks/<name>.py`` loaded as a module (it puts ``benchmarks/`` on the path, for its
+    ``_results``)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def var(name: str, shape=(4,), device: str = PS) -> list[RawNode]:

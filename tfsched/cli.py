@@ -1420,7 +1420,7 @@ def tune(
     if "straggler" in best:
         got += f", straggler effect {best['straggler']:.3f}"
     line = (
-        f"best: {b.describe()} parameters, {got} (mean of {best['measurements']} measurements) over "
+        f"best: {b.describe()}, {got} (mean of {best['measurements']} measurements) over "
         f"{len(result.history)} trials"
     )
     if api == "tf2":

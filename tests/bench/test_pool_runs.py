@@ -1,7 +1,6 @@
 """benchmarks/pool_runs.py: one mode's speedup pooled over runs of one benchmark."""
 
 import doctest
-import importlib.util
 import json
 import math
 import re
@@ -11,15 +10,12 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "pool_runs.py"
+from tests.helpers import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def pool_runs():
-    spec = importlib.util.spec_from_file_location("pool_runs", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # puts benchmarks/ on the path, for its _results
-    return module
+    return benchmark_script("pool_runs")
 
 
 def _results_file(

@@ -1,19 +1,16 @@
 """benchmarks/what_if_errors.py: the simulator's error now and with one what-if, over re-predicted runs."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "what_if_errors.py"
+from tests.helpers import benchmark_script
 
 
 @pytest.fixture
 def what_if_errors(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("what_if_errors", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # puts benchmarks/ on the path, for its _results
+    module = benchmark_script("what_if_errors")
     monkeypatch.setattr(module, "RESULTS", str(tmp_path))
     return module
 

@@ -360,6 +360,28 @@ class TestSimulate:
             simulate(sg, "counter", credit_bytes=4000, credit_return="received")
         with pytest.raises(TfschedError, match="ack_slot_s"):
             simulate(sg, "counter", credit_bytes=4000, ack_slot_s=-0.1)
+        with pytest.raises(TfschedError, match="handoff_s must be a non-negative number of seconds"):
+            simulate(sg, "counter", credit_bytes=4000, credit_return="sent", handoff_s=-0.001)
+
+    def test_a_credit_returned_when_sent_reaches_the_next_gate_a_handoff_later(self):
+        """One tensor in flight: each held pull waits for the credit of the one before it, which
+        comes back ``handoff_s`` after that one's last byte left; the first goes at once, and a
+        credit that holds none of them, or comes back by acknowledgement, does not wait for it."""
+        g = chain_graph(3, [1000] * 3)  # 4000-byte pulls, 1 ms overhead and 4 ms on the wire each
+        o = oracle_with({}, bandwidth_bps=8e6, overhead_s=0.001)
+        sg = build_sim_graph(g, o, order(g, "tio"))
+
+        def step(credit, handoff, credit_return="sent"):
+            return simulate(
+                sg, "counter", credit_bytes=credit, credit_return=credit_return, handoff_s=handoff
+            ).step_time
+
+        held = step(1, 0.0)
+        assert held == pytest.approx(3 * 0.005)
+        assert step(1, 0.002) == pytest.approx(held + 2 * 0.002)
+        # a window over all three holds none back: no hand-off waits
+        assert step(12000, 0.002) == pytest.approx(step(12000, 0.0)) == pytest.approx(0.001 + 3 * 0.004)
+        assert step(1, 0.002, "ack") == pytest.approx(step(1, 0.0, "ack"))
 
     def test_acknowledgements_take_the_shared_machines_cpu(self):
         # Three 4000-byte pulls one at a time (5 ms each with the overhead), the last op 1 s.

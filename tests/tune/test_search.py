@@ -6,7 +6,7 @@ import statistics
 import pytest
 
 from tfsched.errors import TfschedError
-from tfsched.tune.search import BayesSearch, RandomSearch, Setting, Space, trials_to_reach
+from tfsched.tune.search import ONE_IN_FLIGHT, BayesSearch, RandomSearch, Setting, Space, trials_to_reach
 
 OPT = (19.3, 22.7)  # log2 partition, log2 credit of the optimum
 
@@ -127,3 +127,34 @@ def test_probe_goes_first():
     assert search.next_setting() == Setting(2**18, 2**20)
     with pytest.raises(TfschedError):
         search.register(Setting(2**18, 2**20), float("nan"))
+
+
+@pytest.mark.parametrize("kind", [BayesSearch, RandomSearch])
+def test_a_probe_outside_the_space_is_measured_and_can_win_but_the_model_never_sees_it(kind, capsys):
+    """One tensor in flight (no partition, credit 1) lies outside every space: it is measured as
+    it is, not rounded into the space, and only the history keeps it."""
+    search = kind(Space(), seed=0)
+    assert not search.in_bounds(ONE_IN_FLIGHT)
+    defaults = Setting(2**20, 2**22)
+    search.probe(defaults)
+    search.probe(ONE_IN_FLIGHT)
+    assert search.next_setting() == defaults
+    search.register(defaults, 1.0)
+    assert search.next_setting() == ONE_IN_FLIGHT
+    search.register(ONE_IN_FLIGHT, 1.4)
+    for _ in range(3):  # the model's own settings, all inside
+        s = search.next_setting()
+        assert search.in_bounds(s) and s != ONE_IN_FLIGHT
+        search.register(s, 0.9)
+    search.register(ONE_IN_FLIGHT, 1.2, confirm=True)
+    assert search.best().setting == ONE_IN_FLIGHT and search.best().value == pytest.approx(1.3)
+    assert search.to_confirm(1) == [ONE_IN_FLIGHT]
+    if kind is BayesSearch:  # the defaults and the model's three, not the probe outside
+        assert len(search._opt.space) == 4
+    # probed again once measured: not run again, and still not the model's
+    search.probe(ONE_IN_FLIGHT)
+    assert search.next_setting() != ONE_IN_FLIGHT
+    if kind is BayesSearch:
+        assert len(search._opt.space) == 4
+    assert ONE_IN_FLIGHT.describe() == "partition 0 credit 1 (one tensor in flight)"
+    assert capsys.readouterr().out == ""

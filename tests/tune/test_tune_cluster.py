@@ -5,7 +5,7 @@ import statistics
 import pytest
 
 from tests.helpers import cli
-from tfsched.tune.search import Setting, Space
+from tfsched.tune.search import ONE_IN_FLIGHT, Setting, Space
 
 pytestmark = [pytest.mark.tf, pytest.mark.cluster]
 
@@ -109,7 +109,7 @@ def test_tuning_one_window_per_task_with_a_timing_aware_order():
         credit_return="sent",
         sync=True,  # tfsched tune --sync: the workers' steps start together
         prescreen_keep=2,
-        trials=3,
+        trials=4,
         confirm=0,
         **SHORT,
     )
@@ -118,7 +118,7 @@ def test_tuning_one_window_per_task_with_a_timing_aware_order():
     assert doc["config"]["host_order"] == "priority"
     assert doc["config"]["ack_share"] == 32 and doc["config"]["credit_return"] == "sent"
     # ``tfsched bench --tuned`` runs the best setting as it was tuned
-    from tfsched.bench.run import tuned_mode
+    from tfsched.bench.run import parse_mode, tuned_mode
 
     where = {"model": "seq32", "workers": 2, "ps": 1, "bandwidth": "loopback", "batch_size": 4}
     assert doc["config"]["batch_size"] == 4 and doc["config"]["sync"] is True
@@ -129,11 +129,17 @@ def test_tuning_one_window_per_task_with_a_timing_aware_order():
         tuned_mode(doc, "tune.json", **where)
         == f"tao+p{r.best.partition}+c{r.best.credit}+lockstep+a{share}+sent"
     )
-    # after the defaults, the two settings the simulator (with one window per task) liked best
+    # after the defaults, one tensor in flight (credit returned when sent), then the two
+    # settings the simulator (with one window per task) liked best
+    assert r.history[1].setting == ONE_IN_FLIGHT and r.history[1].value > 0
     assert len(r.prescreened) == 2 and all(p["predicted_step_s"] > 0 for p in r.prescreened)
-    assert [(t.setting.partition, t.setting.credit) for t in r.history[1:]] == [
+    assert [(t.setting.partition, t.setting.credit) for t in r.history[2:]] == [
         (p["partition"], p["credit"]) for p in r.prescreened
     ]
+    # the bench runs it as tuned: no partition, credit 1, and what enable(credit=1) acknowledges
+    one = {**doc, "best": ONE_IN_FLIGHT.to_json()}
+    assert tuned_mode(one, "tune.json", **where) == "tao+c1+lockstep+a1+sent"
+    assert parse_mode("tao+c1+lockstep+a1+sent").credit == 1
     for applied in r.applied.values():
         assert applied["live_credit"] == r.best.credit
 

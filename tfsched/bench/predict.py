@@ -276,6 +276,7 @@ def scheduled_runs(
     stream_window_bytes: int | None = None,
     record: bool = False,
     race: bool = True,
+    handoff_s: float = 0.0,
 ) -> list:
     """``sim.seeded_runs`` of ``sg`` as the pass enforces ``schedule`` with the sizes of ``spec``
     (``run.parse_mode``'s, in parameters): the pulls a gate releases together race to the wire,
@@ -283,8 +284,8 @@ def scheduled_runs(
     go in the order released, as TensorFlow 2's calls send them, ``bench.tf2.predict_calls``), a
     mean over seeds as for the baseline's ties.
     ``latency_s``: what each arrival and acknowledgement is delayed; ``overlap``,
-    ``worker_weight``, ``executor_threads``, ``stream_window_bytes`` and ``record``:
-    ``sim.simulate``'s."""
+    ``worker_weight``, ``executor_threads``, ``stream_window_bytes``, ``handoff_s`` and
+    ``record``: ``sim.simulate``'s."""
     from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
     from tfsched.sim import POLICY_OF_MODE, seeded_runs
 
@@ -306,6 +307,7 @@ def scheduled_runs(
         executor_threads=executor_threads,
         stream_window_bytes=stream_window_bytes,
         record=record,
+        handoff_s=handoff_s,
     )
 
 
@@ -329,6 +331,7 @@ def annotate(
     host_bytes: bool = True,
     even_byte_shares: bool = False,
     task_cpu: bool = True,
+    handoff_s: float = 0.0,
 ) -> None:
     """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace).
 
@@ -342,6 +345,8 @@ def annotate(
     There what an op costs comes from the CPU the workers' own processes spent
     (``machine_slots_from_task_cpu``, ``ModeResult.task_cpu_s``) where the baseline measured it;
     ``task_cpu=False``: from the machine's, as until the sixty-fifth session (a what-if).
+    ``handoff_s``: ``sim.simulate``'s, for the modes whose credit comes back when sent (a what-if
+    for ``benchmarks/handoff.py``; the bench leaves it at 0).
 
     ``latency_s``: what each host's link adds (``--latency``). A tensor between two tasks
     crosses two links, so the simulator delays each arrival (and each acknowledgement) by twice
@@ -525,6 +530,7 @@ def annotate(
                 # inline transfers (the default) wait for no thread (cc/transfers.cc)
                 executor_threads=None if spec.inline_transfers else executor_threads,
                 stream_window_bytes=stream_window_bytes,
+                handoff_s=handoff_s,
             )
         # The simulator's step is the slowest worker's; so is a synchronous iteration. The mean
         # over every worker's steps was the measure until the seventh session: it put the

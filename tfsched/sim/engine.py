@@ -92,7 +92,18 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   ResNet-50 training at 10 Gbit/s (1 PS x 2 workers, ByteScheduler's sizes, a traced run
   re-predicted, benchmarks/results/resnet50-train-10g-sent-traced-repredicted.md): measured
   0.641 s with acknowledgements and 0.609 s without; predicted 0.606 s for both before (-6% and
-  -0%), 0.648 s and 0.606 s now (+1% and -0%);
+  -0%), 0.648 s and 0.606 s now (+1% and -0%). ``handoff_s`` (a what-if, 0 by default): such a
+  credit reaches the gate it lets go that much later, the threads it takes (gRPC's, which lets go
+  of the buffer, and the sender's, which puts the next tensor out) waiting for cores the ops keep
+  busy. Measured with one tensor in flight (``benchmarks/handoff.py``, ResNet-50 training at 10
+  Gbit/s, 1 PS x 2 workers, the machine's cores 97% busy): a held pull's gate let go a median
+  2.8 ms after the pull before it had arrived (102 hand-offs, 52 pulls a step on each channel);
+  the channels' pulls took 273 and 290 ms from the first release to the last arrival, for 75 ms
+  of bytes each. Without it that mode was predicted 17% fast and 4% faster than TIO, where it
+  measured 2% slower; with it 5% fast and 11% slower than TIO: the cost is the hand-off, and
+  the median measured over-states it (``benchmarks/results/handoff-resnet50-train-10g.md``).
+  At 1 Gbit/s the credit comes back long before the bytes arrive (the socket buffer and the
+  shaper's queue hold them), and nothing there measures it;
 * with ``push_credit_bytes`` (``enable(push_credit=N)``, or a live credit on the workers,
   ``tfsched.set_credit``, the bench's ``+wN``): the tasks that push (the workers) have that window instead of ``credit_bytes``;
   which messages are acknowledged stays as ``credit_bytes`` has it, as the pass decided when
@@ -350,6 +361,7 @@ def simulate(
     push_credit_bytes: int | None = None,
     executor_threads: int | None = None,
     stream_window_bytes: int | None = None,
+    handoff_s: float = 0.0,
 ) -> SimResult:
     """Run the simulation; see the module docstring for the model. ``overlap=False``: a message's
     overhead holds its channel as its bytes do (TicTac's model of a transfer, and this one's
@@ -363,13 +375,16 @@ def simulate(
     behind the messages waiting there (at the back of the kept order, or of those racing).
     This models a large message's HTTP/2 stream yielding to the others between flow-control
     windows. ``benchmarks/arrival_order.py`` measured vanilla TensorFlow's largest pull arriving
-    last in 20 of 26 traced steps, where a uniform order gives 1.8."""
+    last in 20 of 26 traced steps, where a uniform order gives 1.8. ``handoff_s`` (a what-if, 0 by
+    default): a credit returned when sent comes back this long after the last byte left (the
+    module docstring)."""
     if not 0 < worker_weight <= 1:
         raise TfschedError(f"worker_weight must be in (0, 1], got {worker_weight!r}")
     check_credit_return(credit_return)
     lockstep = check_host_order(host_order, host_credit) == "priority"
-    if not ack_slot_s >= 0:
-        raise TfschedError(f"ack_slot_s must be a non-negative number of seconds, got {ack_slot_s!r}")
+    for name, seconds in (("ack_slot_s", ack_slot_s), ("handoff_s", handoff_s)):
+        if not seconds >= 0:
+            raise TfschedError(f"{name} must be a non-negative number of seconds, got {seconds!r}")
     if policy not in POLICIES:
         raise TfschedError(f"unknown simulation policy {policy!r}; choose one of {', '.join(POLICIES)}")
     if credit_bytes is not None and credit_bytes <= 0:
@@ -552,10 +567,10 @@ def simulate(
 
     def sent(i: int) -> None:
         """Message ``i``'s last byte left the sender: it arrives one latency later, and a credit
-        returned when sent comes back now (gRPC's callback, no op of the sender's)."""
+        returned when sent comes back ``handoff_s`` later (gRPC's callback, no op of the sender's)."""
         push_event(now + latency_s, "arrive", i)
         if acked[i] and credit_return == "sent":
-            push_event(now, "credit", i)
+            push_event(now + handoff_s, "credit", i)
 
     def on_executor(task: str, then, code: int, i: int) -> None:
         """Message ``i``'s acknowledgement runs an op of ``task`` (the receiver's ``TfschedAck``,

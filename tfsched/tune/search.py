@@ -6,6 +6,9 @@ searched on a log2 scale, where their effect is smooth. The partition size is
 rounded to a grid (``Space.partition_step`` in log2): each partition size is a graph rewrite
 and a session per worker, so the tuner should revisit a few values rather than try many close
 ones. Credit changes live and is rounded to whole parameters only.
+
+A probed setting may lie outside the space (``ONE_IN_FLIGHT``): it is measured and can win,
+but the model never sees it, as a point that far out would skew its fit of the space.
 """
 
 from __future__ import annotations
@@ -38,9 +41,22 @@ class Setting:
         return Setting(int(d["partition"]), int(d["credit"]), int(d.get("push_credit", 0)))
 
     def describe(self) -> str:
-        """``partition 1,000 credit 4,000`` (and ``pushes N``): for progress lines."""
+        """``partition 1,000 credit 4,000`` (and ``pushes N``), in parameters: for progress lines.
+
+        >>> Setting(0, 1).describe()
+        'partition 0 credit 1 (one tensor in flight)'
+        """
         text = f"partition {self.partition:,} credit {self.credit:,}"
-        return text + (f" pushes {self.push_credit:,}" if self.push_credit else "")
+        text += f" pushes {self.push_credit:,}" if self.push_credit else ""
+        return text + (" (one tensor in flight)" if self == ONE_IN_FLIGHT else "")
+
+
+# One tensor in flight a channel (``enable(credit=1, credit_return="sent")``; BENCHMARKS.md, "One
+# tensor in flight"): no partition, and a credit under any acknowledged tensor, so that each
+# waits until gRPC has let go of the one before it. Outside every space: ``tfsched tune
+# --credit-return sent`` measures it as a probe (an addition to ByteScheduler's search, whose
+# smallest credit, 2^18 parameters, still lets several of a model's tensors go at once).
+ONE_IN_FLIGHT = Setting(0, 1)
 
 
 # the pushes' window searched by ``tfsched tune --push-credit``: 65,536 .. 16,777,216 parameters,
@@ -115,6 +131,7 @@ class _Search:
     space: Space
     seed: int = 0
     history: list[Trial] = field(default_factory=list)
+    _queue: list[Setting] = field(default_factory=list)  # probed settings, measured first
 
     def best(self, among: list[Setting] | None = None) -> Trial | None:
         """The setting with the highest mean over its measurements, with that mean.
@@ -148,8 +165,22 @@ class _Search:
             runs.setdefault(t.setting, []).append(t.value)
         return {s: sum(v) / len(v) for s, v in runs.items()}
 
+    def probe(self, setting: Setting) -> None:
+        """Measure this setting before the model's own suggestions (the defaults, the simulator's
+        choices, or one outside the space, which only the history keeps)."""
+        self._queue.append(setting)
+
     def next_setting(self) -> Setting:
         """The next setting worth measuring; settings seen before are registered again, not re-run."""
+        while self._queue:
+            s = self._queue.pop(0)
+            inside = self.in_bounds(s)
+            known = self.measured(s)
+            if known is None:
+                self._pending = self.space.params(s) if inside else None
+                return s
+            if inside:
+                self._register(self.space.params(s), known)
         for _ in range(25):
             params = self._suggest()
             s = self.space.setting(params)
@@ -167,13 +198,16 @@ class _Search:
     ) -> None:
         """One measurement of ``setting``; ``confirm``: a repeat, not the model's suggestion;
         ``measured``: what ``value`` was made of, kept with the trial."""
-        pending = getattr(self, "_pending", None)
-        params = self.space.params(setting) if confirm or pending is None else pending
-        if not confirm:
+        params = getattr(self, "_pending", None)
+        if confirm or params is None:
+            # a setting outside the space (a probe's) stays out of the model
+            params = self.space.params(setting) if self.in_bounds(setting) else None
+        else:
             self._pending = None
         if not math.isfinite(value):
             raise TfschedError(f"trial value must be finite, got {value}")
-        self._register(params, value)
+        if params is not None:
+            self._register(params, value)
         self.history.append(Trial(setting, value, confirm, dict(measured or {})))
 
     def in_bounds(self, setting: Setting) -> bool:
@@ -188,13 +222,9 @@ class RandomSearch(_Search):
     def __init__(self, space: Space, seed: int = 0):
         super().__init__(space, seed)
         self._rng = random.Random(seed)
-        self._queue: list[dict] = []
-
-    def probe(self, setting: Setting) -> None:
-        self._queue.append(self.space.params(setting))
 
     def _suggest(self) -> dict:
-        return self._queue.pop(0) if self._queue else self.space.sample(self._rng)
+        return self.space.sample(self._rng)
 
     def _register(self, params: dict, value: float) -> None:
         pass
@@ -221,16 +251,9 @@ class BayesSearch(_Search):
             allow_duplicate_points=True,
         )
         self._init = init_points
-        self._queue: list[dict] = []
         self._scale: float | None = None
 
-    def probe(self, setting: Setting) -> None:
-        """Measure this setting before the model's own suggestions (e.g. from the simulator)."""
-        self._queue.append(self.space.params(setting))
-
     def _suggest(self) -> dict:
-        if self._queue:
-            return self._queue.pop(0)
         if len(self._opt.space) < self._init:
             return self.space.sample(self._rng)
         return {k: float(v) for k, v in self._opt.suggest().items()}

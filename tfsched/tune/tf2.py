@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from tfsched.errors import TfschedError
 from tfsched.tune.run import TuneResult
-from tfsched.tune.search import SEARCHES, Setting, Space
+from tfsched.tune.search import ONE_IN_FLIGHT, SEARCHES, Setting, Space
 
 
 def tune_tf2(
@@ -111,6 +111,8 @@ def tune_tf2(
             found.probe(defaults)
         else:
             defaults = None
+    if credit_return == "sent":  # one tensor in flight, after the defaults (``tune_cluster``)
+        found.probe(ONE_IN_FLIGHT)
 
     baseline: list[float] = []
     leaders: list[Setting] | None = None

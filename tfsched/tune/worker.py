@@ -12,14 +12,25 @@ import time
 from collections import OrderedDict
 
 from tfsched.tune.coordinator import CoordinatorClient
-from tfsched.tune.search import Setting, Space
+from tfsched.tune.search import ONE_IN_FLIGHT, Setting, Space
 
 log = logging.getLogger("tfsched.tune")
 
 # The pass needs some credit to put acknowledgements in the graph; the live setting rules. The
 # pass acknowledges tensors of at least credit/ack_share (an eighth): a tuned session's is given
 # the smallest credit the search reaches, so that every live setting has those tensors to limit.
+# One tensor in flight (``ONE_IN_FLIGHT``, a probe outside the space) has a session of its own
+# whose pass has its credit, and counts every tensor ``enable(credit=1)`` counts.
 PASS_CREDIT = 2 ** int(Space().credit_log2[0])
+
+
+def pass_credit(setting: Setting) -> int:
+    """The credit the pass of ``setting``'s session is enabled with (the live credit then rules).
+
+    >>> pass_credit(Setting(0, 1)), pass_credit(Setting(2**20, 2**22)) == PASS_CREDIT
+    (1, True)
+    """
+    return setting.credit if setting == ONE_IN_FLIGHT else PASS_CREDIT
 
 
 class Follower:
@@ -92,9 +103,10 @@ class TunedSession:
 
     Credit changes live (``CreditSetter``) on the ``devices``' gates; a new partition size opens
     a new session on the same graph and target with the pass set to it (the variables live on
-    the PS, so training carries on: no checkpoint, no restart). Up to ``max_sessions`` are kept
-    open for sizes seen again. ``push_devices``: the tasks that push (the worker's own), whose
-    gates take the setting's pushes' window, live too (the credit where it has none).
+    the PS, so training carries on: no checkpoint, no restart), as does one tensor in flight
+    (``pass_credit``). Up to ``max_sessions`` are kept open for sizes seen again.
+    ``push_devices``: the tasks that push (the worker's own), whose gates take the setting's
+    pushes' window, live too (the credit where it has none).
     """
 
     def __init__(
@@ -120,24 +132,25 @@ class TunedSession:
         self.target, self.graph = target, graph
         self.follower = Follower(client, settle=settle, measure=measure)
         self._enable = enable_kwargs
-        self._sessions: OrderedDict[int, object] = OrderedDict()
+        self._sessions: OrderedDict[tuple[int, int], object] = OrderedDict()  # (partition, credit)
         self._max = max_sessions
         self._credit = CreditSetter(target, devices)
         self._push = CreditSetter(target, list(push_devices)) if push_devices else None
         self._current = None
         self.partition: int | None = None
 
-    def _session_for(self, partition: int):
+    def _session_for(self, partition: int, credit: int = PASS_CREDIT):
         import tensorflow as tf
 
         import tfsched
 
-        if partition in self._sessions:
-            self._sessions.move_to_end(partition)
-            return self._sessions[partition]
-        config = tfsched.enable(partition=partition, credit=PASS_CREDIT, **self._enable)
+        key = (partition, credit)
+        if key in self._sessions:
+            self._sessions.move_to_end(key)
+            return self._sessions[key]
+        config = tfsched.enable(partition=partition, credit=credit, **self._enable)
         sess = tf.compat.v1.Session(self.target, graph=self.graph, config=config)
-        self._sessions[partition] = sess
+        self._sessions[key] = sess
         while len(self._sessions) > self._max:
             _, old = self._sessions.popitem(last=False)
             old.close()
@@ -149,7 +162,7 @@ class TunedSession:
             self._credit(new.credit)
             if self._push is not None:
                 self._push(new.push_credit or new.credit)
-            self._current = self._session_for(new.partition)
+            self._current = self._session_for(new.partition, pass_credit(new))
             self.partition = new.partition
         if self._current is None:  # no word from the coordinator yet: the pass's defaults
             self._current = self._session_for(0)
