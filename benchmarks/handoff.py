@@ -11,8 +11,10 @@ least the pass's ``MIN_ACKED_BYTES``) in the order their gates let them go, and 
 the first its hand-off: from the arrival of the pull before it (the RecvTensor RPC's end) to
 its own gate's end on the PS. The processes share the machine's clock. The emulated link adds
 no latency, so in the simulator a message's last byte leaves and arrives at once and its
-credit comes back then: the median hand-off is the time ``sim.simulate``'s ``handoff_s`` adds,
-and what the model without it leaves out. The run is then predicted again
+credit comes back then: the median hand-off is the time ``sim.simulate``'s ``handoff_s`` adds
+where ops hold the sender's cores (as they held this machine's while the mode ran, where the
+bench reports it 95% busy or more), and what the model without it leaves out. The run is then
+predicted again
 (``benchmarks/repredict.py``) with no hand-off and with the measured one.
 
 Reported per mode: the number of hand-offs, their median and 10th and 90th percentiles; per
@@ -162,8 +164,9 @@ def main() -> None:
             for s in f["spans"]
         ),
         "",
-        f"Predicted again with no hand-off (the simulator's default) and with the median measured, "
-        f"{handoff_s * ms:.2f} ms (`sim.simulate(handoff_s=...)`: only credits returned when sent wait for it):",
+        "Predicted again with no hand-off (the simulator's default) and with the median measured, "
+        f"{handoff_s * ms:.2f} ms (`sim.simulate(handoff_s=...)`: a credit returned when sent waits "
+        "for it where ops hold the sender's cores):",
         "",
         "| mode | slowest worker (s) | predicted (s) | error | with the hand-off (s) | error |",
         "|---|---|---|---|---|---|",

@@ -363,25 +363,32 @@ class TestSimulate:
         with pytest.raises(TfschedError, match="handoff_s must be a non-negative number of seconds"):
             simulate(sg, "counter", credit_bytes=4000, credit_return="sent", handoff_s=-0.001)
 
-    def test_a_credit_returned_when_sent_reaches_the_next_gate_a_handoff_later(self):
+    def test_a_credit_returned_when_sent_waits_a_handoff_where_ops_hold_the_cores(self):
         """One tensor in flight: each held pull waits for the credit of the one before it, which
-        comes back ``handoff_s`` after that one's last byte left; the first goes at once, and a
-        credit that holds none of them, or comes back by acknowledgement, does not wait for it."""
-        g = chain_graph(3, [1000] * 3)  # 4000-byte pulls, 1 ms overhead and 4 ms on the wire each
-        o = oracle_with({}, bandwidth_bps=8e6, overhead_s=0.001)
-        sg = build_sim_graph(g, o, order(g, "tio"))
+        comes back ``handoff_s`` after that one's last byte left where ops hold every core the
+        sender's threads could take, and at once where a core is free."""
+        # Three 4000-byte pulls (1 ms overhead, 4 ms on the wire each), one at a time: the first
+        # is sent at 5 ms, when nothing computes; f0 (12 ms) then runs from 5 to 17 ms, while the
+        # second is sent (10 ms); the third arrives at 15 ms plus that hand-off, f2 needs it.
+        g = chain_graph(3, [1000] * 3)
+        o = oracle_with({"f0": 0.012, "f1": 0.0, "f2": 0.0}, bandwidth_bps=8e6, overhead_s=0.001)
 
-        def step(credit, handoff, credit_return="sent"):
+        def step(slots, handoff, credit=1, credit_return="sent"):
+            o.machine_slots = slots
+            sg = build_sim_graph(g, o, order(g, "tio"))
             return simulate(
                 sg, "counter", credit_bytes=credit, credit_return=credit_return, handoff_s=handoff
             ).step_time
 
-        held = step(1, 0.0)
-        assert held == pytest.approx(3 * 0.005)
-        assert step(1, 0.002) == pytest.approx(held + 2 * 0.002)
-        # a window over all three holds none back: no hand-off waits
-        assert step(12000, 0.002) == pytest.approx(step(12000, 0.0)) == pytest.approx(0.001 + 3 * 0.004)
-        assert step(1, 0.002, "ack") == pytest.approx(step(1, 0.0, "ack"))
+        assert step(1.0, 0.0) == pytest.approx(0.017)
+        # one core, which f0 holds: one hand-off waits
+        assert step(1.0, 0.005) == pytest.approx(0.020)
+        # a core to spare, or each task a machine of its own (the PS computes nothing): none
+        assert step(2.0, 0.005) == pytest.approx(0.017)
+        assert step(None, 0.005) == pytest.approx(0.017)
+        # a window over all three holds none back; acknowledgements do not wait for it
+        assert step(1.0, 0.005, credit=12000) == pytest.approx(step(1.0, 0.0, credit=12000))
+        assert step(1.0, 0.005, credit_return="ack") == pytest.approx(step(1.0, 0.0, credit_return="ack"))
 
     def test_acknowledgements_take_the_shared_machines_cpu(self):
         # Three 4000-byte pulls one at a time (5 ms each with the overhead), the last op 1 s.

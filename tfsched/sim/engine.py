@@ -92,18 +92,21 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   ResNet-50 training at 10 Gbit/s (1 PS x 2 workers, ByteScheduler's sizes, a traced run
   re-predicted, benchmarks/results/resnet50-train-10g-sent-traced-repredicted.md): measured
   0.641 s with acknowledgements and 0.609 s without; predicted 0.606 s for both before (-6% and
-  -0%), 0.648 s and 0.606 s now (+1% and -0%). ``handoff_s`` (a what-if, 0 by default): such a
-  credit reaches the gate it lets go that much later, the threads it takes (gRPC's, which lets go
-  of the buffer, and the sender's, which puts the next tensor out) waiting for cores the ops keep
-  busy. Measured with one tensor in flight (``benchmarks/handoff.py``, ResNet-50 training at 10
-  Gbit/s, 1 PS x 2 workers, the machine's cores 97% busy): a held pull's gate let go a median
-  2.8 ms after the pull before it had arrived (102 hand-offs, 52 pulls a step on each channel);
-  the channels' pulls took 273 and 290 ms from the first release to the last arrival, for 75 ms
-  of bytes each. Without it that mode was predicted 17% fast and 4% faster than TIO, where it
-  measured 2% slower; with it 5% fast and 11% slower than TIO: the cost is the hand-off, and
-  the median measured over-states it (``benchmarks/results/handoff-resnet50-train-10g.md``).
-  At 1 Gbit/s the credit comes back long before the bytes arrive (the socket buffer and the
-  shaper's queue hold them), and nothing there measures it;
+  -0%), 0.648 s and 0.606 s now (+1% and -0%). ``handoff_s`` (a what-if, 0 by default): where
+  ops hold every core the sender's threads could run on (the machine's, or its task's own share
+  of it) when the last byte leaves, such a credit reaches the gate it lets go that much later:
+  the threads the hand-over takes (gRPC's, which lets go of the buffer, and the one that puts
+  the next tensor out) wait for a core. Measured with one tensor in flight
+  (``benchmarks/handoff.py``, ResNet-50 training at 10 Gbit/s, 1 PS x 2 workers, the machine's
+  cores 97% busy): a held pull's gate let go a median 2.8 ms after the pull before it had
+  arrived (102 hand-offs, 52 pulls a step on each channel); the channels' pulls took 273 and 290
+  ms from the first release to the last arrival, for 75 ms of bytes each. Without it that mode
+  was predicted 17% fast and 4% faster than TIO, where it measured 2% slower; with it 10% fast
+  (TIO 12%) and 4% slower than TIO (``benchmarks/results/handoff-resnet50-train-10g.md``).
+  Charged at every hand-off, busy cores or not, it put the mode 5% fast and 11% slower than TIO
+  (``handoff-resnet50-train-10g-every-handoff.md``). At 1
+  Gbit/s the credit comes back long before the bytes arrive (the socket buffer and the shaper's
+  queue hold them), and nothing there measures it;
 * with ``push_credit_bytes`` (``enable(push_credit=N)``, or a live credit on the workers,
   ``tfsched.set_credit``, the bench's ``+wN``): the tasks that push (the workers) have that window instead of ``credit_bytes``;
   which messages are acknowledged stays as ``credit_bytes`` has it, as the pass decided when
@@ -376,8 +379,8 @@ def simulate(
     This models a large message's HTTP/2 stream yielding to the others between flow-control
     windows. ``benchmarks/arrival_order.py`` measured vanilla TensorFlow's largest pull arriving
     last in 20 of 26 traced steps, where a uniform order gives 1.8. ``handoff_s`` (a what-if, 0 by
-    default): a credit returned when sent comes back this long after the last byte left (the
-    module docstring)."""
+    default): a credit returned when sent comes back this long after the last byte left where
+    ops hold the sender's cores (the module docstring)."""
     if not 0 < worker_weight <= 1:
         raise TfschedError(f"worker_weight must be in (0, 1], got {worker_weight!r}")
     check_credit_return(credit_return)
@@ -565,12 +568,27 @@ def simulate(
         if new:
             reschedule(res, new)
 
+    def cores_taken(task: str) -> bool:
+        """Whether ops (and bytes) now hold every core a thread of ``task`` could run on: the
+        machine's, where the tasks share one, or the task's own share of it (``host_slots``);
+        the task's own capacity where each task has a machine of its own."""
+        if not sg.machine_slots:
+            return len(running[task]) >= math.ceil(sg.capacity.get(task, 1))
+        full = 1.0 - 1e-9
+        if sum(len(running[r]) * own_rate(r) for r in shared) + comm_load >= sg.machine_slots * full:
+            return True
+        if sg.host_slots is None:
+            return False
+        return len(running[task]) * rate_of[task] + host_load.get(task, 0.0) >= sg.host_slots * full
+
     def sent(i: int) -> None:
         """Message ``i``'s last byte left the sender: it arrives one latency later, and a credit
-        returned when sent comes back ``handoff_s`` later (gRPC's callback, no op of the sender's)."""
+        returned when sent comes back now (gRPC's callback, no op of the sender's), or
+        ``handoff_s`` later where ops hold the sender's cores."""
         push_event(now + latency_s, "arrive", i)
         if acked[i] and credit_return == "sent":
-            push_event(now + handoff_s, "credit", i)
+            wait = handoff_s if handoff_s and cores_taken(sg.gate[i][0]) else 0.0
+            push_event(now + wait, "credit", i)
 
     def on_executor(task: str, then, code: int, i: int) -> None:
         """Message ``i``'s acknowledgement runs an op of ``task`` (the receiver's ``TfschedAck``,
