@@ -158,3 +158,9 @@ def test_a_probe_outside_the_space_is_measured_and_can_win_but_the_model_never_s
         assert len(search._opt.space) == 4
     assert ONE_IN_FLIGHT.describe() == "partition 0 credit 1 (one tensor in flight)"
     assert capsys.readouterr().out == ""
+    # a space that fixes the partition (tfsched tune --credit-only) keeps it: one slice in flight
+    fixed = Space(partition=2**20)
+    assert Space().one_in_flight() == ONE_IN_FLIGHT and fixed.one_in_flight() == Setting(2**20, 1)
+    search = kind(fixed, seed=0)
+    search.probe(fixed.one_in_flight())
+    assert not search.in_bounds(fixed.one_in_flight()) and search.next_setting() == Setting(2**20, 1)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError, cause_line
 from tfsched.tune.coordinator import OBJECTIVES, THROUGHPUT
-from tfsched.tune.search import ONE_IN_FLIGHT, SEARCHES, Setting, Space
+from tfsched.tune.search import SEARCHES, Setting, Space
 from tfsched.units import is_count
 
 PRESCREEN_GRID = 5  # per knob, simulated before the first real trial
@@ -204,8 +204,8 @@ def tune_cluster(
     those the pass acknowledges from the smallest credit of the search. ``credit_return``:
     ``"sent"`` returns the credit when the sender has sent a tensor, with no acknowledgement
     (``enable(credit_return="sent")``), and then one tensor in flight a channel
-    (``search.ONE_IN_FLIGHT``: no partition, credit 1) is measured after the defaults, before
-    the search's own settings, and can win. ``sync``: every step starts on all workers together and
+    (``Space.one_in_flight``: no partition, or the one the space fixes, and credit 1) is
+    measured after the defaults, before the search's own settings, and can win. ``sync``: every step starts on all workers together and
     lasts until the slowest has finished it (synchronous training, and what ``tfsched bench``
     measures); otherwise the workers run free (asynchronous between-graph training). The two
     can favour different settings: on MobileNet the free-running tuner chose a window larger
@@ -335,7 +335,7 @@ def tune_cluster(
             else:
                 defaults = None
         if credit_return == "sent":
-            found.probe(ONE_IN_FLIGHT)
+            found.probe(space.one_in_flight())
         if algorithm != "tio" or prescreen_keep:
             # the schedule and the pre-screen see the cluster's link
             link = {"bandwidth_bps": bandwidth_bps} if bandwidth_bps else {}

@@ -48,7 +48,9 @@ class Setting:
         """
         text = f"partition {self.partition:,} credit {self.credit:,}"
         text += f" pushes {self.push_credit:,}" if self.push_credit else ""
-        return text + (" (one tensor in flight)" if self == ONE_IN_FLIGHT else "")
+        if self.credit == 1:
+            text += " (one slice in flight)" if self.partition else " (one tensor in flight)"
+        return text
 
 
 # One tensor in flight a channel (``enable(credit=1, credit_return="sent")``; BENCHMARKS.md, "One
@@ -85,6 +87,15 @@ class Space:
         for lo, hi in ranges:
             if not (0 <= lo < hi <= 40):
                 raise TfschedError(f"bad search range 2^{lo} .. 2^{hi} parameters")
+
+    def one_in_flight(self) -> Setting:
+        """One tensor in flight a channel (``ONE_IN_FLIGHT``), with the partition this space
+        fixes if it fixes one (then one slice in flight).
+
+        >>> Space().one_in_flight() == ONE_IN_FLIGHT, Space(partition=2**20).one_in_flight().describe()
+        (True, 'partition 1,048,576 credit 1 (one slice in flight)')
+        """
+        return Setting(self.partition or 0, 1)
 
     def bounds(self) -> dict[str, tuple[float, float]]:
         b = {"log2_credit": self.credit_log2}

@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from tfsched.errors import TfschedError
 from tfsched.tune.run import TuneResult
-from tfsched.tune.search import ONE_IN_FLIGHT, SEARCHES, Setting, Space
+from tfsched.tune.search import SEARCHES, Setting, Space
 
 
 def tune_tf2(
@@ -112,7 +112,7 @@ def tune_tf2(
         else:
             defaults = None
     if credit_return == "sent":  # one tensor in flight, after the defaults (``tune_cluster``)
-        found.probe(ONE_IN_FLIGHT)
+        found.probe(space.one_in_flight())
 
     baseline: list[float] = []
     leaders: list[Setting] | None = None

@@ -12,15 +12,16 @@ import time
 from collections import OrderedDict
 
 from tfsched.tune.coordinator import CoordinatorClient
-from tfsched.tune.search import ONE_IN_FLIGHT, Setting, Space
+from tfsched.tune.search import Setting, Space
 
 log = logging.getLogger("tfsched.tune")
 
 # The pass needs some credit to put acknowledgements in the graph; the live setting rules. The
 # pass acknowledges tensors of at least credit/ack_share (an eighth): a tuned session's is given
 # the smallest credit the search reaches, so that every live setting has those tensors to limit.
-# One tensor in flight (``ONE_IN_FLIGHT``, a probe outside the space) has a session of its own
-# whose pass has its credit, and counts every tensor ``enable(credit=1)`` counts.
+# One tensor in flight (a credit of 1, ``Space.one_in_flight``, a probe outside the space) has a
+# session of its own whose pass has that credit, and counts every tensor ``enable(credit=1)``
+# counts.
 PASS_CREDIT = 2 ** int(Space().credit_log2[0])
 
 
@@ -30,7 +31,7 @@ def pass_credit(setting: Setting) -> int:
     >>> pass_credit(Setting(0, 1)), pass_credit(Setting(2**20, 2**22)) == PASS_CREDIT
     (1, True)
     """
-    return setting.credit if setting == ONE_IN_FLIGHT else PASS_CREDIT
+    return 1 if setting.credit == 1 else PASS_CREDIT
 
 
 class Follower:
