@@ -104,9 +104,11 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   was predicted 17% fast and 4% faster than TIO, where it measured 2% slower; with it 10% fast
   (TIO 12%) and 4% slower than TIO (``benchmarks/results/handoff-resnet50-train-10g.md``).
   Charged at every hand-off, busy cores or not, it put the mode 5% fast and 11% slower than TIO
-  (``handoff-resnet50-train-10g-every-handoff.md``). At 1
-  Gbit/s the credit comes back long before the bytes arrive (the socket buffer and the shaper's
-  queue hold them), and nothing there measures it;
+  (``handoff-resnet50-train-10g-every-handoff.md``). A second run (``...-run2.md``): a median
+  1.8 ms over 408 hand-offs; held TIO and TAO measured 2% and 1% slower than TIO, predicted at
+  -15% and -14% with it (TIO -13%), -17% without. At 1 Gbit/s the credit comes back long before
+  the bytes arrive (the socket buffer and the shaper's queue hold them), and nothing there
+  measures it;
 * with ``push_credit_bytes`` (``enable(push_credit=N)``, or a live credit on the workers,
   ``tfsched.set_credit``, the bench's ``+wN``): the tasks that push (the workers) have that window instead of ``credit_bytes``;
   which messages are acknowledged stays as ``credit_bytes`` has it, as the pass decided when
