@@ -18,13 +18,13 @@ def test_a_tf2_tuning_run_measures_each_setting_in_a_coordinator_of_its_own(tmp_
     from tfsched.enforce.api import link_sizes
     from tfsched.errors import TfschedError
     from tfsched.tune.run import read_tune_file
-    from tfsched.tune.search import Setting, Space
+    from tfsched.tune.search import ONE_IN_FLIGHT, Setting, Space
 
     out = tmp_path / "tune.json"
     p = cli(
         "tune",
         *("--api", "tf2", "--model", "seq32", "--workers", "2", "--loopback", "--batch-size", "4"),
-        *("--trials", "2", "--confirm", "1", "--measure", "1", "-o", str(out)),
+        *("--trials", "2", "--confirm", "1", "--measure", "1", "--credit-return", "sent", "-o", str(out)),
         timeout=900,
     )
     assert p.returncode == 0, p.stderr[-2000:]
@@ -38,12 +38,14 @@ def test_a_tf2_tuning_run_measures_each_setting_in_a_coordinator_of_its_own(tmp_
         "loopback",
     )
     # the first trial is ByteScheduler's setting for the strategy's busiest PS (all of Seq-32 on
-    # the one PS), on the search's grid; then the model's trial; then the leader once more
+    # the one PS), on the search's grid; then, with the credit returned when sent, one tensor in
+    # flight; then the leader once more
     params = channel_params("seq32", 1)
     space = Space()
     defaults = space.setting(space.params(Setting(*link_sizes(None, params))))
     assert c["channel_params"] == params and c["defaults"] == defaults.to_json()
-    assert Setting.from_json(trials[0]) == defaults
+    assert Setting.from_json(trials[0]) == defaults and Setting.from_json(trials[1]) == ONE_IN_FLIGHT
+    assert c["credit_return"] == "sent"
     assert [t["confirm"] for t in trials] == [False, False, True]
     leader = max(trials[:2], key=lambda t: t["value"])
     assert Setting.from_json(trials[2]) == Setting.from_json(leader)
@@ -61,12 +63,17 @@ def test_a_tf2_tuning_run_measures_each_setting_in_a_coordinator_of_its_own(tmp_
     call = ast.parse(c["enable"], mode="eval").body
     assert ast.unparse(call.func) == "tfsched.enable_functions"
     kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
-    assert kwargs == {k: v for k, v in best.items() if k in ("partition", "credit") and v}
+    assert kwargs == {
+        **{k: v for k, v in best.items() if k in ("partition", "credit") and v},
+        "credit_return": "sent",
+    }
     assert f"in force with: {c['enable']}" in p.stdout and "x vanilla TensorFlow's steps/s" in p.stdout
     # bench --api tf2 --tuned runs it as tuned; the session bench, which it was not tuned for, refuses it
     where = {"model": "seq32", "workers": 2, "ps": 1, "bandwidth": "loopback", "batch_size": 4}
     mode = tuned_mode(doc, str(out), **where, api="tf2")
-    assert mode == "tio" + (f"+p{best['partition']}" if best["partition"] else "") + f"+c{best['credit']}"
+    assert (
+        mode == "tio" + (f"+p{best['partition']}" if best["partition"] else "") + f"+c{best['credit']}+sent"
+    )
     with pytest.raises(TfschedError, match=r"tune.json: tuned for api tf2, not api session$"):
         tuned_mode(doc, str(out), **where)
     with pytest.raises(TfschedError, match=r"tune.json: tuned for mode train, not mode inference$"):
