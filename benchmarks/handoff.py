@@ -124,8 +124,8 @@ def main() -> None:
                 "p10_s": deciles[0],
                 "p90_s": deciles[-1],
                 "spans": spans,
+                "gaps_s": gaps,
             }
-            found[mode]["gaps_s"] = gaps
         # every held mode's hand-offs together; the simulator has no negative one
         handoff_s = max(0.0, statistics.median(g for f in found.values() for g in f["gaps_s"]))
         _, plain = repredict(args.run_dir)

@@ -237,9 +237,10 @@ def enable(
         Needs ``credit``. With ``credit=1`` a channel has one tensor in flight: each gate waits
         until gRPC has let go of the one before it, not just until that one was released into the
         rendezvous, close to where TicTac enforces its order (§5: at the hand-off to gRPC);
-        tensors under 16,384 parameters still go as their turn comes. Where the sender is idle its gates otherwise release every tensor
-        within milliseconds, and on the wire they interleave: VGG16 inference (1 PS x 4 workers,
-        1 Gbit/s) made 1.37x vanilla's throughput with TIO so held against 1.05x with TIO alone,
+        tensors under 16,384 parameters still go as their turn comes. Where the sender is idle
+        its gates otherwise release every tensor within milliseconds, and on the wire they
+        interleave: VGG16 inference (1 PS x 4 workers, 1 Gbit/s) made 1.37x vanilla's
+        throughput with TIO so held against 1.05x with TIO alone,
         TAO 1.39x against 1.05x, and 1.26x against 1.17x through TensorFlow 2's functions
         (BENCHMARKS.md, "One tensor in flight").
     push_credit : the window of the pushes (a worker's gradients to a PS), in parameters, in place
