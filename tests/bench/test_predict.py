@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfsched.bench.predict import machine_slots, machine_slots_from_cpu
+from tfsched.bench.predict import machine_slots, machine_slots_from_cpu, ops_cpu_s
 from tfsched.tracing.trace import OpRecord, Trace, TransferRecord
 
 W = "/job:worker/replica:0/task:0/device:CPU:0"
@@ -68,6 +68,10 @@ def test_machine_slots_from_the_cpu_the_baseline_spent():
     # nothing measured, or the bytes took all of it: no estimate
     assert machine_slots_from_cpu(alone, cpu_s_per_step=0.0, **kw) is None
     assert machine_slots_from_cpu(alone, cpu_s_per_step=4.0, **kw) is None
+    # what the results keep of it: the CPU a step left for the ops, none at 4 CPU s a step
+    left = {"comm_cpu_s_per_byte": 1e-6, "workers": 4}
+    assert ops_cpu_s(alone, cpu_s_per_step=20.0, **left) == pytest.approx(16.0)
+    assert ops_cpu_s(alone, cpu_s_per_step=4.0, **left) == pytest.approx(0.0)
 
 
 def test_machine_slots_from_the_op_seconds_the_simulator_runs():

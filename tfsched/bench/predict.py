@@ -125,11 +125,27 @@ def machine_slots_from_cpu(
     does not (``annotate``'s ``work``: worse there on four of seven kept runs, alike on two).
     """
     work = _op_seconds(alone) if work_s is None else work_s
-    moved = sum(t.bytes for t in alone.transfers) / max(alone.steps, 1)
-    spent = cpu_s_per_step - comm_cpu_s_per_byte * moved * workers
+    spent = ops_cpu_s(
+        alone, cpu_s_per_step=cpu_s_per_step, comm_cpu_s_per_byte=comm_cpu_s_per_byte, workers=workers
+    )
     if cpu_s_per_step <= 0 or work <= 0 or spent <= 0:
         return None
     return cores * workers * work / spent
+
+
+def ops_cpu_s(alone, *, cpu_s_per_step: float, comm_cpu_s_per_byte: float, workers: int) -> float:
+    """The machine's CPU seconds a synchronized step left for the ops (``machine_slots_from_cpu``):
+    ``cpu_s_per_step`` less what moving every worker's bytes took, at ``comm_cpu_s_per_byte`` over
+    the bytes of worker 0's lone traced step (``alone``). At most 0 where the bytes' CPU, as
+    reckoned, took all of it: then no share of the cores comes from the CPU.
+
+    Kept in each run's results (``ops_cpu_s_per_step``) since the seventieth session, so that a
+    prediction from the op times shows why: a toy model's bytes are most of its CPU, and the
+    cost of a byte measured on a few of them (``run._comm_cpu_costs``) can come out above it
+    (Seq-32 training at 0.2 Gbit/s, once in CI).
+    """
+    moved = sum(t.bytes for t in alone.transfers) / max(alone.steps, 1)
+    return cpu_s_per_step - comm_cpu_s_per_byte * moved * workers
 
 
 def machine_slots_from_task_cpu(
@@ -435,6 +451,7 @@ def annotate(
     ack_slot_s = 0.0
     executor_threads = None
     slots_from = None  # what the machine's slots were reckoned from
+    ops_cpu = None  # the machine's CPU a step left for the ops (ops_cpu_s)
     if base.solo_trace is not None:
         cores = os.cpu_count() or 1
         if executor_waits:
@@ -461,6 +478,12 @@ def annotate(
             work_s=sum(oracle.compute(n) for n in graph.graph) if work == "simulated" else None,
         )
         slots_from = "the workers' CPU" if from_tasks else "the machine's CPU" if from_cpu else "the op times"
+        ops_cpu = ops_cpu_s(
+            base.solo_trace,
+            cpu_s_per_step=base.cpu_per_step,
+            comm_cpu_s_per_byte=base.comm_cpu_s_per_byte,
+            workers=workers,
+        )
         oracle.machine_slots = from_cpu or machine_slots(
             base.solo_trace, base.trace, workers, host_cores=host_cores, cores=cores
         )
@@ -562,6 +585,9 @@ def annotate(
             "host_slots": oracle.host_slots,
             "ops_work": work,
             "slots_from": slots_from,
+            # the machine's CPU a step left for the ops once the bytes had theirs: at most 0, the
+            # bytes took all of it as reckoned, and the machine's slots came from the op times
+            "ops_cpu_s_per_step": ops_cpu,
             # what the simulator laid out: the graph the baseline ran, else (an old trace) the saved one
             "simulated_graph": {
                 "from": "saved" if graph is saved else "ran",
