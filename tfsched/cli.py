@@ -1222,6 +1222,14 @@ def bench(
     help="After the trials, measure the N best settings once more; the best mean among them wins.",
 )
 @click.option(
+    "--confirm-rounds",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Measure the --confirm leaders again R times, in turn; with 2 or more the best mean of "
+    "the repeats alone wins (the trial that made a setting a leader is left out).",
+)
+@click.option(
     "--no-defaults",
     is_flag=True,
     help="Do not start from ByteScheduler's partition and credit sized for the model and link.",
@@ -1293,6 +1301,7 @@ def tune(
     ack_share,
     credit_return,
     confirm,
+    confirm_rounds,
     no_defaults,
     sync,
     push_credit,
@@ -1390,6 +1399,7 @@ def tune(
             ack_share=ack_share,
             credit_return=credit_return,
             confirm=confirm,
+            confirm_rounds=confirm_rounds,
             from_defaults=not no_defaults,
             progress=progress,
             host_cores=host_cores,
@@ -1420,7 +1430,8 @@ def tune(
     if "straggler" in best:
         got += f", straggler effect {best['straggler']:.3f}"
     line = (
-        f"best: {b.describe()}, {got} (mean of {best['measurements']} measurements) over "
+        f"best: {b.describe()}, {got} (mean of {best['measurements']}"
+        f" {'repeats' if best.get('repeats_only') else 'measurements'}) over "
         f"{len(result.history)} trials"
     )
     if api == "tf2":

@@ -122,6 +122,46 @@ def test_after_the_budget_the_leaders_run_again_and_the_best_mean_wins():
         c.stop()
 
 
+def test_leaders_measured_again_in_rounds_win_on_their_repeats():
+    c = Coordinator(
+        RandomSearch(Space(), seed=3),
+        TASKS,
+        host="127.0.0.1",
+        allowed_hosts=["127.0.0.1"],
+        trials=2,
+        confirm=2,
+        confirm_rounds=2,
+    )
+    c.start()
+    clients = [CoordinatorClient(c.address, t) for t in TASKS]
+    try:
+        epochs = []
+        # 2 steps per report: trial 1 measures 5 + 5 steps/s (luck), trial 2 2 + 2; then in turn
+        # trial 1 1 + 1, trial 2 2 + 2, trial 1 1 + 1, trial 2 2 + 2
+        for seconds in [(0.4, 0.4), (1.0, 1.0)] + [(2.0, 2.0), (1.0, 1.0)] * 2:
+            m = clients[0].poll(len(epochs) * 5)
+            epochs.append(m)
+            assert not m["final"]
+            for cl, sec in zip(clients, seconds, strict=True):
+                assert cl.report(m["epoch"], 2, sec)["accepted"]
+        final = clients[0].poll(99)
+        first, second = (Setting(e["partition"], e["credit"]) for e in epochs[:2])
+        assert [Setting(e["partition"], e["credit"]) for e in epochs[2:]] == [first, second] * 2
+        assert [t.confirm for t in c.search.history] == [False, False, True, True, True, True]
+        # over every measurement trial 1 leads (the mean of 10, 2 and 2, 4.67, against 4); over
+        # the repeats trial 2 does (4 against 2)
+        assert final["final"] and Setting(final["partition"], final["credit"]) == second
+        assert c.best().value == pytest.approx(4.0)
+    finally:
+        for cl in clients:
+            cl.close()
+        c.stop()
+    with pytest.raises(TfschedError, match="confirm rounds must be at least 1"):
+        Coordinator(
+            RandomSearch(Space()), TASKS, host="127.0.0.1", allowed_hosts=[], trials=1, confirm_rounds=0
+        )
+
+
 def test_workers_keep_their_setting_when_the_coordinator_dies(coord):
     f = Follower(CoordinatorClient(coord.address, TASKS[0], timeout_s=0.5), settle=0, measure=2)
     applied = f.before_step()

@@ -101,6 +101,63 @@ def test_the_best_is_the_best_mean_and_repeats_go_to_the_leaders():
     assert search.best(among=[lucky, steady]).setting == steady
 
 
+def test_leaders_repeated_in_rounds_are_judged_by_their_repeats_alone():
+    search = RandomSearch(Space(), seed=0)
+    lucky, steady = Setting(2**17, 2**20), Setting(2**20, 2**22)
+    search.register(lucky, 1.60)  # the trial that made it a leader was luck
+    search.register(steady, 1.20)
+    leaders = search.to_confirm(2)
+    repeats = search.confirm_order(leaders, 2)
+    assert repeats == [lucky, steady, lucky, steady]  # in turn: drift moves both alike
+    for s, v in zip(repeats, [1.10, 1.20, 1.12, 1.22], strict=True):
+        search.register(s, v, confirm=True)
+    # over every measurement the lucky one still leads (1.273 against 1.207); over the repeats,
+    # made in turn, the steady one does
+    assert search.best(among=leaders).setting == lucky
+    won = search.winner(leaders, 2)
+    assert won.setting == steady and won.value == pytest.approx(1.21)
+    # one round keeps every measurement; no leaders: every setting measured, repeats or not
+    assert search.winner(leaders, 1).setting == lucky
+    assert search.winner([], 2).setting == lucky
+    with pytest.raises(TfschedError, match="confirm rounds must be at least 1, got 0"):
+        search.confirm_order(leaders, 0)
+
+
+def test_a_setting_next_to_a_better_leader_does_not_take_a_leaders_place():
+    # the seventieth session's VGG16 inference: the model's last two trials were neighbours
+    search = BayesSearch(Space(), seed=0)
+    near, nearer = Setting(2_965_821, 405_249), Setting(2_965_821, 407_361)
+    apart = Setting(2_965_821, round(407_361 * 1.1))  # 10% more credit: another setting
+    search.register(ONE_IN_FLIGHT, 0.728)  # outside the space
+    search.register(near, 0.732)
+    search.register(nearer, 0.738)
+    assert search.to_confirm(2) == [nearer, ONE_IN_FLIGHT]
+    assert search.to_confirm(3) == [nearer, ONE_IN_FLIGHT]  # fewer where no other setting is apart
+    search.register(apart, 0.70)
+    assert search.to_confirm(3) == [nearer, ONE_IN_FLIGHT, apart]
+    # a space with a fixed partition compares the credit alone
+    fixed = RandomSearch(Space(partition=2**20))
+    fixed.register(Setting(2**20, 2**20), 1.0)
+    fixed.register(Setting(2**20, round(2**20 * 1.05)), 0.9)
+    fixed.register(Setting(2**20, 1), 0.8)  # one slice in flight
+    assert fixed.to_confirm(2) == [Setting(2**20, 2**20), Setting(2**20, 1)]
+
+
+def test_a_result_judged_on_the_repeats_says_so_and_reports_their_means():
+    from tfsched.tune.run import TuneResult
+    from tfsched.tune.search import Trial
+
+    a, b = Setting(2**17, 2**20), Setting(2**20, 2**22)
+    history = [Trial(a, 1.6), Trial(b, 1.2), Trial(a, 1.0, True), Trial(b, 1.2, True)]
+    history += [Trial(a, 1.1, True), Trial(b, 1.3, True)]
+    doc = TuneResult(history, b, 1.25, repeats_only=True).to_json()["best"]
+    assert doc["repeats_only"] is True and doc["measurements"] == 2
+    assert doc["throughput_steps_per_s"] == pytest.approx(1.25)
+    doc = TuneResult(history, b, 1.2333).to_json()["best"]
+    assert "repeats_only" not in doc and doc["measurements"] == 3
+    assert doc["throughput_steps_per_s"] == pytest.approx(3.7 / 3)
+
+
 def test_a_repeat_does_not_take_the_place_of_the_models_suggestion(capsys):
     search = BayesSearch(Space(), seed=0, init_points=0)
     first = search.next_setting()

@@ -16,8 +16,9 @@ cluster's throughput (the sum of the workers' steps/s), or ``"balanced"``: that 
 one minus the straggler effect (``straggler``), so that of two settings as fast, the one whose
 workers wait less on each other wins, and one that evens them out wins if it costs less
 throughput than the share of the step it saves. When the trial budget is spent it measures the
-``confirm`` settings with the highest means once more, then announces the one of those with the
-highest mean (``final``). Each setting is announced for a step every worker reaches after it
+``confirm`` settings with the highest means once more (``confirm_rounds`` times, in turn), then
+announces the one of those with the highest mean (``final``; with two rounds or more, the mean of
+the repeats alone, ``_Search.best``). Each setting is announced for a step every worker reaches after it
 polls: ``apply_at`` = the furthest step any worker has polled + ``lead``.
 
 The server listens only on the address it is given (a cluster host, never 0.0.0.0), accepts
@@ -125,6 +126,7 @@ class Coordinator:
         allowed_hosts: list[str],
         trials: int,
         confirm: int = 0,
+        confirm_rounds: int = 1,
         lead: int = 2,
         objective: str = "throughput",
         on_trial: Callable[[int, Setting, float, bool, dict], None] | None = None,
@@ -144,6 +146,8 @@ class Coordinator:
         self.allowed = {str(ipaddress.ip_address(h)) for h in allowed_hosts} | {str(ip)}
         self.trials = trials
         self.confirm = confirm
+        self.confirm_rounds = confirm_rounds
+        _Search.confirm_order([], confirm_rounds)  # a bad count: its error line, before any trial
         self._repeats: list[Setting] | None = None  # chosen when the trial budget is spent
         self.leaders: list[Setting] = []  # the settings measured again; the winner is among them
         self.lead = lead
@@ -158,6 +162,10 @@ class Coordinator:
         self.address = ""
 
     # -- service -----------------------------------------------------------------------------
+
+    def best(self):
+        """The winner so far (``_Search.winner``)."""
+        return self.search.winner(self.leaders, self.confirm_rounds)
 
     def start(self) -> str:
         import grpc
@@ -240,12 +248,12 @@ class Coordinator:
             return
         if self._repeats is None:  # the budget is spent: measure the leaders once more
             self.leaders = self.search.to_confirm(self.confirm)
-            self._repeats = list(self.leaders)
+            self._repeats = self.search.confirm_order(self.leaders, self.confirm_rounds)
         if self._repeats:
             self.epoch = Epoch(e.number + 1, self._repeats.pop(0), apply_at, confirm=True)
         else:
-            # the winner is one of the leaders, each measured twice
-            best = self.search.best(among=self.leaders)
+            # the winner is one of the leaders, each measured again
+            best = self.best()
             self.epoch = Epoch(e.number + 1, best.setting, apply_at, final=True)
             self.done.set()
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError, cause_line
 from tfsched.tune.coordinator import OBJECTIVES, THROUGHPUT
-from tfsched.tune.search import SEARCHES, Setting, Space
+from tfsched.tune.search import SEARCHES, Setting, Space, _Search, judged_on_repeats
 from tfsched.units import is_count
 
 PRESCREEN_GRID = 5  # per knob, simulated before the first real trial
@@ -34,6 +34,7 @@ class TuneResult:
     prescreened: list[dict] = field(default_factory=list)
     config: dict = field(default_factory=dict)
     elapsed_s: float = 0.0
+    repeats_only: bool = False  # the best was judged on its repeats alone (``judged_on_repeats``)
 
     def to_json(self) -> dict:
         return {
@@ -44,17 +45,22 @@ class TuneResult:
                 **self.best.to_json(),
                 "value": self.best_value,  # the objective's mean over its measurements
                 **self._best_means(),
-                "measurements": sum(t.setting == self.best for t in self.history),
+                "measurements": len(self._best_runs()),
+                **({"repeats_only": True} if self.repeats_only else {}),
             },
             "applied": self.applied,
             "prescreened": self.prescreened,
             "elapsed_s": self.elapsed_s,
         }
 
+    def _best_runs(self) -> list:
+        """The best setting's trials that its value is the mean of: all of them, or its repeats."""
+        return [t for t in self.history if t.setting == self.best and (t.confirm or not self.repeats_only)]
+
     def _best_means(self) -> dict[str, float]:
         """The best setting's throughput (and straggler effect where measured), each the mean
-        over its trials; a trial that kept no throughput apart measured its value."""
-        runs = [t for t in self.history if t.setting == self.best]
+        over its trials (``_best_runs``); a trial that kept no throughput apart measured its value."""
+        runs = self._best_runs()
         if not runs:
             return {THROUGHPUT: self.best_value}
         out = {THROUGHPUT: statistics.fmean(t.measured.get(THROUGHPUT, t.value) for t in runs)}
@@ -182,6 +188,7 @@ def tune_cluster(
     ack_share: int | None = None,
     credit_return: str = "ack",
     confirm: int = 2,
+    confirm_rounds: int = 1,
     from_defaults: bool = True,
     sync: bool = False,
     objective: str = "throughput",
@@ -235,7 +242,9 @@ def tune_cluster(
       winner then ran at 1.05x vanilla TensorFlow in the benchmark against 1.27x for the
       defaults. With both additions (BENCHMARKS.md, ninth session) the tuned settings ran at
       1.34x and 1.22x against the defaults' 1.38x and 1.23x: as good, not better, on this
-      machine.
+      machine. ``confirm_rounds``: the leaders are measured again that many times, in turn,
+      and with two or more the winner is the best mean of the repeats alone
+      (``_Search.best``'s ``repeats_only``).
 
     ``host_cores``: the cores of its own each task has (``bench.run.host_cluster``'s, the
     bench's ``--host-cores``); the tune file records it, and ``bench --tuned`` wants the same.
@@ -263,6 +272,7 @@ def tune_cluster(
     if trials < 1 or measure < 1 or settle < 0:
         raise TfschedError("trials and measured steps must be at least 1, settle steps not negative")
     check_host_order(host_order, host_credit)  # before a cluster starts
+    _Search.confirm_order([], confirm_rounds)
     space = space or Space()
     if objective not in OBJECTIVES:
         raise TfschedError(f"unknown objective {objective!r}; choose {', '.join(OBJECTIVES)}")
@@ -390,6 +400,7 @@ def tune_cluster(
                 allowed_hosts=hosts,
                 trials=trials,
                 confirm=confirm,
+                confirm_rounds=confirm_rounds,
                 objective=objective,
                 on_trial=on_trial,
             )
@@ -451,7 +462,7 @@ def tune_cluster(
             try:
                 if progress:
                     progress(
-                        f"tuning: {trials} trials (+{confirm} repeats) of {settle}+{measure} steps"
+                        f"tuning: {trials} trials (+{confirm * confirm_rounds} repeats) of {settle}+{measure} steps"
                         f" on {workers} workers"
                     )
                 for t in threads:
@@ -479,11 +490,12 @@ def tune_cluster(
                 stop.set()
                 close_sessions(sessions)
                 coord.stop()
-    best = found.best(among=coord.leaders)
+    best = coord.best()
     return TuneResult(
         history=found.history,
         best=best.setting,
         best_value=best.value,
+        repeats_only=judged_on_repeats(coord.leaders, confirm_rounds),
         applied=applied,
         prescreened=[{**s.to_json(), "predicted_step_s": t} for s, t in pre],
         config={
@@ -509,6 +521,7 @@ def tune_cluster(
             "measure": measure,
             "seed": seed,
             "confirm": confirm,
+            "confirm_rounds": confirm_rounds,
             "batch_size": batch_size,
             "sync": sync,
             "objective": objective,

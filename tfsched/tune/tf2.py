@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from tfsched.errors import TfschedError
 from tfsched.tune.run import TuneResult
-from tfsched.tune.search import SEARCHES, Setting, Space
+from tfsched.tune.search import SEARCHES, Setting, Space, _Search, judged_on_repeats
 
 
 def tune_tf2(
@@ -56,6 +56,7 @@ def tune_tf2(
     ack_share: int | None = None,
     credit_return: str = "ack",
     confirm: int = 2,
+    confirm_rounds: int = 1,
     from_defaults: bool = True,
     progress: Callable[[str], None] | None = None,
     host_cores: float = 0.0,
@@ -89,6 +90,7 @@ def tune_tf2(
         check_ack_share(ack_share)
     check_credit_return(credit_return)
     check_host_order(host_order, host_credit)
+    _Search.confirm_order([], confirm_rounds)
     space = space or Space()
     started = time.monotonic()
     knobs = {
@@ -156,7 +158,7 @@ def tune_tf2(
             again = sum(not t.confirm for t in found.history) >= trials
             if again and leaders is None:  # the budget is spent: measure the leaders once more
                 leaders = found.to_confirm(confirm)
-                repeats = list(leaders)
+                repeats = found.confirm_order(leaders, confirm_rounds)
             if again and not repeats:
                 break
             s = repeats.pop(0) if again else found.next_setting()
@@ -169,12 +171,13 @@ def tune_tf2(
             progress(f"vanilla TensorFlow again: {measure} steps per worker")
         baseline.append(measured("baseline"))
 
-    best = found.best(among=leaders or None)
+    best = found.winner(leaders or [], confirm_rounds)
     vanilla = statistics.mean(baseline)
     return TuneResult(
         history=found.history,
         best=best.setting,
         best_value=best.value,
+        repeats_only=judged_on_repeats(leaders or [], confirm_rounds),
         config={
             "api": "tf2",
             "model": model,
@@ -192,6 +195,7 @@ def tune_tf2(
             "measure": measure,
             "seed": seed,
             "confirm": confirm,
+            "confirm_rounds": confirm_rounds,
             "batch_size": batch_size,
             "image_size": image_size,
             "channel_params": params,
