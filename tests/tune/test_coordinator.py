@@ -87,7 +87,9 @@ def test_every_worker_gets_the_same_switch_step_and_the_best_comes_last(coord):
         c.close()
 
 
-def test_after_the_budget_the_leaders_run_again_and_the_best_mean_wins():
+def _two_trials_and_leaders(seconds, **kw):
+    """A coordinator of 2 trials and 2 leaders on ``TASKS``, each epoch reported by both workers
+    as 2 steps in ``seconds[k]``; the coordinator, the settings announced and the final one."""
     c = Coordinator(
         RandomSearch(Space(), seed=3),
         TASKS,
@@ -95,67 +97,54 @@ def test_after_the_budget_the_leaders_run_again_and_the_best_mean_wins():
         allowed_hosts=["127.0.0.1"],
         trials=2,
         confirm=2,
+        **kw,
     )
     c.start()
     clients = [CoordinatorClient(c.address, t) for t in TASKS]
     try:
         epochs = []
-        # 2 steps per report: trial 1 measures 2 + 2 steps/s, trial 2 2 + 1; the repeats: trial 1
-        # 0.5 + 0.5 (its first run was luck), trial 2 2 + 2
-        for seconds in [(1.0, 1.0), (1.0, 2.0), (4.0, 4.0), (1.0, 1.0)]:
+        for both in seconds:
             m = clients[0].poll(len(epochs) * 5)
             epochs.append(m)
             assert not m["final"]
-            for cl, sec in zip(clients, seconds, strict=True):
+            for cl, sec in zip(clients, both, strict=True):
                 assert cl.report(m["epoch"], 2, sec)["accepted"]
         final = clients[0].poll(99)
-        first, second = (Setting(e["partition"], e["credit"]) for e in epochs[:2])
-        # the repeats went to the leaders, best first
-        assert [Setting(e["partition"], e["credit"]) for e in epochs[2:]] == [first, second]
-        assert [t.confirm for t in c.search.history] == [False, False, True, True]
-        # trial 1: mean of 4 and 1; trial 2: mean of 3 and 4 -> trial 2 wins on its mean
-        assert final["final"] and Setting(final["partition"], final["credit"]) == second
-        assert c.done.is_set()
+        assert final["final"] and c.done.is_set()
+        return (
+            c,
+            [Setting(e["partition"], e["credit"]) for e in epochs],
+            Setting(final["partition"], final["credit"]),
+        )
     finally:
         for cl in clients:
             cl.close()
         c.stop()
+
+
+def test_after_the_budget_the_leaders_run_again_and_the_best_mean_wins():
+    # 2 steps per report: trial 1 measures 2 + 2 steps/s, trial 2 2 + 1; the repeats: trial 1
+    # 0.5 + 0.5 (its first run was luck), trial 2 2 + 2
+    c, announced, final = _two_trials_and_leaders([(1.0, 1.0), (1.0, 2.0), (4.0, 4.0), (1.0, 1.0)])
+    first, second = announced[:2]
+    # the repeats went to the leaders, best first
+    assert announced[2:] == [first, second]
+    assert [t.confirm for t in c.search.history] == [False, False, True, True]
+    # trial 1: mean of 4 and 1; trial 2: mean of 3 and 4 -> trial 2 wins on its mean
+    assert final == second
 
 
 def test_leaders_measured_again_in_rounds_win_on_their_repeats():
-    c = Coordinator(
-        RandomSearch(Space(), seed=3),
-        TASKS,
-        host="127.0.0.1",
-        allowed_hosts=["127.0.0.1"],
-        trials=2,
-        confirm=2,
-        confirm_rounds=2,
-    )
-    c.start()
-    clients = [CoordinatorClient(c.address, t) for t in TASKS]
-    try:
-        epochs = []
-        # 2 steps per report: trial 1 measures 5 + 5 steps/s (luck), trial 2 2 + 2; then in turn
-        # trial 1 1 + 1, trial 2 2 + 2, trial 1 1 + 1, trial 2 2 + 2
-        for seconds in [(0.4, 0.4), (1.0, 1.0)] + [(2.0, 2.0), (1.0, 1.0)] * 2:
-            m = clients[0].poll(len(epochs) * 5)
-            epochs.append(m)
-            assert not m["final"]
-            for cl, sec in zip(clients, seconds, strict=True):
-                assert cl.report(m["epoch"], 2, sec)["accepted"]
-        final = clients[0].poll(99)
-        first, second = (Setting(e["partition"], e["credit"]) for e in epochs[:2])
-        assert [Setting(e["partition"], e["credit"]) for e in epochs[2:]] == [first, second] * 2
-        assert [t.confirm for t in c.search.history] == [False, False, True, True, True, True]
-        # over every measurement trial 1 leads (the mean of 10, 2 and 2, 4.67, against 4); over
-        # the repeats trial 2 does (4 against 2)
-        assert final["final"] and Setting(final["partition"], final["credit"]) == second
-        assert c.best().value == pytest.approx(4.0)
-    finally:
-        for cl in clients:
-            cl.close()
-        c.stop()
+    # 2 steps per report: trial 1 measures 5 + 5 steps/s (luck), trial 2 2 + 2; then in turn
+    # trial 1 1 + 1, trial 2 2 + 2, trial 1 1 + 1, trial 2 2 + 2
+    seconds = [(0.4, 0.4), (1.0, 1.0)] + [(2.0, 2.0), (1.0, 1.0)] * 2
+    c, announced, final = _two_trials_and_leaders(seconds, confirm_rounds=2)
+    first, second = announced[:2]
+    assert announced[2:] == [first, second] * 2
+    assert [t.confirm for t in c.search.history] == [False, False, True, True, True, True]
+    # over every measurement trial 1 leads (the mean of 10, 2 and 2, 4.67, against 4); over
+    # the repeats trial 2 does (4 against 2)
+    assert final == second and c.best().value == pytest.approx(4.0)
     with pytest.raises(TfschedError, match="confirm rounds must be at least 1"):
         Coordinator(
             RandomSearch(Space()), TASKS, host="127.0.0.1", allowed_hosts=[], trials=1, confirm_rounds=0
