@@ -310,6 +310,10 @@ def test_bench_command_writes_every_field(tmp_path):
         ("the workers' CPU", "the machine's CPU") if CGROUPS else ("the machine's CPU",)
     ) + (("the op times",) if took_all else ()), base
     assert not (took_all and base["slots_from"] == "the machine's CPU"), base
+    # and the table's reader is told (bench.results.slots_lines)
+    table = out.with_suffix(".md").read_text()
+    assert f"ran {base['machine_slots']:.2f} lone-worker ops at once" in table
+    assert f"reckoned from {base['slots_from']}" in table
     for r in data["modes"]:
         # every task's process's CPU over the timed rounds, part of the machine's: the kernel
         # samples the machine's in 10 ms ticks and scales a process's to its exact run time, so

@@ -159,6 +159,28 @@ def machine_cores(summary: dict) -> int | None:
     return int(m[1]) if m else None
 
 
+def slots_lines(summary: dict) -> list[str]:
+    """What the simulated machine's share of the cores was reckoned from (``bench.predict.annotate``),
+    and where it came from the op times because the bytes, as reckoned, took all the CPU a step
+    spent, that (``ops_cpu_s_per_step``, since the seventieth session). None before it was kept.
+
+    >>> r = {"machine_slots": 0.654, "host_slots": None, "slots_from": "the op times", "ops_cpu_s_per_step": -0.02}
+    >>> print(slots_lines({"modes": [r]})[1])
+    The simulated machine ran 0.65 lone-worker ops at once, reckoned from the op times: the bytes' CPU, as reckoned, was all the CPU a step spent (0.02 s over it).
+    """
+    r = next((r for r in summary["modes"] if r.get("slots_from")), None)
+    if r is None:
+        return []
+    text = f"The simulated machine ran {r['machine_slots']:.2f} lone-worker ops at once"
+    if r.get("host_slots"):
+        text += f", each task at most {r['host_slots']:.2f}"
+    text += f", reckoned from {r['slots_from']}"
+    left = r.get("ops_cpu_s_per_step")
+    if r["slots_from"] == "the op times" and left is not None and left <= 0:
+        text += f": the bytes' CPU, as reckoned, was all the CPU a step spent ({-left:.2f} s over it)"
+    return ["", text + "."]
+
+
 def cores_limit_lines(summary: dict) -> list[str]:
     """The modes that ran at the cores' limit (``CORES_LIMIT_BUSY``), with the shortest step their
     CPU work allows on the machine's cores and what that leaves to win over the baseline.
@@ -336,6 +358,7 @@ def markdown(summary: dict) -> str:
                 else ")."
             ),
         ]
+    lines += slots_lines(summary)
     # how the simulated links were shared (bench.predict.fit_worker_weight): since the forty-fifth
     # session, per placement
     weights = {
