@@ -1424,6 +1424,16 @@ def tune(
             )
     doc = result.to_json()
     write_atomic(output, lambda f: json.dump(doc, f, indent=1))
+    if len(result.leaders) > 1:  # the margin the winner won by, beside the trials' noise
+        from tfsched.tune.search import Setting
+
+        click.echo(
+            "leaders: "
+            + "; ".join(
+                f"{Setting.from_json(x).describe()} {x['value']:.3f} (mean of {x['measurements']})"
+                for x in result.leaders
+            )
+        )
     b = result.best
     best = doc["best"]
     got = f"{best['throughput_steps_per_s']:.3f} steps/s"

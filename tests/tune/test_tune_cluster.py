@@ -40,6 +40,8 @@ def test_tuning_run_applies_the_best_setting_on_every_worker():
     assert r.best == leader and r.best_value == pytest.approx(means[r.best])
     assert r.best_value > 0
     assert r.to_json()["best"]["measurements"] == sum(t.setting == r.best for t in r.history)
+    # the one leader's standing: the winner's mean over both its measurements
+    assert r.to_json()["leaders"] == [{**leader.to_json(), "value": r.best_value, "measurements": 2}]
     assert set(r.applied) == {"/job:worker/task:0", "/job:worker/task:1"}
     for applied in r.applied.values():
         # the session in force was rewritten with the best partition; the task's gates use its credit

@@ -35,6 +35,7 @@ class TuneResult:
     config: dict = field(default_factory=dict)
     elapsed_s: float = 0.0
     repeats_only: bool = False  # the best was judged on its repeats alone (``judged_on_repeats``)
+    leaders: list[dict] = field(default_factory=list)  # the repeated leaders' means (``_Search.standings``)
 
     def to_json(self) -> dict:
         return {
@@ -48,6 +49,7 @@ class TuneResult:
                 "measurements": len(self._best_runs()),
                 **({"repeats_only": True} if self.repeats_only else {}),
             },
+            "leaders": self.leaders,
             "applied": self.applied,
             "prescreened": self.prescreened,
             "elapsed_s": self.elapsed_s,
@@ -496,6 +498,7 @@ def tune_cluster(
         best=best.setting,
         best_value=best.value,
         repeats_only=judged_on_repeats(coord.leaders, confirm_rounds),
+        leaders=found.standings(coord.leaders, confirm_rounds),
         applied=applied,
         prescreened=[{**s.to_json(), "predicted_step_s": t} for s, t in pre],
         config={

@@ -229,6 +229,28 @@ class _Search:
         measured."""
         return self.best(among=leaders or None, repeats_only=judged_on_repeats(leaders, rounds))
 
+    def standings(self, leaders: list[Setting], rounds: int) -> list[dict]:
+        """How the ``leaders`` compared, best first: each one's setting, the mean its win was
+        judged on (``winner``) and how many measurements that mean is of, so that a user sees
+        the margin beside the trials' noise.
+
+        >>> search = RandomSearch(Space())
+        >>> a, b = Setting(2**17, 2**20), Setting(2**20, 2**22)
+        >>> for s, v, again in [(a, 1.6, False), (b, 1.2, False), (a, 1.0, True), (b, 1.2, True)]:
+        ...     search.register(s, v, confirm=again)
+        >>> [(x["partition"], x["value"], x["measurements"]) for x in search.standings([a, b], 1)]
+        [(131072, 1.3, 2), (1048576, 1.2, 2)]
+        >>> [(x["partition"], x["value"], x["measurements"]) for x in search.standings([a, b], 2)]
+        [(1048576, 1.2, 1), (131072, 1.0, 1)]
+        """
+        only = judged_on_repeats(leaders, rounds)
+        out = []
+        for s in leaders:
+            values = [t.value for t in self.history if t.setting == s and (t.confirm or not only)]
+            if values:
+                out.append({**s.to_json(), "value": sum(values) / len(values), "measurements": len(values)})
+        return sorted(out, key=lambda x: x["value"], reverse=True)
+
     def _means(self, repeats_only: bool = False) -> dict[Setting, float]:
         runs: dict[Setting, list[float]] = {}
         for t in self.history:

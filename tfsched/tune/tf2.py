@@ -178,6 +178,7 @@ def tune_tf2(
         best=best.setting,
         best_value=best.value,
         repeats_only=judged_on_repeats(leaders or [], confirm_rounds),
+        leaders=found.standings(leaders or [], confirm_rounds),
         config={
             "api": "tf2",
             "model": model,
