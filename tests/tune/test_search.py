@@ -6,7 +6,15 @@ import statistics
 import pytest
 
 from tfsched.errors import TfschedError
-from tfsched.tune.search import ONE_IN_FLIGHT, BayesSearch, RandomSearch, Setting, Space, trials_to_reach
+from tfsched.tune.search import (
+    ONE_IN_FLIGHT,
+    BayesSearch,
+    RandomSearch,
+    Setting,
+    Space,
+    confirm_order,
+    trials_to_reach,
+)
 
 OPT = (19.3, 22.7)  # log2 partition, log2 credit of the optimum
 
@@ -107,7 +115,7 @@ def test_leaders_repeated_in_rounds_are_judged_by_their_repeats_alone():
     search.register(lucky, 1.60)  # the trial that made it a leader was luck
     search.register(steady, 1.20)
     leaders = search.to_confirm(2)
-    repeats = search.confirm_order(leaders, 2)
+    repeats = confirm_order(leaders, 2)
     assert repeats == [lucky, steady, lucky, steady]  # in turn: drift moves both alike
     for s, v in zip(repeats, [1.10, 1.20, 1.12, 1.22], strict=True):
         search.register(s, v, confirm=True)
@@ -120,7 +128,7 @@ def test_leaders_repeated_in_rounds_are_judged_by_their_repeats_alone():
     assert search.winner(leaders, 1).setting == lucky
     assert search.winner([], 2).setting == lucky
     with pytest.raises(TfschedError, match="confirm rounds must be at least 1, got 0"):
-        search.confirm_order(leaders, 0)
+        confirm_order(leaders, 0)
 
 
 def test_a_setting_next_to_a_better_leader_does_not_take_a_leaders_place():

@@ -17,9 +17,9 @@ one minus the straggler effect (``straggler``), so that of two settings as fast,
 workers wait less on each other wins, and one that evens them out wins if it costs less
 throughput than the share of the step it saves. When the trial budget is spent it measures the
 ``confirm`` settings with the highest means once more (``confirm_rounds`` times, in turn), then
-announces the one of those with the highest mean (``final``; with two rounds or more, the mean of
-the repeats alone, ``_Search.best``). Each setting is announced for a step every worker reaches after it
-polls: ``apply_at`` = the furthest step any worker has polled + ``lead``.
+announces the one of those with the highest mean (``final``; with two rounds or more, the mean
+of the repeats alone, ``_Search.winner``). Each setting is announced for a step every worker
+reaches after it polls: ``apply_at`` = the furthest step any worker has polled + ``lead``.
 
 The server listens only on the address it is given (a cluster host, never 0.0.0.0), accepts
 calls only from the cluster's hosts, and rejects malformed messages (INVALID_ARGUMENT) and
@@ -37,7 +37,7 @@ from concurrent import futures
 from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
-from tfsched.tune.search import Setting, _Search
+from tfsched.tune.search import Setting, _Search, confirm_order
 
 SERVICE = "tfsched.Coordinator"
 _POLL = {"task": str, "step": int}
@@ -147,7 +147,7 @@ class Coordinator:
         self.trials = trials
         self.confirm = confirm
         self.confirm_rounds = confirm_rounds
-        _Search.confirm_order([], confirm_rounds)  # a bad count: its error line, before any trial
+        confirm_order([], confirm_rounds)  # a bad count: its error line, before any trial
         self._repeats: list[Setting] | None = None  # chosen when the trial budget is spent
         self.leaders: list[Setting] = []  # the settings measured again; the winner is among them
         self.lead = lead
@@ -248,7 +248,7 @@ class Coordinator:
             return
         if self._repeats is None:  # the budget is spent: measure the leaders once more
             self.leaders = self.search.to_confirm(self.confirm)
-            self._repeats = self.search.confirm_order(self.leaders, self.confirm_rounds)
+            self._repeats = confirm_order(self.leaders, self.confirm_rounds)
         if self._repeats:
             self.epoch = Epoch(e.number + 1, self._repeats.pop(0), apply_at, confirm=True)
         else:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError, cause_line
 from tfsched.tune.coordinator import OBJECTIVES, THROUGHPUT
-from tfsched.tune.search import SEARCHES, Setting, Space, _Search, judged_on_repeats
+from tfsched.tune.search import SEARCHES, Setting, Space, confirm_order, judged_on_repeats
 from tfsched.units import is_count
 
 PRESCREEN_GRID = 5  # per knob, simulated before the first real trial
@@ -246,7 +246,7 @@ def tune_cluster(
       1.34x and 1.22x against the defaults' 1.38x and 1.23x: as good, not better, on this
       machine. ``confirm_rounds``: the leaders are measured again that many times, in turn,
       and with two or more the winner is the best mean of the repeats alone
-      (``_Search.best``'s ``repeats_only``).
+      (``_Search.winner``).
 
     ``host_cores``: the cores of its own each task has (``bench.run.host_cluster``'s, the
     bench's ``--host-cores``); the tune file records it, and ``bench --tuned`` wants the same.
@@ -274,7 +274,7 @@ def tune_cluster(
     if trials < 1 or measure < 1 or settle < 0:
         raise TfschedError("trials and measured steps must be at least 1, settle steps not negative")
     check_host_order(host_order, host_credit)  # before a cluster starts
-    _Search.confirm_order([], confirm_rounds)
+    confirm_order([], confirm_rounds)  # a bad count: its error line, before a cluster starts
     space = space or Space()
     if objective not in OBJECTIVES:
         raise TfschedError(f"unknown objective {objective!r}; choose {', '.join(OBJECTIVES)}")

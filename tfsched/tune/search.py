@@ -72,6 +72,19 @@ def judged_on_repeats(leaders: list[Setting], rounds: int) -> bool:
     return bool(leaders) and rounds > 1
 
 
+def confirm_order(leaders: list[Setting], rounds: int) -> list[Setting]:
+    """The repeats of ``leaders``: ``rounds`` rounds, each leader once a round in turn, so that a
+    cluster that drifts over the repeats moves every leader's alike.
+
+    >>> a, b = Setting(1, 2), Setting(3, 4)
+    >>> [s.partition for s in confirm_order([a, b], 3)]
+    [1, 3, 1, 3, 1, 3]
+    """
+    if rounds < 1:
+        raise TfschedError(f"confirm rounds must be at least 1, got {rounds}")
+    return list(leaders) * rounds
+
+
 # the pushes' window searched by ``tfsched tune --push-credit``: 65,536 .. 16,777,216 parameters,
 # from a window that lets one slice go at a time to one over most models' pushes
 PUSH_CREDIT_LOG2 = (16.0, 24.0)
@@ -173,7 +186,9 @@ class _Search:
         made 1.378x and one tensor in flight 1.487x, ``benchmarks/results/
         bench-vgg16-inference-tuned-sent.md``). With three rounds and distinct leaders
         (``to_confirm``) its winner made 1.408x and one tensor in flight 1.412x, both at the
-        cores' floor (``results/bench-vgg16-inference-tuned-rounds.md``).
+        cores' floor (``results/bench-vgg16-inference-tuned-rounds.md``); in that run the same
+        leader would have won on all its measurements too, so the distinct leaders made the
+        difference there, and the repeats alone are the fairer mean, not yet a measured gain.
         """
         means = self._means(repeats_only=repeats_only)
         if among:
@@ -209,19 +224,6 @@ class _Search:
         """Whether ``a`` is within ``NEAR_LOG2`` of ``b`` on every knob the space has."""
         pa, pb = self.space.params(a), self.space.params(b)
         return all(abs(pa[key] - pb[key]) <= NEAR_LOG2 for key in pa)
-
-    @staticmethod
-    def confirm_order(leaders: list[Setting], rounds: int) -> list[Setting]:
-        """The repeats of ``leaders``: ``rounds`` rounds, each leader once a round in turn, so that
-        a cluster that drifts over the repeats moves every leader's alike.
-
-        >>> a, b = Setting(1, 2), Setting(3, 4)
-        >>> [s.partition for s in _Search.confirm_order([a, b], 3)]
-        [1, 3, 1, 3, 1, 3]
-        """
-        if rounds < 1:
-            raise TfschedError(f"confirm rounds must be at least 1, got {rounds}")
-        return list(leaders) * rounds
 
     def winner(self, leaders: list[Setting], rounds: int) -> Trial | None:
         """The tuner's choice: the best mean among the ``leaders`` once they were measured again

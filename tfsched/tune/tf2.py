@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from tfsched.errors import TfschedError
 from tfsched.tune.run import TuneResult
-from tfsched.tune.search import SEARCHES, Setting, Space, _Search, judged_on_repeats
+from tfsched.tune.search import SEARCHES, Setting, Space, confirm_order, judged_on_repeats
 
 
 def tune_tf2(
@@ -90,7 +90,7 @@ def tune_tf2(
         check_ack_share(ack_share)
     check_credit_return(credit_return)
     check_host_order(host_order, host_credit)
-    _Search.confirm_order([], confirm_rounds)
+    confirm_order([], confirm_rounds)  # a bad count: its error line, before a cluster starts
     space = space or Space()
     started = time.monotonic()
     knobs = {
@@ -158,7 +158,7 @@ def tune_tf2(
             again = sum(not t.confirm for t in found.history) >= trials
             if again and leaders is None:  # the budget is spent: measure the leaders once more
                 leaders = found.to_confirm(confirm)
-                repeats = found.confirm_order(leaders, confirm_rounds)
+                repeats = confirm_order(leaders, confirm_rounds)
             if again and not repeats:
                 break
             s = repeats.pop(0) if again else found.next_setting()
