@@ -61,35 +61,34 @@ def handoffs(trace, link_bps: float | None) -> tuple[list[float], list[dict]]:
     beside their bytes' time on the link (None without a link)."""
     from tfsched.analysis import MIN_ACKED_BYTES
 
+    gate_end = {  # (step, gate) -> when it let its tensor go, the PS's gates only
+        (o.step, o.node): o.start_us + o.duration_us
+        for o in trace.ops
+        if o.op == "TfschedGate" and "/job:ps/" in o.device
+    }
+    channels: dict[tuple[int, str, str], list] = {}  # (step, src, dst) -> (release, transfer)
+    for t in trace.transfers:
+        released = gate_end.get((t.step, t.tensor.rsplit(":", 1)[0]))
+        if "/job:ps/" in t.src and t.bytes >= MIN_ACKED_BYTES and released is not None:
+            channels.setdefault((t.step, t.src, t.dst), []).append((released, t))
     gaps, spans = [], []
-    for step in range(trace.steps):
-        gate_end = {
-            o.node: o.start_us + o.duration_us
-            for o in trace.ops
-            if o.step == step and o.op == "TfschedGate" and "/job:ps/" in o.device
-        }
-        channels: dict[tuple[str, str], list] = {}
-        for t in trace.transfers:
-            released = gate_end.get(t.tensor.rsplit(":", 1)[0])
-            if t.step == step and "/job:ps/" in t.src and t.bytes >= MIN_ACKED_BYTES and released is not None:
-                channels.setdefault((t.src, t.dst), []).append((released, t))
-        for (src, dst), pulls in channels.items():
-            pulls.sort(key=lambda p: p[0])
-            arrived = [t.start_us + t.duration_us for _, t in pulls]
-            gaps += [
-                (released - before) / 1e6
-                for (released, _), before in zip(pulls[1:], arrived[:-1], strict=True)
-            ]
-            nbytes = sum(t.bytes for _, t in pulls)
-            spans.append(
-                {
-                    "step": step,
-                    "channel": f"{src} -> {dst}",
-                    "pulls": len(pulls),
-                    "span_s": (max(arrived) - pulls[0][0]) / 1e6,
-                    "wire_s": nbytes * 8 / link_bps if link_bps else None,
-                }
-            )
+    # step by step, each step's channels in the order their first pull was traced
+    for (step, src, dst), pulls in sorted(channels.items(), key=lambda kv: kv[0][0]):
+        pulls.sort(key=lambda p: p[0])
+        arrived = [t.start_us + t.duration_us for _, t in pulls]
+        gaps += [
+            (released - before) / 1e6 for (released, _), before in zip(pulls[1:], arrived[:-1], strict=True)
+        ]
+        nbytes = sum(t.bytes for _, t in pulls)
+        spans.append(
+            {
+                "step": step,
+                "channel": f"{src} -> {dst}",
+                "pulls": len(pulls),
+                "span_s": (max(arrived) - pulls[0][0]) / 1e6,
+                "wire_s": nbytes * 8 / link_bps if link_bps else None,
+            }
+        )
     return gaps, spans
 
 

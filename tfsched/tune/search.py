@@ -245,20 +245,24 @@ class _Search:
         >>> [(x["partition"], x["value"], x["measurements"]) for x in search.standings([a, b], 2)]
         [(1048576, 1.2, 1), (131072, 1.0, 1)]
         """
-        only = judged_on_repeats(leaders, rounds)
-        out = []
-        for s in leaders:
-            values = [t.value for t in self.history if t.setting == s and (t.confirm or not only)]
-            if values:
-                out.append({**s.to_json(), "value": sum(values) / len(values), "measurements": len(values)})
+        runs = self._runs(judged_on_repeats(leaders, rounds))
+        out = [
+            {**s.to_json(), "value": sum(runs[s]) / len(runs[s]), "measurements": len(runs[s])}
+            for s in leaders
+            if s in runs
+        ]
         return sorted(out, key=lambda x: x["value"], reverse=True)
 
-    def _means(self, repeats_only: bool = False) -> dict[Setting, float]:
+    def _runs(self, repeats_only: bool = False) -> dict[Setting, list[float]]:
+        """Each setting's measurements (its repeats alone with ``repeats_only``)."""
         runs: dict[Setting, list[float]] = {}
         for t in self.history:
             if t.confirm or not repeats_only:
                 runs.setdefault(t.setting, []).append(t.value)
-        return {s: sum(v) / len(v) for s, v in runs.items()}
+        return runs
+
+    def _means(self, repeats_only: bool = False) -> dict[Setting, float]:
+        return {s: sum(v) / len(v) for s, v in self._runs(repeats_only).items()}
 
     def probe(self, setting: Setting) -> None:
         """Measure this setting before the model's own suggestions (the defaults, the simulator's
