@@ -7,9 +7,11 @@ machine's CPU). This runs ``bench.tf2.predict_calls`` on them again, with the ma
 the cores from the op times the simulator runs (as the bench does), from the trace's mean op
 times (as the session bench takes them on shared cores), on hosts with cores of their own from
 the op times it runs over the machine's CPU in place of the workers' own (as until the
-sixty-fifth session), and with the pulls a gate releases together racing instead of going in the
+sixty-fifth session), with the pulls a gate releases together racing instead of going in the
 order released (``predict_calls(race=True)``, as until the sixty-sixth session;
-``benchmarks/arrival_order.py``), so a change to the prediction is measured on one run.
+``benchmarks/arrival_order.py``), and with the bytes' CPU left in the ops' share where the run
+measured what a byte costs (``predict_calls(comm_cpu=False)``, as until the seventy-first
+session), so a change to the prediction is measured on one run.
 
     python benchmarks/repredict_tf2.py RUN.json DIR --name tf2-vgg16-inference
 
@@ -36,6 +38,8 @@ VARIANTS = {
     # until the sixty-sixth session: the pulls released together race (the session bench's), where
     # TensorFlow 2's go in the order released (benchmarks/arrival_order.py)
     "racing": ({"work": "simulated", "race": True}, "op times run, released pulls racing"),
+    # until the seventy-first session: no cost of a byte measured, the bytes' CPU in the ops' share
+    "no_comm_cpu": ({"work": "simulated", "comm_cpu": False}, "op times run, bytes' CPU in the ops'"),
 }
 
 
@@ -108,7 +112,8 @@ def main() -> None:
         f"times it runs over the machine's CPU ({first['machine_cpu']['machine_slots']:.3f} slots; on hosts "
         "with cores of their own as until the sixty-fifth session, elsewhere as the first); and as the "
         "first with the pulls a gate releases together racing, as until the sixty-sixth session (the "
-        "others keep them in the order released)",
+        "others keep them in the order released); and as the first with the bytes' CPU left in the "
+        "ops' share, as until the seventy-first session (the others charge it where the run measured it)",
         "",
         "| mode | steps/s "
         + "".join(f"| simulated, {label} | error " for _, label in VARIANTS.values())

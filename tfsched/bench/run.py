@@ -569,35 +569,64 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tupl
                 small += v.dtype.size
     if nbytes <= small:
         return 0.0, 0.0, None
-    from tfsched.bench.profile import task_cpu_s, task_processes
+    from tfsched.bench.profile import task_processes
 
-    tasks = task_processes()
-    ends = {  # the senders (every PS) and the receiver (worker 0): their processes
+    try:
+        with tf.compat.v1.Session(target, graph=built.graph) as sess:
+            fetches = {"whole": whole, "cut": cut}
+            return whole_and_cut_costs(
+                lambda name: sess.run(fetches[name], options=options),
+                pull_ends(task_processes()),
+                extra_bytes=nbytes - small,
+                messages=len(cut),
+            )
+    except tf.errors.OpError:
+        return 0.0, 0.0, None
+
+
+def pull_ends(tasks: dict[int, str]) -> dict[str, list[int]]:
+    """The processes at each end of worker 0's pulls among ``tasks`` (pid -> ``job:index``,
+    ``bench.profile.task_processes``): the senders (every PS, ``send``) and the receiver
+    (worker 0, ``recv``).
+
+    >>> pull_ends({10: "ps:0", 11: "ps:1", 12: "worker:0", 13: "worker:1"})
+    {'send': [10, 11], 'recv': [12]}
+    """
+    return {
         "send": [pid for pid, name in tasks.items() if name.startswith("ps:")],
         "recv": [pid for pid, name in tasks.items() if name == "worker:0"],
     }
+
+
+def whole_and_cut_costs(
+    run: Callable[[str], object], ends: dict[str, list[int]], *, extra_bytes: int, messages: int
+) -> tuple[float, float, tuple[float, float] | None]:
+    """``_comm_cpu_costs``' measurement, whatever runs the pulls (a session's, or TensorFlow 2's
+    coordinator, ``bench.tf2.comm_cost_round``): ``run("whole")`` pulls every PS variable whole
+    to worker 0, ``run("cut")`` the same ``messages`` with one element each (``extra_bytes``
+    fewer). Each is run once alone to warm up (its first run sets up a graph of its own on every
+    task), then both in turn, as ``_comm_cpu_costs`` says, the machine's CPU and that of
+    ``ends``' processes (``pull_ends``) read around each. The cost of a byte, of a message and
+    the ends' shares of a byte's; (0, 0, None) where /proc/stat cannot be read. What ``run``
+    raises goes through."""
+    from tfsched.bench.profile import task_cpu_s
+
+    run("cut")
+    run("whole")
     busy = {"whole": 0.0, "cut": 0.0}
     spent = {(name, end): 0.0 for name in busy for end in ends}  # (fetch, end) -> CPU seconds
-    try:
-        with tf.compat.v1.Session(target, graph=built.graph) as sess:
-            # warm-up, each fetch alone: its first run registers a graph of its own on every
-            # task (one run of both warmed neither; the docstring's last paragraph)
-            sess.run(cut, options=options)
-            sess.run(whole, options=options)
-            steps = 0
-            while steps < COMM_STEPS or (busy["whole"] < COMM_MIN_CPU_S and steps < COMM_MAX_STEPS):
-                for name, fetch in (("cut", cut), ("whole", whole)):
-                    before, at = cpu_seconds(), {end: task_cpu_s(pids) for end, pids in ends.items()}
-                    sess.run(fetch, options=options)
-                    after = cpu_seconds()
-                    if not before or not after:
-                        return 0.0, 0.0, None
-                    busy[name] += after[0] - before[0]
-                    for end, pids in ends.items():
-                        spent[(name, end)] += task_cpu_s(pids) - at[end]
-                steps += 1
-    except tf.errors.OpError:
-        return 0.0, 0.0, None
+    steps = 0
+    while steps < COMM_STEPS or (busy["whole"] < COMM_MIN_CPU_S and steps < COMM_MAX_STEPS):
+        for name in ("cut", "whole"):
+            before, at = cpu_seconds(), {end: task_cpu_s(pids) for end, pids in ends.items()}
+            run(name)
+            after = cpu_seconds()
+            if not before or not after:
+                return 0.0, 0.0, None
+            busy[name] += after[0] - before[0]
+            for end, pids in ends.items():
+                spent[(name, end)] += task_cpu_s(pids) - at[end]
+        steps += 1
     shares = None
     if all(ends.values()):
         shares = byte_shares(
@@ -605,8 +634,8 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tupl
             spent[("whole", "send")] - spent[("cut", "send")],
             spent[("whole", "recv")] - spent[("cut", "recv")],
         )
-    cost = per_byte(busy["whole"], busy["cut"], nbytes - small, steps)
-    return cost, busy["cut"] / (len(cut) * steps), shares if cost else None
+    cost = per_byte(busy["whole"], busy["cut"], extra_bytes, steps)
+    return cost, busy["cut"] / (messages * steps), shares if cost else None
 
 
 def byte_shares(machine_s: float, send_s: float, recv_s: float) -> tuple[float, float] | None:

@@ -12,7 +12,9 @@ baseline" has a 95% interval from the paired rounds, as the session bench's.
 
 After the timed rounds one more round per mode runs inside a profiling window
 (``tfsched.trace_functions``), untimed: each mode's calls' times (p50, p95: a call is one worker's
-step), how long a call waited for its last pull, and what a call moved, from its trace.
+step), how long a call waited for its last pull, and what a call moved, from its trace. Then one more
+coordinator, worker 0 alone, measures what moving a byte and a message cost the machine
+(``comm_costs``), which the prediction charges.
 
 Before the rounds, one untimed round of TIO runs worker 0 alone (the other workers idle) with
 ``enable_functions(dump_graphs=...)`` inside a profiling window (``solo_round``). TIO orders each
@@ -160,6 +162,8 @@ def coordinate(args: dict) -> dict:
     with strategy.scope():
         model, shape = keras_model(args["model"], image_size=args["image_size"])
         optimizer = keras.optimizers.SGD(0.01) if train else None
+    if args.get("comm_cost"):
+        return comm_cost_round(tf, coordinator, model.variables)
     batch = args["batch_size"]
 
     @tf.function
@@ -212,6 +216,84 @@ def coordinate(args: dict) -> dict:
         "cpu_s": busy,
         "task_cpu_s": task_cpu,
     }
+
+
+def comm_cost_round(tf, coordinator, variables) -> dict:
+    """What moving a byte and a message costs the machine, as the session bench measures it
+    (``bench.run._comm_cpu_costs``), with the coordinator's calls on worker 0 (a cluster of it
+    alone, the bench's ``solo``): one function pulls each of the model's ``variables`` on a PS
+    (a ``ShardedVariable``'s every shard) whole and keeps one element, the other cuts that
+    element on the PS; the extra CPU of the first over its extra bytes is the cost of a byte
+    (``bench.run.whole_and_cut_costs``). Its record: ``comm_cpu_s_per_byte``,
+    ``comm_cpu_s_per_message`` and ``comm_cpu_shares`` (the sending PS's and worker 0's shares of
+    a byte's CPU, None where their processes cannot be read), all 0 or None where nothing is on
+    a PS.
+
+    Until the seventy-first session the TensorFlow 2 bench measured none of these, and its
+    prediction left the bytes' CPU in the ops' share of the cores (``predict_calls``)."""
+    from tfsched.bench.profile import task_processes
+    from tfsched.bench.run import pull_ends, whole_and_cut_costs
+
+    parts = [p for v in variables for p in getattr(v, "variables", [v])]  # a ShardedVariable's shards
+    parts = [p for p in parts if "/job:ps" in p.device and p.shape.is_fully_defined()]
+    nbytes = sum(p.shape.num_elements() * p.dtype.size for p in parts)
+    small = sum(p.dtype.size for p in parts)
+    record = {
+        "mode": "comm-cost",
+        "comm_cpu_s_per_byte": 0.0,
+        "comm_cpu_s_per_message": 0.0,
+        "comm_cpu_shares": None,
+    }
+    if nbytes <= small:
+        return record
+
+    @tf.function
+    def whole():
+        return [tf.reshape(p, [-1])[:1] for p in parts]  # read on the PS, the whole tensor comes
+
+    @tf.function
+    def cut():
+        kept = []
+        for p in parts:
+            with tf.device(p.device):
+                first = tf.reshape(p, [-1])[:1]  # one element comes
+            kept.append(tf.identity(first))
+        return kept
+
+    functions = {"whole": whole, "cut": cut}
+
+    def run(name: str) -> None:
+        coordinator.schedule(functions[name])
+        coordinator.join()
+
+    per_byte, per_message, shares = whole_and_cut_costs(
+        run, pull_ends(task_processes(os.getppid())), extra_bytes=nbytes - small, messages=len(parts)
+    )
+    return dict(
+        record,
+        comm_cpu_s_per_byte=per_byte,
+        comm_cpu_s_per_message=per_message,
+        comm_cpu_shares=list(shares) if shares else None,
+    )
+
+
+def comm_costs(args: dict, timeout_s: float, dead_tasks=None, progress=None) -> dict:
+    """``comm_cost_round`` in a coordinator of its own, worker 0 alone: the baseline row's
+    ``comm_cpu_s_per_byte``, ``comm_cpu_s_per_message`` and ``comm_cpu_shares`` where they were
+    measured (a byte that cost nothing measurable leaves the shares out). A round that fails is
+    said to ``progress`` and leaves them out: the prediction then keeps the bytes' CPU in the
+    ops' share, as before they were measured (the session bench's ``_comm_cpu_costs`` does the
+    same)."""
+    try:
+        rec = run_round(dict(args, comm_cost=True, solo=True), "baseline", timeout_s, dead_tasks)
+    except TfschedError as e:
+        if progress:
+            progress(f"no cost of a byte: {e}")
+        return {}
+    kept = {k: rec[k] for k in ("comm_cpu_s_per_byte", "comm_cpu_s_per_message") if rec.get(k)}
+    if rec.get("comm_cpu_shares") and kept.get("comm_cpu_s_per_byte"):
+        kept["comm_cpu_shares"] = rec["comm_cpu_shares"]
+    return kept
 
 
 def round_args(cluster, **run) -> dict:
@@ -344,6 +426,7 @@ def predict_calls(
     host_cores: float = 0.0,
     task_cpu: bool = True,
     race: bool = False,
+    comm_cpu: bool = True,
 ) -> None:
     """The simulator's prediction of each mode's throughput, beside the measured one, for the
     rows of one placement of the variables (``MODE`` or ``MODE@PLACEMENT``; ``predict_placements``)
@@ -356,8 +439,10 @@ def predict_calls(
     task on this machine, its cores. As the session bench predicts (``bench.predict``): op times
     of worker 0 alone (``solo_round``), the links at their shaped rate with the fit's per-message
     overhead, and the work the machine does at once from the CPU the baseline's rounds spent a
-    call (``predict.machine_slots_from_cpu``; the bytes' own CPU is not measured here and stays
-    in the ops' share). Each mode as its pass enforced it: its order made again from the same
+    call less its bytes' (``predict.machine_slots_from_cpu``), the bytes' CPU on the cores while
+    they move and each acknowledgement's as one more message, at the costs ``comm_costs``
+    measured (``comm_cpu=False``: left in the ops' share, as until the seventy-first session, a
+    what-if for ``benchmarks/repredict_tf2.py``). Each mode as its pass enforced it: its order made again from the same
     graph and trace, its partition and credit, the released tensors going in the order released
     (below). Inference calls have no gradients to push and are laid out the same way.
 
@@ -405,6 +490,10 @@ def predict_calls(
     ``results/arrival-order-tf2.md``: VGG16 inference's TIO kept the order in 8 of the 9 traced
     calls whose requests all came first, and in none of the 5 others). There TIO and TAO are
     predicted +14% and +20%, and -14% and -9% racing (``results/tf2-vgg16-inference-repredicted.md``).
+
+    The bytes' CPU charged (seventy-first session, ``results/tf2-vgg16-inference-s71-repredicted.md``
+    and ``tf2-resnet50-train-s71-repredicted.md``): the five modes' mean error 7.4% against 9.0%
+    with it in the ops' share on VGG16 inference, 2.4% against 3.4% on ResNet-50 training.
     """
     import copy
     from dataclasses import replace
@@ -434,6 +523,12 @@ def predict_calls(
     ordering = oracle_for(graph, alone, "min", fallback=TimeOracle.from_cost_model(graph, link=LinkModel()))
     oracle = copy.deepcopy(ordering)
     base = next(r for r in rows if split_placed(r["mode"])[0] == "baseline")
+    # what moving a byte and a message cost the machine (comm_costs; 0: not measured, as in runs
+    # before the seventy-first session, or left out with comm_cpu=False)
+    per_byte = base.get("comm_cpu_s_per_byte", 0.0) if comm_cpu else 0.0
+    per_message = base.get("comm_cpu_s_per_message", 0.0) if comm_cpu else 0.0
+    if per_byte and base.get("comm_cpu_shares"):
+        oracle.host_byte_shares = tuple(base["comm_cpu_shares"])
     cpu = [x.get("cpu_s") for x in base["rounds"]]
     per_call = sum(cpu) / base["steps"] if all(c is not None for c in cpu) else 0.0
     cores = os.cpu_count() or 1
@@ -449,14 +544,14 @@ def predict_calls(
             graph,
             oracle,
             {t: c / calls for t, c in per_task.items()},
-            comm_cpu_s_per_byte=0.0,  # not measured here: the bytes' CPU stays in the ops' share
+            comm_cpu_s_per_byte=per_byte,
             shares=oracle.host_byte_shares,
             cores=cores,
         )
     from_cpu = from_tasks or machine_slots_from_cpu(
         alone,
         cpu_s_per_step=per_call * workers,
-        comm_cpu_s_per_byte=0.0,
+        comm_cpu_s_per_byte=per_byte,
         workers=workers,
         cores=cores,
         work_s=sum(oracle.compute(n) for n in graph.graph) if work == "simulated" else None,
@@ -466,6 +561,9 @@ def predict_calls(
     )
     slots_from = "the workers' CPU" if from_tasks else "the machine's CPU" if from_cpu else "the op times"
     oracle.host_slots = host_slots(host_cores, oracle.machine_slots, cores)
+    # as the session bench's (bench.predict): a slot is the cores one lone worker's ops kept busy
+    oracle.comm_slot_s_per_byte = per_byte * oracle.machine_slots / cores
+    ack_slot_s = per_message * oracle.machine_slots / cores  # an acknowledgement: one more message
     if bandwidth_bps:
         oracle.set_links(bandwidth_bps=bandwidth_bps)
     plain = build_sim_graph(graph, oracle, None, workers=workers, steps=steps)
@@ -488,7 +586,9 @@ def predict_calls(
                 steps=steps,
                 partition_bytes=spec.partition * PARAM_BYTES or None,
             )
-            runs = scheduled_runs(sg, schedule, spec, latency_s=2 * latency_s, record=True, race=race)
+            runs = scheduled_runs(
+                sg, schedule, spec, ack_slot_s=ack_slot_s, latency_s=2 * latency_s, record=True, race=race
+            )
         # the coordinator's call and its answer cross the worker's link, as the session driver's
         driver_s = 2 * latency_s
         calls = [t + driver_s for run in runs for ts in run.step_times().values() for t in ts]
@@ -602,7 +702,7 @@ def side_by_side(
     (``bench.run.host_cluster``'s)."""
     from tfsched.bench.netns import DEFAULT_QUEUE_S
     from tfsched.bench.results import cpu_description
-    from tfsched.bench.run import host_cluster, parse_mode, placed_mode
+    from tfsched.bench.run import host_cluster, parse_mode, placed_mode, split_placed
 
     if run_mode not in ("train", "inference"):
         raise TfschedError(f"unknown mode {run_mode!r}; expected train or inference")
@@ -624,7 +724,7 @@ def side_by_side(
     params = {p: channel_params(model, ps, image_size, p) for p in placements}
     runs = [(placed_mode(m, at(p)), m, p) for p in placements for m in modes]  # (name, mode, placement)
     specs = {name: parse_mode(m, bandwidth_bps, params[p]) for name, m, p in runs}
-    parts = len(placements) + rounds * len(runs) + len(runs) + 1
+    parts = len(placements) + rounds * len(runs) + len(runs) + 2
     finished = 0
 
     def tick(what: str | None = None) -> None:
@@ -699,7 +799,13 @@ def side_by_side(
                 run_round(dict(args[p], trace=path, window_s=window), m, timeout + window, c.dead_tasks)
                 traced[name] = dict(call_times(path), trace=kept(path))
                 tick()
+            tick("measuring what moving a byte costs the machine")
+            costs = comm_costs(args[first], timeout, c.dead_tasks, progress)
+            tick()
         rows = _rows([name for name, _, _ in runs], specs, rounds_of, traced)
+        for r in rows:  # the machine's, whatever PS holds a variable: every placement's baseline
+            if parse_mode(split_placed(r["mode"])[0]).algorithm is None:
+                r.update(costs)
         tick("simulating every mode's calls")
         predict_placements(
             rows,
@@ -841,7 +947,35 @@ def markdown(summary: dict) -> str:
                 "",
                 f"`+pc`{where or ' here'}: partition {k['partition']:,}, credit {k['credit']:,} parameters.",
             ]
-    return "\n".join(lines + tuned_lines(c)) + "\n"
+    return "\n".join(lines + comm_cost_lines(summary) + tuned_lines(c)) + "\n"
+
+
+def comm_cost_lines(summary: dict) -> list[str]:
+    """What the run measured moving a byte and a message to cost the machine (``comm_costs``),
+    which the simulator charges; nothing for a run that measured none.
+
+    >>> base = {"mode": "baseline", "comm_cpu_s_per_byte": 1.1e-9, "comm_cpu_s_per_message": 2.5e-4,
+    ...         "comm_cpu_shares": [0.3, 0.55]}
+    >>> print(comm_cost_lines({"modes": [base]})[1])
+    Moving a byte cost the machine 1.10 ns of CPU and a message 0.250 ms (worker 0's pulls alone, each variable whole against one element of it; the PS spent 30% of a byte's CPU, worker 0 55%, the rest in no task's process). The simulator charges both.
+    >>> comm_cost_lines({"modes": [{"mode": "baseline"}]})
+    []
+    """
+    base = next((r for r in summary["modes"] if r.get("comm_cpu_s_per_message")), None)
+    if base is None:
+        return []
+    text = (
+        f"Moving a byte cost the machine {base.get('comm_cpu_s_per_byte', 0.0) * 1e9:.2f} ns of CPU and a message "
+        f"{base['comm_cpu_s_per_message'] * 1e3:.3f} ms (worker 0's pulls alone, each variable whole against one "
+        "element of it"
+    )
+    shares = base.get("comm_cpu_shares")
+    if shares:
+        text += (
+            f"; the PS spent {shares[0]:.0%} of a byte's CPU, worker 0 {shares[1]:.0%}, "
+            "the rest in no task's process"
+        )
+    return ["", text + "). The simulator charges both."]
 
 
 def plot(summary: dict, png_path: str) -> None:
