@@ -804,7 +804,7 @@ def side_by_side(
             tick()
         rows = _rows([name for name, _, _ in runs], specs, rounds_of, traced)
         for r in rows:  # the machine's, whatever PS holds a variable: every placement's baseline
-            if parse_mode(split_placed(r["mode"])[0]).algorithm is None:
+            if split_placed(r["mode"])[0] == "baseline":
                 r.update(costs)
         tick("simulating every mode's calls")
         predict_placements(
