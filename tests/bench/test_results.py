@@ -170,6 +170,10 @@ def test_the_table_says_what_pc_was_on_this_link():
     row = summarize({"baseline": base, "tao+pc": pc}, summary["config"])["modes"][1]
     assert (row["cpu_s_per_step"], row["cpu_busy"]) == (1.5, 0.75)
     assert "| 1.50 (75%) |" in markdown(summarize({"tao+pc": pc}, summary["config"]))
+    # cores that never idled: /proc/stat's seconds since boot, subtracted, may differ by a rounding
+    # error (CI measured 1.000000000001692); the share stays a share
+    pc.cpu_s, pc.cpu_total_s = 9.700000000016, 9.7
+    assert summarize({"tao+pc": pc}, summary["config"])["modes"][0]["cpu_busy"] == 1.0
     assert "`+pc` here" not in markdown(summarize({"baseline": base}, summary["config"]))
     # a window on the workers' pushes leaves +pc's sizes as they were, and the table says what it is
     w = ModeResult("tao+pc+w1000", step_times=[1.0], rounds=[(1, 1.0)], steps=1, wall_s=1.0)

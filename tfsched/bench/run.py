@@ -411,7 +411,9 @@ class ModeResult:
             "mean_s": statistics.fmean(self.step_times) if self.step_times else 0.0,
             "iteration_mean_s": statistics.fmean(its) if its else 0.0,
             "cpu_s_per_step": self.cpu_per_step,
-            "cpu_busy": self.cpu_s / self.cpu_total_s if self.cpu_total_s else 0.0,
+            # at most 1: /proc/stat's counters are seconds since boot, and a difference of two
+            # large floats can pass the other's by a rounding error when the cores never idled
+            "cpu_busy": min(1.0, self.cpu_s / self.cpu_total_s) if self.cpu_total_s else 0.0,
             **({"comm_cpu_s_per_byte": self.comm_cpu_s_per_byte} if self.comm_cpu_s_per_byte else {}),
             **(
                 {"comm_cpu_s_per_message": self.comm_cpu_s_per_message} if self.comm_cpu_s_per_message else {}
@@ -648,6 +650,8 @@ def byte_shares(machine_s: float, send_s: float, recv_s: float) -> tuple[float, 
     (0.3, 0.55)
     >>> byte_shares(1.0, 0.5, 0.6)  # scaled to the machine's
     (0.4545, 0.5455)
+    >>> byte_shares(1.0, 0.45455, 0.54545)  # at most 1 once rounded
+    (0.4546, 0.5454)
     >>> byte_shares(1.0, -0.01, 0.6), byte_shares(0.0, 0.1, 0.1), byte_shares(1.0, 0.0, -0.01)
     ((0.0, 0.6), None, None)
     """
@@ -659,7 +663,10 @@ def byte_shares(machine_s: float, send_s: float, recv_s: float) -> tuple[float, 
         return None
     if both > 1:
         send, recv = send / both, recv / both
-    return round(send, 4), round(recv, 4)
+    send, recv = round(send, 4), round(recv, 4)
+    # rounded, the two can pass 1 by a rounding step (0.45455 and 0.54545); the receiver's is
+    # then what is left, which rounded never passes it
+    return (send, recv) if send + recv <= 1 else (send, round(1 - send, 4))
 
 
 def per_byte(busy_whole_s: float, busy_cut_s: float, extra_bytes: int, steps: int) -> float:
