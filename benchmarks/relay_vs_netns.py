@@ -11,6 +11,11 @@ times, the simulator's error), and what do the relays cost the driver in CPU?
     python benchmarks/relay_vs_netns.py                       # VGG16 as the demo runs it
     python benchmarks/relay_vs_netns.py --model mobilenet --workers 4 --batch-size 99
     python benchmarks/relay_vs_netns.py --latency 2ms --name latency2ms   # netem (where the kernel has it) against the relays' delay
+    python benchmarks/relay_vs_netns.py --api tf2 --mode inference --workers 4 --batch-size 397 --name tf2-vgg16-inference
+
+With ``--api tf2`` each run is ``tfsched bench --api tf2``'s (TensorFlow 2's coordinator, whose
+tasks reach each other through one relay per task, ``RelayedSpec.shared_spec``): a step's time
+is then one over the rounds' steps a second, and the prediction is the TensorFlow 2 bench's.
 
 Writes ``benchmarks/results/relay_vs_netns[-NAME].{json,md}``.
 """
@@ -26,6 +31,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _results import machine, positive, write  # noqa: E402
 
+from tfsched.bench import tf2  # noqa: E402
 from tfsched.bench.netns import available, latency_unavailable  # noqa: E402
 from tfsched.bench.results import cpu_description, ratio_text, summarize  # noqa: E402
 from tfsched.bench.run import cluster_side_by_side, parse_modes  # noqa: E402
@@ -38,10 +44,10 @@ LINKS = ("netns", "relays")
 
 def one_run(args, links: str) -> dict:
     """One side-by-side run on ``links``: its summary (tfsched bench's JSON) and the driver's
-    CPU seconds per synchronized step (the relays run in the driver)."""
+    CPU seconds per step (the relays run in the driver; a synchronized step in a session's run,
+    a worker's call in TensorFlow 2's)."""
     cpu0, wall0 = time.process_time(), time.monotonic()
-    results = cluster_side_by_side(
-        args.model,
+    run = dict(
         workers=args.workers,
         ps=1,
         modes=args.modes,
@@ -53,9 +59,14 @@ def one_run(args, links: str) -> dict:
         relays=links == "relays",
         progress=lambda s: print(f"  [{links}] {s}", flush=True),
     )
+    if args.api == "tf2":
+        summary = tf2.side_by_side(args.model, run_mode=args.mode, **run)
+        steps = sum(r["steps"] for r in summary["modes"])
+    else:
+        results = cluster_side_by_side(args.model, mode=args.mode, **run)
+        steps = sum(len(r.iterations) for r in results.values())
+        summary = summarize(results, {"model": args.model, "links": links})
     cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
-    steps = sum(len(r.iterations) for r in results.values())
-    summary = summarize(results, {"model": args.model, "links": links})
     return {
         "links": links,
         "wall_s": wall,
@@ -65,8 +76,23 @@ def one_run(args, links: str) -> dict:
     }
 
 
+def step_s(r: dict) -> float:
+    """A row's step time: the slowest worker's (a session's run), or one over the steps a second
+    of the coordinator's rounds (TensorFlow 2's)."""
+    return r["iteration_mean_s"] if "iteration_mean_s" in r else 1 / r["throughput_steps_per_s"]
+
+
+def predicted(r: dict) -> tuple[float, float]:
+    """A row's simulated step time and its error against the measured, as ``step_s``."""
+    if "predicted" in r:  # TensorFlow 2's: steps a second
+        return 1 / r["predicted"]["steps_per_s"], -r["predicted"]["error"] / (1 + r["predicted"]["error"])
+    return r.get("predicted_s", 0.0), r.get("prediction_error", 0.0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--api", default="session", choices=("session", "tf2"))
+    ap.add_argument("--mode", default="train", choices=("train", "inference"))
     ap.add_argument("--model", default="vgg16", choices=sorted(MODELS))
     ap.add_argument("--workers", type=positive(int), default=2)
     ap.add_argument("--bandwidth", default="1Gbit")
@@ -97,35 +123,39 @@ def main() -> None:
 
     def per_mode(links: str, mode: str, key: str) -> list[float]:
         return [
-            next(r[key] for r in run["modes"] if r["mode"] == mode)
+            key(r) if callable(key) else r[key]
             for run in runs
             if run["links"] == links
-            and next(r.get(key) for r in run["modes"] if r["mode"] == mode) is not None
+            for r in run["modes"]
+            if r["mode"] == mode and (callable(key) or r.get(key) is not None)
         ]
 
+    tf2_run = args.api == "tf2"
+    step_what = "1 / steps a second" if tf2_run else "slowest worker"
     lines = [
-        f"**{args.model}** (train, batch {args.batch_size}), 1 PS x {args.workers} workers, "
+        f"**{args.model}** ({args.mode}, batch {args.batch_size}), 1 PS x {args.workers} workers, "
         f"{args.bandwidth / 1e9:g} Gbit/s per host each way"
         + (f" with {args.latency * 1e3:g} ms per link" if args.latency else "")
-        + f", {args.rounds} interleaved rounds of "
-        f"{args.steps} synchronized steps per run, {args.alternations} alternations of the two "
+        + f", {args.rounds} interleaved rounds of {args.steps} "
+        + ("steps per worker (TensorFlow 2's coordinator)" if tf2_run else "synchronized steps")
+        + f" per run, {args.alternations} alternations of the two "
         f"emulations. Processor: {cpu_description()}.",
         "",
-        "| alternation | links | mode | slowest worker (s) | vs baseline (95%) | simulated (s) | sim. error |",
+        f"| alternation | links | mode | {step_what} (s) | vs baseline (95%) | simulated (s) | sim. error |",
         "|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         for r in run["modes"]:
+            sim, error = predicted(r)
             lines.append(
-                f"| {run['alternation'] + 1} | {run['links']} | {r['mode']} | {r['iteration_mean_s']:.4f} "
-                f"| {ratio_text(r)} "
-                f"| {r.get('predicted_s', 0):.4f} | {r.get('prediction_error', 0):+.0%} |"
+                f"| {run['alternation'] + 1} | {run['links']} | {r['mode']} | {step_s(r):.4f} "
+                f"| {ratio_text(r)} | {sim:.4f} | {error:+.0%} |"
             )
     lines += [
         "",
         "Means over the alternations:",
         "",
-        "| mode | vs baseline, netns | vs baseline, relays | slowest worker (s), netns | relays |",
+        f"| mode | vs baseline, netns | vs baseline, relays | {step_what} (s), netns | relays |",
         "|---|---|---|---|---|",
     ]
     means = {}
@@ -133,7 +163,7 @@ def main() -> None:
         row = {
             links: (
                 statistics.fmean(per_mode(links, mode, "vs_baseline")),
-                statistics.fmean(per_mode(links, mode, "iteration_mean_s")),
+                statistics.fmean(per_mode(links, mode, step_s)),
             )
             for links in LINKS
         }
@@ -148,7 +178,8 @@ def main() -> None:
     }
     lines += [
         "",
-        f"The driver's CPU per synchronized step (its sessions, and on the relays side the relays): "
+        f"The driver's CPU per {'step' if tf2_run else 'synchronized step'} (its "
+        f"{'coordinators are processes of their own' if tf2_run else 'sessions'}, and on the relays side the relays): "
         f"{cpu['netns']:.3f} s with namespaces, {cpu['relays']:.3f} s with relays.",
     ]
     result = {
@@ -156,6 +187,8 @@ def main() -> None:
         "machine": machine(),
         "cpu": cpu_description(),
         "config": {
+            "api": args.api,
+            "mode": args.mode,
             "model": args.model,
             "workers": args.workers,
             "bandwidth_bps": args.bandwidth,

@@ -766,15 +766,10 @@ def _tf2_placements(ps_placement: tuple[str, ...]) -> tuple[str, ...]:
     return ps_placement
 
 
-_RELAYS_PAST = "TensorFlow 2's coordinator gives every task its cluster's addresses, past the relays"
-
-
 def _check_tf2_bench(ps_placement: tuple[str, ...]) -> tuple[str, ...]:
     """What ``bench --api tf2`` cannot take: one usage line, before any work. Its placements of the
     variables (``_tf2_placements``)."""
-    _refuse_for_tf2(
-        (("shaped_loopback", _RELAYS_PAST), ("trace_steps", "a traced round of each mode runs whole"))
-    )
+    _refuse_for_tf2((("trace_steps", "a traced round of each mode runs whole"),))
     return _tf2_placements(ps_placement)
 
 
@@ -788,7 +783,6 @@ def _check_tf2_tune(ps_placement: str) -> str:
             ("fetches", own),
             ("init", own),
             ("tag_set", own),
-            ("shaped_loopback", _RELAYS_PAST),
             ("prescreen", "the simulator's pre-screen is of a session's graph"),
             ("sync", "a coordinator's steps are asynchronous"),
             ("settle", "each trial is a coordinator of its own, its setting in force from its first step"),
@@ -1077,6 +1071,7 @@ def bench(
             output=output,
             balance=balance,
             tuned={"file": tuned_path, "mode": tuned} if tuned else None,
+            relays=shaped_loopback,
             **cluster,
         )
         return
@@ -1386,6 +1381,7 @@ def tune(
             ps_placement=ps_placement,
             bandwidth_bps=None if loopback else bandwidth,
             latency_s=latency,
+            relays=shaped_loopback,
             algorithm=algorithm,
             run_mode=run_mode,
             batch_size=batch_size,
@@ -1415,7 +1411,6 @@ def tune(
                 fetches=list(fetches) or None,
                 init=init,
                 tag_set=tag_set,
-                relays=shaped_loopback,
                 settle=settle,
                 prescreen_keep=prescreen,
                 sync=sync,

@@ -139,6 +139,92 @@ def test_relays_pace_to_the_links_bandwidth_and_leave_nothing_behind():
     assert not [t.name for t in threading.enumerate() if t.name.startswith("tfsched-relay")]
 
 
+def test_a_connection_is_told_apart_by_the_process_that_opened_it():
+    """``/proc`` says which process holds a loopback connection's other end: this one, or a child."""
+    import os
+    import subprocess
+    import sys
+
+    from tfsched.bench.relay import loopback_socket_inode, socket_owner
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(2)
+    port = listener.getsockname()[1]
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import socket, sys; s = socket.create_connection(('127.0.0.1', {port})); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+    )
+    mine = socket.create_connection(("127.0.0.1", port))
+    try:
+        owners = []
+        for _ in range(2):
+            conn, (_, peer_port) = listener.accept()
+            with conn:
+                inode = loopback_socket_inode(peer_port, port)
+                assert inode is not None
+                owners.append(socket_owner(inode, [os.getpid(), child.pid]))
+        # one is this process's, the other the child's (whichever connected first)
+        assert sorted(owners) == sorted([os.getpid(), child.pid])
+        assert socket_owner(inode, [os.getpid() + 10**7]) is None  # no such process
+        assert loopback_socket_inode(port, port) is None  # no such connection
+    finally:
+        mine.close()
+        child.stdin.close()
+        child.wait(timeout=10)
+        listener.close()
+
+
+def test_shared_relays_pace_each_connection_through_the_links_of_the_task_that_opened_it():
+    """TensorFlow 2's coordinator hands every task one cluster spec: the shared relays name them,
+    and pace what a connection carries through the links of the task whose process opened it."""
+    import os
+
+    sinks = [_Sink(), _Sink()]
+    spec = {"ps": [s.addr for s in sinks], "worker": ["127.0.0.1:9"]}
+    me = {os.getpid(): ("worker", 0)}
+    owner = {}
+    relays = RelayedSpec(spec, 100e6, pids=lambda: owner)  # 12.5 MB/s a link, each way
+    try:
+        shared = relays.shared_spec
+        assert shared == relays.shared_spec and set(shared) == {"ps", "worker"}
+        assert all(a != b for a, b in zip(shared["ps"], spec["ps"], strict=True))
+        ports = [int(a.split(":")[1]) for a in shared["ps"]]
+
+        def to_both(nbytes: int, total: int) -> float:
+            """This process sends ``nbytes`` to each PS at once; how long until each has ``total``.
+            The connections stay open until then, as gRPC's do (a closed one has no process)."""
+            conns = [socket.create_connection(("127.0.0.1", port)) for port in ports]
+            try:
+                start = time.monotonic()
+                senders = [threading.Thread(target=c.sendall, args=(b"x" * nbytes,)) for c in conns]
+                for t in senders:
+                    t.start()
+                for t in senders:
+                    t.join()
+                return max(s.wait_for(total) for s in sinks) - start
+            finally:
+                for c in conns:
+                    c.close()
+
+        # not a task: the driver, whose side is unshaped: each PS's downlink alone, 2.5 MB in 0.2 s
+        driver = to_both(2_500_000, 2_500_000)
+        # a task (this process as worker 0): both connections share its uplink, 0.4 s
+        owner.update(me)
+        task = to_both(2_500_000, 5_000_000)
+        # the slack above is for a loaded machine, as in the test of the relays for each pair
+        assert 0.19 <= driver < 0.3, driver
+        assert 0.38 <= task < 0.5, task
+    finally:
+        relays.close()
+        for s in sinks:
+            s.close()
+
+
 class _Echo(_Sink):
     """A TCP server that sends back what it reads."""
 

@@ -102,7 +102,6 @@ def test_a_tf2_tuning_run_measures_each_setting_in_a_coordinator_of_its_own(tmp_
         (("--sync",), "--sync is not for --api tf2: a coordinator's steps are asynchronous"),
         (("--settle", "2"), "--settle is not for --api tf2"),
         (("--prescreen", "2"), "--prescreen is not for --api tf2"),
-        (("--shaped-loopback",), "--shaped-loopback is not for --api tf2"),
         (
             ("--push-credit",),
             "--push-credit is not for --api tf2: a window on the pushes evens out synchronized workers",

@@ -254,6 +254,11 @@ class TaskHandles:
     def target(self, job: str = "worker", index: int = 0) -> str:
         return f"grpc://{self.spec[job][index]}"
 
+    @property
+    def client_spec(self) -> dict:
+        """The cluster spec for a client that hands one to every task (TensorFlow 2's coordinator)."""
+        return self.spec
+
     def cluster_spec(self):
         import tensorflow as tf
 
@@ -310,7 +315,12 @@ class LocalCluster(TaskHandles):
             if self.bandwidth_bps is not None:
                 from tfsched.bench.relay import RelayedSpec
 
-                self.relays = RelayedSpec(self.spec, self.bandwidth_bps, self.latency_s)
+                self.relays = RelayedSpec(
+                    self.spec,
+                    self.bandwidth_bps,
+                    self.latency_s,
+                    pids=lambda: {p.pid: task for task, p in self.procs.items()},
+                )
             if self.relays is None:
                 self.start_all()
             else:
@@ -328,6 +338,12 @@ class LocalCluster(TaskHandles):
         if self.relays is None:
             return super().target(job, index)
         return f"grpc://{self.relays.client_address(job, index)}"  # across the task's link
+
+    @property
+    def client_spec(self) -> dict:
+        """The cluster spec for a client that hands one to every task (TensorFlow 2's coordinator):
+        with relays, each task's relay for every host (``RelayedSpec.shared_spec``)."""
+        return self.spec if self.relays is None else self.relays.shared_spec
 
     def close(self) -> None:
         self.stop_all()

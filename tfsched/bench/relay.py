@@ -10,6 +10,12 @@ has passed. Concurrent connections therefore share a link chunk by chunk, and a 
 and receiving do not share bandwidth. The driver reaches each task through a relay too, across
 the task's link only (``CLIENT``), as it reaches the emulated cluster's hosts from the bridge.
 
+TensorFlow 2's coordinator hands every task one cluster spec of its own, so relays for each pair
+of tasks would be passed by. For it every task also has one relay for every host
+(``RelayedSpec.shared_spec``), which asks Linux which process opened each connection it accepts
+(``/proc/net/tcp`` for the socket, the tasks' ``/proc/<pid>/fd`` for its holder) and paces it
+through that task's links; any other process is the driver.
+
 The issue behind the bench asked for "loopback with a single shaped link" as the fallback; a link
 per host is the same topology as the emulated cluster, so the fallback's results read like its.
 With ``latency_s`` each link also delays what crosses it, as ``netem`` does on each of the
@@ -42,6 +48,7 @@ import socket
 import threading
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 
 # A relay reads and paces about CHUNK_S of its link's time at a time, from MIN_CHUNK to
 # MAX_CHUNK bytes: 64 KiB below about 370 Mbit/s, 256 KiB at 1 Gbit/s, 1 MiB from about
@@ -105,13 +112,56 @@ class Links:
             return end
 
 
+def loopback_socket_inode(port: int, peer_port: int) -> int | None:
+    """The inode of the loopback TCP socket whose own port is ``port`` and whose peer's is
+    ``peer_port`` (``/proc/net/tcp`` and ``tcp6``); None where there is none or Linux's tables
+    cannot be read."""
+    want = (f"{port:04X}", f"{peer_port:04X}")
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            # sl, local_address, rem_address, st, tx:rx, tr:when, retrnsmt, uid, timeout, inode
+            if len(fields) > 9 and (fields[1].rsplit(":", 1)[1], fields[2].rsplit(":", 1)[1]) == want:
+                return int(fields[9])
+    return None
+
+
+def socket_owner(inode: int, pids) -> int | None:
+    """Which of ``pids`` holds the socket ``inode`` open (``/proc/<pid>/fd``); None: none of them."""
+    link = f"socket:[{inode}]"
+    for pid in pids:
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"{fd_dir}/{fd}") == link:
+                    return pid
+            except OSError:
+                continue
+    return None
+
+
 class Relay:
     """Listens on a loopback port for host ``src``'s connections to task ``dst`` at ``target``
-    ("host:port"), and forwards each, paced by ``links``."""
+    ("host:port"), and forwards each, paced by ``links``.
 
-    def __init__(self, links: Links, src, dst, target: str):
+    With ``src`` None the relay is every host's way to ``dst``, and ``source_of(conn)`` says
+    which host an accepted connection comes from: a cluster spec every task shares can then
+    name the relays (``RelayedSpec.shared_spec``)."""
+
+    def __init__(self, links: Links, src, dst, target: str, source_of: Callable | None = None):
+        if src is None and source_of is None:
+            raise ValueError("a relay for every host needs source_of")
         self.links, self.src, self.dst = links, src, dst
-        self.delay_s = links.delay(src, dst)  # the same both ways
+        self.source_of = source_of
         host, port = target.rsplit(":", 1)
         self.target = (host, int(port))
         self._listener = socket.socket()
@@ -131,6 +181,8 @@ class Relay:
                 conn, _ = self._listener.accept()
             except OSError:  # closed
                 return
+            # whose it is, at once: /proc shows it while its peer holds it open (gRPC's stay open)
+            src = self.src if self.src is not None else self.source_of(conn)
             try:
                 out = socket.create_connection(self.target, timeout=30)
                 out.settimeout(None)
@@ -142,7 +194,7 @@ class Relay:
             # requests go from src to dst, answers from dst to src
             pumps = [
                 threading.Thread(target=f, args=args, name=f"tfsched-relay-{self.port}-pump", daemon=True)
-                for a, b, frm, to in ((conn, out, self.src, self.dst), (out, conn, self.dst, self.src))
+                for a, b, frm, to in ((conn, out, src, self.dst), (out, conn, self.dst, src))
                 for f, args in self._pumps(a, b, frm, to)
             ]
             with self._lock:
@@ -156,11 +208,15 @@ class Relay:
 
     def _pumps(self, a: socket.socket, b: socket.socket, frm, to) -> list:
         """The threads' (target, args) that move ``a``'s bytes to ``b``."""
-        if not self.delay_s:
+        delay_s = self.links.delay(frm, to)  # the same both ways
+        if not delay_s:
             return [(self._pump, (a, b, frm, to))]
         # what a link holds on the way: its bandwidth-delay product, a burst and a few chunks
-        chunks = _InFlight(self.links.bytes_per_s * (self.delay_s + BURST_S) + 4 * self.links.chunk)
-        return [(self._read_delayed, (a, b, frm, to, chunks)), (self._write_delayed, (a, b, chunks))]
+        chunks = _InFlight(self.links.bytes_per_s * (delay_s + BURST_S) + 4 * self.links.chunk)
+        return [
+            (self._read_delayed, (a, b, frm, to, delay_s, chunks)),
+            (self._write_delayed, (a, b, chunks)),
+        ]
 
     def _pump(self, a: socket.socket, b: socket.socket, frm, to) -> None:
         # the bytes go socket -> pipe -> socket in the kernel (splice), never through Python
@@ -186,7 +242,9 @@ class Relay:
             os.close(w)
             _shutdown(a, b)
 
-    def _read_delayed(self, a: socket.socket, b: socket.socket, frm, to, chunks: _InFlight) -> None:
+    def _read_delayed(
+        self, a: socket.socket, b: socket.socket, frm, to, delay_s: float, chunks: _InFlight
+    ) -> None:
         """Paces ``a``'s chunks through the links as ``_pump`` does and queues each for
         ``_write_delayed`` with the time it is due at the far end; None when ``a`` has ended."""
         try:
@@ -196,7 +254,7 @@ class Relay:
                     break
                 now = time.monotonic()
                 passed = self.links.reserve(frm, to, len(data))  # may be past: a burst goes at once
-                chunks.put(max(passed, now) + self.delay_s, data)
+                chunks.put(max(passed, now) + delay_s, data)
                 delay = passed - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
@@ -296,21 +354,53 @@ class RelayedSpec:
     its own host with links of ``bandwidth_bps`` that add ``latency_s`` each; ``spec_of(job,
     index)`` is the cluster spec that task runs with, ``client_address(job, index)`` where the
     driver reaches that task (across the task's link only). ``close()`` ends every relay and
-    connection."""
+    connection.
 
-    def __init__(self, spec: dict, bandwidth_bps: float, latency_s: float = 0.0):
+    ``shared_spec``, for a client that hands every task one cluster spec of its own (TensorFlow
+    2's coordinator does: its ``CreateContext`` request carries the spec each task then reaches
+    the others by), names one more relay per task, every host's way to it. Such a relay asks
+    which process opened each connection it accepts (``/proc/net/tcp`` and each task's
+    ``/proc/<pid>/fd``, once per connection: gRPC keeps its connections) and paces it through
+    that task's links; a process that is no task is the driver (``CLIENT``). ``pids()``: the
+    tasks' processes as they are at the time, {pid: (job, index)} (none until they start)."""
+
+    def __init__(
+        self, spec: dict, bandwidth_bps: float, latency_s: float = 0.0, pids: Callable[[], dict] = dict
+    ):
         self.spec = spec
         self.links = Links(bandwidth_bps, latency_s, unshaped=(CLIENT,))
         tasks = [(job, i) for job, addrs in spec.items() for i in range(len(addrs))]
         self.relays: dict = {}
+        self.pids = pids
         try:
-            for src in [CLIENT, *tasks]:
-                for dst in tasks:
+            for dst in tasks:
+                for src in [CLIENT, *tasks, None]:  # None: the shared relay, every host's
                     if src != dst:
-                        self.relays[(src, dst)] = Relay(self.links, src, dst, spec[dst[0]][dst[1]])
+                        self.relays[(src, dst)] = Relay(
+                            self.links, src, dst, spec[dst[0]][dst[1]], source_of=self.host_of
+                        )
         except BaseException:
             self.close()
             raise
+
+    def host_of(self, conn: socket.socket) -> tuple:
+        """The host an accepted loopback connection comes from: the task whose process holds its
+        other end, else the driver."""
+        tasks = self.pids()
+        try:
+            inode = loopback_socket_inode(conn.getpeername()[1], conn.getsockname()[1])
+        except OSError:  # gone already: whatever it carried, nothing more will cross
+            return CLIENT
+        pid = socket_owner(inode, list(tasks)) if inode is not None else None
+        return tasks.get(pid, CLIENT)
+
+    @property
+    def shared_spec(self) -> dict:
+        """One cluster spec for every task and the driver: each task's shared relay."""
+        return {
+            job: [f"127.0.0.1:{self.relays[(None, (job, i))].port}" for i in range(len(addrs))]
+            for job, addrs in self.spec.items()
+        }
 
     def spec_of(self, job: str, index: int) -> dict:
         me = (job, index)

@@ -285,10 +285,12 @@ def stagger_lines(summary: dict) -> list[str]:
 
 
 def link_text(config: dict) -> str:
-    """The hosts a run had, as its title says them: the link, its latency and queue, and the
-    cores of its own each host had (``bench.hostcpu``) where they did not share the machine's."""
+    """The hosts a run had, as its title says them: the link, its latency and queue, the relays
+    where they shaped it, and the cores of its own each host had (``bench.hostcpu``) where they
+    did not share the machine's."""
     link = f"{config['bandwidth']}" + (f", {config['latency']} latency" if config.get("latency") else "")
     link += f", links queueing at most {config['queue']}" if config.get("queue") else ""
+    link += ", shaped by relays on loopback" if config.get("links") == "relays" else ""
     if config.get("host_cores"):
         from tfsched.bench.hostcpu import describe
 
@@ -299,7 +301,6 @@ def link_text(config: dict) -> str:
 def markdown(summary: dict) -> str:
     c = summary["config"]
     link = link_text(c)
-    link += ", shaped by relays on loopback" if c.get("links") == "relays" else ""
     link += f", {c['inter_op_threads']} inter-op threads a task" if c.get("inter_op_threads") else ""
     batch = f", batch {c['batch_size']}" if c.get("batch_size") else ""
     # how the variables were spread, where not by the bytes each moves (the default)

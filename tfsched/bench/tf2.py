@@ -300,7 +300,7 @@ def round_args(cluster, **run) -> dict:
     """What every coordinator of a run on ``cluster`` is given (``coordinate``'s ``args``): the
     cluster's tasks and the driver's host, and ``run``: ``bandwidth_bps``, ``channel_params``,
     ``model``, ``image_size``, ``batch_size``, ``run_mode``, ``ps_placement`` and ``steps``."""
-    return {"spec": cluster.spec, "driver_host": getattr(cluster, "driver_host", "127.0.0.1"), **run}
+    return {"spec": cluster.client_spec, "driver_host": cluster.driver_host, **run}
 
 
 def round_timeout(walls: list[float]) -> float:
@@ -683,6 +683,7 @@ def side_by_side(
     bandwidth_bps: float | None = None,
     latency_s: float = 0.0,
     queue_s: float | None = None,
+    relays: bool = False,
     run_mode: str = "train",
     ps_placement: str | tuple[str, ...] = "round-robin",
     traces_dir: str | None = None,
@@ -698,8 +699,9 @@ def side_by_side(
     the others' as ``MODE@PLACEMENT`` (the session bench's naming), each placement's ordered,
     sized and predicted from its own graph and solo round, every mode against the first's
     baseline. ``traces_dir``: where the traces, the dumped graphs and the schedules go once the
-    run has succeeded (None: nowhere). ``host_cores``: the cores of its own each task has
-    (``bench.run.host_cluster``'s)."""
+    run has succeeded (None: nowhere). ``relays`` and ``host_cores``: the links shaped by relays
+    on loopback, not namespaces, and the cores of its own each task has (``bench.run.host_cluster``'s;
+    the relays reach the coordinator's spec through ``LocalCluster.client_spec``)."""
     from tfsched.bench.netns import DEFAULT_QUEUE_S
     from tfsched.bench.results import cpu_description
     from tfsched.bench.run import host_cluster, parse_mode, placed_mode, split_placed
@@ -742,6 +744,7 @@ def side_by_side(
         bandwidth_bps=bandwidth_bps,
         latency_s=latency_s,
         queue_s=DEFAULT_QUEUE_S if queue_s is None else queue_s,
+        relays=relays,
         progress=progress,
         host_cores=host_cores,
     )
@@ -846,6 +849,7 @@ def side_by_side(
         "latency": f"{latency_s * 1e3:g} ms" if latency_s else None,
         "queue": None if queue_s is None or queue_s == DEFAULT_QUEUE_S else f"{queue_s * 1e3:g} ms",
         **({"host_cores": host_cores} if host_cores else {}),
+        **({"links": "relays"} if relays and bandwidth_bps else {}),
         # the first placement's, as a run of one; every placement's in placements
         "channel_params": params[first],
         "schedules": schedules(first),

@@ -17,9 +17,10 @@ result says what the best setting gains.
 
 What the session tuner does and this one does not: apply the best setting to a running
 training (a user's coordinator takes it with ``enable_functions(partition=..., credit=...)``,
-which ``tfsched tune`` prints), a simulator's pre-screen, synchronous steps (a coordinator's
-steps are asynchronous) and links shaped by relays (the coordinator hands every task its
-cluster's addresses, past them).
+which ``tfsched tune`` prints), a simulator's pre-screen and synchronous steps (a coordinator's
+steps are asynchronous). Links shaped by relays (``relays``) it has since the seventy-second
+session: the coordinator hands every task the cluster's addresses, and they are relays that
+pace each connection through the links of the task that opened it (``RelayedSpec.shared_spec``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def tune_tf2(
     ps_placement: str = "round-robin",
     bandwidth_bps: float | None = None,
     latency_s: float = 0.0,
+    relays: bool = False,
     algorithm: str = "tio",
     run_mode: str = "train",
     batch_size: int = 4,
@@ -63,7 +65,8 @@ def tune_tf2(
 ) -> TuneResult:
     """Tune (partition, credit) for ``model`` trained (or, ``run_mode="inference"``, run forward)
     by ``ParameterServerStrategy`` on ``ps`` PS and ``workers`` workers, each task a host with
-    links of ``bandwidth_bps`` each way (namespaces, root; None: loopback unshaped).
+    links of ``bandwidth_bps`` each way (namespaces, root, or with ``relays`` shaped on loopback
+    by this process; None: loopback unshaped).
 
     ``ps_placement``: the strategy's (``bench.tf2.TF2_PS_PLACEMENTS``). ``algorithm``: ``tio``,
     or ``tao``/``layer``, ordered as the bench orders them (worker 0's step function traced
@@ -124,6 +127,7 @@ def tune_tf2(
         workers=workers,
         bandwidth_bps=bandwidth_bps,
         latency_s=latency_s,
+        relays=relays,
         progress=progress,
         host_cores=host_cores,
     )
@@ -189,6 +193,7 @@ def tune_tf2(
             **({"ps_placement": ps_placement} if ps > 1 else {}),
             "bandwidth": f"{bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback",
             **({"latency": f"{latency_s * 1e3:g} ms"} if latency_s else {}),
+            **({"links": "relays"} if relays and bandwidth_bps else {}),
             **({"host_cores": host_cores} if host_cores else {}),
             **knobs,
             "search": search,
