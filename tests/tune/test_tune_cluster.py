@@ -127,10 +127,9 @@ def test_tuning_one_window_per_task_with_a_timing_aware_order():
     # its +aN acknowledges from where the tuner's pass did (the search's smallest credit / 32)
     assert doc["config"]["acknowledged_from"] == 16_384
     share = -(-r.best.credit // 16_384)
-    assert (
-        tuned_mode(doc, "tune.json", **where)
-        == f"tao+p{r.best.partition}+c{r.best.credit}+lockstep+a{share}+sent"
-    )
+    # no +p where the best setting cuts nothing (one tensor in flight can win: CI saw it)
+    cut = f"+p{r.best.partition}" if r.best.partition else ""
+    assert tuned_mode(doc, "tune.json", **where) == f"tao{cut}+c{r.best.credit}+lockstep+a{share}+sent"
     # after the defaults, one tensor in flight (credit returned when sent), then the two
     # settings the simulator (with one window per task) liked best
     assert r.history[1].setting == ONE_IN_FLIGHT and r.history[1].value > 0

@@ -152,3 +152,29 @@ def test_a_session_tune_file_in_a_tf2_bench_is_one_error_naming_it(tmp_path):
     )
     assert_one_line_error(p, "session-tune.json: tuned for api session, not api tf2")
     assert not out.exists()
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("api", ["tf2", "session"])
+def test_shaped_loopback_reaches_the_tuners_cluster(tmp_path, monkeypatch, api):
+    """``tune --shaped-loopback`` asks ``host_cluster`` for relays with either API (TensorFlow 2's
+    coordinator reaches them through ``LocalCluster.client_spec``); the cluster that would start
+    is stopped there by an error, which leaves no file."""
+    from click.testing import CliRunner
+
+    from tfsched.bench import run
+    from tfsched.cli import main
+    from tfsched.errors import TfschedError
+
+    asked = {}
+
+    def host_cluster(**kwargs):
+        asked.update(kwargs)
+        raise TfschedError("no cluster in this test")
+
+    monkeypatch.setattr(run, "host_cluster", host_cluster)
+    out = tmp_path / "t.json"
+    args = ["tune", "--api", api, "--model", "seq32", "--bandwidth", "200Mbit", "--shaped-loopback"]
+    done = CliRunner().invoke(main, [*args, "--trials", "1", "-o", str(out)])
+    assert done.exit_code == 1 and "no cluster in this test" in done.output, done.output
+    assert asked["relays"] is True and asked["bandwidth_bps"] == 200e6 and not out.exists()
