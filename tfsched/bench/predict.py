@@ -222,6 +222,16 @@ def host_slots(host_cores: float, machine_slots: float, cores: int) -> float | N
     return host_cores * machine_slots / cores if host_cores else None
 
 
+def in_slots(cpu_s: float, machine_slots: float, cores: int) -> float:
+    """``cpu_s`` of the machine's CPU as time of one simulated slot: a slot is the cores one lone
+    worker's ops kept busy, the machine's ``cores`` over its ``machine_slots``.
+
+    >>> in_slots(0.004, 1.5, 2)  # 4 ms of the machine's CPU where 2 cores are 1.5 slots
+    0.003
+    """
+    return cpu_s * machine_slots / cores
+
+
 def _by_rank(iterations: list[list[float]]) -> list[float]:
     """``sim.mean_by_rank`` of the synchronized steps that every worker finished.
 
@@ -489,11 +499,10 @@ def annotate(
         )
         oracle.host_slots = host_slots(host_cores, oracle.machine_slots, cores)
         oracle.host_bytes = host_bytes
-        # a slot is the cores one lone worker's ops kept busy: the machine's cores / its slots
-        oracle.comm_slot_s_per_byte = base.comm_cpu_s_per_byte * oracle.machine_slots / cores
+        oracle.comm_slot_s_per_byte = in_slots(base.comm_cpu_s_per_byte, oracle.machine_slots, cores)
         # an acknowledgement is one more message with almost no bytes (TfschedAck, its RPC,
         # TfschedCredit): the CPU the bench measured a message to cost, on the same machine
-        ack_slot_s = base.comm_cpu_s_per_message * oracle.machine_slots / cores
+        ack_slot_s = in_slots(base.comm_cpu_s_per_message, oracle.machine_slots, cores)
     if bandwidth_bps:
         # The hosts' links are shaped to a known rate. A trace of one worker sees only its share
         # of the PS's link (the other workers pull at the same time); the simulator shares the

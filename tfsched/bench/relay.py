@@ -376,9 +376,8 @@ class RelayedSpec:
             for dst in tasks:
                 for src in [CLIENT, *tasks, None]:  # None: the shared relay, every host's
                     if src != dst:
-                        self.relays[(src, dst)] = Relay(
-                            self.links, src, dst, spec[dst[0]][dst[1]], source_of=self.host_of
-                        )
+                        source_of = self.host_of if src is None else None
+                        self.relays[(src, dst)] = Relay(self.links, src, dst, spec[dst[0]][dst[1]], source_of)
         except BaseException:
             self.close()
             raise

@@ -502,6 +502,7 @@ def predict_calls(
     from tfsched.bench.predict import (
         check_work,
         host_slots,
+        in_slots,
         machine_slots,
         machine_slots_from_cpu,
         machine_slots_from_task_cpu,
@@ -561,9 +562,9 @@ def predict_calls(
     )
     slots_from = "the workers' CPU" if from_tasks else "the machine's CPU" if from_cpu else "the op times"
     oracle.host_slots = host_slots(host_cores, oracle.machine_slots, cores)
-    # as the session bench's (bench.predict): a slot is the cores one lone worker's ops kept busy
-    oracle.comm_slot_s_per_byte = per_byte * oracle.machine_slots / cores
-    ack_slot_s = per_message * oracle.machine_slots / cores  # an acknowledgement: one more message
+    # as the session bench's (bench.predict); an acknowledgement is one more message
+    oracle.comm_slot_s_per_byte = in_slots(per_byte, oracle.machine_slots, cores)
+    ack_slot_s = in_slots(per_message, oracle.machine_slots, cores)
     if bandwidth_bps:
         oracle.set_links(bandwidth_bps=bandwidth_bps)
     plain = build_sim_graph(graph, oracle, None, workers=workers, steps=steps)
