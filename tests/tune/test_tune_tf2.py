@@ -13,6 +13,9 @@ from tests.helpers import cli
 @pytest.mark.tf
 @pytest.mark.cluster
 def test_a_tf2_tuning_run_measures_each_setting_in_a_coordinator_of_its_own(tmp_path):
+    """On links shaped by relays on loopback (``--shaped-loopback``), which reach the coordinators'
+    cluster through ``LocalCluster.client_spec``: each task's connections are paced by its own
+    links."""
     from tfsched.bench.run import tuned_mode
     from tfsched.bench.tf2 import channel_params
     from tfsched.enforce.api import link_sizes
@@ -23,7 +26,8 @@ def test_a_tf2_tuning_run_measures_each_setting_in_a_coordinator_of_its_own(tmp_
     out = tmp_path / "tune.json"
     p = cli(
         "tune",
-        *("--api", "tf2", "--model", "seq32", "--workers", "2", "--loopback", "--batch-size", "4"),
+        *("--api", "tf2", "--model", "seq32", "--workers", "2", "--batch-size", "4"),
+        *("--shaped-loopback", "--bandwidth", "1Gbit"),
         *("--trials", "2", "--confirm", "2", "--confirm-rounds", "2", "--measure", "1"),
         *("--credit-return", "sent", "-o", str(out)),
         timeout=900,
@@ -36,15 +40,16 @@ def test_a_tf2_tuning_run_measures_each_setting_in_a_coordinator_of_its_own(tmp_
         "seq32",
         "train",
         2,
-        "loopback",
+        "1 Gbit/s",
     )
+    assert c["links"] == "relays"
     # the first trial is ByteScheduler's setting for the strategy's busiest PS (all of Seq-32 on
     # the one PS), on the search's grid; then, with the credit returned when sent, one tensor in
     # flight; then both, the leader first, in two more rounds in turn: the winner's mean is its
     # repeats' alone
     params = channel_params("seq32", 1)
     space = Space()
-    defaults = space.setting(space.params(Setting(*link_sizes(None, params))))
+    defaults = space.setting(space.params(Setting(*link_sizes(1e9, params))))
     assert c["channel_params"] == params and c["defaults"] == defaults.to_json()
     assert Setting.from_json(trials[0]) == defaults and Setting.from_json(trials[1]) == ONE_IN_FLIGHT
     assert c["credit_return"] == "sent"
@@ -83,7 +88,7 @@ def test_a_tf2_tuning_run_measures_each_setting_in_a_coordinator_of_its_own(tmp_
     }
     assert f"in force with: {c['enable']}" in p.stdout and "x vanilla TensorFlow's steps/s" in p.stdout
     # bench --api tf2 --tuned runs it as tuned; the session bench, which it was not tuned for, refuses it
-    where = {"model": "seq32", "workers": 2, "ps": 1, "bandwidth": "loopback", "batch_size": 4}
+    where = {"model": "seq32", "workers": 2, "ps": 1, "bandwidth": "1 Gbit/s", "batch_size": 4}
     mode = tuned_mode(doc, str(out), **where, api="tf2")
     assert (
         mode == "tio" + (f"+p{best['partition']}" if best["partition"] else "") + f"+c{best['credit']}+sent"

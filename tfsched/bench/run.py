@@ -514,23 +514,26 @@ SOLO_STEPS = 2
 COMM_STEPS = 3  # pull-only steps that measure what moving a byte costs the machine: at least
 COMM_MAX_STEPS = 60  # and more, up to this, until the whole pulls took COMM_MIN_CPU_S of CPU
 COMM_MIN_CPU_S = 1.0  # (/proc/stat counts in ticks of 10 ms: small models need many steps)
+COMM_MAX_MESSAGE_STEPS = 60  # calls of the cut and of the empty call in turn, up to this, until
+COMM_MIN_MESSAGE_CPU_S = 0.3  # the cut took this much CPU (a message's cost is their difference)
 
 
 def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tuple[float, float] | None]:
     """CPU seconds this machine spends per byte moved between two tasks past each message's own
-    cost, and per message (a tensor sent with almost no bytes, its share of the step included);
-    and the shares of a byte's CPU the senders' processes (the PS tasks) and the receiver's
-    (worker 0) spent (``byte_shares``), None where their processes cannot be read.
+    cost, and per message (a tensor sent with almost no bytes, past the step's own cost); and the
+    shares of a byte's CPU the senders' processes (the PS tasks) and the receiver's (worker 0)
+    spent (``byte_shares``), None where their processes cannot be read.
 
-    Worker 0 alone (a fresh copy of ``built``'s graph, sharing the variables) runs two steps in
+    Worker 0 alone (a fresh copy of ``built``'s graph, sharing the variables) runs three steps in
     turn, at least ``COMM_STEPS`` times each and more for small models, until the CPU is
-    measurable: one pulls every PS variable whole and keeps one element of each; the other cuts
-    that element on the PS, so it sends as many messages with almost no bytes. The machine's
-    extra busy CPU in the first, over the extra bytes, is the cost of a byte; the CPU of the
-    second, over its messages, the cost of a message. The plain ratio used before (all the CPU
-    of the first step over its bytes) counted each message's and the step's own cost as bytes:
-    par32 (33 small variables) came out at 3.1e-8 CPU s per byte, 20 times VGG16's, and its
-    lower bound 80% above the measured step.
+    measurable: one pulls every PS variable whole and keeps one element of each; the second cuts
+    that element on the PS, so it sends as many messages with almost no bytes; the third fetches
+    as many values made on worker 0, sending none. The machine's extra busy CPU in the first
+    over the second, over the extra bytes, is the cost of a byte; the second's over the third,
+    over its messages, the cost of a message (``whole_and_cut_costs``). The plain ratio used
+    before (all the CPU of the first step over its bytes) counted each message's and the step's
+    own cost as bytes: par32 (33 small variables) came out at 3.1e-8 CPU s per byte, 20 times
+    VGG16's, and its lower bound 80% above the measured step.
 
     Both are 0 if /proc/stat cannot be read, nothing is on a PS or a pull fails (the rounds
     measured before are kept: the prediction then leaves this CPU out); the cost of a byte is 0
@@ -558,7 +561,7 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tupl
     modes by at most half a point (``results/ack-cost-one-fifth.md``).
     """
     with built.graph.as_default():
-        whole, cut, nbytes, small = [], [], 0, 0
+        whole, cut, none, nbytes, small = [], [], [], 0, 0
         for v in built.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
             if "/job:ps" in v.device and v.shape.is_fully_defined():
                 with tf.device("/job:worker/task:0"):
@@ -567,6 +570,7 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tupl
                     first = tf.reshape(v, [-1])[:1]  # one element comes
                 with tf.device("/job:worker/task:0"):
                     cut.append(tf.identity(first))
+                    none.append(tf.identity(tf.zeros([1], v.dtype)))  # as many values, no message
                 nbytes += v.shape.num_elements() * v.dtype.size
                 small += v.dtype.size
     if nbytes <= small:
@@ -575,7 +579,7 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tupl
 
     try:
         with tf.compat.v1.Session(target, graph=built.graph) as sess:
-            fetches = {"whole": whole, "cut": cut}
+            fetches = {"whole": whole, "cut": cut, "none": none}
             return whole_and_cut_costs(
                 lambda name: sess.run(fetches[name], options=options),
                 pull_ends(task_processes()),
@@ -606,28 +610,46 @@ def whole_and_cut_costs(
     """``_comm_cpu_costs``' measurement, whatever runs the pulls (a session's, or TensorFlow 2's
     coordinator, ``bench.tf2.comm_cost_round``): ``run("whole")`` pulls every PS variable whole
     to worker 0, ``run("cut")`` the same ``messages`` with one element each (``extra_bytes``
-    fewer). Each is run once alone to warm up (its first run sets up a graph of its own on every
-    task), then both in turn, as ``_comm_cpu_costs`` says, the machine's CPU and that of
-    ``ends``' processes (``pull_ends``) read around each. The cost of a byte, of a message and
-    the ends' shares of a byte's; (0, 0, None) where /proc/stat cannot be read. What ``run``
-    raises goes through."""
+    fewer), ``run("none")`` as many values made on worker 0 itself (no message: the call's own
+    cost). Each is run once alone to warm up (its first run sets up a graph of its own on every
+    task), then all three in turn, as ``_comm_cpu_costs`` says, the machine's CPU and that of
+    ``ends``' processes (``pull_ends``) read around each; then the cut and the empty call alone
+    in turn until the cut took ``COMM_MIN_MESSAGE_CPU_S`` (at most ``COMM_MAX_MESSAGE_STEPS``
+    in all). The cost of a byte, of a message and the ends' shares of a byte's; (0, 0, None)
+    where /proc/stat cannot be read. What ``run`` raises goes through.
+
+    A message's cost is the cut's CPU past the empty call's (``per_message``). Until the
+    seventy-third session it was all the cut's: the call's own cost (a session's run, or a
+    coordinator's call and its answer), spread over its messages, counted as theirs. Three runs
+    of one short bench command each way in one session (``benchmarks/comm_cost_spread.py``):
+    ResNet-50 training (320 messages a call) 0.97e-4 to 1.34e-4 s a message before, 0.75e-4 to
+    0.87e-4 s now (``results/comm-cost-spread-s73-before.md``, ``comm-cost-spread-s73.md``);
+    TensorFlow 2's VGG16 inference (32 messages) 3.9e-4 to 6.3e-4 s before, 1.9e-4 to 3.5e-4 s
+    now (``comm-cost-spread-tf2-before.md``, ``comm-cost-spread-tf2.md``). The cost of a byte
+    stayed within its spread."""
     from tfsched.bench.profile import task_cpu_s
 
-    run("cut")
-    run("whole")
-    busy = {"whole": 0.0, "cut": 0.0}
-    spent = {(name, end): 0.0 for name in busy for end in ends}  # (fetch, end) -> CPU seconds
+    names = ("none", "cut", "whole")
+    for name in names:
+        run(name)
+    busy = dict.fromkeys(names, 0.0)
+    spent = {(name, end): 0.0 for name in names for end in ends}  # (fetch, end) -> CPU seconds
+
+    def measure(name: str) -> bool:
+        before, at = cpu_seconds(), {end: task_cpu_s(pids) for end, pids in ends.items()}
+        run(name)
+        after = cpu_seconds()
+        if not before or not after:
+            return False
+        busy[name] += after[0] - before[0]
+        for end, pids in ends.items():
+            spent[(name, end)] += task_cpu_s(pids) - at[end]
+        return True
+
     steps = 0
     while steps < COMM_STEPS or (busy["whole"] < COMM_MIN_CPU_S and steps < COMM_MAX_STEPS):
-        for name in ("cut", "whole"):
-            before, at = cpu_seconds(), {end: task_cpu_s(pids) for end, pids in ends.items()}
-            run(name)
-            after = cpu_seconds()
-            if not before or not after:
-                return 0.0, 0.0, None
-            busy[name] += after[0] - before[0]
-            for end, pids in ends.items():
-                spent[(name, end)] += task_cpu_s(pids) - at[end]
+        if not all(measure(name) for name in names):
+            return 0.0, 0.0, None
         steps += 1
     shares = None
     if all(ends.values()):
@@ -637,7 +659,26 @@ def whole_and_cut_costs(
             spent[("whole", "recv")] - spent[("cut", "recv")],
         )
     cost = per_byte(busy["whole"], busy["cut"], extra_bytes, steps)
-    return cost, busy["cut"] / (messages * steps), shares if cost else None
+    calls = steps  # the byte's cost above took the cut of the steps beside the whole pulls alone
+    while busy["cut"] < COMM_MIN_MESSAGE_CPU_S and calls < COMM_MAX_MESSAGE_STEPS:
+        if not (measure("none") and measure("cut")):
+            break
+        calls += 1
+    return cost, per_message(busy["cut"], busy["none"], messages, calls), shares if cost else None
+
+
+def per_message(busy_cut_s: float, busy_none_s: float, messages: int, calls: int) -> float:
+    """CPU seconds per message from ``calls`` calls that each sent ``messages`` almost empty
+    tensors (``busy_cut_s`` in all) against as many calls that sent none (``busy_none_s``); 0
+    when the difference is not positive (nothing measurable past the calls' own cost).
+
+    >>> per_message(0.042, 0.01, 32, 10)  # 1 ms a call is the call's own: 0.1 ms a message
+    0.0001
+    >>> per_message(0.03, 0.04, 32, 10)
+    0.0
+    """
+    extra = busy_cut_s - busy_none_s
+    return extra / (messages * calls) if extra > 0 and messages > 0 and calls > 0 else 0.0
 
 
 def byte_shares(machine_s: float, send_s: float, recv_s: float) -> tuple[float, float] | None:
