@@ -77,3 +77,22 @@ def test_no_cost_where_the_machine_cannot_be_read(machine, monkeypatch):
         None,
     )
     assert state["calls"] == ["none", "cut", "whole", "none"]  # warmed up, then one try
+
+
+def test_a_pair_measured_in_part_counts_for_neither(machine, monkeypatch):
+    """The machine stops being readable after the second extra pair's cut: the empty call before
+    it is not counted without its cut, so a message still costs what it does."""
+    run, state = machine
+    steps = int(max(bench_run.COMM_STEPS, -(-bench_run.COMM_MIN_CPU_S // (EXTRA_BYTES * BYTE_S))))
+    readable = bench_run.cpu_seconds
+
+    def cpu_seconds():
+        calls = state["calls"]
+        return None if len(calls) == 3 + 3 * steps + 4 else readable()
+
+    monkeypatch.setattr(bench_run, "cpu_seconds", cpu_seconds)
+    per_byte, per_message, _ = bench_run.whole_and_cut_costs(
+        run, {"send": [1], "recv": [2]}, extra_bytes=EXTRA_BYTES, messages=MESSAGES
+    )
+    assert state["calls"][-2:] == ["none", "cut"] and state["calls"].count("cut") == 1 + steps + 2
+    assert per_byte == pytest.approx(BYTE_S) and per_message == pytest.approx(MESSAGE_S)

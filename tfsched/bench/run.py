@@ -661,7 +661,9 @@ def whole_and_cut_costs(
     cost = per_byte(busy["whole"], busy["cut"], extra_bytes, steps)
     calls = steps  # the byte's cost above took the cut of the steps beside the whole pulls alone
     while busy["cut"] < COMM_MIN_MESSAGE_CPU_S and calls < COMM_MAX_MESSAGE_STEPS:
+        kept = dict(busy)
         if not (measure("none") and measure("cut")):
+            busy.update(kept)  # a pair measured in part counts for neither
             break
         calls += 1
     return cost, per_message(busy["cut"], busy["none"], messages, calls), shares if cost else None
