@@ -5,7 +5,9 @@ machine, and the shares of a byte's CPU the sender's and the receiver's processe
 (``bench.run._comm_cpu_costs``). The simulator charges the bytes' CPU to the machine, or on
 hosts with cores of their own each end's share to its own cores, and each acknowledgement the
 cost of a message. This runs one short bench command (the baseline only, one round) ``--runs``
-times and reports each run's costs and shares, and their spread.
+times and reports each run's costs and shares, and their spread. ``--load N`` keeps N more
+processes spinning on the machine through every run (as another test does in CI, ``pytest -n
+2``): the costs should not take their CPU in.
 
     python benchmarks/comm_cost_spread.py --runs 3 --name comm-cost-spread -- \\
         --model resnet50 --mode train --workers 2 --bandwidth 10Gbit --batch-size 8 --host-cores 0.5
@@ -29,8 +31,19 @@ from _results import machine, positive, write  # noqa: E402
 RUN_TIMEOUT_S = 3600  # one short bench run; its own steps have deadlines, this bounds the rest
 
 
-def one_run(bench_args: list[str]) -> dict:
-    """One bench run of the baseline: its measured costs of a byte and of a message."""
+def one_run(bench_args: list[str], load: int = 0) -> dict:
+    """One bench run of the baseline: its measured costs of a byte and of a message; ``load``
+    processes spin on the machine meanwhile."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(load)]
+    try:
+        return _measured(bench_args)
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+
+
+def _measured(bench_args: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "bench.json")
         cmd = [sys.executable, "-m", "tfsched.cli", "bench", *bench_args]
@@ -61,10 +74,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=positive(int), default=3)
     ap.add_argument("--name", required=True, help="results/<name>.{json,md}")
+    ap.add_argument("--load", type=int, default=0, help="processes spinning on the machine meanwhile")
     ap.add_argument("bench_args", nargs=argparse.REMAINDER, help="-- then tfsched bench's arguments")
     args = ap.parse_args()
     bench_args = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
-    runs = [one_run(bench_args) for _ in range(args.runs)]
+    runs = [one_run(bench_args, args.load) for _ in range(args.runs)]
     spread = {}
     for key in ("per_byte_s", "per_message_s", "send_share", "recv_share"):
         values = [r[key] for r in runs if r[key] is not None]
@@ -77,12 +91,17 @@ def main() -> None:
             "mean": mean,
             "max_over_min": max(values) / min(values) if min(values) > 0 else None,
         }
-    command = "python benchmarks/comm_cost_spread.py --runs {} --name {} -- {}".format(
-        args.runs, args.name, " ".join(bench_args)
+    command = "python benchmarks/comm_cost_spread.py --runs {}{} --name {} -- {}".format(
+        args.runs, f" --load {args.load}" if args.load else "", args.name, " ".join(bench_args)
     )
     md = [
         f"The bench's measured CPU costs, {args.runs} runs of `tfsched bench {' '.join(bench_args)}` "
-        "(the baseline, one round)",
+        "(the baseline, one round)"
+        + (
+            f", {args.load} more {'process' if args.load == 1 else 'processes'} spinning on the machine"
+            if args.load
+            else ""
+        ),
         "",
         "| run | CPU s per byte | CPU s per message | the sending PS's share of a byte's | the receiving "
         "worker's |",
@@ -101,14 +120,16 @@ def main() -> None:
             for what in ("min", "max", "mean")
         ),
         "",
-        "The shares: of the machine's extra CPU for the extra bytes, what the PS's process and worker "
-        "0's spent (`/proc/<pid>/stat`); the rest was the kernel's.",
+        "The shares: of the extra CPU for the extra bytes, what the PS's process and worker 0's spent "
+        "(`/proc/<pid>/stat`); the rest was the interrupts' (and, since the seventy-third session, "
+        "the driver's; before, the rest of the machine's).",
         "",
         "```bash",
         command,
         "```",
     ]
-    write(args.name, {"machine": machine(), "bench_args": bench_args, "runs": runs, "spread": spread}, md)
+    doc = {"machine": machine(), "bench_args": bench_args, "load": args.load, "runs": runs, "spread": spread}
+    write(args.name, doc, md)
     print("\n".join(md))
 
 

@@ -430,18 +430,33 @@ class ModeResult:
         }
 
 
-def cpu_seconds() -> tuple[float, float] | None:
-    """(busy, all) CPU seconds of this machine since boot, from /proc/stat; None without it."""
+def _proc_stat() -> list[float] | None:
+    """The machine's CPU seconds since boot by kind, /proc/stat's first line (user, nice,
+    system, idle, iowait, irq, softirq, steal); None without it."""
     try:
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
     except (OSError, ValueError):
         return None
     hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    fields += [0] * (8 - len(fields))
+    return [x / hz for x in (fields + [0] * 8)[:8]]
+
+
+def cpu_seconds() -> tuple[float, float] | None:
+    """(busy, all) CPU seconds of this machine since boot, from /proc/stat; None without it."""
+    fields = _proc_stat()
+    if fields is None:
+        return None
     # user, nice, system, irq, softirq (guest time is already in user); then idle, iowait, steal
     busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6]
-    return busy / hz, (busy + fields[3] + fields[4] + fields[7]) / hz
+    return busy, busy + fields[3] + fields[4] + fields[7]
+
+
+def interrupt_seconds() -> float | None:
+    """CPU seconds this machine spent in interrupts since boot (irq and softirq, where the
+    kernel moves packets: loopback, veth, the shapers), from /proc/stat; None without it."""
+    fields = _proc_stat()
+    return None if fields is None else fields[5] + fields[6]
 
 
 def mode_configs(
@@ -528,9 +543,9 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tupl
     turn, at least ``COMM_STEPS`` times each and more for small models, until the CPU is
     measurable: one pulls every PS variable whole and keeps one element of each; the second cuts
     that element on the PS, so it sends as many messages with almost no bytes; the third fetches
-    as many values made on worker 0, sending none. The machine's extra busy CPU in the first
-    over the second, over the extra bytes, is the cost of a byte; the second's over the third,
-    over its messages, the cost of a message (``whole_and_cut_costs``). The plain ratio used
+    as many values made on worker 0, sending none. The extra CPU of the first over the second
+    (``whole_and_cut_costs`` says whose), over the extra bytes, is the cost of a byte; the
+    second's over the third, over its messages, the cost of a message. The plain ratio used
     before (all the CPU of the first step over its bytes) counted each message's and the step's
     own cost as bytes: par32 (33 small variables) came out at 3.1e-8 CPU s per byte, 20 times
     VGG16's, and its lower bound 80% above the measured step.
@@ -540,12 +555,13 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tupl
     if the bytes cost nothing measurable.
 
     The shares come from the same steps: each task process's CPU (``/proc/<pid>/stat``, the
-    bench's tasks, ``bench.profile.task_processes``) over them; the rest of the machine's is the
-    kernel's, in no task's process. The simulator charges each end's share to its own task's
-    cores (``TimeOracle.host_byte_shares``). Measured since the sixty-fourth session: on
-    ResNet-50 training at 10 Gbit/s on half-core hosts the sending PS 0.27 to 0.32 and the
-    receiving worker 0.46 to 0.69 (three runs, ``results/comm-cost-shares.md``); on VGG16
-    inference at 1 Gbit/s there 0.12 and 0.57 (``results/bench-vgg16-inference-hosts-s64.md``).
+    bench's tasks, ``bench.profile.task_processes``) over them; the rest is the interrupts' and
+    the driver's (before the seventy-third session, the rest of the machine's). The simulator
+    charges each end's share to its own task's cores (``TimeOracle.host_byte_shares``).
+    Measured since the sixty-fourth session: on ResNet-50 training at 10 Gbit/s on half-core
+    hosts the sending PS 0.27 to 0.32 and the receiving worker 0.46 to 0.69 (three runs,
+    ``results/comm-cost-shares.md``); on VGG16 inference at 1 Gbit/s there 0.12 and 0.57
+    (``results/bench-vgg16-inference-hosts-s64.md``).
 
     Until the sixty-third session the two steps were warmed up together, in one run of both
     fetches: that registered a graph for the pair, not for either, so the first measured step of
@@ -582,7 +598,7 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tupl
             fetches = {"whole": whole, "cut": cut, "none": none}
             return whole_and_cut_costs(
                 lambda name: sess.run(fetches[name], options=options),
-                pull_ends(task_processes()),
+                pull_ends(task_processes(), driver=(os.getpid(),)),
                 extra_bytes=nbytes - small,
                 messages=len(cut),
             )
@@ -590,17 +606,19 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tupl
         return 0.0, 0.0, None
 
 
-def pull_ends(tasks: dict[int, str]) -> dict[str, list[int]]:
+def pull_ends(tasks: dict[int, str], driver: tuple[int, ...] = ()) -> dict[str, list[int]]:
     """The processes at each end of worker 0's pulls among ``tasks`` (pid -> ``job:index``,
     ``bench.profile.task_processes``): the senders (every PS, ``send``) and the receiver
-    (worker 0, ``recv``).
+    (worker 0, ``recv``); and ``driver``, the processes that run the pulls and may carry their
+    bytes (the relays of ``--shaped-loopback`` live in the bench's).
 
-    >>> pull_ends({10: "ps:0", 11: "ps:1", 12: "worker:0", 13: "worker:1"})
-    {'send': [10, 11], 'recv': [12]}
+    >>> pull_ends({10: "ps:0", 11: "ps:1", 12: "worker:0", 13: "worker:1"}, driver=(9,))
+    {'send': [10, 11], 'recv': [12], 'driver': [9]}
     """
     return {
         "send": [pid for pid, name in tasks.items() if name.startswith("ps:")],
         "recv": [pid for pid, name in tasks.items() if name == "worker:0"],
+        "driver": list(driver),
     }
 
 
@@ -618,55 +636,78 @@ def whole_and_cut_costs(
     in all). The cost of a byte, of a message and the ends' shares of a byte's; (0, 0, None)
     where /proc/stat cannot be read. What ``run`` raises goes through.
 
-    A message's cost is the cut's CPU past the empty call's (``per_message``). Until the
-    seventy-third session it was all the cut's: the call's own cost (a session's run, or a
-    coordinator's call and its answer), spread over its messages, counted as theirs. Three runs
-    of one short bench command each way in one session (``benchmarks/comm_cost_spread.py``):
-    ResNet-50 training (320 messages a call) 0.97e-4 to 1.34e-4 s a message before, 0.75e-4 to
-    0.87e-4 s now (``results/comm-cost-spread-s73-before.md``, ``comm-cost-spread-s73.md``);
-    TensorFlow 2's VGG16 inference (32 messages) 3.9e-4 to 6.3e-4 s before, 1.9e-4 to 3.5e-4 s
-    now (``comm-cost-spread-tf2-before.md``, ``comm-cost-spread-tf2.md``). The cost of a byte
-    stayed within its spread."""
+    The CPU counted, where the PS's and worker 0's processes can be read: for a byte, that of
+    ``ends``' processes (the driver's too, which holds the relays of ``--shaped-loopback``) and
+    the machine's interrupts (irq and softirq, where the kernel moves packets); for a message,
+    the PS's and worker 0's. So what else runs on the machine meanwhile is left out. Where they
+    cannot be read, all the machine's. A message's cost is the cut's CPU past the empty call's
+    (``per_message``).
+
+    Until the seventy-third session both took all the machine's CPU, and a message all the
+    cut's: the call's own cost (a session's run, or a coordinator's call and its answer), spread
+    over its messages, counted as theirs. A first try of the empty call took the machine's CPU
+    for both: in a CI rehearsal beside another test (``pytest -n 2``) Seq-32's message came out
+    at nothing. Three runs of one short bench command each way in one session
+    (``benchmarks/comm_cost_spread.py``, ResNet-50 training on half-core hosts, 320 messages a
+    call): idle, a message 0.97e-4 to 1.34e-4 s before and 0.73e-4 to 1.04e-4 s now, a byte
+    8.9e-10 to 1.46e-9 s before and 1.15e-9 to 1.42e-9 s now; with one more process spinning
+    (``--load 1``), a message 1.77e-4 to 2.08e-4 s before and 0.70e-4 to 0.94e-4 s now, a byte
+    2.57e-9 to 3.21e-9 s before and 1.21e-9 to 1.39e-9 s now (``results/comm-cost-spread-s73*``).
+    TensorFlow 2's VGG16 inference (32 messages), idle: a message 3.9e-4 to 6.3e-4 s before,
+    1.8e-4 to 2.8e-4 s now (``results/comm-cost-spread-tf2*``)."""
     from tfsched.bench.profile import task_cpu_s
 
     names = ("none", "cut", "whole")
     for name in names:
         run(name)
     busy = dict.fromkeys(names, 0.0)
-    spent = {(name, end): 0.0 for name in names for end in ends}  # (fetch, end) -> CPU seconds
+    parts = (*ends, "interrupts")
+    spent = {(name, part): 0.0 for name in names for part in parts}  # (fetch, part) -> CPU seconds
+    # the ends' processes can be read: what else runs on the machine is left out of the costs
+    own = bool(ends.get("send")) and bool(ends.get("recv"))
 
     def measure(name: str) -> bool:
-        before, at = cpu_seconds(), {end: task_cpu_s(pids) for end, pids in ends.items()}
+        at = {end: task_cpu_s(pids) for end, pids in ends.items()}
+        before, irq = cpu_seconds(), interrupt_seconds()
         run(name)
-        after = cpu_seconds()
-        if not before or not after:
+        after, irq_after = cpu_seconds(), interrupt_seconds()
+        if not before or not after or irq is None or irq_after is None:
             return False
         busy[name] += after[0] - before[0]
+        spent[(name, "interrupts")] += irq_after - irq
         for end, pids in ends.items():
             spent[(name, end)] += task_cpu_s(pids) - at[end]
         return True
 
+    def byte_cpu(name: str) -> float:  # the ends', the driver's and the interrupts', or the machine's
+        return sum(spent[(name, part)] for part in parts) if own else busy[name]
+
+    def message_cpu(name: str) -> float:  # the ends' processes', or the machine's
+        return spent[(name, "send")] + spent[(name, "recv")] if own else busy[name]
+
     steps = 0
-    while steps < COMM_STEPS or (busy["whole"] < COMM_MIN_CPU_S and steps < COMM_MAX_STEPS):
+    while steps < COMM_STEPS or (byte_cpu("whole") < COMM_MIN_CPU_S and steps < COMM_MAX_STEPS):
         if not all(measure(name) for name in names):
             return 0.0, 0.0, None
         steps += 1
     shares = None
-    if all(ends.values()):
+    if own:
         shares = byte_shares(
-            busy["whole"] - busy["cut"],
+            byte_cpu("whole") - byte_cpu("cut"),
             spent[("whole", "send")] - spent[("cut", "send")],
             spent[("whole", "recv")] - spent[("cut", "recv")],
         )
-    cost = per_byte(busy["whole"], busy["cut"], extra_bytes, steps)
+    cost = per_byte(byte_cpu("whole"), byte_cpu("cut"), extra_bytes, steps)
     calls = steps  # the byte's cost above took the cut of the steps beside the whole pulls alone
-    while busy["cut"] < COMM_MIN_MESSAGE_CPU_S and calls < COMM_MAX_MESSAGE_STEPS:
-        kept = dict(busy)
+    while message_cpu("cut") < COMM_MIN_MESSAGE_CPU_S and calls < COMM_MAX_MESSAGE_STEPS:
+        kept = dict(busy), dict(spent)
         if not (measure("none") and measure("cut")):
-            busy.update(kept)  # a pair measured in part counts for neither
+            busy.update(kept[0])  # a pair measured in part counts for neither
+            spent.update(kept[1])
             break
         calls += 1
-    return cost, per_message(busy["cut"], busy["none"], messages, calls), shares if cost else None
+    message = per_message(message_cpu("cut"), message_cpu("none"), messages, calls)
+    return cost, message, shares if cost else None
 
 
 def per_message(busy_cut_s: float, busy_none_s: float, messages: int, calls: int) -> float:
