@@ -74,7 +74,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=positive(int), default=3)
     ap.add_argument("--name", required=True, help="results/<name>.{json,md}")
-    ap.add_argument("--load", type=int, default=0, help="processes spinning on the machine meanwhile")
+    ap.add_argument(
+        "--load",
+        type=positive(int),
+        default=0,
+        help="processes spinning on the machine meanwhile (default none)",
+    )
     ap.add_argument("bench_args", nargs=argparse.REMAINDER, help="-- then tfsched bench's arguments")
     args = ap.parse_args()
     bench_args = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
