@@ -430,33 +430,18 @@ class ModeResult:
         }
 
 
-def _proc_stat() -> list[float] | None:
-    """The machine's CPU seconds since boot by kind, /proc/stat's first line (user, nice,
-    system, idle, iowait, irq, softirq, steal); None without it."""
+def cpu_seconds() -> tuple[float, float] | None:
+    """(busy, all) CPU seconds of this machine since boot, from /proc/stat; None without it."""
     try:
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
     except (OSError, ValueError):
         return None
     hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    return [x / hz for x in (fields + [0] * 8)[:8]]
-
-
-def cpu_seconds() -> tuple[float, float] | None:
-    """(busy, all) CPU seconds of this machine since boot, from /proc/stat; None without it."""
-    fields = _proc_stat()
-    if fields is None:
-        return None
+    fields += [0] * (8 - len(fields))
     # user, nice, system, irq, softirq (guest time is already in user); then idle, iowait, steal
     busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6]
-    return busy, busy + fields[3] + fields[4] + fields[7]
-
-
-def interrupt_seconds() -> float | None:
-    """CPU seconds this machine spent in interrupts since boot (irq and softirq, where the
-    kernel moves packets: loopback, veth, the shapers), from /proc/stat; None without it."""
-    fields = _proc_stat()
-    return None if fields is None else fields[5] + fields[6]
+    return busy / hz, (busy + fields[3] + fields[4] + fields[7]) / hz
 
 
 def mode_configs(
@@ -543,9 +528,10 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tupl
     turn, at least ``COMM_STEPS`` times each and more for small models, until the CPU is
     measurable: one pulls every PS variable whole and keeps one element of each; the second cuts
     that element on the PS, so it sends as many messages with almost no bytes; the third fetches
-    as many values made on worker 0, sending none. The extra CPU of the first over the second
-    (``whole_and_cut_costs`` says whose), over the extra bytes, is the cost of a byte; the
-    second's over the third, over its messages, the cost of a message. The plain ratio used
+    as many values made on worker 0, sending none. The machine's extra busy CPU in the first
+    over the second, over the extra bytes, is the cost of a byte; the second's CPU over the
+    third's, in the ends' processes, over its messages, the cost of a message
+    (``whole_and_cut_costs``). The plain ratio used
     before (all the CPU of the first step over its bytes) counted each message's and the step's
     own cost as bytes: par32 (33 small variables) came out at 3.1e-8 CPU s per byte, 20 times
     VGG16's, and its lower bound 80% above the measured step.
@@ -555,9 +541,9 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tupl
     if the bytes cost nothing measurable.
 
     The shares come from the same steps: each task process's CPU (``/proc/<pid>/stat``, the
-    bench's tasks, ``bench.profile.task_processes``) over them; the rest is the interrupts' and
-    the driver's (before the seventy-third session, the rest of the machine's). The simulator
-    charges each end's share to its own task's cores (``TimeOracle.host_byte_shares``).
+    bench's tasks, ``bench.profile.task_processes``) over them; the rest of the machine's is the
+    kernel's, in no task's process. The simulator charges each end's share to its own task's
+    cores (``TimeOracle.host_byte_shares``).
     Measured since the sixty-fourth session: on ResNet-50 training at 10 Gbit/s on half-core
     hosts the sending PS 0.27 to 0.32 and the receiving worker 0.46 to 0.69 (three runs,
     ``results/comm-cost-shares.md``); on VGG16 inference at 1 Gbit/s there 0.12 and 0.57
@@ -598,7 +584,7 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tupl
             fetches = {"whole": whole, "cut": cut, "none": none}
             return whole_and_cut_costs(
                 lambda name: sess.run(fetches[name], options=options),
-                pull_ends(task_processes(), driver=(os.getpid(),)),
+                pull_ends(task_processes()),
                 extra_bytes=nbytes - small,
                 messages=len(cut),
             )
@@ -606,19 +592,17 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tupl
         return 0.0, 0.0, None
 
 
-def pull_ends(tasks: dict[int, str], driver: tuple[int, ...] = ()) -> dict[str, list[int]]:
+def pull_ends(tasks: dict[int, str]) -> dict[str, list[int]]:
     """The processes at each end of worker 0's pulls among ``tasks`` (pid -> ``job:index``,
     ``bench.profile.task_processes``): the senders (every PS, ``send``) and the receiver
-    (worker 0, ``recv``); and ``driver``, the processes that run the pulls and may carry their
-    bytes (the relays of ``--shaped-loopback`` live in the bench's).
+    (worker 0, ``recv``).
 
-    >>> pull_ends({10: "ps:0", 11: "ps:1", 12: "worker:0", 13: "worker:1"}, driver=(9,))
-    {'send': [10, 11], 'recv': [12], 'driver': [9]}
+    >>> pull_ends({10: "ps:0", 11: "ps:1", 12: "worker:0", 13: "worker:1"})
+    {'send': [10, 11], 'recv': [12]}
     """
     return {
         "send": [pid for pid, name in tasks.items() if name.startswith("ps:")],
         "recv": [pid for pid, name in tasks.items() if name == "worker:0"],
-        "driver": list(driver),
     }
 
 
@@ -636,68 +620,65 @@ def whole_and_cut_costs(
     in all). The cost of a byte, of a message and the ends' shares of a byte's; (0, 0, None)
     where /proc/stat cannot be read. What ``run`` raises goes through.
 
-    The CPU counted, where the PS's and worker 0's processes can be read: for a byte, that of
-    ``ends``' processes (the driver's too, which holds the relays of ``--shaped-loopback``) and
-    the machine's interrupts (irq and softirq, where the kernel moves packets); for a message,
-    the PS's and worker 0's. So what else runs on the machine meanwhile is left out. Where they
-    cannot be read, all the machine's. A message's cost is the cut's CPU past the empty call's
-    (``per_message``).
+    A byte's cost counts the machine's CPU (the kernel moves the bytes too, in interrupts and
+    in threads of its own). A message's is the cut's CPU past the empty call's (``per_message``)
+    in the PS's and worker 0's processes where they can be read (else the machine's), so what
+    else runs on the machine meanwhile is left out.
 
-    Until the seventy-third session both took all the machine's CPU, and a message all the
-    cut's: the call's own cost (a session's run, or a coordinator's call and its answer), spread
-    over its messages, counted as theirs. A first try of the empty call took the machine's CPU
-    for both: in a CI rehearsal beside another test (``pytest -n 2``) Seq-32's message came out
-    at nothing. Three runs of one short bench command each way in one session
+    Until the seventy-third session a message took all the machine's CPU of the cut: the call's
+    own cost (a session's run, or a coordinator's call and its answer), spread over its
+    messages, counted as theirs. A first try of the empty call took the machine's CPU for both
+    calls: in a CI rehearsal beside another test (``pytest -n 2``) Seq-32's message came out at
+    nothing. A second counted a byte's CPU in the ends' processes, the driver's and the
+    machine's interrupts, to leave other load out of it too; but this kernel (tick-based, no
+    ``CONFIG_IRQ_TIME_ACCOUNTING``) charges an interrupt's tick both to /proc/stat's softirq
+    and to the process it interrupted, and the softirq of loopback and veth likely runs mostly
+    in the ends' own processes: the shares of a byte's CPU summed to 0.73 and 0.84 (means of
+    three runs) against 0.90 and 0.94 on the machine's CPU, and a byte came out 1.15e-9 to
+    1.42e-9 s against 9.4e-10 to 1.09e-9 s. Three runs of one short bench command each way in one session
     (``benchmarks/comm_cost_spread.py``, ResNet-50 training on half-core hosts, 320 messages a
-    call): idle, a message 0.97e-4 to 1.34e-4 s before and 0.73e-4 to 1.04e-4 s now, a byte
-    8.9e-10 to 1.46e-9 s before and 1.15e-9 to 1.42e-9 s now; with one more process spinning
-    (``--load 1``), a message 1.77e-4 to 2.08e-4 s before and 0.70e-4 to 0.94e-4 s now, a byte
-    2.57e-9 to 3.21e-9 s before and 1.21e-9 to 1.39e-9 s now (``results/comm-cost-spread-s73*``).
-    TensorFlow 2's VGG16 inference (32 messages), idle: a message 3.9e-4 to 6.3e-4 s before,
-    1.8e-4 to 2.8e-4 s now (``results/comm-cost-spread-tf2*``)."""
+    call): idle, a message 0.97e-4 to 1.34e-4 s before and 0.73e-4 to 1.04e-4 s with the ends'
+    processes; with one more process spinning (``--load 1``) 1.77e-4 to 2.08e-4 s before and
+    0.70e-4 to 0.94e-4 s (``results/comm-cost-spread-s73*``). TensorFlow 2's VGG16 inference
+    (32 messages), idle: 3.9e-4 to 6.3e-4 s before, 1.8e-4 to 2.8e-4 s
+    (``results/comm-cost-spread-tf2*``)."""
     from tfsched.bench.profile import task_cpu_s
 
     names = ("none", "cut", "whole")
     for name in names:
         run(name)
     busy = dict.fromkeys(names, 0.0)
-    parts = (*ends, "interrupts")
-    spent = {(name, part): 0.0 for name in names for part in parts}  # (fetch, part) -> CPU seconds
-    # the ends' processes can be read: what else runs on the machine is left out of the costs
-    own = bool(ends.get("send")) and bool(ends.get("recv"))
+    spent = {(name, end): 0.0 for name in names for end in ends}  # (fetch, end) -> CPU seconds
+    # the ends' processes can be read: what else runs on the machine is left out of a message's
+    own = all(ends.values())
 
     def measure(name: str) -> bool:
-        at = {end: task_cpu_s(pids) for end, pids in ends.items()}
-        before, irq = cpu_seconds(), interrupt_seconds()
+        before, at = cpu_seconds(), {end: task_cpu_s(pids) for end, pids in ends.items()}
         run(name)
-        after, irq_after = cpu_seconds(), interrupt_seconds()
-        if not before or not after or irq is None or irq_after is None:
+        after = cpu_seconds()
+        if not before or not after:
             return False
         busy[name] += after[0] - before[0]
-        spent[(name, "interrupts")] += irq_after - irq
         for end, pids in ends.items():
             spent[(name, end)] += task_cpu_s(pids) - at[end]
         return True
 
-    def byte_cpu(name: str) -> float:  # the ends', the driver's and the interrupts', or the machine's
-        return sum(spent[(name, part)] for part in parts) if own else busy[name]
-
     def message_cpu(name: str) -> float:  # the ends' processes', or the machine's
-        return spent[(name, "send")] + spent[(name, "recv")] if own else busy[name]
+        return sum(spent[(name, end)] for end in ends) if own else busy[name]
 
     steps = 0
-    while steps < COMM_STEPS or (byte_cpu("whole") < COMM_MIN_CPU_S and steps < COMM_MAX_STEPS):
+    while steps < COMM_STEPS or (busy["whole"] < COMM_MIN_CPU_S and steps < COMM_MAX_STEPS):
         if not all(measure(name) for name in names):
             return 0.0, 0.0, None
         steps += 1
     shares = None
     if own:
         shares = byte_shares(
-            byte_cpu("whole") - byte_cpu("cut"),
+            busy["whole"] - busy["cut"],
             spent[("whole", "send")] - spent[("cut", "send")],
             spent[("whole", "recv")] - spent[("cut", "recv")],
         )
-    cost = per_byte(byte_cpu("whole"), byte_cpu("cut"), extra_bytes, steps)
+    cost = per_byte(busy["whole"], busy["cut"], extra_bytes, steps)
     calls = steps  # the byte's cost above took the cut of the steps beside the whole pulls alone
     while message_cpu("cut") < COMM_MIN_MESSAGE_CPU_S and calls < COMM_MAX_MESSAGE_STEPS:
         kept = dict(busy), dict(spent)

@@ -275,7 +275,7 @@ def comm_cost_round(tf, coordinator, variables) -> dict:
 
     per_byte, per_message, shares = whole_and_cut_costs(
         run,
-        pull_ends(task_processes(os.getppid()), driver=(os.getpid(), os.getppid())),
+        pull_ends(task_processes(os.getppid())),
         extra_bytes=nbytes - small,
         messages=len(parts),
     )
