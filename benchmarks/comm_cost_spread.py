@@ -125,9 +125,8 @@ def main() -> None:
             for what in ("min", "max", "mean")
         ),
         "",
-        "The shares: of the extra CPU for the extra bytes, what the PS's process and worker 0's spent "
-        "(`/proc/<pid>/stat`); the rest was the interrupts' (and, since the seventy-third session, "
-        "the driver's; before, the rest of the machine's).",
+        "The shares: of the machine's extra CPU for the extra bytes, what the PS's process and worker "
+        "0's spent (`/proc/<pid>/stat`); the rest was the kernel's.",
         "",
         "```bash",
         command,
