@@ -531,10 +531,10 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tupl
     as many values made on worker 0, sending none. The machine's extra busy CPU in the first
     over the second, over the extra bytes, is the cost of a byte; the second's CPU over the
     third's, in the ends' processes, over its messages, the cost of a message
-    (``whole_and_cut_costs``). The plain ratio used
-    before (all the CPU of the first step over its bytes) counted each message's and the step's
-    own cost as bytes: par32 (33 small variables) came out at 3.1e-8 CPU s per byte, 20 times
-    VGG16's, and its lower bound 80% above the measured step.
+    (``whole_and_cut_costs``). The plain ratio used before (all the CPU of the first step over
+    its bytes) counted each message's and the step's own cost as bytes: par32 (33 small
+    variables) came out at 3.1e-8 CPU s per byte, 20 times VGG16's, and its lower bound 80%
+    above the measured step.
 
     Both are 0 if /proc/stat cannot be read, nothing is on a PS or a pull fails (the rounds
     measured before are kept: the prediction then leaves this CPU out); the cost of a byte is 0
@@ -543,11 +543,10 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tupl
     The shares come from the same steps: each task process's CPU (``/proc/<pid>/stat``, the
     bench's tasks, ``bench.profile.task_processes``) over them; the rest of the machine's is the
     kernel's, in no task's process. The simulator charges each end's share to its own task's
-    cores (``TimeOracle.host_byte_shares``).
-    Measured since the sixty-fourth session: on ResNet-50 training at 10 Gbit/s on half-core
-    hosts the sending PS 0.27 to 0.32 and the receiving worker 0.46 to 0.69 (three runs,
-    ``results/comm-cost-shares.md``); on VGG16 inference at 1 Gbit/s there 0.12 and 0.57
-    (``results/bench-vgg16-inference-hosts-s64.md``).
+    cores (``TimeOracle.host_byte_shares``). Measured since the sixty-fourth session: on
+    ResNet-50 training at 10 Gbit/s on half-core hosts the sending PS 0.27 to 0.32 and the
+    receiving worker 0.46 to 0.69 (three runs, ``results/comm-cost-shares.md``); on VGG16
+    inference at 1 Gbit/s there 0.12 and 0.57 (``results/bench-vgg16-inference-hosts-s64.md``).
 
     Until the sixty-third session the two steps were warmed up together, in one run of both
     fetches: that registered a graph for the pair, not for either, so the first measured step of
@@ -625,23 +624,22 @@ def whole_and_cut_costs(
     in the PS's and worker 0's processes where they can be read (else the machine's), so what
     else runs on the machine meanwhile is left out.
 
-    Until the seventy-third session a message took all the machine's CPU of the cut: the call's
-    own cost (a session's run, or a coordinator's call and its answer), spread over its
-    messages, counted as theirs. A first try of the empty call took the machine's CPU for both
-    calls: in a CI rehearsal beside another test (``pytest -n 2``) Seq-32's message came out at
-    nothing. A second counted a byte's CPU in the ends' processes, the driver's and the
-    machine's interrupts, to leave other load out of it too; but this kernel (tick-based, no
-    ``CONFIG_IRQ_TIME_ACCOUNTING``) charges an interrupt's tick both to /proc/stat's softirq
-    and to the process it interrupted, and the softirq of loopback and veth likely runs mostly
-    in the ends' own processes: the shares of a byte's CPU summed to 0.73 and 0.84 (means of
-    three runs) against 0.90 and 0.94 on the machine's CPU, and a byte came out 1.15e-9 to
-    1.42e-9 s against 9.4e-10 to 1.09e-9 s. Three runs of one short bench command each way in one session
-    (``benchmarks/comm_cost_spread.py``, ResNet-50 training on half-core hosts, 320 messages a
-    call): idle, a message 0.97e-4 to 1.34e-4 s before and 0.73e-4 to 1.04e-4 s with the ends'
-    processes; with one more process spinning (``--load 1``) 1.77e-4 to 2.08e-4 s before and
-    0.70e-4 to 0.94e-4 s (``results/comm-cost-spread-s73*``). TensorFlow 2's VGG16 inference
-    (32 messages), idle: 3.9e-4 to 6.3e-4 s before, 1.8e-4 to 2.8e-4 s
-    (``results/comm-cost-spread-tf2*``)."""
+    Until the seventy-third session a message took all the machine's CPU of the cut: the call's own
+    cost (a session's run, or a coordinator's call and its answer), spread over its messages,
+    counted as theirs. A first try of the empty call took the machine's CPU for both calls: in a CI
+    rehearsal beside another test (``pytest -n 2``) Seq-32's message came out at nothing. A second
+    counted a byte's CPU in the ends' processes, the driver's and the machine's interrupts, to leave
+    other load out of it too; but this kernel (tick-based, no ``CONFIG_IRQ_TIME_ACCOUNTING``)
+    charges an interrupt's tick both to /proc/stat's softirq and to the process it interrupted, and
+    the softirq of loopback and veth likely runs mostly in the ends' own processes: the shares of a
+    byte's CPU summed to 0.73 and 0.84 (means of three runs) against 0.90 and 0.94 on the machine's
+    CPU, and a byte came out 1.15e-9 to 1.42e-9 s against 9.4e-10 to 1.09e-9 s. Three runs of one
+    short bench command each way in one session (``benchmarks/comm_cost_spread.py``, ResNet-50
+    training on half-core hosts, 320 messages a call): idle, a message 0.97e-4 to 1.34e-4 s before
+    and 0.73e-4 to 1.04e-4 s with the ends' processes; with one more process spinning (``--load 1``)
+    1.77e-4 to 2.08e-4 s before and 0.70e-4 to 0.94e-4 s (``results/comm-cost-spread-s73*``).
+    TensorFlow 2's VGG16 inference (32 messages), idle: 3.9e-4 to 6.3e-4 s before, 1.8e-4 to 2.8e-4
+    s (``results/comm-cost-spread-tf2*``)."""
     from tfsched.bench.profile import task_cpu_s
 
     names = ("none", "cut", "whole")
@@ -681,10 +679,10 @@ def whole_and_cut_costs(
     cost = per_byte(busy["whole"], busy["cut"], extra_bytes, steps)
     calls = steps  # the byte's cost above took the cut of the steps beside the whole pulls alone
     while message_cpu("cut") < COMM_MIN_MESSAGE_CPU_S and calls < COMM_MAX_MESSAGE_STEPS:
-        kept = dict(busy), dict(spent)
+        busy_kept, spent_kept = dict(busy), dict(spent)
         if not (measure("none") and measure("cut")):
-            busy.update(kept[0])  # a pair measured in part counts for neither
-            spent.update(kept[1])
+            busy.update(busy_kept)  # a pair measured in part counts for neither
+            spent.update(spent_kept)
             break
         calls += 1
     message = per_message(message_cpu("cut"), message_cpu("none"), messages, calls)

@@ -274,10 +274,7 @@ def comm_cost_round(tf, coordinator, variables) -> dict:
         coordinator.join()
 
     per_byte, per_message, shares = whole_and_cut_costs(
-        run,
-        pull_ends(task_processes(os.getppid())),
-        extra_bytes=nbytes - small,
-        messages=len(parts),
+        run, pull_ends(task_processes(os.getppid())), extra_bytes=nbytes - small, messages=len(parts)
     )
     return dict(
         record,
