@@ -438,7 +438,9 @@ def predict_calls(
     """The simulator's prediction of each mode's throughput, beside the measured one, for the
     rows of one placement of the variables (``MODE`` or ``MODE@PLACEMENT``; ``predict_placements``)
     (``row["predicted"]``: ``steps_per_s``, its ``error`` against the timed rounds', the mean
-    simulated ``call_s`` and the ``machine_slots`` it ran with).
+    simulated ``call_s``, the ``machine_slots`` and ``host_slots`` it ran with, what they were
+    reckoned from, ``slots_from``, and the CPU a call left for the ops, ``ops_cpu_s_per_step``,
+    as the session bench keeps them).
 
     Asynchronous training is laid out as it runs: each of the ``workers`` runs ``steps`` calls of
     worker 0's step function one after another, none waiting for another worker (the simulator's
@@ -513,6 +515,7 @@ def predict_calls(
         machine_slots,
         machine_slots_from_cpu,
         machine_slots_from_task_cpu,
+        ops_cpu_s,
         scheduled_runs,
     )
     from tfsched.bench.run import parse_mode, split_placed
@@ -568,6 +571,12 @@ def predict_calls(
         alone, Trace.load(baseline_trace), workers, host_cores=host_cores, cores=cores
     )
     slots_from = "the workers' CPU" if from_tasks else "the machine's CPU" if from_cpu else "the op times"
+    # the CPU a call left for the ops once the bytes had theirs: at most 0, the bytes took all of
+    # it as reckoned (a toy model's, its byte's cost measured beside other load), and the
+    # machine's slots came from the op times, as the session bench keeps it
+    ops_cpu = ops_cpu_s(
+        alone, cpu_s_per_step=per_call * workers, comm_cpu_s_per_byte=per_byte, workers=workers
+    )
     oracle.host_slots = host_slots(host_cores, oracle.machine_slots, cores)
     # as the session bench's (bench.predict); an acknowledgement is one more message
     oracle.comm_slot_s_per_byte = in_slots(per_byte, oracle.machine_slots, cores)
@@ -611,7 +620,9 @@ def predict_calls(
             # ``pulls_done_s``, measured)
             "pulls_done_s": statistics.median(done) if done else None,
             "machine_slots": oracle.machine_slots,
+            "host_slots": oracle.host_slots,
             "slots_from": slots_from,
+            "ops_cpu_s_per_step": ops_cpu,
         }
 
 
@@ -888,7 +899,7 @@ def _seconds(s: float | None) -> str:
 def markdown(summary: dict) -> str:
     """The run as a Markdown table: each mode's throughput against the baseline's, per round,
     and its traced calls."""
-    from tfsched.bench.results import link_text, ratio_text, tuned_lines
+    from tfsched.bench.results import link_text, ratio_text, slots_lines, tuned_lines
     from tfsched.bench.run import split_placed
 
     c = summary["config"]
@@ -959,7 +970,9 @@ def markdown(summary: dict) -> str:
                 "",
                 f"`+pc`{where or ' here'}: partition {k['partition']:,}, credit {k['credit']:,} parameters.",
             ]
-    return "\n".join(lines + comm_cost_lines(summary) + tuned_lines(c)) + "\n"
+    # what the simulated machine's share of the cores was reckoned from, as the session bench says
+    slots = slots_lines({"modes": [r["predicted"] for r in summary["modes"]]})
+    return "\n".join(lines + slots + comm_cost_lines(summary) + tuned_lines(c)) + "\n"
 
 
 def comm_cost_lines(summary: dict) -> list[str]:
