@@ -36,7 +36,8 @@ from _results import machine, run_dir_errors, run_dir_parser, run_graph, run_tit
 
 def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
     """The run in ``run_dir`` predicted again: its config and a row per mode. ``what_if``:
-    more of ``annotate``'s arguments (``overhead_s``, ``work``, ``overlap``, ``worker_weight``)."""
+    more of ``annotate``'s arguments (``overhead_s``, ``work``, ``overlap``, ``worker_weight``,
+    ``cross_barrier_steps``)."""
     from tfsched.bench.predict import annotate
     from tfsched.bench.run import ModeResult, placed_mode, split_placed
     from tfsched.tracing.trace import Trace
@@ -103,6 +104,8 @@ def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
             "worker_weight_now": results[m["mode"]].measured["worker_weight"],
             "floor_now_s": results[m["mode"]].measured["floor_s"],
             "floor_by_now": results[m["mode"]].measured["floor_by"],
+            # with what_if's cross_barrier_steps (benchmarks/cross_barrier.py)
+            "cross_barrier": results[m["mode"]].measured.get("cross_barrier"),
         }
         for m in doc["modes"]
     ]

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.helpers import BENCH_SEQ32, cgroups_unavailable, cli
+from tests.helpers import BENCH_SEQ32, benchmark_script, cgroups_unavailable, cli
 from tfsched.bench import hostcpu, netns
 from tfsched.bench.predict import FIT_LOW
 from tfsched.bench.stagger import PHASES
@@ -462,6 +462,16 @@ def test_bench_command_writes_every_field(tmp_path):
 
     measured = next(r for r in data["modes"] if r["mode"] == "tio")["stagger"]
     assert spreads_line(measured) in v.stdout, (v.stdout, measured)
+    # the what-if of crossing TensorFlow's barrier reads the same kept run (benchmarks/cross_barrier.py),
+    # the variables found on the PS of the graph that ran: every mode's steady step both ways
+    _, crossing = benchmark_script("cross_barrier").crossing_rows(str(tmp_path / "traces"), 3)
+    assert [r["mode"] for r in crossing] == [r["mode"] for r in data["modes"]]
+    for r in crossing:
+        assert min(r["first_s"], r["barrier_s"], r["crossing_s"], r["projected_s"]) > 0, r
+        # behind the barrier the steps start together: a further step takes about what the first did
+        assert r["barrier_s"] == pytest.approx(r["first_s"], rel=0.2), r
+        # a queue of the ready messages on every channel, for the modes that have gates
+        assert (r["crossing_ready_s"] is None) == (r["mode"] == "baseline"), r
     # the bench's process is gone, and nothing of its is left (a concurrent run's, live, may be)
     assert netns.orphans("netns") == [] and netns.orphans("link") == []
     if CGROUPS:  # ... nor of its capped groups

@@ -21,6 +21,7 @@ from tfsched.graph import build_comm_graph
 from tfsched.ordering import order
 from tfsched.ordering.schedule import Schedule
 from tfsched.sim import build_sim_graph, simulate, simulate_schedule, step_bounds
+from tfsched.sim.model import BARRIER
 
 
 def _two_workers_pulling_one_variable():
@@ -447,6 +448,75 @@ class TestSimulate:
         o = oracle_with({"f0": 0.5}, bandwidth_bps=8e6)
         r = simulate_schedule(g, o, steps=3)
         assert r.step_times()[g.worker_tasks[0]] == pytest.approx([1.5, 1.5, 1.5])
+
+    def test_crossing_the_barrier_overlaps_the_next_pulls_and_keeps_what_each_read_sees(self):
+        # Two workers train a chain of four layers on one PS (1 MB a layer, 1 s on a link alone;
+        # forward ops 0.25 s, backward 0.5 s). Behind the barrier a step pulls, computes and
+        # pushes; across it (ByteScheduler's crossing) the next step's pulls of the last layers,
+        # whose gradients come first, go while the first layers' are still being pushed.
+        g = training_chain(4)
+        times = {f"f{i}": 0.25 for i in range(4)} | {f"g{i}": 0.5 for i in range(4)}
+        o = oracle_with(times, bandwidth_bps=8e6)
+
+        def makespan(steps, cross, policy="fifo", **kw):
+            sg = build_sim_graph(g, o, order(g, "tio"), workers=2, steps=steps, cross_barrier=cross)
+            return simulate(sg, policy, **kw)
+
+        for policy in ("fifo", "counter", "queue"):  # one step has no barrier to cross
+            assert makespan(1, True, policy).makespan == makespan(1, False, policy).makespan
+        # without variables on the PS nothing would order one step's reads after the last's updates
+        bare = build_comm_graph([op("c", [], device=PS), op("a", ["c"])], fetches=["a"])
+        with pytest.raises(TfschedError, match="crossing the barrier needs the graph's variables"):
+            build_sim_graph(bare, oracle_with({}), steps=2, cross_barrier=True)
+        behind, across = makespan(3, False).makespan, makespan(3, True).makespan
+        assert behind == pytest.approx(3 * makespan(1, False).makespan)
+        # the PS's uplink carries 2 x 4 MB a step, whatever the layout
+        assert 3 * 8.0 <= across < behind - 3.0
+        # a strict counter gate releases the pulls in TIO's order, the first layer's first: that
+        # one waits for the last update, so across the barrier it holds back the others
+        assert makespan(3, True, "counter").makespan > across
+        # the bench's steps start together: every worker's after every worker's last (synchronized)
+        sg = build_sim_graph(g, o, order(g, "tio"), workers=2, steps=3, synchronized=True)
+        r = simulate(sg, "fifo", record=True)
+        ends = [
+            max(r.ends[i] for i in range(len(sg)) if sg.step[i] == k and sg.kind[i] != BARRIER)
+            for k in (0, 1)
+        ]
+        for k in (1, 2):
+            assert min(r.starts[i] for i in range(len(sg)) if sg.step[i] == k) >= ends[k - 1] - 1e-9
+        sg = build_sim_graph(g, o, order(g, "tio"), workers=2, steps=3, cross_barrier=True, synchronized=True)
+        r = simulate(sg, "fifo", record=True)
+        assert r.makespan <= across + 1e-9  # synchronized, across
+
+        def nodes(name, step, run=None):
+            return [
+                i
+                for i in range(len(sg))
+                if sg.name[i] == name and sg.step[i] == step and run in (None, sg.worker[i])
+            ]
+
+        for step in (1, 2):
+            for i in range(4):
+                reads, updates = nodes(f"v{i}/read", step), nodes(f"apply{i}", step)
+                assert len(reads) == len(updates) == 2  # one per worker's run
+                # a read sees every worker's update of the last step, and no update of its own step
+                last = max(r.ends[u] for u in nodes(f"apply{i}", step - 1))
+                assert min(r.starts[n] for n in reads) >= last - 1e-9
+                assert min(r.starts[u] for u in updates) >= max(r.ends[n] for n in reads) - 1e-9
+            # a worker's ops of a step after every worker's ops of the last (synchronized)
+            on_worker = [f"f{i}" for i in range(4)] + [f"g{i}" for i in range(4)]
+            ends = max(r.ends[n] for name in on_worker for n in nodes(name, step - 1))
+            assert min(r.starts[n] for name in on_worker for n in nodes(name, step)) >= ends - 1e-9
+            for run in {sg.worker[i] for i in range(len(sg)) if sg.worker[i]}:
+                # and the crossing overlaps: a pull of the step goes before the last one's last push
+                pulls = [i for i in range(len(sg)) if sg.transfer[i] is not None and sg.worker[i] == run]
+                last_push = max(
+                    r.ends[i] for i in pulls if sg.step[i] == step - 1 and sg.transfer[i].kind == "push"
+                )
+                assert (
+                    min(r.starts[i] for i in pulls if sg.step[i] == step and sg.transfer[i].kind == "pull")
+                    < last_push
+                )
 
     def test_bounds_hold(self):
         g = chain_graph(4, [1000, 50_000, 200, 9000])

@@ -303,6 +303,7 @@ def scheduled_runs(
     record: bool = False,
     race: bool = True,
     handoff_s: float = 0.0,
+    policy: str | None = None,
 ) -> list:
     """``sim.seeded_runs`` of ``sg`` as the pass enforces ``schedule`` with the sizes of ``spec``
     (``run.parse_mode``'s, in parameters): the pulls a gate releases together race to the wire,
@@ -311,13 +312,14 @@ def scheduled_runs(
     mean over seeds as for the baseline's ties.
     ``latency_s``: what each arrival and acknowledgement is delayed; ``overlap``,
     ``worker_weight``, ``executor_threads``, ``stream_window_bytes``, ``handoff_s`` and
-    ``record``: ``sim.simulate``'s."""
+    ``record``: ``sim.simulate``'s; ``policy``: another than the schedule's (``sim.engine``'s
+    ``ready``, a what-if)."""
     from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
     from tfsched.sim import POLICY_OF_MODE, seeded_runs
 
     return seeded_runs(
         sg,
-        POLICY_OF_MODE[schedule.mode],
+        policy or POLICY_OF_MODE[schedule.mode],
         race=race,
         credit_bytes=spec.credit * PARAM_BYTES or None,
         min_acked_bytes=MIN_ACKED_BYTES,
@@ -335,6 +337,43 @@ def scheduled_runs(
         record=record,
         handoff_s=handoff_s,
     )
+
+
+def cross_barrier_what_if(runs_of, steps: int, *, offset_s: float = 0.0, ready: bool = False) -> dict:
+    """A mode's steady step behind TensorFlow's global barrier and across it (ByteScheduler's
+    crossing, ``sim.build_sim_graph``'s ``cross_barrier``). ``runs_of(n, cross, policy=None)``:
+    the seeded runs of ``n`` steps laid out either way, under the mode's policy or ``policy``. A
+    steady step is the time ``steps`` steps take past the first one, over ``steps - 1``: the
+    first has no step before it to overlap. ``offset_s`` (the driver's call) is added to each,
+    as to every predicted step. ``ready``: across it also with every channel a queue of the
+    messages ready (``sim.engine``'s ``ready`` policy, ByteScheduler's Core), as
+    ``crossing_ready_s``: the pass's counters hold every pull behind the first layer's.
+
+    >>> from types import SimpleNamespace as Run
+    >>> made = {(1, False, None): 10.0, (4, False, None): 40.0, (4, True, None): 37.0, (4, True, "ready"): 31.0}
+    >>> cross_barrier_what_if(lambda n, cross, policy=None: [Run(makespan=made[(n, cross, policy)])], 4, ready=True)
+    {'steps': 4, 'first_s': 10.0, 'barrier_s': 10.0, 'crossing_s': 9.0, 'crossing_ready_s': 7.0}
+    """
+    if steps < 2:
+        raise TfschedError(f"crossing the barrier needs at least 2 steps to overlap, got {steps}")
+
+    def makespan(n: int, cross: bool, policy: str | None = None) -> float:
+        return statistics.fmean(r.makespan for r in runs_of(n, cross, policy))
+
+    first = makespan(1, False)
+
+    def steady(cross: bool, policy: str | None = None) -> float:
+        return (makespan(steps, cross, policy) - first) / (steps - 1) + offset_s
+
+    out = {
+        "steps": steps,
+        "first_s": first + offset_s,
+        "barrier_s": steady(False),
+        "crossing_s": steady(True),
+    }
+    if ready:
+        out["crossing_ready_s"] = steady(True, "ready")
+    return out
 
 
 def annotate(
@@ -358,6 +397,7 @@ def annotate(
     even_byte_shares: bool = False,
     task_cpu: bool = True,
     handoff_s: float = 0.0,
+    cross_barrier_steps: int = 0,
 ) -> None:
     """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace).
 
@@ -373,6 +413,9 @@ def annotate(
     ``task_cpu=False``: from the machine's, as until the sixty-fifth session (a what-if).
     ``handoff_s``: ``sim.simulate``'s, for the modes whose credit comes back when sent (a what-if
     for ``benchmarks/handoff.py``; the bench leaves it at 0).
+    ``cross_barrier_steps``: at least 2, each mode's ``measured["cross_barrier"]`` too
+    (``cross_barrier_what_if`` over that many steps; a what-if for
+    ``benchmarks/cross_barrier.py``, which the bench does not run).
 
     ``latency_s``: what each host's link adds (``--latency``). A tensor between two tasks
     crosses two links, so the simulator delays each arrival (and each acknowledgement) by twice
@@ -537,9 +580,8 @@ def annotate(
             # a results file of before the fifty-fourth session ran TensorFlow's _Send/_Recv
             inline_transfers=res.knobs.get("inline_transfers", not res.knobs) and spec.inline_transfers,
         )
-        if spec.algorithm is None:
-            runs = baseline_runs(worker_weight)
-        else:
+        schedule = None
+        if spec.algorithm is not None:
             # the order the pass was given, as mode_configs made it: from the graph, and a timing-aware
             # one from the trace of worker 0 alone (the cost model for the ops it did not time)
             ordering_oracle = (
@@ -548,10 +590,30 @@ def annotate(
             schedule = order(saved, spec.algorithm, ordering_oracle)
             if graph is not saved:
                 schedule = carry_over(schedule, graph)  # as the pass applied it to the graph that ran
-            sg = build_sim_graph(
-                graph, oracle, schedule, workers=workers, partition_bytes=spec.partition * PARAM_BYTES or None
+
+        def layout(steps: int = 1, cross: bool = False, schedule=schedule, spec=spec):
+            return build_sim_graph(
+                graph,
+                oracle,
+                schedule,
+                workers=workers,
+                partition_bytes=spec.partition * PARAM_BYTES or None,
+                steps=steps,
+                cross_barrier=cross,
+                synchronized=True,  # the bench's steps start together
             )
-            runs = scheduled_runs(
+
+        def runs_of(sg, policy=None, schedule=schedule, spec=spec) -> list:
+            if schedule is None:
+                return seeded_runs(
+                    sg,
+                    "random",
+                    latency_s=2 * latency_s,
+                    overlap=overlap,
+                    worker_weight=worker_weight,
+                    stream_window_bytes=stream_window_bytes,
+                )
+            return scheduled_runs(
                 sg,
                 schedule,
                 spec,
@@ -563,7 +625,10 @@ def annotate(
                 executor_threads=None if spec.inline_transfers else executor_threads,
                 stream_window_bytes=stream_window_bytes,
                 handoff_s=handoff_s,
+                policy=policy,
             )
+
+        runs = baseline_runs(worker_weight) if schedule is None else runs_of(layout())
         # The simulator's step is the slowest worker's; so is a synchronous iteration. The mean
         # over every worker's steps was the measure until the seventh session: it put the
         # early-served workers of one window per task (whose steps end first) into the
@@ -604,3 +669,12 @@ def annotate(
                 "saved_transfers": len(saved.transfers),
             },
         }
+        if cross_barrier_steps:
+            res.measured["cross_barrier"] = cross_barrier_what_if(
+                lambda steps, cross, policy=None, layout=layout, runs_of=runs_of: runs_of(
+                    layout(steps, cross), policy
+                ),
+                cross_barrier_steps,
+                offset_s=driver_s,
+                ready=schedule is not None,
+            )

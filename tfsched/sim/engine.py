@@ -48,8 +48,12 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   (the spread TicTac reports for unordered runs), ``counter`` when all messages of higher
   priority on its channel were released in this step (TicTac §5.1), ``queue`` as the
   enforcement pass does for ByteScheduler's schedules: a channel of pulls (all ready at the start
-  of a step) by counters, a channel of pushes highest priority first among those ready (§4.2);
-* with a credit window (``counter`` and ``queue``, as the gates): the head of a channel's queue
+  of a step) by counters, a channel of pushes highest priority first among those ready (§4.2),
+  ``ready`` every channel so, pulls too: ByteScheduler's Core, whose pulls become ready one
+  layer at a time once a step crosses TensorFlow's barrier (a what-if for
+  ``model.build_sim_graph``'s ``cross_barrier``, where a counter holds every pull behind the
+  first layer's, updated last; the pass counts its pulls);
+* with a credit window (``counter``, ``queue`` and ``ready``, as the gates): the head of a channel's queue
   goes only if the bytes released and not yet acknowledged leave room for it, or nothing is in
   flight; the acknowledgement comes back one per-message overhead (plus latency) after arrival.
   As the pass (cc/scheduler.cc), messages under ``min_acked_bytes`` or under ``1/ack_share`` of
@@ -142,7 +146,7 @@ from tfsched.errors import TfschedError
 from tfsched.sim.model import BARRIER, COMPUTE, DELAY, MESSAGE, SimGraph
 from tfsched.units import is_count
 
-POLICIES = ("fifo", "random", "counter", "queue")
+POLICIES = ("fifo", "random", "counter", "queue", "ready")
 # when a message's credit comes back (the pass's credit_return, enforce.api.enable)
 CREDIT_RETURNS = ("ack", "sent")
 # what a window per sending task serves first (the pass's host_order, enforce.api.enable): the
@@ -425,7 +429,9 @@ def simulate(
     }
     # Per message: how it is released (see the module docstring).
     how = [policy] * n
-    if policy == "queue":
+    if policy == "ready":
+        how = ["queue"] * n
+    elif policy == "queue":
         # By channel, as the pass's gates go: a channel that pushes (to a PS) is a queue, any
         # other counts. Per message, a control edge on a channel of pulls (TensorFlow 2's
         # GroupCrossDeviceControlEdges) was a queue's among counters, and their keys and ranks

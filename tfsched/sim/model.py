@@ -125,11 +125,25 @@ def build_sim_graph(
     workers: int | None = None,
     steps: int = 1,
     partition_bytes: int | None = None,
+    cross_barrier: bool = False,
+    synchronized: bool = False,
 ) -> SimGraph:
     """Lay out ``steps`` consecutive runs of every worker as one SimGraph.
 
     ``workers`` > the number of worker tasks in the graph replicates its single worker
     (between-graph replication). ``partition_bytes`` splits larger transfers into slices.
+
+    Each run's next step waits for all of its last one: TensorFlow's global barrier, which a
+    ``Session.run`` is; ``synchronized``, for all of every run's last one, as the bench starts
+    its workers' steps together. ``cross_barrier`` lays the steps out as ByteScheduler's
+    crossing of it (``../shared/papers/bytescheduler-sosp19.txt`` §3.4) would run them: a run's
+    next step starts on its workers once their ops of the last have run (``synchronized``: once
+    every run's workers' ops have), its messages and the PS's updates still under way; a
+    variable's read on a PS waits for every run's update of it in the last step (synchronous
+    training's only dependency between steps, ``variable_accesses``), and an update for every
+    run's read of it in the same step, so that each read sees what it sees behind the barrier.
+    A what-if (``benchmarks/cross_barrier.py``): tfsched's enforcement keeps the barrier, as its
+    pass cannot move a ``Session.run``'s end.
     """
     wtasks = list(graph.worker_tasks)
     if workers is not None and workers != len(wtasks):
@@ -161,6 +175,12 @@ def build_sim_graph(
         host_byte_shares=oracle.host_byte_shares,
     )
     barriers: dict[tuple[str, int], int] = {}  # (worker run, step) -> its end-of-step node
+    laid: dict[tuple[str, int], dict[str, int]] = {}  # (worker run, step) -> op name -> node
+    on_ps = {n for n in topo if graph.op(n).task in graph.ps_tasks}
+    accesses = variable_accesses(graph) if cross_barrier else {}
+    if cross_barrier and steps > 1 and not accesses:
+        # nothing would order one step's reads after the last one's updates
+        raise TfschedError("crossing the barrier needs the graph's variables on its PS tasks; it has none")
     delayed: dict[str, list[str]] = {}  # task with a dispatch delay -> its ops
     for n in topo:
         t0 = graph.op(n).task
@@ -224,13 +244,79 @@ def build_sim_graph(
                 for n in names:
                     sg.edge(d, ids[n])
                 firsts.append(d)
+            laid[(run, step)] = ids
             if step + 1 < steps:
                 barrier = sg.add(BARRIER, f"end of step {step}", "", run, step)
-                for i in ids.values():
-                    sg.edge(i, barrier)
+                for n, i in ids.items():
+                    if not (cross_barrier and n in on_ps):
+                        sg.edge(i, barrier)
                 barriers[(run, step)] = barrier
             prev = barriers.get((run, step - 1))
-            if prev is not None:
+            if prev is None:
+                continue
+            if not cross_barrier:
                 for i in [*ids.values(), *firsts]:
                     sg.edge(prev, i)
+                continue
+            # crossing the barrier: the workers' ops after the run's last step's on the workers, a
+            # PS's after their own last (the variables' dependencies are added once all runs are laid)
+            before = laid[(run, step - 1)]
+            for n, i in ids.items():
+                sg.edge(before[n] if n in on_ps else prev, i)
+            for d, t0 in zip(firsts, delayed, strict=True):
+                if t0 not in graph.ps_tasks:
+                    sg.edge(prev, d)
+        if synchronized and step + 1 < steps:
+            # every run's next step after every run's step: one barrier, the bench's
+            together = sg.add(BARRIER, f"end of step {step}, every run", "", "", step)
+            for _, new in clones:
+                sg.edge(barriers[(new or "all", step)], together)
+                barriers[(new or "all", step)] = together
+        if cross_barrier and step:
+            runs = [new or "all" for _, new in clones]
+            for reads, updates in accesses.values():
+                for r in runs:
+                    for u in updates:
+                        for rr in runs:
+                            for n in reads:
+                                sg.edge(laid[(r, step - 1)][u], laid[(rr, step)][n])
+                                sg.edge(laid[(rr, step)][n], laid[(r, step)][u])
     return sg
+
+
+# Ops that change a variable in place (a resource's or a ref's first input); any other op that
+# takes the variable reads it.
+UPDATE_PREFIXES = (
+    "ResourceApply",
+    "ResourceSparseApply",
+    "Apply",
+    "SparseApply",
+    "Assign",
+    "ResourceScatter",
+    "Scatter",
+)
+VARIABLE_OPS = {"VarHandleOp", "VariableV2", "Variable"}
+
+
+def variable_accesses(graph: CommGraph) -> dict[str, tuple[list[str], list[str]]]:
+    """Each variable on a PS task: the ops that read it and the ops that update it.
+
+    >>> from tfsched.graph.model import CommGraph, Op
+    >>> import networkx as nx
+    >>> ps = "/job:ps/replica:0/task:0/device:CPU:0"
+    >>> g = nx.DiGraph()
+    >>> for name, kind in [("v", "VarHandleOp"), ("read", "ReadVariableOp"), ("sgd", "ResourceApplyGradientDescent")]:
+    ...     g.add_node(name, op=Op(name, kind, ps, [], []))
+    >>> g.add_edge("v", "read"); g.add_edge("v", "sgd")
+    >>> variable_accesses(CommGraph(g, [], ["sgd"], ["/job:ps/replica:0/task:0"], []))
+    {'v': (['read'], ['sgd'])}
+    """
+    g = graph.graph
+    out = {}
+    for n in graph.topological_order():
+        op = graph.op(n)
+        if op.type in VARIABLE_OPS and op.task in graph.ps_tasks:
+            after = sorted(g.successors(n))
+            updates = [m for m in after if graph.op(m).type.startswith(UPDATE_PREFIXES)]
+            out[n] = ([m for m in after if m not in updates], updates)
+    return out
