@@ -509,12 +509,12 @@ class TestSimulate:
             assert min(r.starts[n] for name in on_worker for n in nodes(name, step)) >= ends - 1e-9
             for run in {sg.worker[i] for i in range(len(sg)) if sg.worker[i]}:
                 # and the crossing overlaps: a pull of the step goes before the last one's last push
-                pulls = [i for i in range(len(sg)) if sg.transfer[i] is not None and sg.worker[i] == run]
+                moved = [i for i in range(len(sg)) if sg.transfer[i] is not None and sg.worker[i] == run]
                 last_push = max(
-                    r.ends[i] for i in pulls if sg.step[i] == step - 1 and sg.transfer[i].kind == "push"
+                    r.ends[i] for i in moved if sg.step[i] == step - 1 and sg.transfer[i].kind == "push"
                 )
                 assert (
-                    min(r.starts[i] for i in pulls if sg.step[i] == step and sg.transfer[i].kind == "pull")
+                    min(r.starts[i] for i in moved if sg.step[i] == step and sg.transfer[i].kind == "pull")
                     < last_push
                 )
 

@@ -557,16 +557,20 @@ def annotate(
     bounds = step_bounds(plain, overlap=overlap)
     driver_s = 2 * latency_s  # the driver's call there and back, across the worker's link
 
-    @functools.cache  # the fit's runs, kept: the weight it ends on is often one it tried
-    def baseline_runs(weight: float) -> list:
+    def unordered_runs(sg, weight: float) -> list:
+        """The baseline's: TensorFlow's transfers, no gate, ties at random."""
         return seeded_runs(
-            plain,
+            sg,
             "random",
             latency_s=2 * latency_s,
             overlap=overlap,
             worker_weight=weight,
             stream_window_bytes=stream_window_bytes,
         )
+
+    @functools.cache  # the fit's runs, kept: the weight it ends on is often one it tried
+    def baseline_runs(weight: float) -> list:
+        return unordered_runs(plain, weight)
 
     if worker_weight == FIT:
         worker_weight = fit_worker_weight(baseline_runs, _by_rank(base.iterations), offset_s=driver_s)
@@ -605,14 +609,7 @@ def annotate(
 
         def runs_of(sg, policy=None, schedule=schedule, spec=spec) -> list:
             if schedule is None:
-                return seeded_runs(
-                    sg,
-                    "random",
-                    latency_s=2 * latency_s,
-                    overlap=overlap,
-                    worker_weight=worker_weight,
-                    stream_window_bytes=stream_window_bytes,
-                )
+                return unordered_runs(sg, worker_weight)
             return scheduled_runs(
                 sg,
                 schedule,

@@ -274,13 +274,17 @@ def build_sim_graph(
                 barriers[(new or "all", step)] = together
         if cross_barrier and step:
             runs = [new or "all" for _, new in clones]
+
+            def every_run(names: list[str], k: int, runs=runs) -> list[int]:
+                return [laid[(r, k)][n] for r in runs for n in names]
+
             for reads, updates in accesses.values():
-                for r in runs:
-                    for u in updates:
-                        for rr in runs:
-                            for n in reads:
-                                sg.edge(laid[(r, step - 1)][u], laid[(rr, step)][n])
-                                sg.edge(laid[(rr, step)][n], laid[(r, step)][u])
+                last, now = every_run(updates, step - 1), every_run(updates, step)
+                for read in every_run(reads, step):
+                    for u in last:
+                        sg.edge(u, read)
+                    for u in now:
+                        sg.edge(read, u)
     return sg
 
 
