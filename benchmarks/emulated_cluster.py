@@ -49,6 +49,11 @@ ROWS = {
     # fifty-sixth session), with the training row's fastest and lockstep modes; traced on every
     # worker (2 steps), so that the table has the simulator's floor.
     "vgg16-train-hosts": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 201 --host-cores 0.5 --trace-steps 2 --modes baseline,tao+pc,tio+pc+host,tao+pc+host,tao+p250000+c4000000+a32+lockstep+w250000",
+    # The seventy-sixth session's: the same training across TensorFlow's barrier
+    # (tfsched.enforce.crossing, ``+cross``), at this processor's balance (103), beside the best
+    # mode behind it; 5 steps a round, since a round's last step is timed to the end of its
+    # updates (no next step overlaps them).
+    "vgg16-train-hosts-cross": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 3 --batch-size 103 --host-cores 0.5 --trace-steps 1 --modes baseline,layer+pc+ready+cross,layer+pc+host+ready+cross,tio+pc+host",
     "resnet50-train": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 161 --modes baseline,tio,tao,tio+pc,tao+pc,tio+p4194304+c4194304,tao+pc+host",
     "resnet50-inference": "--model resnet50 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 680 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host,tio+pc+a32,tao+pc+a32",
     "inception_v3-train": "--model inception_v3 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 73 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+pc+a32",

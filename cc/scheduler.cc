@@ -568,7 +568,7 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
     ps_job_ = it->second.s();
   if (auto it = params.find("mode"); it != params.end() && !it->second.s().empty())
     mode_ = it->second.s();
-  if (mode_ != "counter" && mode_ != "queue")
+  if (mode_ != "counter" && mode_ != "queue" && mode_ != "ready")
     return absl::InvalidArgumentError(absl::StrCat("tfsched: unknown mode '", mode_, "'"));
   if (auto it = params.find("partition"); it != params.end()) partition_ = it->second.i();
   if (auto it = params.find("credit"); it != params.end()) credit_ = it->second.i();
@@ -1003,7 +1003,7 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
       const bool acked = credit > 0 && (size == 0 || size >= least_acked) &&
                          (!sent || tensorflow::DataTypeCanUseMemcpy(t.dtype));
       acked_gates += acked;
-      attr["ordered"].set_b(!(mode_ == "queue" && t.kind == "push"));
+      attr["ordered"].set_b(!(mode_ == "ready" || (mode_ == "queue" && t.kind == "push")));
       // The pushes' own window, where one was given; the pulls keep the credit
       attr["credit"].set_i(acked ? (t.kind == "push" && push_credit_ > 0 ? push_credit_ : credit)
                                  : 0);

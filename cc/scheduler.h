@@ -20,7 +20,10 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   //   mode:       "counter" (default): every gate waits for its turn (TicTac's per-step counters);
   //               "queue" (ByteScheduler's priority queue): pulls, all ready at the start of a
   //               step, by counters (that is queue order); pushes, ready one by one, highest
-  //               priority first among those that have arrived
+  //               priority first among those that have arrived;
+  //               "ready": pulls too, each channel's gates served highest priority first among
+  //               those that have arrived (steps across TensorFlow's barrier, where a pull is
+  //               ready when its variable is updated: tfsched.enforce.crossing)
   //   partition:  int, parameters; a transfer larger than this is split into slices on the sender,
   //               each gated in turn, and concatenated on the receiver (0, default: no splitting;
   //               -1: AutoSizes')

@@ -847,7 +847,9 @@ def _bench_tf2(console, *, output, traces_dir, balance, tuned, **run) -> None:
     "(tao+p500000+c2000000), +host makes the credit one window per sending task that serves the "
     "workers in turn (tao+pc+host), +lockstep one that serves every worker's next tensor by "
     "priority, the workers in lockstep (tao+pc+lockstep), +wN gives the workers' pushes a window of N "
-    "(tao+pc+lockstep+w1000000); tuned: the best setting of --tuned FILE.",
+    "(tao+pc+lockstep+w1000000), +ready serves every gate by priority among those arrived; cross "
+    "(vanilla TensorFlow) and +cross (layer+pc+ready+cross) step across TensorFlow's barrier "
+    "(training; tfsched.enforce.crossing); tuned: the best setting of --tuned FILE.",
 )
 @click.option(
     "--inter-op-threads",
@@ -977,6 +979,11 @@ def bench(
             raise click.UsageError(
                 "+wN modes are for --api session: a window on the pushes evens out synchronized workers, "
                 "and TensorFlow 2's step asynchronously"
+            )
+        if any(parse_mode(m).cross for m in modes if m != TUNED):
+            raise click.UsageError(
+                "cross and +cross modes are for --api session: they cross a Session.run's barrier, "
+                "and TensorFlow 2's calls have none"
             )
     elif any(p not in PS_PLACEMENTS for p in ps_placement):
         raise click.UsageError(

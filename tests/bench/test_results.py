@@ -3,7 +3,7 @@
 import pytest
 
 from tfsched.bench.results import cpu_description, glance, markdown, paired_ratio_ci, summarize, sync_spread
-from tfsched.bench.run import ModeResult, parse_mode, parse_modes, per_byte
+from tfsched.bench.run import ModeResult, crosses, parse_mode, parse_modes, per_byte
 from tfsched.enforce.api import link_sizes
 from tfsched.errors import TfschedError
 
@@ -57,6 +57,18 @@ def test_sync_spread_is_of_the_synchronized_steps_not_of_each_workers():
 
 def test_mode_grammar():
     assert parse_mode("baseline").algorithm is None
+    # across the barrier: vanilla, or TIO's gates, each served by priority among the arrived
+    vanilla, gated = parse_mode("cross"), parse_mode("tio+pc+ready+cross")
+    assert (vanilla.algorithm, vanilla.cross, vanilla.ready) == (None, True, False)
+    assert (gated.algorithm, gated.cross, gated.ready, gated.knobs["ready"]) == ("tio", True, True, True)
+    assert not parse_mode("tio+ready").cross and parse_mode("tio+ready").ready
+    assert parse_mode("layer+pc+ready+cross").cross
+    assert [crosses(m) for m in ("cross", "tio+ready+cross@held", "tio+pc", "baseline")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
     m = parse_mode("tao+pc")
     assert (m.algorithm, m.partition, m.credit) == ("tao", 1_000_000, 4_000_000)
     m = parse_mode("tio+p500000+c2000000")

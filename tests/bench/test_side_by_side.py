@@ -56,7 +56,35 @@ def test_tao_orders_from_a_trace_of_worker_0_alone(tmp_path):
 
 
 @pytest.mark.tf
-def test_a_task_that_dies_mid_run_fails_the_run_by_name_and_never_hangs_it():
+def test_modes_across_the_barrier_run_beside_the_baseline_and_are_predicted():
+    """``cross`` and ``tio+ready+cross`` step across TensorFlow's barrier (two runs a step, the
+    pass's gates on both), interleaved with the baseline; they are not traced, and the
+    simulator lays their steps out across the barrier from the baseline's trace."""
+    from tfsched.bench.run import local_side_by_side
+
+    results = local_side_by_side(
+        "seq32", workers=2, modes=("baseline", "cross", "tio+ready+cross"), steps=3, rounds=2, batch_size=4
+    )
+    for mode in ("cross", "tio+ready+cross"):
+        res = results[mode]
+        assert res.steps == 2 * 3 * 2 and res.throughput > 0
+        assert len(res.iterations) == 3 * 2 and all(len(it) == 2 for it in res.iterations)
+        assert res.trace is None and res.measured["predicted_s"] > 0
+    assert results["baseline"].trace is not None
+    assert results["tio+ready+cross"].knobs["cross"] and results["tio+ready+cross"].knobs["ready"]
+
+
+def test_inference_has_no_barrier_to_cross():
+    from tfsched.bench.run import local_side_by_side
+    from tfsched.errors import TfschedError
+
+    with pytest.raises(TfschedError, match="crosses the barrier between training steps: inference has none"):
+        local_side_by_side("seq32", mode="inference", modes=("baseline", "cross"))
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("first", ["baseline", "cross"])
+def test_a_task_that_dies_mid_run_fails_the_run_by_name_and_never_hangs_it(first):
     import signal
     import time
 
@@ -65,10 +93,14 @@ def test_a_task_that_dies_mid_run_fails_the_run_by_name_and_never_hangs_it():
     from tfsched.errors import TfschedError
     from tfsched.models import build_graph
 
-    def builder(w):
-        return build_graph("seq32", worker_task=w, ps_tasks=1, batch_size=4, mode="train")
+    def builder(w, cross=False):
+        return build_graph(
+            "seq32", worker_task=w, ps_tasks=1, batch_size=4, mode="train", cross_workers=2 if cross else 0
+        )
 
-    configs = {"baseline": None, "again": None}  # vanilla both: what fails here is the harness's
+    # vanilla both: what fails here is the harness's; with "cross" first, a run across the
+    # barrier is what the PS's death interrupts (an apply run and the reads wait on it)
+    configs = {first: None, "again": None}
     with LocalCluster(ps=1, workers=2) as cluster:
         ps = cluster.procs[("ps", 0)]
 

@@ -124,6 +124,22 @@ class TestPass:
         assert set(plain["worker"]) == {0, 160_000}
         assert windowed["worker"] == [30_000 if c else 0 for c in plain["worker"]]
 
+    def test_ready_serves_every_gate_by_priority_among_the_arrived(self):
+        """enable(ready=True): no gate waits for its turn on a counter, pulls included (steps
+        across the barrier: tfsched.enforce.crossing); by default every gate does."""
+        import tfsched
+
+        built = build_graph("seq32", ps_tasks=2)
+
+        def ordered(**kwargs):
+            out = optimize(built.graph_def(), built.fetches, only_tfsched(**kwargs))
+            return {n.attr["ordered"].b for n in out.node if n.op == "TfschedGate"}
+
+        assert ordered() == {True}
+        assert ordered(ready=True) == {False}
+        with pytest.raises(TfschedError, match="ready must be True or False"):
+            tfsched.enable(ready="yes")
+
     def test_transfers_left_to_tensorflow_are_marked(self):
         """inline_transfers=False marks every gate, ack and credit for the POST_PARTITIONING
         pass to leave alone (cc/transfers.cc); the default marks none."""

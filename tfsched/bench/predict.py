@@ -625,12 +625,21 @@ def annotate(
                 policy=policy,
             )
 
-        runs = baseline_runs(worker_weight) if schedule is None else runs_of(layout())
+        per_step = 1  # how many steps a run lays out, the prediction their mean
+        if spec.cross:
+            # a round's steps as they ran: the first without a step before it to overlap, the
+            # last timed to the end of its updates (bench.run's CrossingRunner)
+            per_step = max(1, len(res.iterations) // max(1, len(res.rounds)))
+            runs = runs_of(layout(per_step, cross=True), "ready" if spec.ready else None)
+        else:
+            runs = baseline_runs(worker_weight) if schedule is None else runs_of(layout())
         # The simulator's step is the slowest worker's; so is a synchronous iteration. The mean
         # over every worker's steps was the measure until the seventh session: it put the
         # early-served workers of one window per task (whose steps end first) into the
         # measurement and made that mode's prediction look 33% slow on VGG16 inference.
-        predicted = statistics.fmean(r.step_time for r in runs) + driver_s
+        predicted = (
+            statistics.fmean(r.makespan if spec.cross else r.step_time for r in runs) / per_step + driver_s
+        )
         its = res.iteration_times or res.step_times
         measured = statistics.fmean(its) if its else 0.0
         res.measured = {

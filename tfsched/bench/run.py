@@ -25,6 +25,7 @@ from tfsched.tracing.rpclog import RpcLogging, task_addresses
 
 MODES = ("baseline", "tio", "tao", "layer")
 ALGORITHMS = ("tio", "tao", "layer")
+CROSS = "cross"  # vanilla TensorFlow's steps across its barrier (ModeSpec.cross)
 TIMED = ("tao",)  # the algorithms that order from measured op times (mode_configs)
 ORDERED_FROM_TRACE = "trace of worker 0 alone"
 
@@ -54,6 +55,17 @@ class ModeSpec:
     for an inter-op thread (``enable(inline_transfers=False)``, how every mode ran until the
     fifty-fourth session). ``tfsched bench --tuned FILE`` turns the mode ``tuned`` into the best
     setting of a ``tfsched tune`` file in this grammar (``tuned_mode``).
+
+    ``cross``: vanilla TensorFlow's transfers with the steps across TensorFlow's barrier
+    (``tfsched.enforce.crossing``: each step's pushes and updates run on while the next step's
+    pulls cross, each pull once its variable is updated); ``+cross`` the same under the pass's
+    gates (``layer+pc+ready+cross``), ordered by a schedule made from the graph behind the
+    barrier (the pass names a transfer by the variable it pulls or updates, so it matches the
+    two runs of a step; TIO too, which the pass would otherwise work out on each run's graph,
+    where the pushes lead to no forward pass to rank them by). ``+ready`` serves every
+    channel's gates, pulls too, highest priority first among the tensors arrived
+    (``enable(ready=True)``): across the barrier a counter would hold every pull behind the
+    first layer's, updated last (``bench.predict``'s crossing what-if).
     """
 
     name: str
@@ -66,6 +78,8 @@ class ModeSpec:
     credit_return: str = "ack"  # "sent": no acknowledgements (enable(credit_return=...))
     push_credit: int = 0  # +wN: the pushes' window (enable(push_credit=N)), 0: the credit
     inline_transfers: bool = True  # False (+pool): enable(inline_transfers=False)
+    cross: bool = False  # the steps across TensorFlow's barrier (the mode "cross", +cross)
+    ready: bool = False  # +ready: every gate served by priority among the arrived (enable(ready=True))
 
     @property
     def effective_ack_share(self) -> int:
@@ -83,7 +97,18 @@ class ModeSpec:
             "credit_return": self.credit_return,
             "push_credit": self.push_credit,
             "inline_transfers": self.inline_transfers,
+            "ready": self.ready,
+            "cross": self.cross,
         }
+
+
+def crosses(name: str) -> bool:
+    """Whether the mode named ``name`` (``MODE@PLACEMENT`` too) steps across the barrier.
+
+    >>> crosses("cross"), crosses("tio+pc+ready+cross@held"), crosses("tio+pc")
+    (True, True, False)
+    """
+    return CROSS in split_placed(name)[0].split("+")
 
 
 def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: int | None = None) -> ModeSpec:
@@ -91,11 +116,13 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
 
     if name == "baseline":
         return ModeSpec(name, None)
+    if name == CROSS:
+        return ModeSpec(name, None, cross=True)
     alg, *knobs = name.split("+")
     if alg not in ALGORITHMS:
         raise TfschedError(
-            f"unknown mode {name!r}: expected baseline or one of {', '.join(ALGORITHMS)} "
-            "[+pc][+pN][+cN][+host|+lockstep][+aN][+sent][+wN][+pool]"
+            f"unknown mode {name!r}: expected baseline, {CROSS} or one of {', '.join(ALGORITHMS)} "
+            "[+pc][+pN][+cN][+host|+lockstep][+aN][+sent][+wN][+pool][+ready][+cross]"
         )
     partition = credit = push_credit = 0
     host = False
@@ -103,8 +130,13 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
     ack_share = None
     credit_return = "ack"
     inline_transfers = True
+    cross = ready = False
     for k in knobs:
-        if k in ("host", "lockstep"):
+        if k == CROSS:
+            cross = True
+        elif k == "ready":
+            ready = True
+        elif k in ("host", "lockstep"):
             if host:
                 raise TfschedError(f"unknown mode {name!r}: +host and +lockstep are two orders of one window")
             host, host_order = True, "priority" if k == "lockstep" else "steps"
@@ -126,7 +158,7 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
         else:
             raise TfschedError(
                 f"unknown mode {name!r}: {k!r} is not pc, pN, cN, wN (N parameters > 0), host, lockstep, "
-                "aN (N > 0), sent or pool"
+                "aN (N > 0), sent, pool, ready or cross"
             )
     window = "+lockstep" if host_order == "priority" else "+host"
     needs = ((window, host), ("+aN", ack_share), ("+sent", credit_return != "ack"), ("+wN", push_credit))
@@ -153,6 +185,8 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
         credit_return,
         push_credit,
         inline_transfers,
+        cross,
+        ready,
     )
 
 
@@ -493,11 +527,12 @@ def mode_configs(
             "credit_return": spec.credit_return,
             "push_credit": spec.push_credit or None,
             "inline_transfers": spec.inline_transfers,
+            "ready": spec.ready,
             "timeout_ms": timeout_ms,
         }
         if spec.algorithm is None:
             configs[mode] = None
-        elif spec.algorithm == "tio":
+        elif spec.algorithm == "tio" and not spec.cross:
             configs[mode] = tfsched.enable(**knobs)
         elif spec.algorithm in TIMED:
             configs[mode] = lambda trace, alg=spec.algorithm, knobs=knobs: tfsched.enable(
@@ -834,7 +869,15 @@ def run_side_by_side(
     held on while steps are traced, so that the traces miss no transfer; the timed steps run
     without it.
 
-    ``builder(w)`` builds worker ``w``'s graph; ``builders`` maps a placement to the builder of
+    A mode that crosses the barrier (``crosses``) runs each step as two runs on every worker,
+    two steps' compute runs at once (``tfsched.enforce.crossing.CrossingRunner``), its gates
+    reset before each round's first step; step k is timed from the end of step k-1, a round's
+    last step to the end of its updates, and its steps are not traced
+    (the pushes are not in the run a trace sees): ``bench.predict`` lays out its steps from the
+    baseline's trace.
+
+    ``builder(w)`` builds worker ``w``'s graph (``builder(w, cross=True)``, its graph split
+    across the barrier, for a mode that crosses it); ``builders`` maps a placement to the builder of
     the modes named ``MODE@PLACEMENT`` (``placed_mode``): the same model with its variables
     placed otherwise, in the same rounds. Each placement's graph is initialized by its first
     session, its timing-aware modes are ordered from a trace of its own graph, and with ``trace``
@@ -859,6 +902,7 @@ def run_side_by_side(
     procs = task_processes()  # the cluster's task processes, if this process started them
     # One graph and session per (mode, worker), kept for all rounds: what a user's job does.
     sessions = {}
+    runners = {}  # (mode, worker) -> CrossingRunner, for the modes across the barrier
 
     def builder_of(mode: str):
         where = split_placed(mode)[1]
@@ -880,7 +924,11 @@ def run_side_by_side(
 
         def work(w: int) -> None:
             sess, built = sessions[(mode, w)]
+            runner = runners.get((mode, w))
             try:
+                if runner is not None:
+                    crossing(w, runner)
+                    return
                 for _ in range(warm):
                     sess.run(built.train_op, options=run_options)
                 for k in range(n):
@@ -902,6 +950,34 @@ def run_side_by_side(
             except BaseException as e:  # noqa: BLE001 - re-raised below
                 barrier.abort()
                 errors.append(e)
+                if runner is not None:
+                    # its apply run may wait on a gradient that never comes, and the other
+                    # workers' reads on its updates: closing the mode's sessions cancels both
+                    # (on a thread: a session to a dead task may take long to close, and the
+                    # run's own close_sessions bounds that wait)
+                    mode_sessions = [sessions[(mode, v)][0] for v in range(len(targets))]
+                    threading.Thread(target=close_sessions, args=(mode_sessions,), daemon=True).start()
+
+        def crossing(w: int, runner) -> None:
+            """A mode across the barrier: its steps pipelined (CrossingRunner.run), a round's
+            steps from an empty pipeline; the reads' gates keep the workers in step, as the
+            barrier does behind it. Step k is the time from step k-1's end (a compute run's) to
+            its own; a round's last step ends with its updates."""
+            runner.prime()  # every worker's gates reset before any worker steps
+            barrier.wait(timeout=step_timeout_s)
+            if warm:
+                runner.run(warm)
+            if barrier.wait(timeout=step_timeout_s) == 0:
+                started.append(time.perf_counter())
+                cpu.append(cpu_seconds())
+                task_cpu.append(tasks_cpu_s(procs))
+            t0, mono0 = time.perf_counter(), time.monotonic()
+            ends = runner.run(n)
+            for k, (last, end) in enumerate(zip([t0, *ends[:-1]], ends, strict=True)):
+                with lock:
+                    times.append((w, k, end - last))
+                    if step_log is not None and round_ is not None:
+                        step_log.append(StepRecord(mode, round_, k, w, mono0 + last - t0, mono0 + end - t0))
 
         threads = [threading.Thread(target=work, args=(w,), daemon=True) for w in range(len(targets))]
         for t in threads:
@@ -924,9 +1000,15 @@ def run_side_by_side(
         return times, wall, box
 
     def open_sessions(mode: str, config) -> None:
+        cross = crosses(mode)
         for w, target in enumerate(targets):
-            built = builder_of(mode)(w)
-            sessions[(mode, w)] = (tf.compat.v1.Session(target, graph=built.graph, config=config), built)
+            built = builder_of(mode)(w, cross=True) if cross else builder_of(mode)(w)
+            sess = tf.compat.v1.Session(target, graph=built.graph, config=config)
+            sessions[(mode, w)] = (sess, built)
+            if cross:
+                from tfsched.enforce.crossing import CrossingRunner
+
+                runners[(mode, w)] = CrossingRunner(sess, built.crossing, options=run_options)
 
     timed = [mode for mode, config in configs.items() if callable(config)]
     parts = len(configs) * (rounds + (1 if trace else 0))
@@ -990,6 +1072,11 @@ def run_side_by_side(
                 part_done(r * len(configs) + list(configs).index(mode) + 1)
         if trace:
             for mode in configs:
+                if crosses(mode):
+                    # a step is two runs there, and the pushes are not in the one a trace sees:
+                    # the mode is predicted from the baseline's trace (bench.predict)
+                    part_done(rounds * len(configs) + list(configs).index(mode) + 1)
+                    continue
                 if progress:
                     progress(f"tracing {trace_steps} step{'s' if trace_steps > 1 else ''}: {mode}")
                 with RpcLogging(log_tasks):
@@ -1175,8 +1262,11 @@ def cluster_side_by_side(
     if bandwidth_bps and not relays:
         check_latency(latency_s)  # before the graphs are built
 
+    if mode != "train" and any(crosses(m) for m in modes):
+        raise TfschedError(f"a mode that crosses the barrier between training steps: {mode} has none")
+
     def builder_placed(where: str):
-        def builder(w: int):
+        def builder(w: int, cross: bool = False):
             built = build_graph(
                 model,
                 worker_task=w,
@@ -1185,6 +1275,7 @@ def cluster_side_by_side(
                 image_size=image_size,
                 mode=mode,
                 ps_placement=where,
+                cross_workers=workers if cross else 0,
             )
             if built.train_op is None:  # inference: a step is the forward pass
                 built.train_op = built.loss

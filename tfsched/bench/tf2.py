@@ -739,6 +739,11 @@ def side_by_side(
     def at(p: str) -> str | None:
         return None if p == first else p
 
+    crossing = [m for m in modes if parse_mode(m).cross]
+    if crossing:  # a coordinator's calls are asynchronous training: no barrier between steps
+        raise TfschedError(
+            f"mode {crossing[0]!r} crosses a Session.run's barrier; TensorFlow 2's functions have none to cross"
+        )
     algorithms = sorted({parse_mode(m).algorithm for m in modes} - {None, "tio"})
     if progress:
         progress(f"sizing {model}'s channels")

@@ -190,6 +190,7 @@ def enable(
     inline_transfers: bool = True,
     bandwidth_bps: float | None = None,
     dump_graphs: str | None = None,
+    ready: bool = False,
 ):
     """Turn tfsched's pass on in a session config; returns the config (a new one if none given).
 
@@ -263,6 +264,12 @@ def enable(
         measured in BENCHMARKS.md). The graph's ops and names stay TensorFlow's (a
         ``POST_PARTITIONING`` pass in every task gives its ``_Send``/``_Recv`` a kernel label).
         ``False`` keeps TensorFlow's, for comparison.
+    ready : every channel's gates, pulls too, served highest priority first among the tensors
+        that have arrived (ByteScheduler's Core), not each in its turn (TicTac's counters). For
+        steps across TensorFlow's barrier (``tfsched.enforce.crossing``), where a pull is ready
+        once its variable's last update is done: the first layer's, updated last, would hold
+        every other pull behind it on a counter. With ``credit``, a pull ready late still goes
+        before the lower-priority ones queued, at most a credit behind what is in flight.
     dump_graphs : a directory (made if missing; a relative path is taken from this process's
         working directory) on the host of the task that runs the pass (a session's master; for
         functions, each worker): every graph with transfers between tasks is
@@ -338,6 +345,10 @@ def enable(
             f"algorithm {algorithm!r} needs a schedule file: tfsched analyze --algorithm {algorithm} -o FILE"
         )
 
+    if not isinstance(ready, bool):
+        raise TfschedError(f"ready must be True or False, got {ready!r}")
+    if ready:
+        mode = "ready"
     from tfsched.enforce._loader import load_ops
     from tfsched.graph._tf import import_tensorflow
 

@@ -27,6 +27,8 @@ class BuiltGraph:
     model: str
     mode: str
     fetches: list[str] = field(default_factory=list)  # op names of one step, for analyze
+    # with cross_workers: the step split across TensorFlow's barrier (train_op is its compute run)
+    crossing: object | None = None  # tfsched.enforce.crossing.CrossingStep
 
     def graph_def(self, add_shapes: bool = True):
         return self.graph.as_graph_def(add_shapes=add_shapes)
@@ -172,6 +174,7 @@ def build_graph(
     optimizer: str = "sgd",
     seed: int = 1,
     ps_placement: str = "bytes",
+    cross_workers: int = 0,
 ) -> BuiltGraph:
     """Build the PS graph of a built-in model.
 
@@ -182,6 +185,10 @@ def build_graph(
     ships: what ``"bytes"`` improves on); ``"round-robin"`` is ``replica_device_setter``'s
     default, which with two PS puts every kernel of a model whose layers alternate kernel and bias
     on the first (VGG16: 33.6M parameters against 12,426).
+
+    ``cross_workers``: the number of workers of a training graph whose steps cross TensorFlow's
+    barrier (``tfsched.enforce.crossing``: ``train_op`` is then the step's compute run and
+    ``crossing`` the rest); 0, behind it.
 
     >>> bg = build_graph("seq32", batch_size=2)
     >>> bg.fetches
@@ -259,7 +266,11 @@ def build_graph(
                 ps_tasks=ps_tasks, worker_device=f"/job:worker/task:{worker_task}", ps_strategy=strategy
             )
         ):
-            train_op = None
+            train_op = crossing = None
+            if cross_workers and (mode != "train" or in_graph_workers):
+                raise TfschedError(
+                    "crossing the barrier needs a training graph of one worker (between-graph)"
+                )
             if mode == "train":
                 step = tf.compat.v1.train.get_or_create_global_step()
                 if in_graph_workers:
@@ -272,13 +283,32 @@ def build_graph(
                         with g.device(var.device):
                             averaged.append((tf.add_n([g for g, _ in pairs]) / float(len(pairs)), var))
                     train_op = opt.apply_gradients(averaged, global_step=step, name="train")
+                elif cross_workers:
+                    from tfsched.enforce.crossing import cross_barrier_step
+
+                    crossing = cross_barrier_step(
+                        opt,
+                        grads_per_replica[0],
+                        worker=worker_task,
+                        workers=cross_workers,
+                        global_step=step,
+                        worker_device=f"/job:worker/task:{worker_task}",
+                    )
+                    train_op = crossing.compute_op
                 else:
                     train_op = opt.apply_gradients(grads_per_replica[0], global_step=step, name="train")
             out = losses[0] if len(losses) == 1 else tf.add_n(losses, name="loss")
         init = tf.compat.v1.global_variables_initializer()
     fetches = [train_op.name] if train_op is not None else [out.op.name]
     return BuiltGraph(
-        graph=g, train_op=train_op, loss=out, init_op=init, model=model, mode=mode, fetches=fetches
+        graph=g,
+        train_op=train_op,
+        loss=out,
+        init_op=init,
+        model=model,
+        mode=mode,
+        fetches=fetches,
+        crossing=crossing,
     )
 
 

@@ -1,0 +1,325 @@
+"""Crossing TensorFlow's barrier between steps, with no change to TensorFlow's engine.
+
+A ``Session.run`` ends once every op of its step has run, the last pushes and the PS's
+updates included, so no order of the transfers lets a step's pulls start before the last
+step's pushes end: that barrier, not synchronous training, is the floor the bench measures on
+hosts with cores of their own (``benchmarks/reading.md``). ByteScheduler crosses it (§3.4)
+with a 13-line change to TensorFlow's engine that ends the step early and holds each
+variable's next read until its update is done. tfsched does it in the graph instead:
+
+* a step is two runs. The **compute** run reads the variables, runs the forward and backward
+  passes and leaves each gradient in a queue of its own on the worker; it ends with the
+  worker's ops. The **apply** run, on a thread of its own, takes each gradient as it is
+  queued, pushes it, and updates its variable on the PS. The next compute run starts while
+  the last apply run still pushes.
+* each variable has a **gate** on its PS before every read of it: tokens in a queue per
+  (variable, reader). Every worker's update of the variable puts one in each reader's queue;
+  a read takes one per worker. So a read waits for that variable's updates of the last step
+  by every worker, and no longer: the pulls of the layers updated first (the last layers,
+  whose gradients are out first) cross while the first layers' pushes still run.
+* the reverse: each worker's read puts one token in each updater's queue of the variable, and
+  an update takes one per worker, so no update of a step lands before every worker's read of
+  it in that step. Each read sees what it sees behind the barrier (the simulator's
+  ``sim.build_sim_graph(cross_barrier=True)`` lays out the same two rules).
+
+* two compute runs are in flight (``CrossingRunner``'s depth): the next step's reads wait on
+  the PS for their variables' updates, not for this step's last op, so a pull goes as soon as
+  its variable is updated, during this step's backward pass, as ByteScheduler's engine lets
+  it. A token queue on the worker lets one run at a time through the read gates, in the order
+  the runs take it, so two runs never take each other's tokens.
+
+Every wait is a queue's dequeue: it holds no thread (an asynchronous kernel), ends with the
+run's deadline (``RunOptions.timeout_in_ms``), and ends when its session is closed (the
+master cancels the step). The pass's gates work on both runs (``tfsched.enable(ready=True)``:
+a counter would hold every pull behind the first layer's, updated last); it names a transfer
+by the variable it pulls or updates, so a schedule made from the graph behind the barrier
+orders both runs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from tfsched.errors import TfschedError
+
+
+@dataclass
+class CrossingStep:
+    """One worker's step split across TensorFlow's barrier (``cross_barrier_step``).
+
+    Run ``prime_op`` on every worker before any of them steps (it resets the gates: every
+    read of the first step passes), then per step ``compute_op`` and, on another thread,
+    ``apply_op`` (``CrossingRunner`` does both)."""
+
+    compute_op: object  # the reads, forward, backward and the gradients queued on the worker
+    apply_op: object  # the pushes and the PS's updates of one step
+    prime_op: object  # empties this worker's queues and gives its gates one step's tokens
+    variables: list  # the variables gated, in the order of their gradients
+    workers: int
+    worker: int
+
+
+def _run_ancestors(ops) -> set:
+    """Every op ``ops`` depend on, through data and control edges."""
+    seen: set = set()
+    stack = list(ops)
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    return seen
+
+
+def _readers(var, within: set) -> list:
+    """The ops of the compute run that read ``var``: every consumer of its handle (a resource
+    variable) or of its reference (a ``VariableV2``) in ``within``."""
+    handle = var.handle if hasattr(var, "handle") else var.op.outputs[0]
+    return [op for op in handle.consumers() if op in within]
+
+
+def _queue_name(var, role: str, worker: int, workers: int, held=None) -> str:
+    """A queue's name in its task's resources, which outlive a session: the same for every
+    graph of the same step (each worker's, each session's), another for another cluster size or
+    gradient (a queue's capacity and shapes are fixed when first made)."""
+    of = f"{var.op.name}/{role}{worker}of{workers}"
+    if held is not None:
+        of += f"/{held.dtype.name}{'x'.join(map(str, held.shape.as_list()))}"
+    return f"tfsched_cross/{of}"
+
+
+def cross_barrier_step(
+    optimizer,
+    grads_and_vars: list,
+    *,
+    worker: int,
+    workers: int,
+    global_step=None,
+    worker_device: str | None = None,
+    name: str = "tfsched_cross",
+) -> CrossingStep:
+    """Split one worker's training step across TensorFlow's barrier (the module's doc).
+
+    ``optimizer`` and ``grads_and_vars`` as for ``optimizer.apply_gradients`` (a TF1
+    ``tf.compat.v1.train.Optimizer``, between-graph replication: each of ``workers`` workers
+    builds its own graph and applies its own gradients, as the bench's graphs do);
+    ``worker_device`` holds the gradients between the two runs (default: the gradients'
+    device). Call it in the graph's context, where ``apply_gradients`` would be called.
+
+    An improvement on ByteScheduler's crossing (§3.4), which patches TensorFlow's engine: the
+    same release, per variable, built from TensorFlow's own queues, so it loads into stock pip
+    TensorFlow. The gradients' values are TensorFlow's, and each read sees the values it sees
+    behind the barrier, so training is bitwise the same with one worker (the tests check it);
+    with several, the updates of one variable in one step land in the order they arrive,
+    behind the barrier as across it.
+    """
+    import tensorflow as tf
+
+    if workers < 1 or not 0 <= worker < workers:
+        raise TfschedError(f"crossing the barrier: worker {worker} of {workers} workers")
+    pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+    if not pairs:
+        raise TfschedError("crossing the barrier: no variable has a gradient")
+    for g, v in pairs:
+        if isinstance(g, tf.IndexedSlices) or not g.shape.is_fully_defined():
+            raise TfschedError(
+                f"crossing the barrier: variable {v.op.name} has a sparse gradient or one of "
+                "unknown shape; only dense gradients of known shape are held between the runs"
+            )
+    v1 = tf.compat.v1
+    compute_side = _run_ancestors([g.op for g, _ in pairs])
+    compute, queued, resets = [], [], []
+
+    def gates(v, role: str) -> list:
+        return [
+            v1.FIFOQueue(
+                capacity=2 * workers,
+                dtypes=[tf.int32],
+                shapes=[[]],
+                shared_name=_queue_name(v, role, w, workers),
+                name=f"{role}{w}",
+            )
+            for w in range(workers)
+        ]
+
+    with tf.name_scope(name):
+        # One compute run at a time through the read gates, in the order they take the turn:
+        # two runs in flight (CrossingRunner's depth) never take each other's tokens.
+        with tf.device(worker_device or pairs[0][0].device):
+            turn = v1.FIFOQueue(
+                capacity=2,
+                dtypes=[tf.int32],
+                shapes=[[]],
+                shared_name=f"tfsched_cross/turn{worker}of{workers}",
+            )
+            my_turn = turn.dequeue()
+        passed = []
+        for g, v in pairs:
+            readers = _readers(v, compute_side)
+            with tf.device(v.device):
+                # a variable no op of the step reads has no read gate: nothing to wait for
+                reads = gates(v, "read") if readers else []
+                updates = gates(v, "update")
+                if readers:
+                    with tf.control_dependencies([my_turn]):
+                        taken = reads[worker].dequeue_many(workers)
+                    passed.append(taken)
+                    for op in readers:
+                        op._add_control_input(taken.op)
+                with tf.control_dependencies(readers):
+                    compute.extend(q.enqueue(0) for q in updates)
+            with tf.device(worker_device or g.device):
+                held = v1.FIFOQueue(
+                    capacity=2,
+                    dtypes=[g.dtype],
+                    shapes=[g.shape],
+                    shared_name=_queue_name(v, "held", worker, workers, g),
+                    name="held",
+                )
+                compute.append(held.enqueue(g))
+                resets.append(held.dequeue_many(held.size()))
+            queued.append((held, reads, updates, v))
+        with tf.device(worker_device or pairs[0][0].device), tf.control_dependencies(passed or [my_turn]):
+            compute.append(turn.enqueue(0))  # the next run's turn: this one's gates all passed
+        compute_op = tf.group(*compute, name="compute")
+
+        # the apply run: each gradient pushed as it is queued, held on the PS until every
+        # worker has read the variable in this step, then the optimizer's own update
+        applied = []
+        for held, _, updates, v in queued:
+            g = held.dequeue()
+            with tf.device(v.device):
+                taken = updates[worker].dequeue_many(workers)
+                with tf.control_dependencies([taken]):
+                    applied.append((tf.identity(g, name="released"), v))
+        graph = v1.get_default_graph()
+        before = set(graph.get_operations())
+        update = optimizer.apply_gradients(applied, global_step=global_step)
+        made = [op for op in graph.get_operations() if op not in before]
+        release = []
+        for (g, v), (_, reads, _, _) in zip(applied, queued, strict=True):
+            with tf.device(v.device), tf.control_dependencies(_updates_of(v, g, made)):
+                release.extend(q.enqueue(0) for q in reads)
+        with tf.control_dependencies([update]):
+            apply_op = tf.group(*release, name="apply")
+
+        for _, reads, updates, v in queued:
+            with tf.device(v.device):
+                resets.append(updates[worker].dequeue_many(updates[worker].size()))
+                if reads:  # emptied, then one step's tokens: every worker's read of the first passes
+                    mine = reads[worker]
+                    with tf.control_dependencies([mine.dequeue_many(mine.size())]):
+                        resets.append(mine.enqueue_many([tf.zeros([workers], tf.int32)]))
+        with tf.device(worker_device or pairs[0][0].device):
+            with tf.control_dependencies([turn.dequeue_many(turn.size())]):
+                resets.append(turn.enqueue(0))
+        prime_op = tf.group(*resets, name="prime")
+    return CrossingStep(
+        compute_op=compute_op,
+        apply_op=apply_op,
+        prime_op=prime_op,
+        variables=[v for _, v in pairs],
+        workers=workers,
+        worker=worker,
+    )
+
+
+def _updates_of(var, grad, made: list) -> list:
+    """The ops among ``made`` (the optimizer's) that take ``grad`` and write ``var``: the ones
+    its read gates must wait for."""
+    handle = var.handle if hasattr(var, "handle") else var.op.outputs[0]
+    downstream = {grad.op}
+    for op in made:  # in creation order: an op's inputs are made before it
+        if any(t.op in downstream for t in op.inputs) or any(c in downstream for c in op.control_inputs):
+            downstream.add(op)
+    writes = [op for op in made if op in downstream and any(t is handle for t in op.inputs)]
+    if not writes:
+        raise TfschedError(f"crossing the barrier: the optimizer's update of {var.op.name} was not found")
+    return writes
+
+
+class CrossingRunner:
+    """Runs a ``CrossingStep``'s steps on one session: up to ``depth`` compute runs at once (the
+    next step's pulls cross while this one's backward pass runs: its reads wait, on the PS, for
+    their variables' updates only), and the apply runs on a thread of their own, one per step.
+
+    >>> # runner = CrossingRunner(sess, step, options=tf.compat.v1.RunOptions(timeout_in_ms=60000))
+    >>> # runner.prime()  # on every worker, before any of them steps
+    >>> # ends = runner.run(100)
+
+    ByteScheduler's engine change lets the next step's pulls go once their update is done;
+    with one compute run at a time they would wait for this step's last op (measured: VGG16
+    training on hosts with cores of their own, 1.12x the baseline at depth 1, ``BENCHMARKS.md``).
+    A second run in flight does what the engine change does, within stock TensorFlow: its ops
+    wait on the gates in the graph, so the two runs' values are the ones one run at a time
+    gives. Every run has ``options``' deadline: a failed run fails ``run``, and ``close``
+    (after a failure) closes the session, which cancels a run still waiting.
+    """
+
+    def __init__(self, sess, step: CrossingStep, *, options=None, depth: int = 2):
+        if depth not in (1, 2):
+            raise TfschedError(f"crossing the barrier: depth must be 1 or 2 compute runs, got {depth!r}")
+        self.sess = sess
+        self.step = step
+        self.options = options
+        self.depth = depth
+
+    def prime(self) -> None:
+        self.sess.run(self.step.prime_op, options=self.options)
+
+    def run(self, steps: int) -> list[float]:
+        """``steps`` steps; each one's end (``time.perf_counter``), in order: a compute run's,
+        the last one's at the end of its updates (no next step overlaps them)."""
+        errors: list[BaseException] = []
+        ends: list[float] = []
+        lock = threading.Lock()
+        slots = threading.Semaphore(self.depth)
+
+        def guarded(fn) -> None:
+            try:
+                fn()
+            except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
+                errors.append(e)
+
+        def applies() -> None:
+            for _ in range(steps):
+                if errors:
+                    return
+                self.sess.run(self.step.apply_op, options=self.options)
+
+        def compute() -> None:
+            try:
+                self.sess.run(self.step.compute_op, options=self.options)
+                with lock:
+                    ends.append(time.perf_counter())
+            finally:
+                slots.release()
+
+        applier = threading.Thread(target=guarded, args=(applies,), daemon=True, name="tfsched-cross-apply")
+        applier.start()
+        runs = []
+        for _ in range(steps):
+            while not slots.acquire(timeout=0.1):
+                if errors:
+                    break
+            if errors:
+                break
+            runs.append(threading.Thread(target=guarded, args=(compute,), daemon=True, name="tfsched-cross"))
+            runs[-1].start()
+        for t in runs:  # each run ends by its deadline
+            t.join()
+        if not errors:
+            applier.join()
+        if errors:
+            raise errors[0]
+        ends.sort()
+        ends[-1] = max(ends[-1], time.perf_counter())
+        return ends
+
+    def close(self) -> None:
+        """After a failure: close the session, which cancels a run still waiting."""
+        self.sess.close()
