@@ -22,7 +22,7 @@ def _options(timeout_s: float = 60.0):
     return tf.compat.v1.RunOptions(timeout_in_ms=int(timeout_s * 1000))
 
 
-def _cross_train(targets, builts, steps, options=None, config=None):
+def _cross_train(targets, builts, steps, options=None, config=None, depth=2):
     """Every worker's ``steps`` steps across the barrier at once, two compute runs in flight;
     (worker 0's loss, the variables' values) after the last update."""
     import tensorflow as tf
@@ -33,7 +33,7 @@ def _cross_train(targets, builts, steps, options=None, config=None):
     try:
         sessions[0].run(builts[0].init_op)
         runners = [
-            CrossingRunner(s, b.crossing, options=options or _options())
+            CrossingRunner(s, b.crossing, options=options or _options(), depth=depth)
             for s, b in zip(sessions, builts, strict=True)
         ]
         for r in runners:
@@ -62,13 +62,13 @@ def _cross_train(targets, builts, steps, options=None, config=None):
     return [losses], values, step
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
-def test_one_worker_across_the_barrier_is_bitwise_vanilla(cluster, optimizer):
+@pytest.mark.parametrize("optimizer,depth", [("sgd", 2), ("momentum", 2), ("adam", 2), ("sgd", 1)])
+def test_one_worker_across_the_barrier_is_bitwise_vanilla(cluster, optimizer, depth):
     target = cluster.target("worker", 0)
     vanilla = train(target, build_graph("seq32", ps_tasks=2, optimizer=optimizer), 6)
     crossed = build_graph("seq32", ps_tasks=2, optimizer=optimizer, cross_workers=1)
     assert crossed.crossing is not None and crossed.train_op is crossed.crossing.compute_op
-    got = _cross_train([target], [crossed], 6)
+    got = _cross_train([target], [crossed], 6, depth=depth)
     assert_bitwise_equal(([], vanilla[1]), ([], got[1]))
     # the global step counts every update: the last apply run ended before the values were read
     assert got[2] == 6
@@ -159,3 +159,7 @@ def test_what_cannot_cross():
             cross_barrier_step(opt, opt.compute_gradients(loss), worker=0, workers=1)
         with pytest.raises(TfschedError, match="worker 2 of 2"):
             cross_barrier_step(opt, opt.compute_gradients(loss), worker=2, workers=2)
+    with pytest.raises(TfschedError, match="depth must be 1 or 2"):
+        CrossingRunner(None, None, depth=3)
+    with pytest.raises(TfschedError, match="steps must be at least 1"):
+        CrossingRunner(None, None).run(0)

@@ -274,6 +274,8 @@ class CrossingRunner:
     def run(self, steps: int) -> list[float]:
         """``steps`` steps; each one's end (``time.perf_counter``), in order: a compute run's,
         the last one's at the end of its updates (no next step overlaps them)."""
+        if steps < 1:
+            raise TfschedError(f"crossing the barrier: steps must be at least 1, got {steps!r}")
         errors: list[BaseException] = []
         ends: list[float] = []
         lock = threading.Lock()
