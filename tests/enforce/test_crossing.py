@@ -24,7 +24,7 @@ def _options(timeout_s: float = 60.0):
 
 def _cross_train(targets, builts, steps, options=None, config=None, depth=2):
     """Every worker's ``steps`` steps across the barrier at once, two compute runs in flight;
-    (worker 0's loss, the variables' values) after the last update."""
+    (worker 0's loss, the variables' values, the global step) after the last update."""
     import tensorflow as tf
 
     sessions = [
@@ -53,13 +53,13 @@ def _cross_train(targets, builts, steps, options=None, config=None, depth=2):
         for t in threads:
             t.join(120)
         assert not errors, errors
-        losses = sessions[0].run(builts[0].loss)  # on the last step's updates
+        loss = sessions[0].run(builts[0].loss)  # on the last step's updates
         step = sessions[0].run(tf.compat.v1.train.get_global_step(builts[0].graph))
         values = sessions[0].run(builts[0].graph.get_collection("variables"))
     finally:
         for s in sessions:
             s.close()
-    return [losses], values, step
+    return loss, values, step
 
 
 @pytest.mark.parametrize("optimizer,depth", [("sgd", 2), ("momentum", 2), ("adam", 2), ("sgd", 1)])

@@ -247,22 +247,30 @@ class CrossingRunner:
     next step's pulls cross while this one's backward pass runs: its reads wait, on the PS, for
     their variables' updates only), and the apply runs on a thread of their own, one per step.
 
-    >>> # runner = CrossingRunner(sess, step, options=tf.compat.v1.RunOptions(timeout_in_ms=60000))
-    >>> # runner.prime()  # on every worker, before any of them steps
-    >>> # ends = runner.run(100)
+    >>> runner = CrossingRunner(sess, step, options=tf.compat.v1.RunOptions(timeout_in_ms=60000))  # doctest: +SKIP
+    >>> runner.prime()  # on every worker, before any of them steps  # doctest: +SKIP
+    >>> ends = runner.run(100)  # doctest: +SKIP
 
     ByteScheduler's engine change lets the next step's pulls go once their update is done;
     with one compute run at a time they would wait for this step's last op (measured: VGG16
     training on hosts with cores of their own, 1.12x the baseline at depth 1, ``BENCHMARKS.md``).
     A second run in flight does what the engine change does, within stock TensorFlow: its ops
     wait on the gates in the graph, so the two runs' values are the ones one run at a time
-    gives. Every run has ``options``' deadline: a failed run fails ``run``, and ``close``
-    (after a failure) closes the session, which cancels a run still waiting.
+    gives. Every run has ``options``' deadline (without ``options``, the pass's default
+    ``timeout_ms``: a gate of the graph never waits longer than a gate of the pass): a failed
+    run fails ``run``, and ``close`` (after a failure) closes the session, which cancels a run
+    still waiting.
     """
 
     def __init__(self, sess, step: CrossingStep, *, options=None, depth: int = 2):
         if depth not in (1, 2):
             raise TfschedError(f"crossing the barrier: depth must be 1 or 2 compute runs, got {depth!r}")
+        if options is None:
+            import tensorflow as tf
+
+            from tfsched.enforce.api import DEFAULT_TIMEOUT_MS
+
+            options = tf.compat.v1.RunOptions(timeout_in_ms=DEFAULT_TIMEOUT_MS)
         self.sess = sess
         self.step = step
         self.options = options
