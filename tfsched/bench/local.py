@@ -110,8 +110,16 @@ def start_tasks(
     ``log_dir/<job><index>.log`` (``task_log``): what a task that dies said last.
     ``inter_op_threads``: how many kernels each task's executor runs at a time (0: TensorFlow's
     default, the number of cores).
+
+    A task runs with ``GRPC_FAIL_FAST=true`` unless the environment sets it: an RPC to a task
+    that is gone then fails at once, whatever the RPC. Under TensorFlow's default
+    (``use_caller``) some wait for the task to come back: a session whose PS was killed did
+    not close in 90 s (0.1 s with it), and a run across the barrier started as its PS died
+    waited out its deadline (the CI failure of stop 73; seventy-seventh session). Every task
+    serves before any session starts (``wait_ready``), so only a dead task is ever waited for.
     """
     env = task_env()
+    env.setdefault("GRPC_FAIL_FAST", "true")
     procs = {}
     for job, addrs in spec.items():
         for i in range(len(addrs)):
