@@ -7,7 +7,7 @@ import os
 import platform
 import re
 
-from tfsched.bench.run import TIMED, ModeResult, placed_mode, split_placed, spread
+from tfsched.bench.run import TIMED, ModeResult, crosses, placed_mode, split_placed, spread
 from tfsched.bench.stagger import PHASE_NAMES, PHASES
 from tfsched.io import write_atomic
 
@@ -229,6 +229,8 @@ def floor_lines(summary: dict) -> list[str]:
     dependencies and each resource of the traced baseline's graph), against the baseline's
     simulated and measured step (none before the sixty-first session, or without traces). The
     floor is as right as the simulator's op times: where a mode measured under it, it says so.
+    It is the floor behind TensorFlow's barrier: a mode that crosses it (``bench.run.crosses``)
+    is not bounded by it, and a crossing mode under it is said to be past the barrier.
 
     >>> rows = [{"mode": "baseline", "floor_s": 4.0, "predicted_s": 5.0, "iteration_mean_s": 6.0}]
     >>> print(floor_lines({"modes": rows})[1])  # doctest: +NORMALIZE_WHITESPACE
@@ -239,6 +241,10 @@ def floor_lines(summary: dict) -> list[str]:
     >>> print(floor_lines({"modes": rows})[1].split("). ")[-1])  # doctest: +NORMALIZE_WHITESPACE
     `tio` measured 3.80 s, under the floor: the simulator's op times were slower than this run's
     ops, and the floor is off as much.
+    >>> rows[-1]["mode"] = "layer+pc+ready+cross"
+    >>> print(floor_lines({"modes": rows})[1].split("). ")[-1])  # doctest: +NORMALIZE_WHITESPACE
+    `layer+pc+ready+cross` measured 3.80 s, under the floor: across the barrier the floor is
+    laid out behind.
     """
     base = next((r for r in summary["modes"] if r["mode"] == "baseline" and r.get("floor_s")), None)
     if base is None:
@@ -256,12 +262,14 @@ def floor_lines(summary: dict) -> list[str]:
     if base.get("floor_by"):  # since the sixty-first session
         line += f". It is set by {base['floor_by']}"
     under = [r for r in summary["modes"] if r.get("iteration_mean_s") and r["iteration_mean_s"] < floor]
-    if under:
-        line += ". " + ", ".join(f"`{r['mode']}` measured {r['iteration_mean_s']:.2f} s" for r in under)
-        line += (
-            ", under the floor: the simulator's op times were slower than this run's ops, and the floor "
-            "is off as much"
-        )
+    for crossing, why in (
+        (False, "the simulator's op times were slower than this run's ops, and the floor is off as much"),
+        (True, "across the barrier the floor is laid out behind"),
+    ):
+        these = [r for r in under if crosses(r["mode"]) == crossing]
+        if these:
+            line += ". " + ", ".join(f"`{r['mode']}` measured {r['iteration_mean_s']:.2f} s" for r in these)
+            line += f", under the floor: {why}"
     return ["", line + "."]
 
 
