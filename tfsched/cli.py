@@ -961,7 +961,7 @@ def bench(
 
     from tfsched.bench.netns import DEFAULT_QUEUE_S
     from tfsched.bench.results import markdown, summarize, write
-    from tfsched.bench.run import TUNED, cluster_side_by_side, parse_mode, tuned_mode
+    from tfsched.bench.run import TUNED, cluster_side_by_side, crosses, parse_mode, tuned_mode
     from tfsched.io import check_directory, check_writable
 
     if queue <= 0:
@@ -980,7 +980,7 @@ def bench(
                 "+wN modes are for --api session: a window on the pushes evens out synchronized workers, "
                 "and TensorFlow 2's step asynchronously"
             )
-        if any(parse_mode(m).cross for m in modes if m != TUNED):
+        if any(crosses(m) for m in modes):
             raise click.UsageError(
                 "cross and +cross modes are for --api session: they cross a Session.run's barrier, "
                 "and TensorFlow 2's calls have none"

@@ -723,7 +723,7 @@ def side_by_side(
     the relays reach the coordinator's spec through ``LocalCluster.client_spec``)."""
     from tfsched.bench.netns import DEFAULT_QUEUE_S
     from tfsched.bench.results import cpu_description
-    from tfsched.bench.run import host_cluster, parse_mode, placed_mode, split_placed
+    from tfsched.bench.run import crosses, host_cluster, parse_mode, placed_mode, split_placed
 
     if run_mode not in ("train", "inference"):
         raise TfschedError(f"unknown mode {run_mode!r}; expected train or inference")
@@ -739,7 +739,7 @@ def side_by_side(
     def at(p: str) -> str | None:
         return None if p == first else p
 
-    crossing = [m for m in modes if parse_mode(m).cross]
+    crossing = [m for m in modes if crosses(m)]
     if crossing:  # a coordinator's calls are asynchronous training: no barrier between steps
         raise TfschedError(
             f"mode {crossing[0]!r} crosses a Session.run's barrier; TensorFlow 2's functions have none to cross"
