@@ -534,3 +534,19 @@ def test_the_table_says_what_no_order_can_beat_and_where_a_mode_measured_under_i
     assert "under the floor" not in text
     summary["modes"][0]["floor_s"] = 7.8
     assert "`tao+pc+host` measured 7.50 s, under the floor" in markdown(summary)
+
+
+def test_the_table_of_where_the_workers_part_says_a_step_across_the_barrier_overlaps_the_next():
+    phases = {"started": 0.0, "pulled": 0.1, "computed": 0.2, "pushed": 0.3, "ended": 0.3}
+
+    def traced(mode: str) -> ModeResult:
+        r = ModeResult(mode, step_times=[1.0], rounds=[(1, 1.0)], steps=1, wall_s=1.0)
+        r.stagger = dict(phases)
+        return r
+
+    behind = markdown(summarize({"baseline": traced("baseline")}, CONFIG))
+    assert "| baseline | 0.100 | 0.200 | 0.300 | 0.300 |" in behind
+    assert "each step overlaps the next" not in behind
+    across = markdown(summarize({"baseline": traced("baseline"), "cross": traced("cross")}, CONFIG))
+    assert "| cross | 0.100 | 0.200 | 0.300 | 0.300 |" in across
+    assert "traced step is both of its runs" in across and "each step overlaps the next" in across

@@ -58,18 +58,36 @@ def test_tao_orders_from_a_trace_of_worker_0_alone(tmp_path):
 @pytest.mark.tf
 def test_modes_across_the_barrier_run_beside_the_baseline_and_are_predicted():
     """``cross`` and ``tio+ready+cross`` step across TensorFlow's barrier (two runs a step, the
-    pass's gates on both), interleaved with the baseline; they are not traced, and the
-    simulator lays their steps out across the barrier from the baseline's trace."""
+    pass's gates on both), interleaved with the baseline; the simulator lays their steps out
+    across the barrier from the baseline's trace. Their traced steps are each a step's two runs,
+    every worker's: the pulls and the pushes, a step's records overlapping the next one's."""
     from tfsched.bench.run import local_side_by_side
+    from tfsched.graph.devices import task_of
 
     results = local_side_by_side(
-        "seq32", workers=2, modes=("baseline", "cross", "tio+ready+cross"), steps=3, rounds=2, batch_size=4
+        "seq32",
+        workers=2,
+        modes=("baseline", "cross", "tio+ready+cross"),
+        steps=3,
+        rounds=2,
+        batch_size=4,
+        trace_steps=2,
     )
     for mode in ("cross", "tio+ready+cross"):
         res = results[mode]
         assert res.steps == 2 * 3 * 2 and res.throughput > 0
         assert len(res.iterations) == 3 * 2 and all(len(it) == 2 for it in res.iterations)
-        assert res.trace is None and res.measured["predicted_s"] > 0
+        assert res.measured["predicted_s"] > 0
+        assert list(res.other_traces) == [1]
+        for w, trace in [(0, res.trace), (1, res.other_traces[1])]:
+            assert trace.steps == 2 and trace.meta["mode"] == mode and trace.meta["worker"] == w
+            me = f"/job:worker/replica:0/task:{w}"
+            for k in range(2):
+                moved = [t for t in trace.transfers if t.step == k]
+                assert any(task_of(t.dst) == me for t in moved)  # its pulls, in the compute run
+                assert any(task_of(t.src) == me for t in moved)  # its pushes, in the apply run
+            assert trace.step_starts_us[1] < trace.step_starts_us[0] + trace.step_times_us[0]
+        assert set(res.stagger) >= {"pulled", "pushed"}, res.stagger
     assert results["baseline"].trace is not None
     assert results["tio+ready+cross"].knobs["cross"] and results["tio+ready+cross"].knobs["ready"]
 

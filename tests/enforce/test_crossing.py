@@ -140,8 +140,53 @@ def test_a_read_gate_waits_no_longer_than_the_runs_deadline(cluster):
         # updates of the first, and the first's updates for worker 1's reads
         runner.run(2)
     assert time.perf_counter() - t < 30
-    box = within(60, runner.close)  # closing cancels what still waits
+    # the failed run closed its session: its apply run, which waited on worker 1's reads, is
+    # over, and nothing is left to take the gradients of a run after it
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("tfsched-cross")]
+    assert alive == []
+    assert runner.failed is not None and sess._closed
+    with pytest.raises(TfschedError, match="a run failed .DeadlineExceededError. and closed its session"):
+        runner.run(1)
+    with pytest.raises(TfschedError, match="closed its session"):
+        runner.prime()
+    box = within(60, runner.close)  # closing again is harmless
     assert "error" not in box
+
+
+def test_a_traced_step_across_the_barrier_holds_both_of_its_runs(cluster):
+    """``run(steps, run_metadata)``: each step's compute and apply runs in one RunMetadata, which
+    ``trace_of`` reads as one step with every transfer of it (the pulls and the pushes, none
+    missing), the next step starting before this one's updates end."""
+    import tensorflow as tf
+
+    from tfsched.tracing.collector import trace_of
+    from tfsched.tracing.rpclog import RpcLogging
+
+    target = cluster.target("worker", 0)
+    built = build_graph("seq32", ps_tasks=2, cross_workers=1)
+    with tf.compat.v1.Session(target, graph=built.graph) as sess:
+        sess.run(built.init_op)
+        runner = CrossingRunner(sess, built.crossing, options=_options())
+        runner.prime()
+        runner.run(2)  # untraced: nothing to append to
+        mds = []
+        with RpcLogging(cluster.cluster_spec()):
+            ends = runner.run(3, run_metadata=mds)
+    assert len(ends) == 3 and len(mds) == 3
+    trace = trace_of(mds, built.graph, {"mode": "cross"})
+    assert trace.steps == 3 and trace.missing() == {}
+    from tfsched.graph.devices import task_of
+
+    worker = "/job:worker/replica:0/task:0"
+    for k in range(3):
+        moved = [t for t in trace.transfers if t.step == k]
+        pulls = [t for t in moved if task_of(t.dst) == worker]
+        pushes = [t for t in moved if task_of(t.src) == worker]
+        # seq32: 32 weights, each pulled in the compute run and its gradient pushed in the apply run
+        assert len({t.tensor for t in pulls}) >= 32 and len({t.tensor for t in pushes}) >= 32
+        assert max(t.start_us for t in pushes) > min(t.start_us for t in pulls)
+    for k in range(2):  # a step's records overlap the next one's
+        assert trace.step_starts_us[k + 1] < trace.step_starts_us[k] + trace.step_times_us[k]
 
 
 def test_what_cannot_cross():

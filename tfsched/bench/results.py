@@ -289,6 +289,13 @@ def stagger_lines(summary: dict) -> list[str]:
     ]
     for r in rows:
         lines.append(f"| {r['mode']} | " + " | ".join(_number(r["stagger"].get(p)) for p in PHASES) + " |")
+    if any(crosses(r["mode"]) for r in rows):
+        lines += [
+            "",
+            "Across the barrier a worker's traced step is both of its runs, from its compute run's "
+            "first op (which starts while the step before still computes: its reads wait on the PS) "
+            "to its last update: each step overlaps the next.",
+        ]
     return lines
 
 

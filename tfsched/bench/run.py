@@ -872,9 +872,9 @@ def run_side_by_side(
     A mode that crosses the barrier (``crosses``) runs each step as two runs on every worker,
     two steps' compute runs at once (``tfsched.enforce.crossing.CrossingRunner``), its gates
     reset before each round's first step; step k is timed from the end of step k-1, a round's
-    last step to the end of its updates, and its steps are not traced
-    (the pushes are not in the run a trace sees): ``bench.predict`` lays out its steps from the
-    baseline's trace.
+    last step to the end of its updates. A traced step of it is its two runs, from its first op
+    to its last update (``CrossingRunner.run``'s ``run_metadata``): its records overlap the next
+    step's. ``bench.predict`` lays out its steps from the baseline's trace, as every mode's.
 
     ``builder(w)`` builds worker ``w``'s graph (``builder(w, cross=True)``, its graph split
     across the barrier, for a mode that crosses it); ``builders`` maps a placement to the builder of
@@ -951,8 +951,8 @@ def run_side_by_side(
                 barrier.abort()
                 errors.append(e)
                 if runner is not None:
-                    # its apply run may wait on a gradient that never comes, and the other
-                    # workers' reads on its updates: closing the mode's sessions cancels both
+                    # its failed run closed its session (CrossingRunner.run), but the other
+                    # workers' reads wait on its updates: closing the mode's sessions cancels them
                     # (on a thread: a session to a dead task may take long to close, and the
                     # run's own close_sessions bounds that wait)
                     mode_sessions = [sessions[(mode, v)][0] for v in range(len(targets))]
@@ -972,7 +972,12 @@ def run_side_by_side(
                 cpu.append(cpu_seconds())
                 task_cpu.append(tasks_cpu_s(procs))
             t0, mono0 = time.perf_counter(), time.monotonic()
-            ends = runner.run(n)
+            mds = [] if traced else None  # each step's two runs in one RunMetadata
+            ends = runner.run(n, run_metadata=mds)
+            with lock:
+                for k, md in enumerate(mds or ()):
+                    box.setdefault("steps", {}).setdefault(k, {})[w] = md
+                    box.setdefault("graphs", {})[w] = sessions[(mode, w)][1].graph
             for k, (last, end) in enumerate(zip([t0, *ends[:-1]], ends, strict=True)):
                 with lock:
                     times.append((w, k, end - last))
@@ -1072,11 +1077,6 @@ def run_side_by_side(
                 part_done(r * len(configs) + list(configs).index(mode) + 1)
         if trace:
             for mode in configs:
-                if crosses(mode):
-                    # a step is two runs there, and the pushes are not in the one a trace sees:
-                    # the mode is predicted from the baseline's trace (bench.predict)
-                    part_done(rounds * len(configs) + list(configs).index(mode) + 1)
-                    continue
                 if progress:
                     progress(f"tracing {trace_steps} step{'s' if trace_steps > 1 else ''}: {mode}")
                 with RpcLogging(log_tasks):

@@ -30,10 +30,10 @@ variable's next read until its update is done. tfsched does it in the graph inst
 
 Every wait is a queue's dequeue: it holds no thread (an asynchronous kernel), ends with the
 run's deadline (``RunOptions.timeout_in_ms``), and ends when its session is closed (the
-master cancels the step). The pass's gates work on both runs (``tfsched.enable(ready=True)``:
-a counter would hold every pull behind the first layer's, updated last); it names a transfer
-by the variable it pulls or updates, so a schedule made from the graph behind the barrier
-orders both runs.
+master cancels the step), as a failed run's is (``CrossingRunner.run``). The pass's gates
+work on both runs (``tfsched.enable(ready=True)``: a counter would hold every pull behind the
+first layer's, updated last); it names a transfer by the variable it pulls or updates, so a
+schedule made from the graph behind the barrier orders both runs.
 """
 
 from __future__ import annotations
@@ -257,9 +257,14 @@ class CrossingRunner:
     A second run in flight does what the engine change does, within stock TensorFlow: its ops
     wait on the gates in the graph, so the two runs' values are the ones one run at a time
     gives. Every run has ``options``' deadline (without ``options``, the pass's default
-    ``timeout_ms``: a gate of the graph never waits longer than a gate of the pass): a failed
-    run fails ``run``, and ``close`` (after a failure) closes the session, which cancels a run
-    still waiting.
+    ``timeout_ms``: a gate of the graph never waits longer than a gate of the pass).
+
+    A failed run fails ``run``, and ``run`` closes the session first: that cancels what still
+    waits (the apply run, on a gradient that never comes; a compute run, on its gates), and
+    leaves no run behind to take the gradients of a run after it. The runner is done then: a
+    new session and runner, primed on every worker, go on (the queues and gates live in the
+    tasks, and priming empties them). Until the seventy-eighth session the apply run was left
+    waiting until its deadline or until the caller closed the session.
     """
 
     def __init__(self, sess, step: CrossingStep, *, options=None, depth: int = 2):
@@ -275,35 +280,65 @@ class CrossingRunner:
         self.step = step
         self.options = options
         self.depth = depth
+        self.failed: BaseException | None = None  # the failure that closed the session
+
+    def _usable(self) -> None:
+        if self.failed is not None:
+            raise TfschedError(
+                f"crossing the barrier: a run failed ({type(self.failed).__name__}) and closed its "
+                "session: open a new session and runner, and prime every worker's"
+            )
 
     def prime(self) -> None:
+        self._usable()
         self.sess.run(self.step.prime_op, options=self.options)
 
-    def run(self, steps: int) -> list[float]:
+    def run(self, steps: int, run_metadata: list | None = None) -> list[float]:
         """``steps`` steps; each one's end (``time.perf_counter``), in order: a compute run's,
-        the last one's at the end of its updates (no next step overlaps them)."""
+        the last one's at the end of its updates (no next step overlaps them).
+
+        ``run_metadata``: a list, to trace the steps (``FULL_TRACE``, with the partition graphs):
+        each step's ``RunMetadata`` is appended to it in order, its compute run's and its apply
+        run's merged into one (``tfsched.tracing.trace_of`` reads it as one step, from its first
+        op to its last update: a step's records overlap the next one's)."""
         if steps < 1:
             raise TfschedError(f"crossing the barrier: steps must be at least 1, got {steps!r}")
+        self._usable()
+        options, computed, applied = self.options, [None] * steps, [None] * steps
+        if run_metadata is not None:
+            options = type(self.options)()
+            options.CopyFrom(self.options)
+            options.trace_level = options.FULL_TRACE
+            options.output_partition_graphs = True
         errors: list[BaseException] = []
         ends: list[float] = []
         lock = threading.Lock()
         slots = threading.Semaphore(self.depth)
 
-        def guarded(fn) -> None:
+        def traced(op, into: list, k: int) -> None:
+            if run_metadata is None:
+                self.sess.run(op, options=options)
+                return
+            import tensorflow as tf
+
+            into[k] = tf.compat.v1.RunMetadata()
+            self.sess.run(op, options=options, run_metadata=into[k])
+
+        def guarded(fn, *args) -> None:
             try:
-                fn()
+                fn(*args)
             except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
                 errors.append(e)
 
         def applies() -> None:
-            for _ in range(steps):
+            for k in range(steps):
                 if errors:
                     return
-                self.sess.run(self.step.apply_op, options=self.options)
+                traced(self.step.apply_op, applied, k)
 
-        def compute() -> None:
+        def compute(k: int) -> None:
             try:
-                self.sess.run(self.step.compute_op, options=self.options)
+                traced(self.step.compute_op, computed, k)
                 with lock:
                     ends.append(time.perf_counter())
             finally:
@@ -312,24 +347,51 @@ class CrossingRunner:
         applier = threading.Thread(target=guarded, args=(applies,), daemon=True, name="tfsched-cross-apply")
         applier.start()
         runs = []
-        for _ in range(steps):
+        for k in range(steps):
             while not slots.acquire(timeout=0.1):
                 if errors:
                     break
             if errors:
                 break
-            runs.append(threading.Thread(target=guarded, args=(compute,), daemon=True, name="tfsched-cross"))
+            runs.append(
+                threading.Thread(target=guarded, args=(compute, k), daemon=True, name="tfsched-cross")
+            )
             runs[-1].start()
-        for t in runs:  # each run ends by its deadline
-            t.join()
-        if not errors:
-            applier.join()
+        for t in [*runs, applier]:  # each run ends by its deadline
+            while t.is_alive() and not errors:
+                t.join(0.1)
         if errors:
-            raise errors[0]
+            self._fail(errors[0], [*runs, applier])
         ends.sort()
         ends[-1] = max(ends[-1], time.perf_counter())
+        if run_metadata is not None:
+            for compute_md, apply_md in zip(computed, applied, strict=True):
+                compute_md.MergeFrom(apply_md)
+                run_metadata.append(compute_md)
         return ends
 
+    def _fail(self, error: BaseException, threads: list) -> None:
+        """Close the session, wait (up to a run's deadline) for ``threads``' runs to end, and raise
+        ``error``. A session to a task that died may take long to close where the tasks wait for
+        it to come back (``GRPC_FAIL_FAST``, README): then what has not ended by the deadline is
+        left to it, each run bounded by its own deadline."""
+        self.failed = error
+
+        def close() -> None:
+            try:
+                self.sess.close()
+            except Exception:  # noqa: BLE001 - the run's own error is the one to raise
+                pass
+
+        closer = threading.Thread(target=close, daemon=True, name="tfsched-cross-close")
+        closer.start()
+        from tfsched.enforce.api import DEFAULT_TIMEOUT_MS
+
+        deadline = time.monotonic() + (self.options.timeout_in_ms or DEFAULT_TIMEOUT_MS) / 1000
+        for t in [closer, *threads]:
+            t.join(max(0.0, deadline - time.monotonic()))
+        raise error
+
     def close(self) -> None:
-        """After a failure: close the session, which cancels a run still waiting."""
+        """Close the session, which cancels a run still waiting (``run`` does, on a failure)."""
         self.sess.close()
