@@ -14,7 +14,7 @@ from tfsched.graph import CommGraph, load_comm_graph
 from tfsched.oracle.oracle import DEFAULT_BANDWIDTH_BPS, DEFAULT_OVERHEAD_S, LinkModel, TimeOracle
 from tfsched.ordering import order
 from tfsched.ordering.schedule import Schedule
-from tfsched.sim import POLICY_OF_MODE, build_sim_graph, mean_step_time, step_bounds
+from tfsched.sim import POLICY_OF_MODE, build_sim_graph, mean_step_time, seeded_runs, step_bounds
 from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_credit_return, check_host_order
 from tfsched.units import is_count
 
@@ -48,6 +48,8 @@ class Prediction:
     # with a credit: the messages of the graph's step it acknowledges, of all (acknowledged_messages)
     acknowledged: int | None = None
     messages: int | None = None
+    # the scheduled steps across TensorFlow's barrier, this many laid out at once (0: behind it)
+    cross_steps: int = 0
 
     def to_json(self) -> dict:
         out = {
@@ -75,6 +77,8 @@ class Prediction:
             out.update(
                 acknowledged=self.acknowledged, messages=self.messages, executor_threads=self.executor_threads
             )
+        if self.cross_steps:
+            out["cross_steps"] = self.cross_steps
         return out
 
 
@@ -233,6 +237,7 @@ def predict(
     credit_return: str = "ack",
     push_credit: int = 0,
     executor_threads: int | None = None,
+    cross_steps: int = 0,
 ) -> Prediction:
     """Simulate one step under FIFO and under ``schedule``, with TicTac's bounds.
 
@@ -256,7 +261,17 @@ def predict(
     free one where the task's ops can hold them all (``sim.simulate``'s), as a worker's credit
     waits behind the backward pass's convolutions. None: they wait for none, as with the
     default inline transfers, which receive and acknowledge on the thread that has the tensor.
+    ``cross_steps``: the scheduled steps cross TensorFlow's barrier (``tfsched.enforce.crossing``),
+    ``cross_steps`` of them laid out at once as ``sim.build_sim_graph(cross_barrier=True)`` does,
+    the gates serving by priority among the transfers arrived (``enable(ready=True)``, which the
+    crossing needs); the step is their makespan over their number, the first from an empty
+    pipeline and the last to the end of its updates, as ``CrossingRunner.run`` times a run of them
+    (``bench.predict`` lays the bench's modes across the barrier out the same way). The baseline
+    stays behind the barrier (vanilla TensorFlow's steps), and so do the bounds: E above 1 is a
+    step faster than any order behind the barrier gives.
     """
+    if cross_steps and not is_count(cross_steps, least=1):
+        raise TfschedError(f"cross_steps must be a positive number of steps, got {cross_steps!r}")
     if host_credit and not credit:
         raise TfschedError("host_credit needs a credit (the window it makes one per sending task)")
     check_host_order(host_order, host_credit)
@@ -280,28 +295,39 @@ def predict(
             )
     sg = build_sim_graph(graph, oracle, schedule, workers=workers)
     policy = POLICY_OF_MODE[schedule.mode]
+    window = {
+        "credit_bytes": credit * PARAM_BYTES or None,
+        "min_acked_bytes": MIN_ACKED_BYTES,
+        "host_credit": host_credit,
+        "host_order": host_order,
+        "ack_share": ack_share,
+        "credit_return": credit_return,
+        "push_credit_bytes": push_credit * PARAM_BYTES or None,
+        "executor_threads": executor_threads,
+    }
 
     # released transfers waiting for a channel race for it (sim.engine ``race``)
     plain = mean_step_time(sg, policy, race=True)
     scheduled, priority_only = plain, None
-    if partition or credit:
+    if cross_steps:
+        csg = build_sim_graph(
+            graph,
+            oracle,
+            schedule,
+            workers=workers,
+            partition_bytes=partition * PARAM_BYTES or None,
+            steps=cross_steps,
+            cross_barrier=True,
+            synchronized=True,
+        )
+        runs = seeded_runs(csg, "ready", race=True, **window)
+        scheduled = statistics.fmean(r.makespan for r in runs) / cross_steps
+    elif partition or credit:
         priority_only = plain
         psg = build_sim_graph(
             graph, oracle, schedule, workers=workers, partition_bytes=partition * PARAM_BYTES or None
         )
-        scheduled = mean_step_time(
-            psg,
-            policy,
-            race=True,
-            credit_bytes=credit * PARAM_BYTES or None,
-            min_acked_bytes=MIN_ACKED_BYTES,
-            host_credit=host_credit,
-            host_order=host_order,
-            ack_share=ack_share,
-            credit_return=credit_return,
-            push_credit_bytes=push_credit * PARAM_BYTES or None,
-            executor_threads=executor_threads,
-        )
+        scheduled = mean_step_time(psg, policy, race=True, **window)
     baseline = mean_step_time(sg, "random")
     b = step_bounds(sg)
     acknowledged, messages = (
@@ -330,6 +356,7 @@ def predict(
         priority_only_s=priority_only,
         acknowledged=acknowledged,
         messages=messages,
+        cross_steps=cross_steps,
     )
 
 
@@ -355,6 +382,7 @@ def analyze(
     credit_return: str = "ack",
     push_credit: int = 0,
     executor_threads: int | None = None,
+    cross_steps: int = 0,
 ) -> Analysis:
     """Analyze a saved graph: transfers, their order under ``algorithm``, and the predicted gain.
 
@@ -363,7 +391,7 @@ def analyze(
     window in place of the credit (``predict``). ``executor_threads``: the tasks' inter-op
     threads, for a credit's acknowledgements to wait for with ``inline_transfers=False``
     (``predict``); a task's ops hold as many at a time as the trace measured them to (one without
-    a trace).
+    a trace). ``cross_steps``: the scheduled steps across TensorFlow's barrier (``predict``).
 
     The link: ``bandwidth_bps`` per host and ``overhead_s`` per message, 1 Gbit/s and 300 us when
     not given. With a ``trace``, each channel's link is the one fitted to it (TicTac §5), and a
@@ -442,6 +470,7 @@ def analyze(
         credit_return=credit_return,
         push_credit=push_credit,
         executor_threads=executor_threads,
+        cross_steps=cross_steps,
     )
     return replace(analysis, traced=traced)
 
@@ -508,6 +537,7 @@ def analyze_graph(
     credit_return: str = "ack",
     push_credit: int = 0,
     executor_threads: int | None = None,
+    cross_steps: int = 0,
 ) -> Analysis:
     """Order and predict for a graph already loaded, e.g. to compare algorithms on one graph.
 
@@ -535,6 +565,7 @@ def analyze_graph(
             credit_return=credit_return,
             push_credit=push_credit,
             executor_threads=executor_threads,
+            cross_steps=cross_steps,
         ),
         workers=workers or len(graph.worker_tasks),
         trace_match=trace_match,

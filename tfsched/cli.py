@@ -14,6 +14,7 @@ import sys
 import click
 from click.core import ParameterSource
 
+from tfsched.demo import DEMO_MODES
 from tfsched.errors import TfschedError
 from tfsched.models.build import PS_PLACEMENTS
 from tfsched.tune.coordinator import OBJECTIVES
@@ -389,6 +390,14 @@ _tag_set_option = click.option(
     "in the trace [default: they wait for none, as with the default inline transfers; needs --credit].",
 )
 @click.option(
+    "--cross-steps",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Predict the scheduled steps across TensorFlow's barrier (tfsched.enforce.crossing, with "
+    "enable(ready=True)): this many laid out at once, the step their mean; the baseline stays "
+    "behind it.",
+)
+@click.option(
     "--placement",
     "placement_path",
     type=click.Path(dir_okay=False),
@@ -425,6 +434,7 @@ def analyze(
     credit_return,
     push_credit,
     inter_op_threads,
+    cross_steps,
     placement_path,
     placement_ps,
 ):
@@ -442,6 +452,7 @@ def analyze(
       tfsched analyze train.pb --fetch train --trace trace.json --workers 4 --credit 1000000 --inter-op-threads 2
       tfsched analyze train.pb --fetch train --workers 4 --partition 250000 --credit 4000000 --ack-share 32 --push-credit 250000
       tfsched analyze train.pb --fetch train --placement placement.json --placement-ps 2
+      tfsched analyze train.pb --fetch train --algorithm layer --workers 4 --credit auto --cross-steps 5
       tfsched analyze graphs/__inference_step_7.worker_0.pb --trace tf2.trace.json --algorithm tao -o tao.json
 
     A TensorFlow 2 function's graph is the one enable_functions(dump_graphs=DIR) wrote, and its
@@ -490,6 +501,7 @@ def analyze(
         credit_return=credit_return,
         push_credit=push_credit or 0,
         executor_threads=inter_op_threads,
+        cross_steps=cross_steps or 0,
     )
     placement = None
     if placement_path:
@@ -541,7 +553,7 @@ def analyze(
 )
 @click.option(
     "--modes",
-    default="baseline,tio,tao+pc+host",
+    default=",".join(DEMO_MODES),
     show_default=True,
     callback=_modes,
     help="Comma-separated, as tfsched bench's: baseline, tio, tao, layer, and +pc, +host, ...",

@@ -15,6 +15,11 @@ import tempfile
 from rich.console import Console
 from rich.table import Table
 
+# vanilla TensorFlow; TicTac's TIO; TAO with ByteScheduler's partitioning and a credit window per
+# sending task; the same across TensorFlow's barrier (tfsched.enforce.crossing), served by
+# priority among the transfers arrived, as the crossing needs
+DEMO_MODES = ("baseline", "tio", "tao+pc+host", "tao+pc+host+ready+cross")
+
 
 def run_demo(
     *,
@@ -23,7 +28,7 @@ def run_demo(
     workers: int = 2,
     steps: int = 3,
     rounds: int = 2,
-    modes: tuple[str, ...] = ("baseline", "tio", "tao+pc+host"),
+    modes: tuple[str, ...] = DEMO_MODES,
     train: bool = True,
     batch_size: int = 4,
     shaped: bool = True,
@@ -36,6 +41,8 @@ def run_demo(
     from tfsched.oracle import LinkModel, TimeOracle
 
     console = Console()
+    if not console.is_terminal:  # a file or a pipe (Rich's 80 columns): the tables' rows whole
+        console = Console(width=max(console.width, 110))
     with console.status(f"building the PS training graph of {model}"):
         built = build_graph(model, batch_size=batch_size)
         with tempfile.TemporaryDirectory(prefix="tfsched-demo-") as d:
@@ -77,7 +84,7 @@ def run_demo(
 
     specs = {m: parse_mode(m, bandwidth_bps, graph.busiest_channel_params) for m in modes}
     for m, spec in specs.items():
-        if spec.algorithm is not None and (spec.partition or spec.credit):
+        if spec.algorithm is not None and (spec.partition or spec.credit or spec.cross):
             results[m] = analyze_graph(
                 graph,
                 oracle,
@@ -90,18 +97,26 @@ def run_demo(
                 ack_share=spec.effective_ack_share,
                 credit_return=spec.credit_return,
                 push_credit=spec.push_credit,
+                # as a round of the training below lays them out (bench.predict)
+                cross_steps=steps if spec.cross else 0,
             )
             labels[m] = (
-                f"{labels[spec.algorithm].split(' (')[0]}, partition {spec.partition:,}, credit {spec.credit:,}"
+                labels[spec.algorithm].split(" (")[0]
+                + (
+                    f", partition {spec.partition:,}, credit {spec.credit:,}"
+                    if spec.partition or spec.credit
+                    else ""
+                )
                 + (" (one window per sending task)" if spec.host_credit else "")
                 + (", in lockstep" if spec.host_order == "priority" else "")
                 + (f", pushes {spec.push_credit:,}" if spec.push_credit else "")
+                + (", across the barrier" if spec.cross else "")
             )
     for alg, a in results.items():
         p = a.prediction
         table.add_row(
             labels[alg],
-            a.schedule.mode,
+            "ready" if alg in specs and specs[alg].ready else a.schedule.mode,
             f"{p.scheduled_s:.4f}",
             f"{base / p.scheduled_s:.3f}x",
             f"{p.efficiency:.3f}",
@@ -112,7 +127,9 @@ def run_demo(
     )
     if first.prediction.floor_s > 0:
         console.print(
-            f"floor = {first.prediction.floor_s:.4f} s: no order steps faster, at most "
+            f"floor = {first.prediction.floor_s:.4f} s: no order"
+            + (" behind the barrier" if any(spec.cross for spec in specs.values()) else "")
+            + " steps faster, at most "
             f"{base / first.prediction.floor_s:.3f}x the baseline (the dependencies and each resource)"
         )
     out = {"predicted": {alg: a.prediction.scheduled_s for alg, a in results.items()}}
@@ -151,7 +168,13 @@ def run_demo(
         title_justify="left",
     )
     for col in ("mode", "mean (s)", "p95 (s)", "steps/s", "vs base", "slowest (s)", "sim. (s)"):
-        table.add_column(col, justify="left" if col == "mode" else "right", no_wrap=col == "mode")
+        # the numbers whole, the mode's name wrapped where the terminal is narrow
+        table.add_column(
+            col,
+            justify="left" if col == "mode" else "right",
+            no_wrap=col != "mode",
+            overflow="fold" if col == "mode" else "ellipsis",
+        )
     b = measured["baseline"].throughput
     for mode, r in measured.items():
         j = r.to_json()

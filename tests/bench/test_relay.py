@@ -377,10 +377,10 @@ def test_demo_trains_on_relayed_links_where_namespaces_cannot_be_made(monkeypatc
     monkeypatch.setattr(netns, "available", lambda: "network namespaces need root")
     out = run_demo(model="seq32", bandwidth_bps=200e6, steps=2, rounds=1, modes=("baseline", "tao+pc+host"))
     said = capsys.readouterr().out
-    assert "0.2 Gbit/s link shaped by relays in user space" in said
-    # TicTac's straggler effect of each mode, and why one window per task has more (the lines as
-    # rich folds them to the terminal's width, unfolded)
+    # the lines as rich folds them to the terminal's width, unfolded
     flat = " ".join(said.split())
+    assert "0.2 Gbit/s link shaped by relays in user space" in flat
+    # TicTac's straggler effect of each mode, and why one window per task has more
     for mode, r in out["measured"].items():
         assert f"{'vanilla' if mode == 'baseline' else mode} {r['straggler']:.3f}" in flat
     assert "tao+pc+host serves the workers in turn: it staggers them by design" in flat

@@ -203,6 +203,20 @@ class TestAnalyze:
         assert text.returncode == 0 and "credit 100,000, pushes 1,000,000" in " ".join(text.stdout.split())
         assert_one_line_error(run(*base, "--push-credit", "20000"), "--push-credit needs --credit")
 
+    def test_steps_across_the_barrier(self, seq_graph_file):
+        base = ["analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "layer", "--workers", "2"]
+        preds = predicted(base, "100000", "--cross-steps", (None, 3))
+        assert "cross_steps" not in preds[None] and preds[3]["cross_steps"] == 3
+        # the next step's pulls go while this one's pushes run; vanilla TensorFlow stays behind
+        assert preds[3]["scheduled_s"] < preds[None]["scheduled_s"]
+        assert preds[3]["baseline_s"] == preds[None]["baseline_s"]
+        assert preds[3]["floor_s"] == preds[None]["floor_s"]
+        # the table's rows, as rich wraps them in their cells
+        text = " ".join(run(*base, "--cross-steps", "3").stdout.split())
+        assert "scheduled (layer, 3 steps across the barrier, the gates" in text
+        assert "floor: no order behind the barrier is faster" in text
+        assert_one_line_error(run(*base, "--cross-steps", "0"), "--cross-steps")
+
     def test_credit_returned_when_sent(self, seq_graph_file):
         base = ["analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2"]
         preds = predicted(base, "100000", "--credit-return", ("ack", "sent"))
@@ -636,6 +650,29 @@ def test_demo_predicts_a_window_for_the_pushes():
         r"^floor = ([\d.]+) s: no order steps faster, at most ([\d.]+)x the baseline", p.stdout, re.M
     )
     assert m and float(m[1]) > 0 and float(m[2]) >= 1.0, p.stdout
+
+
+def test_demo_predicts_its_fastest_mode_across_the_barrier():
+    """By default the demo runs TAO, partitioned under a window per sending task, across the
+    barrier too: predicted across it (its gates serving by priority among the arrived), faster
+    than the same mode behind it."""
+    p = run("demo", "--model", "seq32", "--no-train")
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = []  # each row's cells, its first column's wrapped lines joined
+    for line in p.stdout.splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if len(cells) == 5 and cells[2]:
+            rows.append(cells)
+        elif len(cells) == 5 and rows:
+            rows[-1][0] += f" {cells[0]}"
+    rows = {cells[0]: cells for cells in rows}
+    crossed = [k for k in rows if k.endswith("across the barrier")]
+    behind = [k for k in rows if k.startswith("TAO, partition") and k not in crossed]
+    assert len(crossed) == 1 and len(behind) == 1, rows
+    assert rows[crossed[0]][1] == "ready"
+    assert float(rows[crossed[0]][2]) < float(rows[behind[0]][2])
+    # the floor is of the steps behind the barrier, which the crossing can pass
+    assert "no order behind the barrier steps faster" in " ".join(p.stdout.split())
 
 
 def test_demo_rejects_bad_modes():

@@ -449,6 +449,31 @@ class TestSimulate:
         r = simulate_schedule(g, o, steps=3)
         assert r.step_times()[g.worker_tasks[0]] == pytest.approx([1.5, 1.5, 1.5])
 
+    def test_the_offline_prediction_lays_steps_across_the_barrier_out(self):
+        """``analysis.predict(cross_steps=N)``: N scheduled steps across the barrier at once, the
+        gates serving the arrived by priority, each step their makespan over N; the baseline
+        stays vanilla TensorFlow's, behind the barrier."""
+        from tfsched.analysis import predict
+
+        g = training_chain(4)
+        times = {f"f{i}": 0.25 for i in range(4)} | {f"g{i}": 0.5 for i in range(4)}
+        o = oracle_with(times, bandwidth_bps=8e6)
+        schedule = order(g, "tio")
+        behind = predict(g, schedule, o, workers=2)
+        across = predict(g, schedule, o, workers=2, cross_steps=3)
+        assert across.baseline_s == behind.baseline_s and across.floor_s == behind.floor_s
+        # the PS's uplink carries 2 x 4 MB a step at 1 MB/s: no step is faster, crossed or not;
+        # crossed, the next step's pulls go while this one's pushes run
+        assert 8.0 <= across.scheduled_s < behind.scheduled_s - 1.0
+        assert across.to_json()["cross_steps"] == 3 and "cross_steps" not in behind.to_json()
+        # one step has no barrier to cross; a partitioned, windowed crossing is predicted too
+        assert predict(g, schedule, o, workers=2, cross_steps=1).scheduled_s >= across.scheduled_s
+        windowed = predict(g, schedule, o, workers=2, cross_steps=3, partition=125_000, credit=250_000)
+        assert windowed.priority_only_s is None and 8.0 <= windowed.scheduled_s < behind.scheduled_s
+        for bad in (-1, 1.5):
+            with pytest.raises(TfschedError, match="cross_steps must be a positive number of steps"):
+                predict(g, schedule, o, workers=2, cross_steps=bad)
+
     def test_crossing_the_barrier_overlaps_the_next_pulls_and_keeps_what_each_read_sees(self):
         # Two workers train a chain of four layers on one PS (1 MB a layer, 1 s on a link alone;
         # forward ops 0.25 s, backward 0.5 s). Behind the barrier a step pulls, computes and
