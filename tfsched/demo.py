@@ -184,7 +184,7 @@ def run_demo(
             f"{j['p95_s']:.4f}",
             f"{r.throughput:.2f}",
             f"{r.throughput / b:.3f}x" if b else "-",
-            f"{j['iteration_mean_s']:.4f}",
+            f"{r.training_step_s:.4f}" + ("*" if specs[mode].cross else ""),
             f"{j['predicted_s']:.4f}" if j.get("predicted_s") else "-",
         )
     console.print(table)
@@ -200,8 +200,14 @@ def run_demo(
         )
     )
     console.print(
-        "slowest: the mean of each step's slowest worker, which the simulator (sim.) predicts. "
-        "All tasks share this machine's cores, so numbers vary from run to run; `tfsched bench` "
+        "slowest: the mean of each step's slowest worker, which the simulator (sim.) predicts"
+        + (
+            " (*: across the barrier nothing aligns the workers' steps, and the step is the rounds' "
+            "wall time over their steps)"
+            if any(specs[m].cross for m in measured)
+            else ""
+        )
+        + ". All tasks share this machine's cores, so numbers vary from run to run; `tfsched bench` "
         "and benchmarks/ have repeated, interleaved measurements."
     )
     out["measured"] = {mode: r.to_json() for mode, r in measured.items()}

@@ -550,3 +550,27 @@ def test_the_table_of_where_the_workers_part_says_a_step_across_the_barrier_over
     across = markdown(summarize({"baseline": traced("baseline"), "cross": traced("cross")}, CONFIG))
     assert "| cross | 0.100 | 0.200 | 0.300 | 0.300 |" in across
     assert "traced step is both of its runs" in across and "each step overlaps the next" in across
+
+
+def test_a_step_across_the_barrier_is_the_rounds_wall_time_over_their_steps():
+    """Two workers whose steps across the barrier alternate (2 s then 1 s, 1 s then 2 s): each
+    step's slowest worker took 2 s, but the round took 3 s for its 2 steps. The training step,
+    the simulator's error and the table are of 1.5 s; behind the barrier, of the slowest worker."""
+    its = [[2.0, 1.0], [1.0, 2.0]]
+    config = dict(CONFIG, workers=2)
+
+    def result(mode: str) -> ModeResult:
+        r = ModeResult(mode, step_times=[2.0, 1.0, 1.0, 2.0], iterations=its, steps=4, wall_s=3.0)
+        r.per_worker, r.rounds = {0: [2.0, 1.0], 1: [1.0, 2.0]}, [(4, 3.0)]
+        r.measured = {"predicted_s": 1.65, "prediction_error": 1.65 / 2.0 - 1}  # as stored until then
+        return r
+
+    crossed, behind = result("tio+pc+ready+cross"), result("tio+pc")
+    assert crossed.training_step_s == pytest.approx(1.5) and behind.training_step_s == pytest.approx(2.0)
+    text = markdown(summarize({"tio+pc": behind, "tio+pc+ready+cross": crossed}, config))
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in text.splitlines() if line.startswith("| tio")}
+    assert rows["tio+pc+ready+cross"][9:12] == ["1.5000*", "1.6500", "+10%"]
+    assert rows["tio+pc"][9:12] == ["2.0000", "1.6500", "-18%"]
+    assert "*: across the barrier nothing aligns the workers' steps" in text
+    assert "the mean of each step's slowest worker was 2.00 s (`tio+pc+ready+cross`)" in text
+    assert "*: across" not in markdown(summarize({"tio+pc": behind}, config))

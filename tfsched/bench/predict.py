@@ -641,9 +641,11 @@ def annotate(
             statistics.fmean(r.makespan if spec.cross else r.step_time for r in runs) / per_step + driver_s
         )
         its = res.iteration_times or res.step_times
-        measured = statistics.fmean(its) if its else 0.0
+        measured = res.training_step_s  # across the barrier, the rounds' wall time over their steps
         res.measured = {
-            "efficiency_E": bounds.efficiency(statistics.median(its)) if its else None,
+            "efficiency_E": (
+                bounds.efficiency(measured if spec.cross else statistics.median(its)) if its else None
+            ),
             "lower_bound_s": bounds.lower,
             "upper_bound_s": bounds.upper,
             # no order is faster than this (sim.metrics.step_bounds' floor, since the

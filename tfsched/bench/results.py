@@ -7,7 +7,7 @@ import os
 import platform
 import re
 
-from tfsched.bench.run import TIMED, ModeResult, crosses, placed_mode, split_placed, spread
+from tfsched.bench.run import TIMED, ModeResult, crosses, placed_mode, split_placed, spread, training_step_s
 from tfsched.bench.stagger import PHASE_NAMES, PHASES
 from tfsched.io import write_atomic
 
@@ -119,6 +119,25 @@ def sync_spread(r: dict) -> float | None:
         return r["iteration_p95_over_p50"]
     its = [max(it) for it in r.get("iterations") or [] if it]
     return spread(its) if its else None
+
+
+def step_of(r: dict, workers: int) -> float | None:
+    """A mode's measured training step from its JSON record (``bench.run.training_step_s``):
+    the mean of its synchronized steps' slowest worker, across the barrier the rounds' wall time
+    over their steps; None for files from before the seventh session (no iteration times)."""
+    if not r.get("iteration_mean_s"):
+        return None
+    return training_step_s(r["mode"], r["iteration_mean_s"], r.get("throughput_steps_per_s", 0.0), workers)
+
+
+def prediction_error(r: dict, workers: int) -> float | None:
+    """The simulator's error on a mode's step, against ``step_of``: as the bench stores it, and for
+    a mode across the barrier from a file of before the seventy-eighth session (whose error was
+    against the mean of each step's slowest worker) worked out again."""
+    step = step_of(r, workers)
+    if crosses(r["mode"]) and step and r.get("predicted_s") is not None:
+        return (r["predicted_s"] - step) / step
+    return r.get("prediction_error")
 
 
 def _number(x: float | None, fmt: str = ".3f") -> str:
@@ -261,14 +280,16 @@ def floor_lines(summary: dict) -> list[str]:
         )
     if base.get("floor_by"):  # since the sixty-first session
         line += f". It is set by {base['floor_by']}"
-    under = [r for r in summary["modes"] if r.get("iteration_mean_s") and r["iteration_mean_s"] < floor]
+    workers = summary.get("config", {}).get("workers", 0)
+    steps = {r["mode"]: step_of(r, workers) for r in summary["modes"]}
+    under = [r for r in summary["modes"] if steps[r["mode"]] and steps[r["mode"]] < floor]
     for crossing, why in (
         (False, "the simulator's op times were slower than this run's ops, and the floor is off as much"),
         (True, "across the barrier the floor is laid out behind"),
     ):
         these = [r for r in under if crosses(r["mode"]) == crossing]
         if these:
-            line += ". " + ", ".join(f"`{r['mode']}` measured {r['iteration_mean_s']:.2f} s" for r in these)
+            line += ". " + ", ".join(f"`{r['mode']}` measured {steps[r['mode']]:.2f} s" for r in these)
             line += f", under the floor: {why}"
     return ["", line + "."]
 
@@ -341,10 +362,11 @@ def markdown(summary: dict) -> str:
             vs += f"; {r['vs_placement_baseline']:.3f}x of baseline@{split_placed(r['mode'])[1]}"
         e = f"{r['efficiency_E']:.2f}" if r.get("efficiency_E") is not None else "-"
         pred = f"{r['predicted_s']:.4f}" if r.get("predicted_s") is not None else "-"
-        err = f"{r['prediction_error']:+.0%}" if r.get("prediction_error") is not None else "-"
+        err = _number(prediction_error(r, c["workers"]), "+.0%")
         # files from before the seventh session have no iteration times (their error is
-        # against the mean step of all workers)
-        slowest = f"{r['iteration_mean_s']:.4f}" if r.get("iteration_mean_s") else "-"
+        # against the mean step of all workers); across the barrier, the training step (*)
+        step = step_of(r, c["workers"])
+        slowest = "-" if step is None else f"{step:.4f}" + ("*" if crosses(r["mode"]) else "")
         # the whole machine's CPU per synchronized step (files from before the eighth session: -)
         cpu = f"{r['cpu_s_per_step']:.2f} ({r['cpu_busy']:.0%})" if r.get("cpu_s_per_step") else "-"
         lines.append(
@@ -358,6 +380,16 @@ def markdown(summary: dict) -> str:
         "as its slowest worker (how steady the training step is; the workers' stagger within a step "
         "is the straggler effect).",
     ]
+    crossing = [r for r in summary["modes"] if crosses(r["mode"]) and r.get("iteration_mean_s")]
+    if crossing:
+        lines += [
+            "",
+            "*: across the barrier nothing aligns the workers' steps, so a step's slowest worker is another "
+            "one from step to step: the training step is the rounds' wall time over their steps (what the "
+            "throughput is of), which the simulator predicts; the mean of each step's slowest worker was "
+            + ", ".join(f"{r['iteration_mean_s']:.2f} s (`{r['mode']}`)" for r in crossing)
+            + ".",
+        ]
     lines += cores_limit_lines(summary)
     lines += floor_lines(summary)
     lines += stagger_lines(summary)
