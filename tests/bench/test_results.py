@@ -568,7 +568,9 @@ def test_a_step_across_the_barrier_is_the_rounds_wall_time_over_their_steps():
     crossed, behind = result("tio+pc+ready+cross"), result("tio+pc")
     assert crossed.training_step_s == pytest.approx(1.5) and behind.training_step_s == pytest.approx(2.0)
     text = markdown(summarize({"tio+pc": behind, "tio+pc+ready+cross": crossed}, config))
-    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in text.splitlines() if line.startswith("| tio")}
+    rows = {
+        line.split(" | ")[0][2:]: line.split(" | ") for line in text.splitlines() if line.startswith("| tio")
+    }
     assert rows["tio+pc+ready+cross"][9:12] == ["1.5000*", "1.6500", "+10%"]
     assert rows["tio+pc"][9:12] == ["2.0000", "1.6500", "-18%"]
     assert "*: across the barrier nothing aligns the workers' steps" in text

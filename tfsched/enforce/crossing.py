@@ -299,7 +299,7 @@ class CrossingRunner:
 
         ``run_metadata``: a list, to trace the steps (``FULL_TRACE``, with the partition graphs):
         each step's ``RunMetadata`` is appended to it in order, its compute run's and its apply
-        run's merged into one (``tfsched.tracing.trace_of`` reads it as one step, from its first
+        run's merged into one (``tracing.collector.trace_of`` reads it as one step, from its first
         op to its last update: a step's records overlap the next one's)."""
         if steps < 1:
             raise TfschedError(f"crossing the barrier: steps must be at least 1, got {steps!r}")
