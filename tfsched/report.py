@@ -184,19 +184,21 @@ def print_analysis(
     summary.add_row("baseline (FIFO)", f"{p.baseline_s:.4f}")
     if p.priority_only_s is not None:
         summary.add_row(f"scheduled ({s.algorithm}, priority only)", f"{p.priority_only_s:.4f}")
-    knobs = ", ".join(f"{k} {v:,}" for k, v in (("partition", p.partition), ("credit", p.credit)) if v)
-    knobs += " per sending task" if p.host_credit else ""
-    knobs += ", its steps in lockstep" if p.host_order == "priority" else ""  # implies host_credit
-    knobs += f", ack from credit/{p.ack_share}" if p.credit and p.ack_share != DEFAULT_ACK_SHARE else ""
-    knobs += ", credit returned when sent" if p.credit and p.credit_return == "sent" else ""
-    knobs += f", pushes {p.push_credit:,}" if p.credit and p.push_credit else ""
+    sized = ", ".join(f"{k} {v:,}" for k, v in (("partition", p.partition), ("credit", p.credit)) if v)
+    said = [s.algorithm, sized + (" per sending task" if p.host_credit else "")]
+    if p.host_order == "priority":  # implies host_credit
+        said.append("its steps in lockstep")
+    if p.credit and p.ack_share != DEFAULT_ACK_SHARE:
+        said.append(f"ack from credit/{p.ack_share}")
+    if p.credit and p.credit_return == "sent":
+        said.append("credit returned when sent")
+    if p.credit and p.push_credit:
+        said.append(f"pushes {p.push_credit:,}")
     if p.executor_threads:
-        knobs += f", {p.executor_threads} inter-op thread{'s' * (p.executor_threads != 1)} a task"
+        said.append(f"{p.executor_threads} inter-op thread{'s' * (p.executor_threads != 1)} a task")
     if p.cross_steps:
-        knobs += f", {p.cross_steps} steps across the barrier, the gates serving the arrived by priority"
-    summary.add_row(
-        f"scheduled ({', '.join(filter(None, (s.algorithm, knobs.lstrip(', '))))})", f"{p.scheduled_s:.4f}"
-    )
+        said.append(f"{p.cross_steps} steps across the barrier, the gates serving the arrived by priority")
+    summary.add_row(f"scheduled ({', '.join(filter(None, said))})", f"{p.scheduled_s:.4f}")
     summary.add_row("speedup", f"{p.baseline_s / p.scheduled_s:.3f}x" if p.scheduled_s > 0 else "-")
     summary.add_row("makespan lower bound", f"{p.lower_bound_s:.4f}")
     summary.add_row("makespan upper bound", f"{p.upper_bound_s:.4f}")
