@@ -202,8 +202,8 @@ def run_demo(
     console.print(
         "slowest: the mean of each step's slowest worker, which the simulator (sim.) predicts"
         + (
-            " (*: across the barrier nothing aligns the workers' steps, and the step is the rounds' "
-            "wall time over their steps)"
+            " (*: across the barrier a step runs from the last worker's end of the step before to the "
+            "last one's end of its own, and the step is the rounds' wall time over their steps)"
             if any(specs[m].cross for m in measured)
             else ""
         )

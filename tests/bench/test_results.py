@@ -1,9 +1,19 @@
 """Benchmark bookkeeping: modes, and TicTac's straggler effect from synchronized steps."""
 
+import statistics
+
 import pytest
 
-from tfsched.bench.results import cpu_description, glance, markdown, paired_ratio_ci, summarize, sync_spread
-from tfsched.bench.run import ModeResult, crosses, parse_mode, parse_modes, per_byte
+from tfsched.bench.results import (
+    cpu_description,
+    glance,
+    markdown,
+    paired_ratio_ci,
+    realigned,
+    summarize,
+    sync_spread,
+)
+from tfsched.bench.run import ModeResult, crosses, parse_mode, parse_modes, per_byte, steps_across
 from tfsched.enforce.api import link_sizes
 from tfsched.errors import TfschedError
 
@@ -553,26 +563,60 @@ def test_the_table_of_where_the_workers_part_says_a_step_across_the_barrier_over
 
 
 def test_a_step_across_the_barrier_is_the_rounds_wall_time_over_their_steps():
-    """Two workers whose steps across the barrier alternate (2 s then 1 s, 1 s then 2 s): each
-    step's slowest worker took 2 s, but the round took 3 s for its 2 steps. The training step,
-    the simulator's error and the table are of 1.5 s; behind the barrier, of the slowest worker."""
-    its = [[2.0, 1.0], [1.0, 2.0]]
-    config = dict(CONFIG, workers=2)
+    """Two workers whose own steps across the barrier alternate (2 s then 1 s, 1 s then 2 s):
+    the second step runs from worker 0's end at 2 s to both ends at 3 s, so the round took 3 s
+    for its 2 steps. The training step, the simulator's error and the table are of 1.5 s; behind
+    the barrier, of each step's slowest worker."""
+    config = dict(CONFIG, workers=2, steps=2)
 
-    def result(mode: str) -> ModeResult:
+    def result(mode: str, its: list) -> ModeResult:
         r = ModeResult(mode, step_times=[2.0, 1.0, 1.0, 2.0], iterations=its, steps=4, wall_s=3.0)
         r.per_worker, r.rounds = {0: [2.0, 1.0], 1: [1.0, 2.0]}, [(4, 3.0)]
         r.measured = {"predicted_s": 1.65, "prediction_error": 1.65 / 2.0 - 1}  # as stored until then
         return r
 
-    crossed, behind = result("tio+pc+ready+cross"), result("tio+pc")
+    crossed = result("tio+pc+ready+cross", steps_across([[2.0, 3.0], [1.0, 3.0]]))
+    behind = result("tio+pc", [[2.0, 1.0], [1.0, 2.0]])
     assert crossed.training_step_s == pytest.approx(1.5) and behind.training_step_s == pytest.approx(2.0)
+    assert statistics.fmean(crossed.iteration_times) == pytest.approx(crossed.training_step_s)
+    # the fastest worker waits 1 s of the first step's 2 and none of the second's 1
+    assert crossed.straggler == pytest.approx(0.25) and behind.straggler == pytest.approx(0.5)
     text = markdown(summarize({"tio+pc": behind, "tio+pc+ready+cross": crossed}, config))
     rows = {
         line.split(" | ")[0][2:]: line.split(" | ") for line in text.splitlines() if line.startswith("| tio")
     }
-    assert rows["tio+pc+ready+cross"][9:12] == ["1.5000*", "1.6500", "+10%"]
-    assert rows["tio+pc"][9:12] == ["2.0000", "1.6500", "-18%"]
-    assert "*: across the barrier nothing aligns the workers' steps" in text
-    assert "the mean of each step's slowest worker was 2.00 s (`tio+pc+ready+cross`)" in text
+    assert rows["tio+pc+ready+cross"][7:12] == ["0.250", "-", "1.5000*", "1.6500", "+10%"]
+    assert rows["tio+pc"][7:12] == ["0.500", "-", "2.0000", "1.6500", "-18%"]
+    assert "*: across the barrier nothing starts the workers' steps together" in text
+    assert "worked out again" not in text
     assert "*: across" not in markdown(summarize({"tio+pc": behind}, config))
+
+
+def test_a_file_of_before_the_steps_across_the_barrier_were_aligned_is_read_aligned():
+    """A file written before the seventy-ninth session kept each worker's own steps across the
+    barrier: its table and its line in BENCHMARKS.md's glance show the straggler effect and the
+    synchronized steps as the bench times them now, and say they were worked out again; a mode
+    behind the barrier is read as it was written."""
+    config = dict(CONFIG, workers=2, steps=2, rounds=2)
+    own = [[2.0, 1.0], [1.0, 2.0], [1.0, 1.5], [1.5, 1.0]]  # two rounds of two steps
+    crossed = ModeResult("cross", step_times=[1.0] * 8, iterations=own, steps=8, wall_s=5.5)
+    crossed.per_worker, crossed.rounds = {0: [1.0] * 4, 1: [1.0] * 4}, [(4, 3.0), (4, 2.5)]
+    base = ModeResult("baseline", step_times=[2.0] * 8, iterations=[[2.0, 1.0]] * 4, steps=8, wall_s=8.0)
+    base.per_worker, base.rounds = {0: [2.0] * 4, 1: [1.0] * 4}, [(4, 4.0), (4, 4.0)]
+    summary = summarize({"baseline": base, "cross": crossed}, config)
+    record = next(r for r in summary["modes"] if r["mode"] == "cross")
+    assert record.pop("iterations_from") == "last_end"  # as a file of before then has it
+    record["straggler"], record["iteration_p95_over_p50"] = 0.5, 1.5  # of each worker's own steps
+
+    again = realigned(record, 2)
+    # the rounds: [2, 1] then [1, 1] from worker 0's end; [1, 1.5] then [1.5, 1.0] from worker 1's
+    assert again["iterations"] == [[2.0, 1.0], [1.0, 1.0], [1.0, 1.5], [1.0, 1.0]]
+    assert again["straggler"] == pytest.approx((0.5 + 0.0 + 1 / 3 + 0.0) / 4)
+    assert again["iteration_mean_s"] == pytest.approx(5.5 / 4)
+    assert realigned(again, 2) is again and realigned(summary["modes"][0], 2) is summary["modes"][0]
+    text = markdown(summary)
+    row = next(line.split(" | ") for line in text.splitlines() if line.startswith("| cross"))
+    assert row[7] == f"{again['straggler']:.3f}" and row[6] == f"{again['iteration_p95_over_p50']:.3f}"
+    assert "the parts of `cross` were worked out again" in text
+    line = next(x for x in glance({"r": summary}).splitlines() if x.startswith("| r |"))
+    assert f"| {again['straggler']:.3f} (0.500) |" in line

@@ -77,6 +77,13 @@ def test_modes_across_the_barrier_run_beside_the_baseline_and_are_predicted():
         res = results[mode]
         assert res.steps == 2 * 3 * 2 and res.throughput > 0
         assert len(res.iterations) == 3 * 2 and all(len(it) == 2 for it in res.iterations)
+        # a step runs from the last worker's end of the step before (bench.run.steps_across): a
+        # round's steps, each as long as its slowest part, add up to the round's wall time
+        for k, (_, wall) in enumerate(res.rounds):
+            parts = res.iterations[3 * k : 3 * k + 3]
+            assert min(map(min, parts)) > 0
+            assert sum(map(max, parts)) == pytest.approx(wall, rel=0.05, abs=0.05), (parts, wall)
+        assert 0 <= res.straggler < 1 and res.to_json()["iterations_from"] == "last_end"
         assert res.measured["predicted_s"] > 0
         assert list(res.other_traces) == [1]
         for w, trace in [(0, res.trace), (1, res.other_traces[1])]:

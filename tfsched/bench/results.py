@@ -6,8 +6,19 @@ import json
 import os
 import platform
 import re
+import statistics
+from itertools import accumulate
 
-from tfsched.bench.run import TIMED, ModeResult, crosses, placed_mode, split_placed, spread, training_step_s
+from tfsched.bench.run import (
+    TIMED,
+    ModeResult,
+    crosses,
+    placed_mode,
+    split_placed,
+    spread,
+    steps_across,
+    training_step_s,
+)
 from tfsched.bench.stagger import PHASE_NAMES, PHASES
 from tfsched.io import write_atomic
 
@@ -119,6 +130,39 @@ def sync_spread(r: dict) -> float | None:
         return r["iteration_p95_over_p50"]
     its = [max(it) for it in r.get("iterations") or [] if it]
     return spread(its) if its else None
+
+
+def realigned(r: dict, steps: int) -> dict:
+    """A mode's JSON record with its steps across the barrier as the bench times them since the
+    seventy-ninth session (``bench.run.steps_across``): a record of a mode across the barrier
+    from a file of before it, whose iterations are each worker's own steps, with its iterations,
+    straggler effect, synchronized steps' p95/p50 and their mean worked out again. A worker's
+    ends are its own steps added up from its round's start (``steps`` a round), where a barrier
+    started every worker's first step together. Any other record as it is.
+
+    >>> old = {"mode": "cross", "iterations": [[2.0, 1.0], [1.0, 2.0]], "straggler": 0.5}
+    >>> new = realigned(old, 2)
+    >>> new["iterations"], new["straggler"], new["iteration_mean_s"]
+    ([[2.0, 1.0], [1.0, 1.0]], 0.25, 1.5)
+    """
+    its = r.get("iterations") or []
+    if not crosses(r["mode"]) or r.get("iterations_from") or not its or steps <= 0:
+        return r
+    if len({len(it) for it in its}) != 1 or len(its) % steps:
+        return r  # not whole rounds of every worker's steps: left as it was measured
+    out = []
+    for k in range(0, len(its), steps):
+        one = its[k : k + steps]
+        out += steps_across([list(accumulate(step[w] for step in one)) for w in range(len(one[0]))])
+    res = ModeResult(r["mode"], iterations=out)
+    return {
+        **r,
+        "iterations": out,
+        "iterations_from": "last_end",
+        "straggler": res.straggler,
+        "iteration_p95_over_p50": spread(res.iteration_times),
+        "iteration_mean_s": statistics.fmean(res.iteration_times),
+    }
 
 
 def step_of(r: dict, workers: int) -> float | None:
@@ -336,6 +380,9 @@ def link_text(config: dict) -> str:
 
 def markdown(summary: dict) -> str:
     c = summary["config"]
+    # the crossing modes of a file of before the seventy-ninth session, their steps aligned again
+    redone = [r["mode"] for r in summary["modes"] if realigned(r, c["steps"]) is not r]
+    summary = {**summary, "modes": [realigned(r, c["steps"]) for r in summary["modes"]]}
     link = link_text(c)
     link += f", {c['inter_op_threads']} inter-op threads a task" if c.get("inter_op_threads") else ""
     batch = f", batch {c['batch_size']}" if c.get("batch_size") else ""
@@ -380,16 +427,22 @@ def markdown(summary: dict) -> str:
         "as its slowest worker (how steady the training step is; the workers' stagger within a step "
         "is the straggler effect).",
     ]
-    crossing = [r for r in summary["modes"] if crosses(r["mode"]) and r.get("iteration_mean_s")]
-    if crossing:
+    if any(crosses(r["mode"]) and r.get("iteration_mean_s") for r in summary["modes"]):
         lines += [
             "",
-            "*: across the barrier nothing aligns the workers' steps, so a step's slowest worker is another "
-            "one from step to step: the training step is the rounds' wall time over their steps (what the "
-            "throughput is of), which the simulator predicts; the mean of each step's slowest worker was "
-            + ", ".join(f"{r['iteration_mean_s']:.2f} s (`{r['mode']}`)" for r in crossing)
-            + ".",
+            "*: across the barrier nothing starts the workers' steps together: a synchronized step runs "
+            "from the last worker's end of the step before to the last one's end of its own, and a "
+            "worker's part of it (in the straggler effect and sync p95/p50) ends with its own step. The "
+            "training step is the rounds' wall time over their steps (what the throughput is of), which "
+            "the simulator predicts.",
         ]
+        if redone:
+            lines[-1] += (
+                " This file is from before the seventy-ninth session, which timed each worker's part "
+                "from its own step before: the parts of "
+                + ", ".join(f"`{m}`" for m in redone)
+                + " were worked out again from those times."
+            )
     lines += cores_limit_lines(summary)
     lines += floor_lines(summary)
     lines += stagger_lines(summary)
@@ -477,7 +530,7 @@ def glance(summaries: dict[str, dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, summary in summaries.items():
-        modes = summary["modes"]
+        modes = [realigned(r, summary["config"]["steps"]) for r in summary["modes"]]
         base = next((r for r in modes if r["mode"] == "baseline"), None)
         others = [r for r in modes if r is not base and r.get("vs_baseline")]
         if base is None or not others:

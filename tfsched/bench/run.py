@@ -114,13 +114,13 @@ def crosses(name: str) -> bool:
 def training_step_s(mode: str, iteration_mean_s: float, throughput: float, workers: int) -> float:
     """A mode's measured training step (seconds): the mean of its synchronized steps' slowest
     worker (``ModeResult.iteration_times``), which is the rounds' wall time over their steps where
-    a barrier starts every step together. Across the barrier (``crosses``) nothing aligns the
-    workers' steps (each ends with its own compute run), so a step's slowest worker is another
-    one from step to step, and the mean of the slowest is longer than a step of the training:
-    there it is the rounds' wall time over their steps, ``workers / throughput``, which the
-    throughput is of. Measured (seventy-eighth session, VGG16 training, four workers): 5.78 s
-    against a mean slowest of 6.70 s (``results/bench-vgg16-train-s78-cross.md``); behind the
-    barrier the two agree to the millisecond.
+    a barrier starts every step together. Across the barrier (``crosses``) it is the rounds' wall
+    time over their steps, ``workers / throughput``, which the throughput is of. Since the
+    seventy-ninth session the two agree there too (``steps_across``); files from before it timed
+    each worker's part of a step from its own end before, so that a step's slowest worker was
+    another one from step to step and the mean of the slowest was longer than a step: 6.70 s
+    against 5.78 s (seventy-eighth session, VGG16 training, four workers,
+    ``results/bench-vgg16-train-s78-cross.md``).
 
     >>> training_step_s("tio+pc", 6.0, 0.8, 4), training_step_s("tio+pc+ready+cross", 6.0, 0.8, 4)
     (6.0, 5.0)
@@ -128,6 +128,31 @@ def training_step_s(mode: str, iteration_mean_s: float, throughput: float, worke
     if crosses(mode) and throughput > 0 and workers > 0:
         return workers / throughput
     return iteration_mean_s
+
+
+def steps_across(ends: list[list[float]], start: float = 0.0) -> list[list[float]]:
+    """A round's synchronized steps across the barrier, each worker's part of each (seconds):
+    ``ends`` is each worker's step ends (a clock's readings), ``start`` when the round began.
+
+    Behind the barrier every step starts together, so a worker's part is its step's time. Across
+    it (``crosses``) nothing starts them together; what holds them in step is the reads' gates,
+    each waiting on the updates of every worker's step before. So a step runs from the last
+    worker's end of the step before (``start`` for the first) to the last one's end of its own,
+    the fastest worker waits the gap between its end and the last one's (TicTac's straggler
+    effect, ``ModeResult.straggler``), and the steps' lengths add up to the round's. Until the
+    seventy-ninth session each worker's part was its own step, from its own end before: a step's
+    slowest part was then another worker's from step to step, and the straggler effect and the
+    synchronized steps' p95/p50 were of workers out of step with each other.
+
+    >>> steps_across([[2.0, 3.0], [1.0, 3.0]])  # worker 0: 2 s then 1 s; worker 1: 1 s then 2 s
+    [[2.0, 1.0], [1.0, 1.0]]
+    """
+    out, since = [], start
+    for k in range(min(map(len, ends), default=0)):
+        at = [e[k] for e in ends]
+        out.append([t - since for t in at])
+        since = max(at)
+    return out
 
 
 def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: int | None = None) -> ModeSpec:
@@ -380,7 +405,9 @@ class ModeResult:
     mode: str
     step_times: list[float] = field(default_factory=list)  # seconds, every worker's steps
     per_worker: dict[int, list[float]] = field(default_factory=dict)  # worker -> its step times
-    iterations: list[list[float]] = field(default_factory=list)  # per synchronized step: each worker's time
+    # per synchronized step: each worker's time (across the barrier, from the last worker's end
+    # of the step before: steps_across)
+    iterations: list[list[float]] = field(default_factory=list)
     wall_s: float = 0.0  # time the rounds of this mode took
     rounds: list[tuple[int, float]] = field(default_factory=list)  # per round: (steps, wall seconds)
     cpu_s: float = 0.0  # CPU seconds the whole machine was busy during the timed rounds
@@ -425,7 +452,8 @@ class ModeResult:
 
         Workers start every step together (synchronous training); in each step the iteration
         takes as long as the slowest worker and the fastest one waits the difference. Mean over
-        the steps.
+        the steps. Across the barrier a step starts at the last worker's end of the step before
+        (``steps_across``), where the fastest worker's wait starts too.
         """
         ratios = [(max(it) - min(it)) / max(it) for it in self.iterations if len(it) > 1 and max(it) > 0]
         return statistics.fmean(ratios) if ratios else 0.0
@@ -483,6 +511,10 @@ class ModeResult:
             **({"task_cpu_s_per_step": per_task} if (per_task := self.task_cpu_per_step) else {}),
             # the raw times (seconds): any column can be recomputed from the file
             "iterations": [[round(t, 6) for t in it] for it in self.iterations],
+            # across the barrier, each step's parts from the last worker's end of the step
+            # before (``steps_across``; files from before the seventy-ninth session: each
+            # worker's own steps)
+            **({"iterations_from": "last_end"} if crosses(self.mode) else {}),
             # a timing-aware mode: what its order came from (files from before the seventeenth
             # session have no such field: their TAO was ordered from the cost model)
             **({"ordered_from": ORDERED_FROM_TRACE} if self.order_trace is not None else {}),
@@ -1002,6 +1034,8 @@ def run_side_by_side(
             mds = [] if traced else None  # each step's two runs in one RunMetadata
             ends = runner.run(n, run_metadata=mds)
             with lock:
+                box.setdefault("t0", {})[w] = t0
+                box.setdefault("ends", {})[w] = ends
                 for k, md in enumerate(mds or ()):
                     box.setdefault("steps", {}).setdefault(k, {})[w] = md
                     box.setdefault("graphs", {})[w] = sessions[(mode, w)][1].graph
@@ -1096,8 +1130,12 @@ def run_side_by_side(
                 res.step_times.extend(dt for _, _, dt in times)
                 for w, _, dt in times:
                     res.per_worker.setdefault(w, []).append(dt)
-                for k in range(steps):
-                    res.iterations.append([dt for _, kk, dt in sorted(times) if kk == k])
+                if "ends" in box:  # across the barrier: each step from the last end before
+                    ends = [box["ends"][w] for w in sorted(box["ends"])]
+                    res.iterations.extend(steps_across(ends, min(box["t0"].values())))
+                else:
+                    for k in range(steps):
+                        res.iterations.append([dt for _, kk, dt in sorted(times) if kk == k])
                 res.wall_s += wall
                 res.steps += len(times)
                 res.rounds.append((len(times), wall))
