@@ -74,6 +74,21 @@ def test_one_worker_across_the_barrier_is_bitwise_vanilla(cluster, optimizer, de
     assert got[2] == 6
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_a_sparse_gradient_crosses_the_barrier_bitwise_vanilla(cluster, optimizer):
+    """The Transformer's embedding has a sparse gradient (its lookups' rows and their indices):
+    both are held between the runs and go into the optimizer's sparse update, as behind the
+    barrier, so the values are vanilla TensorFlow's."""
+    target = cluster.target("worker", 0)
+    vanilla = train(target, build_graph("transformer", ps_tasks=2, batch_size=2, optimizer=optimizer), 4)
+    crossed = build_graph("transformer", ps_tasks=2, batch_size=2, optimizer=optimizer, cross_workers=1)
+    held = [op for op in crossed.graph.get_operations() if op.type == "QueueDequeueV2" and "/held" in op.name]
+    assert any(len(op.outputs) == 2 for op in held)  # the embedding's values and indices
+    got = _cross_train([target], [crossed], 4)
+    assert_bitwise_equal(([], vanilla[1]), ([], got[1]))
+    assert got[2] == 4
+
+
 def test_one_worker_across_the_barrier_under_the_pass_is_bitwise_vanilla(cluster):
     """TIO's gates served by priority among the arrived (enable(ready=True)), the large tensors
     cut into slices under a credit, on both runs of each step: the gates ran, and the values
@@ -198,10 +213,15 @@ def test_what_cannot_cross():
 
     with tf.Graph().as_default():
         emb = tf.compat.v1.get_variable("emb", [10, 4])
-        loss = tf.reduce_sum(tf.gather(emb, [1, 2]))
+        # a lookup of rows not known until the run: its gradient's shape neither
+        rows = tf.compat.v1.placeholder(tf.int32, [None])
+        loss = tf.reduce_sum(tf.gather(emb, rows))
         opt = tf.compat.v1.train.GradientDescentOptimizer(0.1)
-        with pytest.raises(TfschedError, match="emb has a sparse gradient"):
+        with pytest.raises(TfschedError, match="emb has a sparse gradient of unknown rows of unknown shape"):
             cross_barrier_step(opt, opt.compute_gradients(loss), worker=0, workers=1)
+        # a known number of rows crosses
+        known = tf.reduce_sum(tf.gather(emb, [1, 2]))
+        assert cross_barrier_step(opt, opt.compute_gradients(known), worker=0, workers=1).variables == [emb]
         with pytest.raises(TfschedError, match="worker 2 of 2"):
             cross_barrier_step(opt, opt.compute_gradients(loss), worker=2, workers=2)
     with pytest.raises(TfschedError, match="depth must be 1 or 2"):

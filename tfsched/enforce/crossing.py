@@ -82,14 +82,23 @@ def _readers(var, within: set) -> list:
     return [op for op in handle.consumers() if op in within]
 
 
-def _queue_name(var, role: str, worker: int, workers: int, held=None) -> str:
+def _queue_name(var, role: str, worker: int, workers: int, held: list | None = None) -> str:
     """A queue's name in its task's resources, which outlive a session: the same for every
     graph of the same step (each worker's, each session's), another for another cluster size or
-    gradient (a queue's capacity and shapes are fixed when first made)."""
+    gradient (a queue's capacity and shapes are fixed when first made). ``held``: the tensors
+    the queue holds (``_parts``)."""
     of = f"{var.op.name}/{role}{worker}of{workers}"
     if held is not None:
-        of += f"/{held.dtype.name}{'x'.join(map(str, held.shape.as_list()))}"
+        of += "/" + "+".join(f"{t.dtype.name}{'x'.join(map(str, t.shape.as_list()))}" for t in held)
     return f"tfsched_cross/{of}"
+
+
+def _parts(grad) -> list:
+    """The tensors a gradient is held as between the runs: a dense one itself, a sparse one
+    (``tf.IndexedSlices``, an embedding's) its values and indices."""
+    if hasattr(grad, "indices"):
+        return [grad.values, grad.indices]
+    return [grad]
 
 
 def cross_barrier_step(
@@ -125,10 +134,11 @@ def cross_barrier_step(
     if not pairs:
         raise TfschedError("crossing the barrier: no variable has a gradient")
     for g, v in pairs:
-        if isinstance(g, tf.IndexedSlices) or not g.shape.is_fully_defined():
+        if not all(t.shape.is_fully_defined() for t in _parts(g)):
+            kind = "a sparse gradient of unknown rows" if isinstance(g, tf.IndexedSlices) else "a gradient"
             raise TfschedError(
-                f"crossing the barrier: variable {v.op.name} has a sparse gradient or one of "
-                "unknown shape; only dense gradients of known shape are held between the runs"
+                f"crossing the barrier: variable {v.op.name} has {kind} of unknown shape; only "
+                "gradients of known shape are held between the runs"
             )
     v1 = tf.compat.v1
     compute_side = _run_ancestors([g.op for g, _ in pairs])
@@ -172,17 +182,18 @@ def cross_barrier_step(
                         op._add_control_input(taken.op)
                 with tf.control_dependencies(readers):
                     compute.extend(q.enqueue(0) for q in updates)
+            parts = _parts(g)
             with tf.device(worker_device or g.device):
                 held = v1.FIFOQueue(
                     capacity=2,
-                    dtypes=[g.dtype],
-                    shapes=[g.shape],
-                    shared_name=_queue_name(v, "held", worker, workers, g),
+                    dtypes=[t.dtype for t in parts],
+                    shapes=[t.shape for t in parts],
+                    shared_name=_queue_name(v, "held", worker, workers, parts),
                     name="held",
                 )
-                compute.append(held.enqueue(g))
+                compute.append(held.enqueue(parts))
                 resets.append(held.dequeue_many(held.size()))
-            queued.append((held, reads, updates, v))
+            queued.append((held, reads, updates, v, g))
         with tf.device(worker_device or pairs[0][0].device), tf.control_dependencies(passed or [my_turn]):
             compute.append(turn.enqueue(0))  # the next run's turn: this one's gates all passed
         compute_op = tf.group(*compute, name="compute")
@@ -190,24 +201,32 @@ def cross_barrier_step(
         # the apply run: each gradient pushed as it is queued, held on the PS until every
         # worker has read the variable in this step, then the optimizer's own update
         applied = []
-        for held, _, updates, v in queued:
-            g = held.dequeue()
+        for held, _, updates, v, g in queued:
+            got = held.dequeue()
             with tf.device(v.device):
                 taken = updates[worker].dequeue_many(workers)
                 with tf.control_dependencies([taken]):
-                    applied.append((tf.identity(g, name="released"), v))
+                    released = [
+                        tf.identity(t, name="released") for t in (got if isinstance(got, list) else [got])
+                    ]
+                if len(released) == 1:
+                    applied.append((released[0], v))
+                else:  # a sparse gradient: the optimizer's sparse update, as behind the barrier
+                    static = g.dense_shape is not None and v.shape.is_fully_defined()
+                    shape = tf.constant(v.shape.as_list(), g.dense_shape.dtype) if static else None
+                    applied.append((tf.IndexedSlices(released[0], released[1], shape), v))
         graph = v1.get_default_graph()
         before = set(graph.get_operations())
         update = optimizer.apply_gradients(applied, global_step=global_step)
         made = [op for op in graph.get_operations() if op not in before]
         release = []
-        for (g, v), (_, reads, _, _) in zip(applied, queued, strict=True):
+        for (g, v), (_, reads, _, _, _) in zip(applied, queued, strict=True):
             with tf.device(v.device), tf.control_dependencies(_updates_of(v, g, made)):
                 release.extend(q.enqueue(0) for q in reads)
         with tf.control_dependencies([update]):
             apply_op = tf.group(*release, name="apply")
 
-        for _, reads, updates, v in queued:
+        for _, reads, updates, v, _ in queued:
             with tf.device(v.device):
                 resets.append(updates[worker].dequeue_many(updates[worker].size()))
                 if reads:  # emptied, then one step's tokens: every worker's read of the first passes
@@ -232,7 +251,7 @@ def _updates_of(var, grad, made: list) -> list:
     """The ops among ``made`` (the optimizer's) that take ``grad`` and write ``var``: the ones
     its read gates must wait for."""
     handle = var.handle if hasattr(var, "handle") else var.op.outputs[0]
-    downstream = {grad.op}
+    downstream = {t.op for t in _parts(grad)}
     for op in made:  # in creation order: an op's inputs are made before it
         if any(t.op in downstream for t in op.inputs) or any(c in downstream for c in op.control_inputs):
             downstream.add(op)
