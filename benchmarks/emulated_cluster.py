@@ -103,6 +103,10 @@ ROWS = {
     # Its embedding table is looked up on its PS: by bytes held that PS exchanged 20% of a step's
     # bytes; by bytes moved, half.
     "transformer-train-2ps": "--model transformer --mode train --ps 2 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 5 --batch-size 21 --modes baseline,tio,tao,tao+pc,tao+p1000000+c1000000,tao+p250000+c250000,tao+pc+host",
+    # The seventy-ninth session's: the Transformer across TensorFlow's barrier (its embedding's
+    # sparse gradient held between the runs as values and indices) on hosts with cores of their
+    # own, beside one window per task behind the barrier.
+    "transformer-train-hosts-cross": "--model transformer --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 5 --batch-size 21 --host-cores 0.5 --trace-steps 1 --modes baseline,tao+pc+host,tao+pc+host+ready+cross,layer+pc+ready+cross,tao+pc+ready+cross",
 }
 
 
