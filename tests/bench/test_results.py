@@ -589,6 +589,9 @@ def test_a_step_across_the_barrier_is_the_rounds_wall_time_over_their_steps():
     assert rows["tio+pc"][7:12] == ["0.500", "-", "2.0000", "1.6500", "-18%"]
     assert "*: across the barrier nothing starts the workers' steps together" in text
     assert "worked out again" not in text
+    # the round's second step (1 s), the pipeline full; its first had no step before it to overlap
+    assert crossed.steady_step_s == pytest.approx(1.0) and behind.steady_step_s is None
+    assert "Once the pipeline is full" in text and "`tio+pc+ready+cross` 1.000 s." in text
     assert "*: across" not in markdown(summarize({"tio+pc": behind}, config))
 
 
@@ -605,7 +608,8 @@ def test_a_file_of_before_the_steps_across_the_barrier_were_aligned_is_read_alig
     base.per_worker, base.rounds = {0: [2.0] * 4, 1: [1.0] * 4}, [(4, 4.0), (4, 4.0)]
     summary = summarize({"baseline": base, "cross": crossed}, config)
     record = next(r for r in summary["modes"] if r["mode"] == "cross")
-    assert record.pop("iterations_from") == "last_end"  # as a file of before then has it
+    # as a file of before then has it
+    assert record.pop("iterations_from") == "last_end" and record.pop("steady_step_s")
     record["straggler"], record["iteration_p95_over_p50"] = 0.5, 1.5  # of each worker's own steps
 
     again = realigned(record, 2)
@@ -618,5 +622,15 @@ def test_a_file_of_before_the_steps_across_the_barrier_were_aligned_is_read_alig
     row = next(line.split(" | ") for line in text.splitlines() if line.startswith("| cross"))
     assert row[7] == f"{again['straggler']:.3f}" and row[6] == f"{again['iteration_p95_over_p50']:.3f}"
     assert "the parts of `cross` were worked out again" in text
+    # each round's second step, 1 s, against the baseline's 2 s
+    assert again["steady_step_s"] == pytest.approx(1.0)
+    assert "`cross` 1.000 s (2.000x the baseline's step)" in text
     line = next(x for x in glance({"r": summary}).splitlines() if x.startswith("| r |"))
     assert f"| {again['straggler']:.3f} (0.500) |" in line
+    # steps that do not add up to the rounds' wall time were timed otherwise: left as measured
+    record["throughput_steps_per_s"] *= 1.5
+    assert realigned(record, 2) is record
+    text = markdown(summary)
+    row = next(line.split(" | ") for line in text.splitlines() if line.startswith("| cross"))
+    assert row[7] == "0.500" and "the parts of `cross` are each worker's own steps" in text
+    assert "worked out again from those times" not in text and "Once the pipeline" not in text

@@ -16,6 +16,7 @@ from tfsched.bench.run import (
     placed_mode,
     split_placed,
     spread,
+    steady_step,
     steps_across,
     training_step_s,
 )
@@ -138,7 +139,10 @@ def realigned(r: dict, steps: int) -> dict:
     from a file of before it, whose iterations are each worker's own steps, with its iterations,
     straggler effect, synchronized steps' p95/p50 and their mean worked out again. A worker's
     ends are its own steps added up from its round's start (``steps`` a round), where a barrier
-    started every worker's first step together. Any other record as it is.
+    started every worker's first step together; where the steps so worked out do not add up to
+    the rounds' wall time (within 0.5%), the record is left as it was measured. A record across the
+    barrier without its step once the pipeline is full (``bench.run.steady_step``) gets it. Any
+    other record as it is.
 
     >>> old = {"mode": "cross", "iterations": [[2.0, 1.0], [1.0, 2.0]], "straggler": 0.5}
     >>> new = realigned(old, 2)
@@ -146,23 +150,36 @@ def realigned(r: dict, steps: int) -> dict:
     ([[2.0, 1.0], [1.0, 1.0]], 0.25, 1.5)
     """
     its = r.get("iterations") or []
-    if not crosses(r["mode"]) or r.get("iterations_from") or not its or steps <= 0:
+    if not crosses(r["mode"]) or not its or steps <= 0:
         return r
     if len({len(it) for it in its}) != 1 or len(its) % steps:
         return r  # not whole rounds of every worker's steps: left as it was measured
-    out = []
-    for k in range(0, len(its), steps):
-        one = its[k : k + steps]
-        out += steps_across([list(accumulate(step[w] for step in one)) for w in range(len(one[0]))])
-    res = ModeResult(r["mode"], iterations=out)
-    return {
-        **r,
-        "iterations": out,
-        "iterations_from": "last_end",
-        "straggler": res.straggler,
-        "iteration_p95_over_p50": spread(res.iteration_times),
-        "iteration_mean_s": statistics.fmean(res.iteration_times),
-    }
+    redone = {}
+    if not r.get("iterations_from"):
+        out = []
+        for k in range(0, len(its), steps):
+            one = its[k : k + steps]
+            out += steps_across([list(accumulate(step[w] for step in one)) for w in range(len(one[0]))])
+        res = ModeResult(r["mode"], iterations=out)
+        step, rate = statistics.fmean(res.iteration_times), r.get("throughput_steps_per_s")
+        if rate and abs(step - len(out[0]) / rate) > 0.005 * step:
+            # they do not add up to the rounds' wall time (the seventy-sixth session's runs at
+            # one compute run a time: 1% to 15% short), so no alignment follows from them
+            return r
+        its = out
+        redone = {
+            "iterations": out,
+            "iterations_from": "last_end",
+            "straggler": res.straggler,
+            "iteration_p95_over_p50": spread(res.iteration_times),
+            "iteration_mean_s": step,
+        }
+    # the step once the pipeline is full: files from before the seventy-ninth session's last runs
+    # do not keep it
+    steady = steady_step(its, len(its) // steps) if redone or not r.get("steady_step_s") else None
+    if steady:
+        redone["steady_step_s"] = steady
+    return {**r, **redone} if redone else r
 
 
 def step_of(r: dict, workers: int) -> float | None:
@@ -380,8 +397,15 @@ def link_text(config: dict) -> str:
 
 def markdown(summary: dict) -> str:
     c = summary["config"]
-    # the crossing modes of a file of before the seventy-ninth session, their steps aligned again
-    redone = [r["mode"] for r in summary["modes"] if realigned(r, c["steps"]) is not r]
+    # the crossing modes of a file of before the seventy-ninth session: their steps aligned again,
+    # or left as measured where they do not add up to the rounds' wall time (``realigned``)
+    old = [
+        r
+        for r in summary["modes"]
+        if crosses(r["mode"]) and r.get("iterations") and not r.get("iterations_from")
+    ]
+    redone = [r["mode"] for r in old if realigned(r, c["steps"]).get("iterations_from")]
+    kept = [r["mode"] for r in old if r["mode"] not in redone]
     summary = {**summary, "modes": [realigned(r, c["steps"]) for r in summary["modes"]]}
     link = link_text(c)
     link += f", {c['inter_op_threads']} inter-op threads a task" if c.get("inter_op_threads") else ""
@@ -436,12 +460,33 @@ def markdown(summary: dict) -> str:
             "training step is the rounds' wall time over their steps (what the throughput is of), which "
             "the simulator predicts.",
         ]
+        base = next((r for r in summary["modes"] if r["mode"] == "baseline"), None)
+        base_step = step_of(base, c["workers"]) if base else None
+        steady = [r for r in summary["modes"] if r.get("steady_step_s")]
+        if steady:
+            lines[-1] += (
+                " Once the pipeline is full (a round's steps after its first, whose pulls have no step "
+                "before them to overlap, as a long training has once and these rounds each time): "
+                + ", ".join(
+                    f"`{r['mode']}` {r['steady_step_s']:.3f} s"
+                    + (f" ({base_step / r['steady_step_s']:.3f}x the baseline's step)" if base_step else "")
+                    for r in steady
+                )
+                + "."
+            )
         if redone:
             lines[-1] += (
                 " This file is from before the seventy-ninth session, which timed each worker's part "
                 "from its own step before: the parts of "
                 + ", ".join(f"`{m}`" for m in redone)
                 + " were worked out again from those times."
+            )
+        if kept:
+            lines[-1] += (
+                " This file is from before the seventy-ninth session: the parts of "
+                + ", ".join(f"`{m}`" for m in kept)
+                + " are each worker's own steps, each from its own step before, as measured: they do "
+                "not add up to the rounds' wall time, so they were not worked out again."
             )
     lines += cores_limit_lines(summary)
     lines += floor_lines(summary)

@@ -155,6 +155,29 @@ def steps_across(ends: list[list[float]], start: float = 0.0) -> list[list[float
     return out
 
 
+def steady_step(iterations: list[list[float]], rounds: int) -> float | None:
+    """Across the barrier, the training step once the pipeline is full: the mean of a round's
+    synchronized steps after its first (``steps_across``), over ``rounds`` rounds of equal
+    steps; None for fewer than two steps a round.
+
+    A round across the barrier starts from an empty pipeline: its first step's pulls have no
+    step before them to overlap, which a long training has once, where the bench's interleaved
+    rounds have it every round. So the rounds' wall time over their steps (the throughput, and
+    the training step the bench compares) charges the crossing one empty pipeline a round; this
+    is the step without it, the last step's updates still in (``CrossingRunner.run`` times them).
+    Measured (seventy-ninth session, the Transformer on hosts with cores of their own): a round's
+    first step 1.23 s to 1.57 s, the others 0.87 s to 1.28 s.
+
+    >>> steady_step([[1.3, 1.2], [1.0, 0.9], [0.8, 1.0], [1.4, 1.3], [0.9, 1.0], [1.0, 0.7]], 2)
+    1.0
+    """
+    per = len(iterations) // rounds if rounds > 0 else 0
+    if per < 2:
+        return None
+    after = [max(it) for k, it in enumerate(iterations[: per * rounds]) if k % per and it]
+    return sum(after) / len(after) if after else None
+
+
 def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: int | None = None) -> ModeSpec:
     from tfsched.enforce.api import link_sizes
 
@@ -470,6 +493,12 @@ class ModeResult:
         return {task: round(s / n, 6) for task, s in sorted(self.task_cpu_s.items())} if n else {}
 
     @property
+    def steady_step_s(self) -> float | None:
+        """Across the barrier, the training step once the pipeline is full (``steady_step``);
+        None behind it, where no step overlaps another."""
+        return steady_step(self.iterations, len(self.rounds)) if crosses(self.mode) else None
+
+    @property
     def iteration_times(self) -> list[float]:
         """Per synchronized step, the slowest worker's time: how long the step took for all."""
         return [max(it) for it in self.iterations if it]
@@ -515,6 +544,7 @@ class ModeResult:
             # before (``steps_across``; files from before the seventy-ninth session: each
             # worker's own steps)
             **({"iterations_from": "last_end"} if crosses(self.mode) else {}),
+            **({"steady_step_s": steady} if (steady := self.steady_step_s) else {}),
             # a timing-aware mode: what its order came from (files from before the seventeenth
             # session have no such field: their TAO was ordered from the cost model)
             **({"ordered_from": ORDERED_FROM_TRACE} if self.order_trace is not None else {}),
