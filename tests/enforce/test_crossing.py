@@ -109,19 +109,22 @@ def test_one_worker_across_the_barrier_under_the_pass_is_bitwise_vanilla(cluster
     assert all(a["live_steps"] == 0 for a in after)  # each run freed its gates' state
 
 
-def test_two_workers_read_every_update_of_the_last_step(cluster):
+@pytest.mark.parametrize("model", ["seq32", "transformer"])
+def test_two_workers_read_every_update_of_the_last_step(cluster, model):
     """Each read waits for both workers' updates of its variable in the step before, and each
     update for both workers' reads in its step: two runs train the same values (up to the
     order two updates of one step land in, a rounding), where vanilla TensorFlow's racing
     steps came out 1.1e-3 apart in one of two pairs of runs (an update landed before the other
-    worker's read), and no update is lost."""
+    worker's read), and no update is lost. The Transformer's embedding has a sparse gradient."""
     import tensorflow as tf
 
     targets = [cluster.target("worker", w) for w in range(2)]
     steps = 5
     runs = []
     for _ in range(2):
-        crossed = [build_graph("seq32", ps_tasks=2, worker_task=w, cross_workers=2) for w in range(2)]
+        crossed = [
+            build_graph(model, ps_tasks=2, worker_task=w, cross_workers=2, batch_size=2) for w in range(2)
+        ]
         runs.append(_cross_train(targets, crossed, steps))
     with tf.compat.v1.Session(targets[0], graph=crossed[0].graph) as sess:
         sess.run(crossed[0].init_op)
