@@ -194,7 +194,8 @@ def run_demo(
         "over the step): "
         + ", ".join(f"{'vanilla' if m == 'baseline' else m} {r.straggler:.3f}" for m, r in measured.items())
         + (
-            f" ({', '.join(in_turn)} serves the workers in turn: it staggers them by design)"
+            f" ({', '.join(in_turn)} {'serve' if len(in_turn) > 1 else 'serves'} the workers in turn: "
+            f"{'they stagger' if len(in_turn) > 1 else 'it staggers'} them by design)"
             if in_turn
             else ""
         )
@@ -210,5 +211,17 @@ def run_demo(
         + ". All tasks share this machine's cores, so numbers vary from run to run; `tfsched bench` "
         "and benchmarks/ have repeated, interleaved measurements."
     )
+    base_step = measured["baseline"].training_step_s if "baseline" in measured else 0.0
+    full = {m: r.steady_step_s for m, r in measured.items() if r.steady_step_s}
+    if full:
+        # each round starts the crossing from an empty pipeline, which a long training does once
+        console.print(
+            "once the pipeline is full (a round's steps after its first, which no step before it "
+            "overlaps, as a long training's first step only): "
+            + ", ".join(
+                f"{m} {s:.4f} s" + (f" ({base_step / s:.3f}x the vanilla step)" if base_step else "")
+                for m, s in full.items()
+            )
+        )
     out["measured"] = {mode: r.to_json() for mode, r in measured.items()}
     return out

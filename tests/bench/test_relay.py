@@ -375,7 +375,8 @@ def test_demo_trains_on_relayed_links_where_namespaces_cannot_be_made(monkeypatc
     from tfsched.demo import run_demo
 
     monkeypatch.setattr(netns, "available", lambda: "network namespaces need root")
-    out = run_demo(model="seq32", bandwidth_bps=200e6, steps=2, rounds=1, modes=("baseline", "tao+pc+host"))
+    modes = ("baseline", "tao+pc+host", "tao+pc+host+ready+cross")
+    out = run_demo(model="seq32", bandwidth_bps=200e6, steps=2, rounds=1, modes=modes)
     said = capsys.readouterr().out
     # the lines as rich folds them to the terminal's width, unfolded
     flat = " ".join(said.split())
@@ -383,8 +384,13 @@ def test_demo_trains_on_relayed_links_where_namespaces_cannot_be_made(monkeypatc
     # TicTac's straggler effect of each mode, and why one window per task has more
     for mode, r in out["measured"].items():
         assert f"{'vanilla' if mode == 'baseline' else mode} {r['straggler']:.3f}" in flat
-    assert "tao+pc+host serves the workers in turn: it staggers them by design" in flat
-    assert set(out["measured"]) == {"baseline", "tao+pc+host"} and "tao+pc+host" in out["predicted"]
+    assert "tao+pc+host, tao+pc+host+ready+cross serve the workers in turn: they stagger them" in flat
+    assert set(out["measured"]) == set(modes) and "tao+pc+host" in out["predicted"]
+    # across the barrier, the round's second step (its first had no step before it to overlap)
+    crossed = out["measured"]["tao+pc+host+ready+cross"]
+    assert crossed["steady_step_s"] == pytest.approx(max(crossed["iterations"][1]))
+    assert "once the pipeline is full (a round's steps after its first" in flat
+    assert f"tao+pc+host+ready+cross {crossed['steady_step_s']:.4f} s (" in flat
     # the same links as the prediction's: the measured step is the predicted one's order of size
     for mode, r in out["measured"].items():
         assert 0.5 < r["iteration_mean_s"] / r["predicted_s"] < 2.0, mode
