@@ -4,6 +4,7 @@ waits past its run's deadline."""
 
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -87,6 +88,61 @@ def test_a_sparse_gradient_crosses_the_barrier_bitwise_vanilla(cluster, optimize
     got = _cross_train([target], [crossed], 4)
     assert_bitwise_equal(([], vanilla[1]), ([], got[1]))
     assert got[2] == 4
+
+
+def _moving_average_graph(cross: bool, also: bool = True):
+    """A layer normalized by its batch's moments, whose moving mean is kept as batch
+    normalization keeps it (an op of ``UPDATE_OPS``, run beside the step's gradients), on two PS."""
+    import tensorflow as tf
+
+    from tfsched.enforce.crossing import cross_barrier_step
+
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    worker = "/job:worker/task:0"
+    with graph.as_default(), graph.device(v1.train.replica_device_setter(ps_tasks=2, worker_device=worker)):
+        x = tf.constant(np.random.RandomState(0).randn(8, 16).astype(np.float32))
+        w1 = v1.get_variable(
+            "w1", [16, 16], initializer=v1.glorot_uniform_initializer(seed=1), use_resource=True
+        )
+        w2 = v1.get_variable(
+            "w2", [16, 4], initializer=v1.glorot_uniform_initializer(seed=2), use_resource=True
+        )
+        moving = v1.get_variable("moving_mean", [16], initializer=v1.zeros_initializer(), trainable=False)
+        h = tf.matmul(x, w1)
+        mean, var = tf.nn.moments(h, [0])
+        update = moving.assign(moving * 0.9 + mean * 0.1)
+        loss = tf.reduce_mean(
+            tf.square(tf.matmul(tf.nn.batch_normalization(h, mean, var, None, None, 1e-3), w2))
+        )
+        opt = v1.train.GradientDescentOptimizer(0.1)
+        step = v1.train.get_or_create_global_step()
+        grads = opt.compute_gradients(loss)
+        crossing = None
+        if cross:
+            crossing = cross_barrier_step(
+                opt, grads, worker=0, workers=1, global_step=step, compute_also=[update] if also else ()
+            )
+            train_op = crossing.compute_op
+        else:
+            with tf.control_dependencies([update]):
+                train_op = opt.apply_gradients(grads, global_step=step)
+        init = v1.global_variables_initializer()
+    return SimpleNamespace(graph=graph, train_op=train_op, loss=loss, init_op=init, crossing=crossing)
+
+
+def test_ops_beside_the_gradients_run_in_the_compute_run_bitwise_vanilla(cluster):
+    """Batch normalization's moving averages (``compute_also``) run once a step, in its compute
+    run and before its gradients are held, as ``control_dependencies(update_ops)`` runs them
+    behind the barrier: every value, the moving mean's too, is vanilla TensorFlow's."""
+    target = cluster.target("worker", 0)
+    vanilla = train(target, _moving_average_graph(cross=False), 5)
+    got = _cross_train([target], [_moving_average_graph(cross=True)], 5)
+    assert_bitwise_equal(([], vanilla[1]), ([], got[1]))
+    assert np.abs(vanilla[1][2]).sum() > 0  # the moving mean moved
+    # without them the step runs no update of the moving mean
+    missed = _cross_train([target], [_moving_average_graph(cross=True, also=False)], 5)
+    assert not np.abs(missed[1][2]).any()
 
 
 def test_one_worker_across_the_barrier_under_the_pass_is_bitwise_vanilla(cluster):
