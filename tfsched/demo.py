@@ -214,10 +214,10 @@ def run_demo(
     base_step = measured["baseline"].training_step_s if "baseline" in measured else 0.0
     full = {m: r.steady_step_s for m, r in measured.items() if r.steady_step_s}
     if full:
-        # each round starts the crossing from an empty pipeline, which a long training does once
+        # each round starts and ends the crossing's pipeline empty, which a long training does once
         console.print(
-            "once the pipeline is full (a round's steps after its first, which no step before it "
-            "overlaps, as a long training's first step only): "
+            "once the pipeline is full (a round's steps but its first, which no step before it "
+            "overlaps, and its last, which no run after it shares the machine with): "
             + ", ".join(
                 f"{m} {s:.4f} s" + (f" ({base_step / s:.3f}x the vanilla step)" if base_step else "")
                 for m, s in full.items()

@@ -141,8 +141,8 @@ def realigned(r: dict, steps: int) -> dict:
     ends are its own steps added up from its round's start (``steps`` a round), where a barrier
     started every worker's first step together; where the steps so worked out do not add up to
     the rounds' wall time (within 0.5%), the record is left as it was measured. A record across the
-    barrier without its step once the pipeline is full (``bench.run.steady_step``) gets it. Any
-    other record as it is.
+    barrier gets its step once the pipeline is full (``bench.run.steady_step``) from its steps.
+    Any other record as it is.
 
     >>> old = {"mode": "cross", "iterations": [[2.0, 1.0], [1.0, 2.0]], "straggler": 0.5}
     >>> new = realigned(old, 2)
@@ -174,10 +174,10 @@ def realigned(r: dict, steps: int) -> dict:
             "iteration_p95_over_p50": spread(res.iteration_times),
             "iteration_mean_s": step,
         }
-    # the step once the pipeline is full: files from before the seventy-ninth session's last runs
-    # do not keep it
-    steady = steady_step(its, len(its) // steps) if redone or not r.get("steady_step_s") else None
-    if steady:
+    # the step once the pipeline is full, as today's ``steady_step`` takes it from the raw times
+    # (files from before the seventy-ninth session do not keep it)
+    steady = steady_step(its, len(its) // steps)
+    if steady != r.get("steady_step_s"):
         redone["steady_step_s"] = steady
     return {**r, **redone} if redone else r
 
@@ -465,8 +465,9 @@ def markdown(summary: dict) -> str:
         steady = [r for r in summary["modes"] if r.get("steady_step_s")]
         if steady:
             lines[-1] += (
-                " Once the pipeline is full (a round's steps after its first, whose pulls have no step "
-                "before them to overlap, as a long training has once and these rounds each time): "
+                " Once the pipeline is full (a round's steps but its first, whose pulls have no step "
+                "before them to overlap, and its last, whose compute run has no run after it to share "
+                "the machine with: a long training has each once, these rounds each time): "
                 + ", ".join(
                     f"`{r['mode']}` {r['steady_step_s']:.3f} s"
                     + (f" ({base_step / r['steady_step_s']:.3f}x the baseline's step)" if base_step else "")

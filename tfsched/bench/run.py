@@ -157,25 +157,27 @@ def steps_across(ends: list[list[float]], start: float = 0.0) -> list[list[float
 
 def steady_step(iterations: list[list[float]], rounds: int) -> float | None:
     """Across the barrier, the training step once the pipeline is full: the mean of a round's
-    synchronized steps after its first (``steps_across``), over ``rounds`` rounds of equal
-    steps; None for fewer than two steps a round.
+    synchronized steps (``steps_across``) but its first and its last, over ``rounds`` rounds of
+    equal steps; None for fewer than three steps a round.
 
-    A round across the barrier starts from an empty pipeline: its first step's pulls have no
-    step before them to overlap, which a long training has once, where the bench's interleaved
-    rounds have it every round. So the rounds' wall time over their steps (the throughput, and
-    the training step the bench compares) charges the crossing one empty pipeline a round; this
-    is the step without it, the last step's updates still in (``CrossingRunner.run`` times them).
-    Measured (seventy-ninth session, the Transformer on hosts with cores of their own): a round's
-    first step 1.23 s to 1.57 s, the others 0.87 s to 1.28 s.
+    A round across the barrier starts from an empty pipeline and ends with one: its first step's
+    pulls have no step before them to overlap, and its last compute run has no run after it to
+    share the machine with (and ends with the round's last updates). A long training has each
+    once; the bench's interleaved rounds have them every round, so the rounds' wall time over
+    their steps (the throughput, and the training step the bench compares) is of steps with both
+    ends in. This is the step between them. Measured (seventy-ninth session), each step's mean by
+    its place in the round: the Transformer on hosts with cores of their own 1.26 s, 0.99 s,
+    1.05 s, 1.01 s, 0.95 s (`tao+pc+ready+cross`); ResNet-50 at 10 Gbit/s 0.68 s, 0.50 s,
+    0.50 s, 0.36 s, its middle steps the baseline's 0.51 s.
 
-    >>> steady_step([[1.3, 1.2], [1.0, 0.9], [0.8, 1.0], [1.4, 1.3], [0.9, 1.0], [1.0, 0.7]], 2)
+    >>> steady_step([[1.3, 1.2], [1.0, 0.9], [0.8, 0.6], [1.4, 1.3], [0.9, 1.0], [0.7, 0.5]], 2)
     1.0
     """
     per = len(iterations) // rounds if rounds > 0 else 0
-    if per < 2:
+    if per < 3:
         return None
-    after = [max(it) for k, it in enumerate(iterations[: per * rounds]) if k % per and it]
-    return sum(after) / len(after) if after else None
+    middle = [max(it) for k, it in enumerate(iterations[: per * rounds]) if 0 < k % per < per - 1 and it]
+    return sum(middle) / len(middle) if middle else None
 
 
 def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: int | None = None) -> ModeSpec:
