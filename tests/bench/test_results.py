@@ -611,7 +611,7 @@ def test_a_file_of_before_the_steps_across_the_barrier_were_aligned_is_read_alig
     record["straggler"], record["iteration_p95_over_p50"] = 0.5, 1.5  # of each worker's own steps
 
     again = realigned(record, 2)
-    # the rounds: [2, 1] then [1, 1] from worker 0's end; [1, 1.5] then [1.5, 1.0] from worker 1's
+    # each round's second step from its first's last end: worker 0's at 2 s, then worker 1's at 1.5 s
     assert again["iterations"] == [[2.0, 1.0], [1.0, 1.0], [1.0, 1.5], [1.0, 1.0]]
     assert again["straggler"] == pytest.approx((0.5 + 0.0 + 1 / 3 + 0.0) / 4)
     assert again["iteration_mean_s"] == pytest.approx(5.5 / 4)

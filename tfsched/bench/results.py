@@ -399,14 +399,14 @@ def markdown(summary: dict) -> str:
     c = summary["config"]
     # the crossing modes of a file of before the seventy-ninth session: their steps aligned again,
     # or left as measured where they do not add up to the rounds' wall time (``realigned``)
+    modes = [realigned(r, c["steps"]) for r in summary["modes"]]
     old = [
-        r
-        for r in summary["modes"]
+        (r["mode"], bool(now.get("iterations_from")))
+        for r, now in zip(summary["modes"], modes, strict=True)
         if crosses(r["mode"]) and r.get("iterations") and not r.get("iterations_from")
     ]
-    redone = [r["mode"] for r in old if realigned(r, c["steps"]).get("iterations_from")]
-    kept = [r["mode"] for r in old if r["mode"] not in redone]
-    summary = {**summary, "modes": [realigned(r, c["steps"]) for r in summary["modes"]]}
+    redone, kept = [m for m, again in old if again], [m for m, again in old if not again]
+    summary = {**summary, "modes": modes}
     link = link_text(c)
     link += f", {c['inter_op_threads']} inter-op threads a task" if c.get("inter_op_threads") else ""
     batch = f", batch {c['batch_size']}" if c.get("batch_size") else ""

@@ -167,7 +167,7 @@ def steady_step(iterations: list[list[float]], rounds: int) -> float | None:
     their steps (the throughput, and the training step the bench compares) is of steps with both
     ends in. This is the step between them. Measured (seventy-ninth session), each step's mean by
     its place in the round: the Transformer on hosts with cores of their own 1.26 s, 0.99 s,
-    1.05 s, 1.01 s, 0.95 s (`tao+pc+ready+cross`); ResNet-50 at 10 Gbit/s 0.68 s, 0.50 s,
+    1.05 s, 1.01 s, 0.95 s (``tao+pc+ready+cross``); ResNet-50 at 10 Gbit/s 0.68 s, 0.50 s,
     0.50 s, 0.36 s, its middle steps the baseline's 0.51 s.
 
     >>> steady_step([[1.3, 1.2], [1.0, 0.9], [0.8, 0.6], [1.4, 1.3], [0.9, 1.0], [0.7, 0.5]], 2)

@@ -151,7 +151,8 @@ def cross_barrier_step(
             )
     v1 = tf.compat.v1
     also = [getattr(x, "op", x) for x in compute_also]  # ops or tensors
-    compute_side = _run_ancestors([g.op for g, _ in pairs] + also)
+    gradient_side = _run_ancestors([t.op for g, _ in pairs for t in _parts(g)])
+    compute_side = gradient_side | _run_ancestors(also)
     compute, queued, resets = [], [], []
 
     def gates(v, role: str) -> list:
@@ -190,11 +191,14 @@ def cross_barrier_step(
                         shared_name=f"tfsched_cross/also{worker}of{workers}",
                     )
                 )
-        if also:
-            mine = turns[1].dequeue()
-            for op in _run_ancestors(also) - _run_ancestors([g.op for g, _ in pairs]):
-                if any(t.dtype == tf.resource or t.dtype._is_ref_dtype for t in op.inputs):
-                    op._add_control_input(mine.op)
+                # taken in the run's turn, and before it passes the turn on: two runs started
+                # together would otherwise each hold the token the other waits for (the later
+                # run's token first, then its reads wait for the earlier run's updates)
+                with tf.control_dependencies([my_turn]):
+                    also_turn = turns[1].dequeue()
+        for op in compute_side - gradient_side:  # what only the ops beside the gradients need
+            if any(t.dtype == tf.resource or t.dtype._is_ref_dtype for t in op.inputs):
+                op._add_control_input(also_turn.op)
         passed = []
         for g, v in pairs:
             readers = _readers(v, compute_side)
@@ -223,6 +227,8 @@ def cross_barrier_step(
                     compute.append(held.enqueue(parts))
                 resets.append(held.dequeue_many(held.size()))
             queued.append((held, reads, updates, v, g))
+        if also:
+            passed.append(also_turn)
         with tf.device(worker_device or pairs[0][0].device), tf.control_dependencies(passed or [my_turn]):
             compute.append(turn.enqueue(0))  # the next run's turn: this one's gates all passed
         if also:
