@@ -145,6 +145,41 @@ def test_ops_beside_the_gradients_run_in_the_compute_run_bitwise_vanilla(cluster
     assert not np.abs(missed[1][2]).any()
 
 
+def test_a_run_takes_the_token_of_the_ops_beside_the_gradients_only_in_its_turn(cluster):
+    """The order behind a deadlock a CI rehearsal hit: a compute run that took the token of the
+    ops beside the gradients before its turn held it while the run before, which has the turn,
+    waited for it (its moving mean's update; its gradients are held only after it), and the
+    later run's reads waited for those gradients' updates. With the turn held here (where the
+    run before would hold it), a run waits for the turn and leaves the token alone; given the
+    turn, it runs, and returns both."""
+    import tensorflow as tf
+
+    built = _moving_average_graph(cross=True)
+    with built.graph.as_default(), tf.device("/job:worker/task:0"):
+        # the runs' own queues, by their shared names (tfsched.enforce.crossing)
+        turn, also = (
+            tf.compat.v1.FIFOQueue(2, [tf.int32], shapes=[[]], shared_name=f"tfsched_cross/{n}0of1")
+            for n in ("turn", "also")
+        )
+        take_turn, give_turn, sizes = turn.dequeue(), turn.enqueue(0), (turn.size(), also.size())
+    with tf.compat.v1.Session(cluster.target("worker", 0), graph=built.graph) as sess:
+        sess.run(built.init_op)
+        runner = CrossingRunner(sess, built.crossing, options=_options())
+        runner.prime()
+        assert sess.run(sizes) == (1, 1)
+        sess.run(take_turn)
+        box = {}
+        run = threading.Thread(target=lambda: box.setdefault("ends", runner.run(1)), daemon=True)
+        run.start()
+        time.sleep(2.0)
+        assert run.is_alive()  # waiting for its turn
+        assert sess.run(sizes) == (0, 1)  # and the token still there
+        sess.run(give_turn)
+        run.join(60)
+        assert not run.is_alive() and len(box["ends"]) == 1
+        assert sess.run(sizes) == (1, 1)  # both passed on for the next run
+
+
 def test_one_worker_across_the_barrier_under_the_pass_is_bitwise_vanilla(cluster):
     """TIO's gates served by priority among the arrived (enable(ready=True)), the large tensors
     cut into slices under a credit, on both runs of each step: the gates ran, and the values
