@@ -928,6 +928,14 @@ def _bench_tf2(console, *, output, traces_dir, balance, tuned, **run) -> None:
 )
 @_BENCH_PS_PLACEMENT_OPTION
 @click.option(
+    "--moving-averages/--no-moving-averages",
+    default=True,
+    show_default=True,
+    help="A training step also updates the moving statistics of the model's batch normalization "
+    "(resnet50, inception_v3, mobilenet), as a user's training does (--api tf2's Keras steps always "
+    "do). --no-moving-averages: the gradients only, as the rows measured before the eightieth session ran.",
+)
+@click.option(
     "--api",
     type=click.Choice(["session", "tf2"]),
     default="session",
@@ -957,6 +965,7 @@ def bench(
     api,
     inter_op_threads,
     host_cores,
+    moving_averages,
 ):
     """Vanilla TensorFlow vs tfsched on an emulated multi-host PS cluster, interleaved in one run.
 
@@ -996,6 +1005,11 @@ def bench(
             raise click.UsageError(
                 "cross and +cross modes are for --api session: they cross a Session.run's barrier, "
                 "and TensorFlow 2's calls have none"
+            )
+        if not moving_averages:
+            raise click.UsageError(
+                "--no-moving-averages is for --api session: a TensorFlow 2 step of a Keras model "
+                "updates its batch normalization's moving statistics"
             )
     elif any(p not in PS_PLACEMENTS for p in ps_placement):
         raise click.UsageError(
@@ -1107,6 +1121,7 @@ def bench(
             relays=shaped_loopback,
             ps_placement=ps_placement,
             inter_op_threads=inter_op_threads,
+            moving_averages=moving_averages,
             **cluster,
         )
     config = {
@@ -1121,6 +1136,9 @@ def bench(
             else {}
         ),
         "batch_size": batch_size,
+        # a training step of a model with batch normalization: whether it updated the moving
+        # statistics (absent in files of before the eightieth session, which did not)
+        **({"moving_averages": moving_averages} if run_mode == "train" else {}),
         "steps": steps,
         "rounds": rounds,
         "bandwidth": link,

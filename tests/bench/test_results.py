@@ -464,6 +464,20 @@ def test_the_header_names_a_placement_other_than_by_bytes_moved():
     assert "**m** (train), 1 PS x 1 workers" in header()  # rows run before the option
 
 
+def test_the_header_says_when_a_training_step_left_out_batch_norms_moving_averages():
+    base = ModeResult("baseline", step_times=[1.0], rounds=[(1, 1.0)], steps=1, wall_s=1.0)
+
+    def header(**config):
+        return markdown(summarize({"baseline": base}, {**CONFIG, **config})).splitlines()[0]
+
+    without = "without batch normalization's moving averages"
+    assert f"**resnet50** (train, {without}), 1 PS" in header(model="resnet50", moving_averages=False)
+    assert without in header(model="mobilenet")  # a file of before the option: it left them out
+    assert without not in header(model="resnet50", moving_averages=True)
+    assert without not in header(model="vgg16", moving_averages=False)  # none to leave out
+    assert without not in header(model="resnet50", mode="inference")  # none in a forward pass
+
+
 def test_the_table_says_which_modes_ran_at_the_cores_limit_and_what_that_leaves_to_win():
     """Every task shares the machine's cores: a mode that kept them busy cannot step faster than
     its CPU seconds a step over the cores, and its ratio to the baseline is bounded by that."""

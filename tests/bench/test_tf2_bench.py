@@ -189,6 +189,7 @@ def test_a_tf2_inference_bench_pulls_and_pushes_nothing(tmp_path):
         (("--inter-op-threads", "4"), "--inter-op-threads is not for --api tf2: TensorFlow 2's calls"),
         (("--modes", "baseline,tio+pc+w1000"), "+wN modes are for --api session"),
         (("--modes", "baseline,layer+pc+ready+cross"), "+cross modes are for --api session"),
+        (("--no-moving-averages",), "--no-moving-averages is for --api session: a TensorFlow 2 step"),
     ],
 )
 def test_bench_tf2_refuses_what_it_cannot_run_before_it_starts(tmp_path, args, needle):

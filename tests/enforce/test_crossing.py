@@ -145,6 +145,25 @@ def test_ops_beside_the_gradients_run_in_the_compute_run_bitwise_vanilla(cluster
     assert not np.abs(missed[1][2]).any()
 
 
+def test_a_built_in_models_batch_norm_crosses_the_barrier_bitwise_vanilla(cluster):
+    """MobileNet's batch normalization keeps 54 moving statistics on the PS. Its step updates
+    them (``build_graph(moving_averages=True)``): behind the barrier before the gradients'
+    updates, across it in the compute run (``compute_also``). Every value, the statistics'
+    too, is vanilla TensorFlow's after three steps; the statistics moved."""
+    target = cluster.target("worker", 0)
+    args = {"batch_size": 2, "image_size": 32, "ps_tasks": 2}
+    built = build_graph("mobilenet", **args)
+    vanilla = train(target, built, 3)
+    got = _cross_train([target], [build_graph("mobilenet", cross_workers=1, **args)], 3)
+    assert_bitwise_equal(([], vanilla[1]), ([], got[1]))
+    names = [v.op.name for v in built.graph.get_collection("variables")]
+    moving = [i for i, n in enumerate(names) if n.endswith(("moving_mean", "moving_variance"))]
+    assert len(moving) == 54
+    # the means start at 0 and the variances at 1: each moved
+    assert all(np.abs(vanilla[1][i] - ("variance" in names[i])).sum() > 0 for i in moving)
+    assert got[2] == 3
+
+
 def test_a_run_takes_the_token_of_the_ops_beside_the_gradients_only_in_its_turn(cluster):
     """The order behind a deadlock a CI rehearsal hit: a compute run that took the token of the
     ops beside the gradients before its turn held it while the run before, which has the turn,

@@ -121,6 +121,34 @@ def test_building_a_batch_norm_model_prints_no_deprecation_notice():
     assert "deprecated" not in p.stderr, p.stderr[-2000:]
 
 
+def test_a_training_step_updates_batch_norms_moving_averages(tmp_path):
+    """MobileNet's 27 batch normalizations keep a moving mean and variance each on the PS: a
+    training step updates all 54 (each a push of its batch's statistic, which the analysis finds
+    as a transfer to the PS), not with ``moving_averages=False``, and a forward pass has none."""
+    from tfsched.analysis import analyze
+    from tfsched.enforce.crossing import _run_ancestors
+
+    def updated(**kw) -> tuple:
+        built = build_graph("mobilenet", batch_size=2, image_size=32, **kw)
+        ops = _run_ancestors([built.graph.get_operation_by_name(f) for f in built.fetches])
+        return built, sorted(
+            op.inputs[0].op.name
+            for op in ops
+            if op.type == "AssignSubVariableOp" and op.device.startswith("/job:ps/")
+        )
+
+    built, names = updated()
+    assert len(names) == 54 and all(n.endswith(("moving_mean", "moving_variance")) for n in names)
+    assert not updated(moving_averages=False)[1]
+    assert not updated(mode="inference")[1]
+    path = tmp_path / "g.pb"
+    path.write_bytes(built.graph_def().SerializeToString())
+    pushed = {
+        t.variable for t in analyze(str(path), fetches=built.fetches).graph.transfers if t.kind == "push"
+    }
+    assert set(names) <= pushed
+
+
 def _bytes_per_ps(built) -> dict[str, int]:
     import tensorflow as tf
 

@@ -22,6 +22,7 @@ from tfsched.bench.run import (
 )
 from tfsched.bench.stagger import PHASE_NAMES, PHASES
 from tfsched.io import write_atomic
+from tfsched.models.build import BATCH_NORM_MODELS
 
 
 def paired_ratio_ci(mode: ModeResult, base: ModeResult, level: float = 0.95) -> tuple[float, float] | None:
@@ -410,6 +411,8 @@ def markdown(summary: dict) -> str:
     link = link_text(c)
     link += f", {c['inter_op_threads']} inter-op threads a task" if c.get("inter_op_threads") else ""
     batch = f", batch {c['batch_size']}" if c.get("batch_size") else ""
+    if c["mode"] == "train" and c["model"] in BATCH_NORM_MODELS and not c.get("moving_averages"):
+        batch += ", without batch normalization's moving averages"  # the key's absence too: see bench
     # how the variables were spread, where not by the bytes each moves (the default)
     placed = _placed(c.get("ps_placement", "bytes"))
     lines = [

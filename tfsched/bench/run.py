@@ -1330,6 +1330,7 @@ def cluster_side_by_side(
     done: Callable[[int, int], None] | None = None,
     ps_placement: str | tuple[str, ...] = "bytes",
     inter_op_threads: int = 0,
+    moving_averages: bool = True,
     host_cores: float = 0.0,
 ) -> dict[str, ModeResult]:
     """Side by side on an emulated multi-host cluster (``bandwidth_bps`` given) or on loopback.
@@ -1347,6 +1348,8 @@ def cluster_side_by_side(
     under their names, the others' as ``MODE@PLACEMENT`` (``placed_mode``), each predicted on
     its own graph from its own baseline's traces. ``inter_op_threads``: how many kernels each
     task runs at a time, ``host_cores`` the cores of its own each task has (``host_cluster``'s).
+    ``moving_averages``: ``build_graph``'s (a training step updates its batch normalization's
+    moving statistics).
     """
     from tfsched.bench.netns import check_latency
     from tfsched.models import build_graph
@@ -1373,6 +1376,7 @@ def cluster_side_by_side(
                 mode=mode,
                 ps_placement=where,
                 cross_workers=workers if cross else 0,
+                moving_averages=moving_averages,
             )
             if built.train_op is None:  # inference: a step is the forward pass
                 built.train_op = built.loss
