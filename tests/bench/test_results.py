@@ -659,7 +659,29 @@ def test_the_step_once_the_pipeline_is_full_leaves_out_a_rounds_first_and_last_s
     base.per_worker, base.rounds = {0: [2.0] * 3, 1: [1.8] * 3}, [(6, 6.0)]
     assert crossed.steady_step_s == pytest.approx(1.0) and base.steady_step_s is None
     summary = summarize({"baseline": base, "cross": crossed}, config)
-    assert "`cross` 1.000 s (2.000x the baseline's step)" in markdown(summary)
+    assert "`cross` 1.000 s (2.000x the baseline's step; sync p95/p50 1.000)" in markdown(summary)
     record = next(r for r in summary["modes"] if r["mode"] == "cross")
     record.pop("steady_step_s")  # as a file of before then has it
     assert realigned(record, 3)["steady_step_s"] == pytest.approx(1.0)
+
+
+def test_the_steps_once_the_pipeline_is_full_have_their_spread_beside_the_baselines_same_steps():
+    """Two rounds of five steps: across the barrier 1.8 s, 1.0 s, 1.0 s, 1.2 s, 0.4 s a round
+    (p95/p50 1.8 over them all), 1.2 once its ends are left out; the baseline's middle steps
+    2.0 s, 2.0 s and 2.2 s, whose 1.1 is set beside it."""
+    config = dict(CONFIG, workers=1, steps=5)
+    crossed = ModeResult("cross", step_times=[1.0] * 10, steps=10, wall_s=10.8)
+    crossed.iterations = [[t] for t in (1.8, 1.0, 1.0, 1.2, 0.4) * 2]
+    crossed.per_worker, crossed.rounds = {0: [1.0] * 10}, [(5, 5.4), (5, 5.4)]
+    base = ModeResult("baseline", step_times=[2.0] * 10, steps=10, wall_s=20.4)
+    base.iterations = [[t] for t in (2.0, 2.0, 2.0, 2.2, 2.0) * 2]
+    base.per_worker, base.rounds = {0: [2.0] * 10}, [(5, 10.2), (5, 10.2)]
+    summary = summarize({"baseline": base, "cross": crossed}, config)
+    records = {r["mode"]: r for r in summary["modes"]}
+    assert records["cross"]["iteration_p95_over_p50"] == pytest.approx(1.8)
+    assert records["cross"]["steady_iteration_p95_over_p50"] == pytest.approx(1.2)
+    assert records["baseline"]["steady_iteration_p95_over_p50"] == pytest.approx(1.1)
+    md = markdown(summary)
+    ratio = 2.04 / (3.2 / 3)  # the baseline's step over the crossing's once full
+    assert f"`cross` 1.067 s ({ratio:.3f}x the baseline's step; sync p95/p50 1.200)" in md
+    assert "The baseline's sync p95/p50 over the same places in its rounds: 1.100." in md

@@ -16,6 +16,7 @@ from tfsched.bench.run import (
     placed_mode,
     split_placed,
     spread,
+    steady_spread,
     steady_step,
     steps_across,
     training_step_s,
@@ -181,6 +182,17 @@ def realigned(r: dict, steps: int) -> dict:
     if steady != r.get("steady_step_s"):
         redone["steady_step_s"] = steady
     return {**r, **redone} if redone else r
+
+
+def _parenthesized(*parts: str) -> str:
+    """The non-empty ``parts`` in parentheses after a space, separated by semicolons; nothing
+    for none.
+
+    >>> _parenthesized("1.4x", ""), _parenthesized("", "")
+    (' (1.4x)', '')
+    """
+    said = [p for p in parts if p]
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def step_of(r: dict, workers: int) -> float | None:
@@ -466,17 +478,31 @@ def markdown(summary: dict) -> str:
         base = next((r for r in summary["modes"] if r["mode"] == "baseline"), None)
         base_step = step_of(base, c["workers"]) if base else None
         steady = [r for r in summary["modes"] if r.get("steady_step_s")]
+
+        def middle_spread(r: dict) -> float | None:  # from the raw times, as steady_step_s
+            its = r.get("iterations") or []
+            return steady_spread(its, len(its) // c["steps"]) if c.get("steps") else None
+
         if steady:
+            base_spread = middle_spread(base) if base else None
             lines[-1] += (
                 " Once the pipeline is full (a round's steps but its first, whose pulls have no step "
                 "before them to overlap, and its last, whose compute run has no run after it to share "
                 "the machine with: a long training has each once, these rounds each time): "
                 + ", ".join(
                     f"`{r['mode']}` {r['steady_step_s']:.3f} s"
-                    + (f" ({base_step / r['steady_step_s']:.3f}x the baseline's step)" if base_step else "")
+                    + _parenthesized(
+                        f"{base_step / r['steady_step_s']:.3f}x the baseline's step" if base_step else "",
+                        f"sync p95/p50 {sp:.3f}" if (sp := middle_spread(r)) else "",
+                    )
                     for r in steady
                 )
                 + "."
+                + (
+                    f" The baseline's sync p95/p50 over the same places in its rounds: {base_spread:.3f}."
+                    if base_spread
+                    else ""
+                )
             )
         if redone:
             lines[-1] += (

@@ -155,6 +155,15 @@ def steps_across(ends: list[list[float]], start: float = 0.0) -> list[list[float
     return out
 
 
+def _middle_steps(iterations: list[list[float]], rounds: int) -> list[float]:
+    """The synchronized steps (each its slowest worker's time) of ``rounds`` rounds of equal
+    steps but each round's first and last; none for fewer than three steps a round."""
+    per = len(iterations) // rounds if rounds > 0 else 0
+    if per < 3:
+        return []
+    return [max(it) for k, it in enumerate(iterations[: per * rounds]) if 0 < k % per < per - 1 and it]
+
+
 def steady_step(iterations: list[list[float]], rounds: int) -> float | None:
     """Across the barrier, the training step once the pipeline is full: the mean of a round's
     synchronized steps (``steps_across``) but its first and its last, over ``rounds`` rounds of
@@ -173,11 +182,23 @@ def steady_step(iterations: list[list[float]], rounds: int) -> float | None:
     >>> steady_step([[1.3, 1.2], [1.0, 0.9], [0.8, 0.6], [1.4, 1.3], [0.9, 1.0], [0.7, 0.5]], 2)
     1.0
     """
-    per = len(iterations) // rounds if rounds > 0 else 0
-    if per < 3:
-        return None
-    middle = [max(it) for k, it in enumerate(iterations[: per * rounds]) if 0 < k % per < per - 1 and it]
+    middle = _middle_steps(iterations, rounds)
     return sum(middle) / len(middle) if middle else None
+
+
+def steady_spread(iterations: list[list[float]], rounds: int) -> float | None:
+    """p95/p50 of the synchronized steps ``steady_step`` averages (each round's but its first
+    and last); None for fewer than three steps a round. Of a mode behind the barrier too, so
+    that one across it is set beside the baseline's same steps: the rounds' ends, which an
+    empty pipeline makes slow and fast across the barrier, are most of its p95 over whole rounds
+    (eightieth session: ResNet-50 training at 1 Gbit/s, rounds of five, 1.19 over the rounds and
+    1.04 without their ends, the baseline's 1.05 and 1.04).
+
+    >>> steady_spread([[2.0], [1.0], [1.0], [0.5], [2.0], [1.0], [1.2], [0.5]], 2)
+    1.2
+    """
+    middle = _middle_steps(iterations, rounds)
+    return round(spread(middle), 6) if middle else None
 
 
 def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: int | None = None) -> ModeSpec:
@@ -547,6 +568,12 @@ class ModeResult:
             # worker's own steps)
             **({"iterations_from": "last_end"} if crosses(self.mode) else {}),
             **({"steady_step_s": steady} if (steady := self.steady_step_s) else {}),
+            # the same steps' p95/p50, of every mode (``steady_spread``)
+            **(
+                {"steady_iteration_p95_over_p50": sp}
+                if (sp := steady_spread(self.iterations, len(self.rounds)))
+                else {}
+            ),
             # a timing-aware mode: what its order came from (files from before the seventeenth
             # session have no such field: their TAO was ordered from the cost model)
             **({"ordered_from": ORDERED_FROM_TRACE} if self.order_trace is not None else {}),
