@@ -191,8 +191,8 @@ def steady_spread(iterations: list[list[float]], rounds: int) -> float | None:
     and last); None for fewer than three steps a round. Of a mode behind the barrier too, so
     that one across it is set beside the baseline's same steps: the rounds' ends, which an
     empty pipeline makes slow and fast across the barrier, are most of its p95 over whole rounds
-    (eightieth session: ResNet-50 training at 1 Gbit/s, rounds of five, 1.19 over the rounds and
-    1.04 without their ends, the baseline's 1.05 and 1.04).
+    (eightieth session: ResNet-50 training at 1 Gbit/s, rounds of five, 1.18 and 1.19 over the
+    rounds, 1.05 and 1.06 without their ends; the baseline's 1.05 and 1.04).
 
     >>> steady_spread([[2.0], [1.0], [1.0], [0.5], [2.0], [1.0], [1.2], [0.5]], 2)
     1.2
