@@ -119,6 +119,8 @@ ROWS = {
     "resnet50-train-10g-cross": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 4 --rounds 36 --batch-size 8 --modes baseline,tao+pc+host,cross,tao+pc+ready+cross",
     # and Inception-v3 training so (its 188 moving statistics), at the inception_v3-train row's batch
     "inception_v3-train-cross": "--model inception_v3 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 3 --batch-size 73 --modes baseline,tao+pc+host,cross,tao+pc+ready+cross",
+    # and MobileNet's (54), at the mobilenet-train row's batch
+    "mobilenet-train-cross": "--model mobilenet --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 3 --batch-size 99 --modes baseline,tao+pc+host,cross,tao+pc+ready+cross",
 }
 
 
