@@ -167,10 +167,11 @@ def cross_barrier_step(
             for w in range(workers)
         ]
 
+    turns_at = worker_device or pairs[0][0].device  # the worker's turn queues
     with tf.name_scope(name):
         # One compute run at a time through the read gates, in the order they take the turn:
         # two runs in flight (CrossingRunner's depth) never take each other's tokens.
-        with tf.device(worker_device or pairs[0][0].device):
+        with tf.device(turns_at):
             turn = v1.FIFOQueue(
                 capacity=2,
                 dtypes=[tf.int32],
@@ -229,11 +230,12 @@ def cross_barrier_step(
             queued.append((held, reads, updates, v, g))
         if also:
             passed.append(also_turn)
-        with tf.device(worker_device or pairs[0][0].device), tf.control_dependencies(passed or [my_turn]):
-            compute.append(turn.enqueue(0))  # the next run's turn: this one's gates all passed
-        if also:
-            with tf.device(worker_device or pairs[0][0].device), tf.control_dependencies(also):
-                compute.append(turns[1].enqueue(0))
+        with tf.device(turns_at):
+            with tf.control_dependencies(passed or [my_turn]):
+                compute.append(turn.enqueue(0))  # the next run's turn: this one's gates all passed
+            if also:
+                with tf.control_dependencies(also):
+                    compute.append(turns[1].enqueue(0))
         compute_op = tf.group(*compute, name="compute")
 
         # the apply run: each gradient pushed as it is queued, held on the PS until every
@@ -271,7 +273,7 @@ def cross_barrier_step(
                     mine = reads[worker]
                     with tf.control_dependencies([mine.dequeue_many(mine.size())]):
                         resets.append(mine.enqueue_many([tf.zeros([workers], tf.int32)]))
-        with tf.device(worker_device or pairs[0][0].device):
+        with tf.device(turns_at):
             for q in turns:
                 with tf.control_dependencies([q.dequeue_many(q.size())]):
                     resets.append(q.enqueue(0))
