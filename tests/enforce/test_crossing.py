@@ -176,27 +176,198 @@ def test_a_run_takes_the_token_of_the_ops_beside_the_gradients_only_in_its_turn(
     built = _moving_average_graph(cross=True)
     with built.graph.as_default(), tf.device("/job:worker/task:0"):
         # the runs' own queues, by their shared names (tfsched.enforce.crossing)
-        turn, also = (
+        turn, order = (
             tf.compat.v1.FIFOQueue(2, [tf.int32], shapes=[[]], shared_name=f"tfsched_cross/{n}0of1")
-            for n in ("turn", "also")
+            for n in ("turn", "order")
         )
-        take_turn, give_turn, sizes = turn.dequeue(), turn.enqueue(0), (turn.size(), also.size())
+        take_turn, give_turn, sizes = turn.dequeue(), turn.enqueue(0), (turn.size(), order.size())
     with tf.compat.v1.Session(cluster.target("worker", 0), graph=built.graph) as sess:
         sess.run(built.init_op)
-        runner = CrossingRunner(sess, built.crossing, options=_options())
-        runner.prime()
-        assert sess.run(sizes) == (1, 1)
-        sess.run(take_turn)
-        box = {}
-        run = threading.Thread(target=lambda: box.setdefault("ends", runner.run(1)), daemon=True)
-        run.start()
-        time.sleep(2.0)
-        assert run.is_alive()  # waiting for its turn
-        assert sess.run(sizes) == (0, 1)  # and the token still there
-        sess.run(give_turn)
-        run.join(60)
-        assert not run.is_alive() and len(box["ends"]) == 1
+        # while the run waits for its turn, the token is still there
+        _a_run_held_for_its_turn(sess, built, take_turn, give_turn, lambda: sess.run(sizes) == (0, 1))
         assert sess.run(sizes) == (1, 1)  # both passed on for the next run
+
+
+def _a_run_held_for_its_turn(sess, built, take_turn, give_turn, meanwhile) -> None:
+    """One step of ``built``'s runner on ``sess`` with the turn taken (``take_turn``: where the
+    run before would hold it): after 2 s the run still waits, and ``meanwhile()`` holds; given
+    the turn (``give_turn``), the run ends, its step applied."""
+    runner = CrossingRunner(sess, built.crossing, options=_options())
+    runner.prime()
+    sess.run(take_turn)
+    box = {}
+    run = threading.Thread(target=lambda: box.setdefault("ends", runner.run(1)), daemon=True)
+    run.start()
+    time.sleep(2.0)
+    assert run.is_alive()  # waiting for its turn
+    assert meanwhile()
+    sess.run(give_turn)
+    run.join(60)
+    assert not run.is_alive() and len(box["ends"]) == runner.applied == 1
+
+
+_BATCHES = [3, 1, 4, 2, 5, 3, 2]  # a batch's rows: known only in its run
+
+
+def _input_graph(cross: bool, optimizer=None):
+    """An embedding looked up by each batch's ids, a batch of a size known only in its run (an
+    input iterator's next element), through a layer with dropout (a stateful random
+    draw), on two PS: the embedding's gradient is sparse, of unknown rows."""
+    import tensorflow as tf
+
+    from tfsched.enforce.crossing import cross_barrier_step
+
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    worker = "/job:worker/task:0"
+    everything = np.random.RandomState(0).randint(0, 20, sum(_BATCHES)).astype(np.int32)
+    with graph.as_default(), graph.device(v1.train.replica_device_setter(ps_tasks=2, worker_device=worker)):
+        starts = tf.constant(np.cumsum([0, *_BATCHES]), tf.int64)
+        batches = tf.data.Dataset.range(len(_BATCHES)).map(
+            lambda i: tf.gather(tf.constant(everything), tf.range(starts[i], starts[i + 1]))
+        )
+        iterator = v1.data.make_initializable_iterator(batches)
+        ids = iterator.get_next()
+        emb = v1.get_variable(
+            "emb", [20, 8], initializer=v1.glorot_uniform_initializer(seed=1), use_resource=True
+        )
+        w = v1.get_variable("w", [8, 4], initializer=v1.glorot_uniform_initializer(seed=2), use_resource=True)
+        h = tf.nn.dropout(tf.matmul(tf.nn.embedding_lookup(emb, ids), w), rate=0.5, seed=7)
+        loss = tf.reduce_mean(tf.square(h))
+        opt = (optimizer or v1.train.AdamOptimizer)(0.01)
+        step = v1.train.get_or_create_global_step()
+        grads = opt.compute_gradients(loss)
+        crossing = None
+        if cross:
+            crossing = cross_barrier_step(opt, grads, worker=0, workers=1, global_step=step)
+            train_op = crossing.compute_op
+        else:
+            train_op = opt.apply_gradients(grads, global_step=step)
+        init = tf.group(v1.global_variables_initializer(), iterator.initializer)
+    batches = np.split(everything, np.cumsum(_BATCHES)[:-1])
+    return SimpleNamespace(
+        graph=graph,
+        train_op=train_op,
+        init_op=init,
+        crossing=crossing,
+        iterator=iterator,
+        batches=batches,
+        loss=loss,
+    )
+
+
+def _values(target, built):
+    import tensorflow as tf
+
+    with tf.compat.v1.Session(target, graph=built.graph) as sess:
+        return sess.run(built.graph.get_collection("variables"))
+
+
+@pytest.mark.parametrize("left", [1, 0, None])
+def test_an_input_iterators_batches_and_dropouts_draws_keep_their_order_to_the_inputs_end(cluster, left):
+    """Two compute runs in flight each take a batch from the input iterator and draw dropout's
+    mask: a run takes them after the run before took its own (the order token), so each step
+    has the batch and the mask it has behind the barrier. At the input's end the steps before it
+    are applied in full, and the iterator's error is raised, with ``left`` batches when two runs
+    start together (none: the second waits for the turn the first took when it met the end;
+    ``within``: it is given it, and meets the end too), or in one call from the first batch
+    (``left`` None: steps applied while the call still starts runs count): every value is vanilla
+    TensorFlow's, trained until its iterator ended. (With an optimizer whose every update waits
+    for its gradient: Adam's sparse update scales its slots first, which a step that meets the
+    end may have done, behind the barrier too, as its ops happen to run.)"""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    momentum = lambda rate: v1.train.MomentumOptimizer(rate, 0.9)  # noqa: E731
+    target = cluster.target("worker", 0)
+    vanilla = _input_graph(cross=False, optimizer=momentum)
+    with tf.compat.v1.Session(target, graph=vanilla.graph) as sess:
+        sess.run(vanilla.init_op)
+        with pytest.raises(tf.errors.OutOfRangeError):
+            for _ in range(len(_BATCHES) + 1):
+                sess.run(vanilla.train_op)
+        expected = sess.run(vanilla.graph.get_collection("variables"))
+    crossed = _input_graph(cross=True, optimizer=momentum)
+    ops = crossed.graph.get_operations()
+    taken = [
+        op for op in ops if op.type in ("IteratorGetNext", "RandomUniform") and "Initializer" not in op.name
+    ]
+    assert len(taken) == 2
+    for op in taken:  # each waits for the run before to take its own
+        queues = [
+            c.inputs[0].op.get_attr("shared_name") for c in op.control_inputs if c.type == "QueueDequeueV2"
+        ]
+        assert queues == [b"tfsched_cross/order0of1"]
+    # the embedding's gradient, of rows known only in the run, is held in a padding queue
+    assert any(
+        op.type == "PaddingFIFOQueueV2" and b"emb/held" in op.get_attr("shared_name")
+        for op in crossed.graph.get_operations()
+    )
+    with tf.compat.v1.Session(target, graph=crossed.graph) as sess:
+        sess.run(crossed.init_op)
+        runner = CrossingRunner(sess, crossed.crossing, options=_options())
+        runner.prime()
+        if left is not None:
+            assert len(runner.run(len(_BATCHES) - left)) == len(_BATCHES) - left
+        # two runs started together: with a batch left, the one that takes its turn second
+        # meets the end, whichever of the two it is, and the other's step is applied
+        steps = len(_BATCHES) + 3 if left is None else 3
+        ran = within(30, lambda: runner.run(steps, fetches=crossed.loss))  # the runs' deadline is 60 s
+        assert isinstance(ran.get("error"), tf.errors.OutOfRangeError), ran
+        assert runner.applied == len(_BATCHES)
+        assert len(runner.fetched) == (len(_BATCHES) if left is None else left)  # the steps applied
+        with pytest.raises(TfschedError, match="a run failed \\(OutOfRangeError\\) and closed its session"):
+            runner.run(1)
+    # the variables live on the PS (the same as vanilla's, whose values were read before)
+    got = _values(target, crossed)
+    assert_bitwise_equal(([], expected), ([], got))
+    names = [v.op.name for v in crossed.graph.get_collection("variables")]
+    assert got[names.index("global_step")] == len(_BATCHES)  # every step's update, no more
+
+
+def test_a_run_takes_its_batch_only_in_its_turn(cluster):
+    """With the turn held here (where the run before would hold it), a run waits for its turn
+    and leaves the input iterator alone: a batch taken meanwhile is the first. Given the turn,
+    the run takes the next one."""
+    import tensorflow as tf
+
+    crossed = _input_graph(cross=True)
+    with crossed.graph.as_default(), tf.device("/job:worker/task:0"):
+        turn = tf.compat.v1.FIFOQueue(2, [tf.int32], shapes=[[]], shared_name="tfsched_cross/turn0of1")
+        take_turn, give_turn, first = turn.dequeue(), turn.enqueue(0), crossed.iterator.get_next()
+    with tf.compat.v1.Session(cluster.target("worker", 0), graph=crossed.graph) as sess:
+        sess.run(crossed.init_op)
+        first_batch = crossed.batches[0].tolist()
+        _a_run_held_for_its_turn(
+            sess, crossed, take_turn, give_turn, lambda: sess.run(first).tolist() == first_batch
+        )
+
+
+def test_a_sparse_gradient_of_rows_known_only_in_the_run_crosses_bitwise_vanilla(cluster):
+    """Each step's batch of ids is as long as the step has (an input iterator's next element):
+    the embedding's gradient has rows known only in the run, held as it is (a padding queue)
+    and given to Adam's sparse update of its own step. Each step's loss, fetched by its compute
+    run (``fetches``), is the one behind the barrier."""
+    import tensorflow as tf
+
+    target = cluster.target("worker", 0)
+    steps = len(_BATCHES) - 1  # short of the end: every update waits on its step's batch
+    vanilla = _input_graph(cross=False)
+    with tf.compat.v1.Session(target, graph=vanilla.graph) as sess:
+        sess.run(vanilla.init_op)
+        losses = [sess.run([vanilla.train_op, vanilla.loss])[1] for _ in range(steps)]
+        expected = sess.run(vanilla.graph.get_collection("variables"))
+    crossed = _input_graph(cross=True)
+    with tf.compat.v1.Session(target, graph=crossed.graph) as sess:
+        sess.run(crossed.init_op)
+        runner = CrossingRunner(sess, crossed.crossing, options=_options())
+        runner.prime()
+        assert len(runner.run(2, fetches=crossed.loss)) == runner.applied == 2
+        first = runner.fetched
+        assert len(runner.run(steps - 2, fetches={"loss": crossed.loss})) == steps - 2
+        fetched = first + [v["loss"] for v in runner.fetched]
+    assert_bitwise_equal((losses, expected), (fetched, _values(target, crossed)))
+    assert len(set(losses)) == steps  # each step its own batch, mask and values
 
 
 def test_one_worker_across_the_barrier_under_the_pass_is_bitwise_vanilla(cluster):
@@ -326,16 +497,21 @@ def test_what_cannot_cross():
     from tfsched.enforce.crossing import cross_barrier_step
 
     with tf.Graph().as_default():
-        emb = tf.compat.v1.get_variable("emb", [10, 4])
-        # a lookup of rows not known until the run: its gradient's shape neither
-        rows = tf.compat.v1.placeholder(tf.int32, [None])
-        loss = tf.reduce_sum(tf.gather(emb, rows))
-        opt = tf.compat.v1.train.GradientDescentOptimizer(0.1)
-        with pytest.raises(TfschedError, match="emb has a sparse gradient of unknown rows of unknown shape"):
+        v1 = tf.compat.v1
+        emb = v1.get_variable("emb", [10, 4])
+        # a variable whose shape is known only in the run: its gradient's rank neither
+        shapeless = v1.Variable(
+            v1.placeholder_with_default(tf.zeros([3]), shape=None), validate_shape=False, name="shapeless"
+        )
+        loss = tf.reduce_sum(tf.gather(emb, v1.placeholder(tf.int32, [None]))) + tf.reduce_sum(shapeless)
+        opt = v1.train.GradientDescentOptimizer(0.1)
+        with pytest.raises(TfschedError, match="shapeless has a gradient of unknown rank"):
             cross_barrier_step(opt, opt.compute_gradients(loss), worker=0, workers=1)
-        # a known number of rows crosses
-        known = tf.reduce_sum(tf.gather(emb, [1, 2]))
-        assert cross_barrier_step(opt, opt.compute_gradients(known), worker=0, workers=1).variables == [emb]
+        # a lookup of rows known only in the run crosses
+        unknown_rows = tf.reduce_sum(tf.gather(emb, v1.placeholder(tf.int32, [None])))
+        assert cross_barrier_step(
+            opt, opt.compute_gradients(unknown_rows), worker=0, workers=1
+        ).variables == [emb]
         with pytest.raises(TfschedError, match="worker 2 of 2"):
             cross_barrier_step(opt, opt.compute_gradients(loss), worker=2, workers=2)
     with pytest.raises(TfschedError, match="depth must be 1 or 2"):

@@ -27,6 +27,10 @@ variable's next read until its update is done. tfsched does it in the graph inst
   its variable is updated, during this step's backward pass, as ByteScheduler's engine lets
   it. A token queue on the worker lets one run at a time through the read gates, in the order
   the runs take it, so two runs never take each other's tokens.
+* what a run's effect hangs on the order of (``_in_order``: an input iterator's next batch, a
+  stateful random op's draw such as dropout's mask, a moving mean's update) waits on a second
+  token, taken in the run's turn and given back once the run has done all of it: two runs in
+  flight take their batches and masks, and update their means, one after the other, in order.
 
 Every wait is a queue's dequeue: it holds no thread (an asynchronous kernel), ends with the
 run's deadline (``RunOptions.timeout_in_ms``), and ends when its session is closed (the
@@ -56,6 +60,7 @@ class CrossingStep:
     compute_op: object  # the reads, forward, backward and the gradients queued on the worker
     apply_op: object  # the pushes and the PS's updates of one step
     prime_op: object  # empties this worker's queues and gives its gates one step's tokens
+    pass_op: object  # gives the turn on for a run that met the input's end and took it
     variables: list  # the variables gated, in the order of their gradients
     workers: int
     worker: int
@@ -118,7 +123,9 @@ def cross_barrier_step(
     ``tf.compat.v1.train.Optimizer``, between-graph replication: each of ``workers`` workers
     builds its own graph and applies its own gradients, as the bench's graphs do);
     ``worker_device`` holds the gradients between the two runs (default: the gradients'
-    device). Call it in the graph's context, where ``apply_gradients`` would be called.
+    device). Call it in the graph's context, where ``apply_gradients`` would be called. A
+    gradient of a shape known only in the run (a sparse one of a batch's rows) is held in a
+    padding queue; one of unknown rank is an error.
 
     ``compute_also``: ops the step runs besides its gradients, such as batch normalization's
     moving averages (``tf.compat.v1.GraphKeys.UPDATE_OPS``), which behind the barrier go in as
@@ -143,16 +150,17 @@ def cross_barrier_step(
     if not pairs:
         raise TfschedError("crossing the barrier: no variable has a gradient")
     for g, v in pairs:
-        if not all(t.shape.is_fully_defined() for t in _parts(g)):
-            kind = "a sparse gradient of unknown rows" if isinstance(g, tf.IndexedSlices) else "a gradient"
+        if any(t.shape.rank is None for t in _parts(g)):
             raise TfschedError(
-                f"crossing the barrier: variable {v.op.name} has {kind} of unknown shape; only "
-                "gradients of known shape are held between the runs"
+                f"crossing the barrier: variable {v.op.name} has a gradient of unknown rank; only "
+                "gradients of known rank are held between the runs"
             )
     v1 = tf.compat.v1
     also = [getattr(x, "op", x) for x in compute_also]  # ops or tensors
     gradient_side = _run_ancestors([t.op for g, _ in pairs for t in _parts(g)])
     compute_side = gradient_side | _run_ancestors(also)
+    read_by = [_readers(v, compute_side) for _, v in pairs]
+    in_order = _in_order(compute_side, {op for ops in read_by for op in ops})
     compute, queued, resets = [], [], []
 
     def gates(v, role: str) -> list:
@@ -179,30 +187,27 @@ def cross_barrier_step(
                 shared_name=f"tfsched_cross/turn{worker}of{workers}",
             )
             my_turn = turn.dequeue()
-            # the ops beside the gradients, one run's after the other's: their own variables'
-            # reads and writes (a moving mean's) wait for the run before to finish them, or two
-            # runs in flight would both read the mean before either wrote it
+            # what hangs on the runs' order (``_in_order``: a moving mean's update, an input
+            # iterator's next element, dropout's draw), one run's after the other's: it waits
+            # for the run before to finish its own, or two runs in flight would both read the
+            # mean before either wrote it, or take each other's batch
             turns = [turn]
-            if also:
+            if in_order:
                 turns.append(
                     v1.FIFOQueue(
                         capacity=2,
                         dtypes=[tf.int32],
                         shapes=[[]],
-                        shared_name=f"tfsched_cross/also{worker}of{workers}",
+                        shared_name=f"tfsched_cross/order{worker}of{workers}",
                     )
                 )
                 # taken in the run's turn, and before it passes the turn on: two runs started
                 # together would otherwise each hold the token the other waits for (the later
                 # run's token first, then its reads wait for the earlier run's updates)
                 with tf.control_dependencies([my_turn]):
-                    also_turn = turns[1].dequeue()
-        for op in compute_side - gradient_side:  # what only the ops beside the gradients need
-            if any(t.dtype == tf.resource or t.dtype._is_ref_dtype for t in op.inputs):
-                op._add_control_input(also_turn.op)
+                    order_turn = turns[1].dequeue()
         passed = []
-        for g, v in pairs:
-            readers = _readers(v, compute_side)
+        for (g, v), readers in zip(pairs, read_by, strict=True):
             with tf.device(v.device):
                 # a variable no op of the step reads has no read gate: nothing to wait for
                 reads = gates(v, "read") if readers else []
@@ -217,7 +222,11 @@ def cross_barrier_step(
                     compute.extend(q.enqueue(0) for q in updates)
             parts = _parts(g)
             with tf.device(worker_device or g.device):
-                held = v1.FIFOQueue(
+                # a sparse gradient of rows known only in the run (the lookup of a batch of
+                # unknown size): a padding queue, whose dequeue gives each gradient as it was
+                # queued (the prime's dequeue_many pads what it empties)
+                known = all(t.shape.is_fully_defined() for t in parts)
+                held = (v1.FIFOQueue if known else v1.PaddingFIFOQueue)(
                     capacity=2,
                     dtypes=[t.dtype for t in parts],
                     shapes=[t.shape for t in parts],
@@ -228,15 +237,11 @@ def cross_barrier_step(
                     compute.append(held.enqueue(parts))
                 resets.append(held.dequeue_many(held.size()))
             queued.append((held, reads, updates, v, g))
-        if also:
-            passed.append(also_turn)
+        if in_order:
+            passed.append(order_turn)
         with tf.device(turns_at):
             with tf.control_dependencies(passed or [my_turn]):
                 compute.append(turn.enqueue(0))  # the next run's turn: this one's gates all passed
-            if also:
-                with tf.control_dependencies(also):
-                    compute.append(turns[1].enqueue(0))
-        compute_op = tf.group(*compute, name="compute")
 
         # the apply run: each gradient pushed as it is queued, held on the PS until every
         # worker has read the variable in this step, then the optimizer's own update
@@ -266,6 +271,16 @@ def cross_barrier_step(
         with tf.control_dependencies([update]):
             apply_op = tf.group(*release, name="apply")
 
+        if in_order:
+            # an op the apply run runs too (a learning rate both runs read) is left out: the
+            # apply run takes no token
+            in_order = [op for op in in_order if op not in _run_ancestors([apply_op])]
+            for op in in_order:
+                op._add_control_input(order_turn.op)
+            with tf.device(turns_at), tf.control_dependencies(also + in_order):
+                compute.append(turns[1].enqueue(0))
+        compute_op = tf.group(*compute, name="compute")
+
         for _, reads, updates, v, _ in queued:
             with tf.device(v.device):
                 resets.append(updates[worker].dequeue_many(updates[worker].size()))
@@ -278,13 +293,34 @@ def cross_barrier_step(
                 with tf.control_dependencies([q.dequeue_many(q.size())]):
                     resets.append(q.enqueue(0))
         prime_op = tf.group(*resets, name="prime")
+        with tf.device(turns_at):
+            pass_op = tf.group(*(q.enqueue(0) for q in turns), name="pass")
     return CrossingStep(
         compute_op=compute_op,
         apply_op=apply_op,
         prime_op=prime_op,
+        pass_op=pass_op,
         variables=[v for _, v in pairs],
         workers=workers,
         worker=worker,
+    )
+
+
+def _in_order(compute_side: set, gated: set) -> list:
+    """The ops of a compute run whose effect hangs on the order two runs in flight run them in,
+    but the gated reads (``gated``): what the ops beside the gradients read or write of their
+    own (a moving mean), and the step's other stateful ops (an input iterator's next element, a
+    stateful random op's draw: dropout's mask; a read of a variable no gradient updates). Ops
+    without inputs are left out: a variable's or an iterator's handle, which the apply run uses
+    too, and which draws nothing."""
+    import tensorflow as tf
+
+    def touches(op) -> bool:
+        return any(t.dtype == tf.resource or t.dtype._is_ref_dtype for t in op.inputs)
+
+    return sorted(
+        (op for op in compute_side - gated if op.inputs and (touches(op) or op._is_stateful)),
+        key=lambda op: op.name,
     )
 
 
@@ -341,6 +377,8 @@ class CrossingRunner:
         self.options = options
         self.depth = depth
         self.failed: BaseException | None = None  # the failure that closed the session
+        self.applied = 0  # the steps whose updates are all in, over the runner's life
+        self.fetched: list = []  # the last call's ``fetches``, one value per step
 
     def _usable(self) -> None:
         if self.failed is not None:
@@ -353,9 +391,27 @@ class CrossingRunner:
         self._usable()
         self.sess.run(self.step.prime_op, options=self.options)
 
-    def run(self, steps: int, run_metadata: list | None = None) -> list[float]:
+    def run(self, steps: int, run_metadata: list | None = None, fetches=None) -> list[float]:
         """``steps`` steps; each one's end (``time.perf_counter``), in order: a compute run's,
         the last one's at the end of its updates (no next step overlaps them).
+
+        ``fetches``: what each compute run fetches besides its step (the loss, a metric: what a
+        step behind the barrier fetches with ``train_op``); its values, one per step in order,
+        are in ``fetched`` once the call returns (or raises at the input's end). A value is the
+        one behind the barrier: the compute run reads what the step reads.
+
+        A compute run takes no feed: the two runs in flight at the start of a call may take their
+        turns in either order. A step's input comes from the graph (``tf.data``), whose next
+        batch each run takes in its turn. The steps are put in order by their compute runs'
+        ends: a step's reads wait for the updates of the step before, so it ends after it.
+
+        At the end of the input (a compute run's ``OutOfRangeError``: an iterator's last batch
+        taken) no step starts after it, the steps before it are applied in full (``applied``
+        counts them), and then the session is closed and the error raised, as a failed run's
+        is: the step that met the end has nothing to apply, and its apply run waits for its
+        gradients until closed. The turn it took is given on (``pass_op``), so a run after it
+        meets the end too. Every worker must meet the end at the same step: a worker's next
+        reads wait for every worker's updates of the step before.
 
         ``run_metadata``: a list, to trace the steps (``FULL_TRACE``, with the partition graphs):
         each step's ``RunMetadata`` is appended to it in order, its compute run's and its apply
@@ -370,19 +426,20 @@ class CrossingRunner:
             options.CopyFrom(self.options)
             options.trace_level = options.FULL_TRACE
             options.output_partition_graphs = True
+        import tensorflow as tf
+
         errors: list[BaseException] = []
-        ends: list[float] = []
+        ended: list[BaseException] = []  # the input's end, as each run that met it saw it
+        done: dict[int, tuple[float, object]] = {}  # a compute run's end and fetched values
         lock = threading.Lock()
         slots = threading.Semaphore(self.depth)
+        self.fetched, first = [], self.applied  # before any apply run of this call
 
-        def traced(op, into: list, k: int) -> None:
+        def traced(op, into: list, k: int):
             if run_metadata is None:
-                self.sess.run(op, options=options)
-                return
-            import tensorflow as tf
-
+                return self.sess.run(op, options=options)
             into[k] = tf.compat.v1.RunMetadata()
-            self.sess.run(op, options=options, run_metadata=into[k])
+            return self.sess.run(op, options=options, run_metadata=into[k])
 
         def guarded(fn, *args) -> None:
             try:
@@ -395,12 +452,17 @@ class CrossingRunner:
                 if errors:
                     return
                 traced(self.step.apply_op, applied, k)
+                self.applied += 1
 
         def compute(k: int) -> None:
             try:
-                traced(self.step.compute_op, computed, k)
+                out = traced(
+                    self.step.compute_op if fetches is None else (self.step.compute_op, fetches), computed, k
+                )
                 with lock:
-                    ends.append(time.perf_counter())
+                    done[k] = (time.perf_counter(), None if fetches is None else out[1])
+            except tf.errors.OutOfRangeError as e:
+                ended.append(e)
             finally:
                 slots.release()
 
@@ -409,25 +471,40 @@ class CrossingRunner:
         runs = []
         for k in range(steps):
             while not slots.acquire(timeout=0.1):
-                if errors:
+                if errors or ended:
                     break
-            if errors:
+            if errors or ended:
                 break
             runs.append(
                 threading.Thread(target=guarded, args=(compute, k), daemon=True, name="tfsched-cross")
             )
             runs[-1].start()
-        for t in [*runs, applier]:  # each run ends by its deadline
+        # each run ends by its deadline; at the input's end, every compute run (a run after the
+        # one that met it waits for the turn that one took: given it, it meets the end too), and
+        # the updates of those that ended well (the next apply run waits for gradients that
+        # never come, until the session is closed)
+        passed = False
+        for t in runs:
             while t.is_alive() and not errors:
+                if ended and not passed:
+                    passed = True
+                    guarded(self.sess.run, self.step.pass_op, None, self.options)
                 t.join(0.1)
+        while applier.is_alive() and not errors and not (ended and self.applied - first >= len(done)):
+            applier.join(0.1)
         if errors:
             self._fail(errors[0], [*runs, applier])
-        ends.sort()
+        order = sorted(done, key=lambda k: done[k][0])  # the steps' order
+        if fetches is not None:  # at the input's end too: the values of the steps applied
+            self.fetched = [done[k][1] for k in order]
+        if ended:
+            self._fail(ended[0], [*runs, applier])
+        ends = [done[k][0] for k in order]
         ends[-1] = max(ends[-1], time.perf_counter())
         if run_metadata is not None:
-            for compute_md, apply_md in zip(computed, applied, strict=True):
-                compute_md.MergeFrom(apply_md)
-                run_metadata.append(compute_md)
+            for k, apply_md in zip(order, applied, strict=True):
+                computed[k].MergeFrom(apply_md)
+                run_metadata.append(computed[k])
         return ends
 
     def _fail(self, error: BaseException, threads: list) -> None:
