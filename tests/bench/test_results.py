@@ -525,6 +525,15 @@ def test_the_table_says_which_modes_ran_at_the_cores_limit_and_what_that_leaves_
         "Every task had 0.5 cores of its own (a CPU quota: the machine's 2 cores are not lent "
         "between tasks)" in text
     )
+    # their quotas add up to the machine's cores (3 tasks): no more said; past them, that
+    assert "Their quotas add up to" not in markdown(
+        dict(summary, config=dict(summary["config"], host_cores=2 / 3))
+    )
+    summary["config"]["host_cores"] = 0.8
+    assert (
+        "Their quotas add up to 2.4 cores on the machine's 2, though: when every task computes at once"
+        in markdown(summary)
+    )
 
 
 def test_the_table_says_what_no_order_can_beat_and_where_a_mode_measured_under_it():
