@@ -111,6 +111,13 @@ ROWS = {
     # sparse gradient held between the runs as values and indices) on hosts with cores of their
     # own, beside one window per task behind the barrier.
     "transformer-train-hosts-cross": "--model transformer --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 5 --batch-size 21 --host-cores 0.5 --trace-steps 1 --modes baseline,tao+pc+host,tao+pc+host+ready+cross,layer+pc+ready+cross,tao+pc+ready+cross",
+    # The eighty-first session's: the same at 0.4 cores a task, quotas that add up to the
+    # machine's 2 cores (0.5 a task is 2.5 on 2: a limit once every task computes at once, as
+    # across the barrier), in rounds of twenty: the crossing's steps as steady as the baseline's.
+    "transformer-train-hosts04-cross": "--model transformer --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 20 --rounds 4 --batch-size 21 --host-cores 0.4 --trace-steps 1 --modes baseline,tao+pc+host,tao+pc+ready+cross",
+    # and VGG16 training so, at a batch that keeps communication and computation about as equal
+    # at 0.4 cores as 201 does at 0.5
+    "vgg16-train-hosts04-cross": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 3 --batch-size 161 --host-cores 0.4 --trace-steps 1 --modes baseline,tao+pc+host,layer+pc+ready+cross",
     # The eightieth session's: ResNet-50 training with batch normalization's moving averages
     # updated each step (the default since), behind TensorFlow's barrier and across it (the
     # averages in the compute run: ``compute_also``), at the resnet50-train row's batch, five steps
