@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.enforce.conftest import assert_bitwise_equal, train, within
-from tfsched.enforce.crossing import CrossingRunner
+from tfsched.enforce.crossing import CrossingRunner, CrossingStep
 from tfsched.errors import TfschedError
 from tfsched.models import build_graph
 
@@ -370,6 +370,94 @@ def test_a_sparse_gradient_of_rows_known_only_in_the_run_crosses_bitwise_vanilla
     assert len(set(losses)) == steps  # each step its own batch, mask and values
 
 
+_FED = [4, 2, 5, 1, 3]  # each step's batch: its rows, known only when it is fed
+
+
+def _fed_graph(cross: bool):
+    """A batch fed each step (its features and labels, of as many rows as the step has) and a
+    learning rate fed each step, which the optimizer's update reads, on two PS."""
+    import tensorflow as tf
+
+    from tfsched.enforce.crossing import cross_barrier_step
+
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    with (
+        graph.as_default(),
+        graph.device(v1.train.replica_device_setter(ps_tasks=2, worker_device="/job:worker/task:0")),
+    ):
+        x = v1.placeholder(tf.float32, [None, 6], name="x")
+        y = v1.placeholder(tf.float32, [None, 3], name="y")
+        rate = v1.placeholder(tf.float32, [], name="rate")
+        w = v1.get_variable("w", [6, 5], initializer=v1.glorot_uniform_initializer(seed=3), use_resource=True)
+        v = v1.get_variable("v", [5, 3], initializer=v1.glorot_uniform_initializer(seed=4), use_resource=True)
+        loss = tf.reduce_mean(tf.square(tf.matmul(tf.tanh(tf.matmul(x, w)), v) - y))
+        opt = v1.train.MomentumOptimizer(rate, 0.9)
+        step = v1.train.get_or_create_global_step()
+        grads = opt.compute_gradients(loss)
+        crossing = None
+        if cross:
+            crossing = cross_barrier_step(
+                opt, grads, worker=0, workers=1, global_step=step, feeds=[x, y, rate]
+            )
+            train_op = crossing.compute_op
+        else:
+            train_op = opt.apply_gradients(grads, global_step=step)
+        init = v1.global_variables_initializer()
+    rng = np.random.RandomState(5)
+    feeds = [
+        {x: rng.randn(n, 6).astype(np.float32), y: rng.randn(n, 3).astype(np.float32), rate: 0.1 / (1 + k)}
+        for k, n in enumerate(_FED)
+    ]
+    return SimpleNamespace(
+        graph=graph, train_op=train_op, init_op=init, crossing=crossing, loss=loss, feeds=feeds
+    )
+
+
+def test_a_step_fed_each_run_crosses_bitwise_vanilla(cluster):
+    """Each step fed its batch (of its own size) and its learning rate: the compute runs take
+    each step's batch in their turns, and each apply run the rate of its step, so every loss
+    and value is vanilla TensorFlow's fed the same feed dicts one step after the other. The
+    feed dicts end before the steps asked for: the steps fed are applied and no more. A feed
+    dict that lacks a fed tensor, or feeds a value of another shape, fails the call once the
+    steps started are applied, and the runner goes on."""
+    import tensorflow as tf
+
+    target = cluster.target("worker", 0)
+    vanilla = _fed_graph(cross=False)
+    with tf.compat.v1.Session(target, graph=vanilla.graph) as sess:
+        sess.run(vanilla.init_op)
+        losses = [sess.run([vanilla.train_op, vanilla.loss], feed_dict=f)[1] for f in vanilla.feeds]
+        expected = sess.run(vanilla.graph.get_collection("variables"))
+    crossed = _fed_graph(cross=True)
+    step = crossed.crossing
+    assert [t.op.name for t in step.feeds] == ["x", "y", "rate"]
+    assert [t.op.name for t in step.apply_feeds] == ["rate"]  # the optimizer's update reads it
+    with tf.compat.v1.Session(target, graph=crossed.graph) as sess:
+        sess.run(crossed.init_op)
+        runner = CrossingRunner(sess, step, options=_options())
+        runner.prime()
+        with pytest.raises(TfschedError, match="the step is fed x:0, y:0, rate:0: pass feed_dicts"):
+            runner.run(1)
+        first = dict(crossed.feeds[0])
+        lacking = {k: v for k, v in crossed.feeds[1].items() if k.op.name != "y"}
+        with pytest.raises(TfschedError, match="feed dict 1 lacks y:0$"):
+            runner.run(3, feed_dicts=[first, lacking], fetches=crossed.loss)
+        assert runner.applied == 1 and len(runner.fetched) == 1  # the step started, applied
+        fetched = list(runner.fetched)
+        wrong = {k: (np.zeros([2, 7], np.float32) if k.op.name == "x" else v) for k, v in first.items()}
+        with pytest.raises(ValueError, match="Cannot feed value of shape \\(2, 7\\)"):
+            runner.run(1, feed_dicts=[wrong])
+        assert runner.applied == 1
+        by_name = [{k.name: v for k, v in f.items()} for f in crossed.feeds[1:]]  # names feed too
+        ends = runner.run(len(_FED) + 2, feed_dicts=iter(by_name), fetches=crossed.loss)
+        assert len(ends) == len(_FED) - 1 and ends == sorted(ends)  # as many as the feed dicts
+        assert runner.applied == len(_FED)
+        fetched += runner.fetched
+    assert_bitwise_equal((losses, expected), (fetched, _values(target, crossed)))
+    assert len(set(losses)) == len(_FED)
+
+
 def test_one_worker_across_the_barrier_under_the_pass_is_bitwise_vanilla(cluster):
     """TIO's gates served by priority among the arrived (enable(ready=True)), the large tensors
     cut into slices under a credit, on both runs of each step: the gates ran, and the values
@@ -514,6 +602,24 @@ def test_what_cannot_cross():
         ).variables == [emb]
         with pytest.raises(TfschedError, match="worker 2 of 2"):
             cross_barrier_step(opt, opt.compute_gradients(loss), worker=2, workers=2)
+        # a feed of unknown rank, one not a tensor, and one that both runs read (an op of the
+        # forward pass the optimizer's learning rate is too)
+        unknown = v1.placeholder(tf.float32, None, name="unknown")
+        with pytest.raises(TfschedError, match="feed unknown:0 has an unknown rank"):
+            cross_barrier_step(opt, opt.compute_gradients(unknown_rows), worker=0, workers=1, feeds=[unknown])
+        with pytest.raises(TfschedError, match="feed 0.5 is not a tensor of this graph"):
+            cross_barrier_step(opt, opt.compute_gradients(unknown_rows), worker=0, workers=1, feeds=[0.5])
+    with tf.Graph().as_default():
+        rate = v1.placeholder(tf.float32, [], name="rate")
+        scale = tf.identity(rate, name="scale")
+        w = v1.get_variable("w", [3])
+        shared = v1.train.GradientDescentOptimizer(scale)
+        grads = shared.compute_gradients(tf.reduce_sum(w) * scale)
+        with pytest.raises(TfschedError, match="both runs of a step run scale that reads a feed"):
+            cross_barrier_step(shared, grads, worker=0, workers=1, feeds=[rate])
+    # feed dicts for a step built without feeds
+    with pytest.raises(TfschedError, match="feed_dicts for a step that takes no feeds"):
+        CrossingRunner(None, CrossingStep(None, None, None, None, [], 1, 0)).run(1, feed_dicts=[{}])
     with pytest.raises(TfschedError, match="depth must be 1 or 2"):
         CrossingRunner(None, None, depth=3)
     with pytest.raises(TfschedError, match="steps must be at least 1"):

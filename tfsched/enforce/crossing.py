@@ -31,6 +31,8 @@ variable's next read until its update is done. tfsched does it in the graph inst
   stateful random op's draw such as dropout's mask, a moving mean's update) waits on a second
   token, taken in the run's turn and given back once the run has done all of it: two runs in
   flight take their batches and masks, and update their means, one after the other, in order.
+* a step's feeds (``feeds``: a batch fed each step) are queued on the worker in the steps'
+  order before their compute run starts, and a run takes the next ones in its turn.
 
 Every wait is a queue's dequeue: it holds no thread (an asynchronous kernel), ends with the
 run's deadline (``RunOptions.timeout_in_ms``), and ends when its session is closed (the
@@ -64,6 +66,9 @@ class CrossingStep:
     variables: list  # the variables gated, in the order of their gradients
     workers: int
     worker: int
+    feed_op: object = None  # queues one step's feeds (``feeds``) for the run in the next turn
+    feeds: tuple = ()  # the tensors a step is fed (``cross_barrier_step(feeds=...)``)
+    apply_feeds: tuple = ()  # those the apply run reads too (a learning rate), fed to it as well
 
 
 def _run_ancestors(ops) -> set:
@@ -92,10 +97,15 @@ def _queue_name(var, role: str, worker: int, workers: int, held: list | None = N
     graph of the same step (each worker's, each session's), another for another cluster size or
     gradient (a queue's capacity and shapes are fixed when first made). ``held``: the tensors
     the queue holds (``_parts``)."""
-    of = f"{var.op.name}/{role}{worker}of{workers}"
+    return _queue_name_of(f"{var.op.name}/{role}", worker, workers, held)
+
+
+def _queue_name_of(of: str, worker: int, workers: int, held: list | None = None) -> str:
+    """``_queue_name``'s, for a queue of no variable (``of``: its role)."""
+    of = f"tfsched_cross/{of}{worker}of{workers}"
     if held is not None:
         of += "/" + "+".join(f"{t.dtype.name}{'x'.join(map(str, t.shape.as_list()))}" for t in held)
-    return f"tfsched_cross/{of}"
+    return of
 
 
 def _parts(grad) -> list:
@@ -115,6 +125,7 @@ def cross_barrier_step(
     global_step=None,
     worker_device: str | None = None,
     compute_also: tuple | list = (),
+    feeds: tuple | list = (),
     name: str = "tfsched_cross",
 ) -> CrossingStep:
     """Split one worker's training step across TensorFlow's barrier (the module's doc).
@@ -134,6 +145,16 @@ def cross_barrier_step(
     any of its gradients is held; what they alone read or write (a moving mean) waits for the
     compute run before to finish its own, so two runs in flight update it one after the other
     (measured without that wait: a moving mean 0.07 off vanilla's after two steps).
+
+    ``feeds``: the tensors a step is fed (a batch's placeholders, a learning rate's), each
+    step's values given to ``CrossingRunner.run(feed_dicts=...)``. The compute run does not
+    take them as a feed: two runs in flight take their turns in either order, and a feed goes
+    with a run. The runner queues each step's values on the worker in the steps' order, and a
+    compute run takes the next ones in its turn, so the n-th turn's run computes with the n-th
+    values; the ops of the compute run that read a fed tensor read the queue's instead (the
+    same values). A fed tensor the apply run reads too (the optimizer's learning rate) is also
+    fed to the step's apply run, which runs in the steps' order. A feed of unknown rank is an
+    error, and so is one an op of both runs reads.
 
     An improvement on ByteScheduler's crossing (§3.4), which patches TensorFlow's engine: the
     same release, per variable, built from TensorFlow's own queues, so it loads into stock pip
@@ -156,11 +177,22 @@ def cross_barrier_step(
                 "gradients of known rank are held between the runs"
             )
     v1 = tf.compat.v1
+    graph = v1.get_default_graph()
+    feeds = list(feeds)
+    for t in feeds:
+        if not isinstance(t, tf.Tensor) or t.graph is not graph:
+            raise TfschedError(f"crossing the barrier: feed {t!r} is not a tensor of this graph")
+        if t.shape.rank is None:
+            raise TfschedError(
+                f"crossing the barrier: feed {t.name} has an unknown rank; only feeds of known rank "
+                "are queued for the compute runs"
+            )
     also = [getattr(x, "op", x) for x in compute_also]  # ops or tensors
-    gradient_side = _run_ancestors([t.op for g, _ in pairs for t in _parts(g)])
-    compute_side = gradient_side | _run_ancestors(also)
-    read_by = [_readers(v, compute_side) for _, v in pairs]
-    in_order = _in_order(compute_side, {op for ops in read_by for op in ops})
+
+    def sides() -> set:
+        return _run_ancestors([t.op for g, _ in pairs for t in _parts(g)] + also)
+
+    compute_side, existing = sides(), set(graph.get_operations())
     compute, queued, resets = [], [], []
 
     def gates(v, role: str) -> list:
@@ -187,6 +219,13 @@ def cross_barrier_step(
                 shared_name=f"tfsched_cross/turn{worker}of{workers}",
             )
             my_turn = turn.dequeue()
+            if feeds:
+                feed_op, fed, fed_queue = _queue_feeds(feeds, my_turn, compute_side, worker, workers)
+        if feeds:  # the run's ops as they are now: the fed tensors' reads read the queue's
+            compute_side = sides() - (set(graph.get_operations()) - existing)
+        read_by = [_readers(v, compute_side) for _, v in pairs]
+        in_order = _in_order(compute_side, {op for ops in read_by for op in ops})
+        with tf.device(turns_at):
             # what hangs on the runs' order (``_in_order``: a moving mean's update, an input
             # iterator's next element, dropout's draw), one run's after the other's: it waits
             # for the run before to finish its own, or two runs in flight would both read the
@@ -239,6 +278,8 @@ def cross_barrier_step(
             queued.append((held, reads, updates, v, g))
         if in_order:
             passed.append(order_turn)
+        if feeds:  # the next run's feeds are the next ones queued
+            passed.append(fed)
         with tf.device(turns_at):
             with tf.control_dependencies(passed or [my_turn]):
                 compute.append(turn.enqueue(0))  # the next run's turn: this one's gates all passed
@@ -260,7 +301,6 @@ def cross_barrier_step(
                     static = g.dense_shape is not None and v.shape.is_fully_defined()
                     shape = tf.constant(v.shape.as_list(), g.dense_shape.dtype) if static else None
                     applied.append((tf.IndexedSlices(released[0], released[1], shape), v))
-        graph = v1.get_default_graph()
         before = set(graph.get_operations())
         update = optimizer.apply_gradients(applied, global_step=global_step)
         made = [op for op in graph.get_operations() if op not in before]
@@ -271,10 +311,19 @@ def cross_barrier_step(
         with tf.control_dependencies([update]):
             apply_op = tf.group(*release, name="apply")
 
+        apply_side = _run_ancestors([apply_op])
+        if feeds and fed in apply_side:
+            shared = sorted(
+                op.name for op in apply_side & compute_side if any(t.op is fed for t in op.inputs)
+            )
+            raise TfschedError(
+                f"crossing the barrier: both runs of a step run {', '.join(shared) or 'an op'} that reads "
+                "a feed: the apply run cannot take the compute run's feeds"
+            )
         if in_order:
             # an op the apply run runs too (a learning rate both runs read) is left out: the
             # apply run takes no token
-            in_order = [op for op in in_order if op not in _run_ancestors([apply_op])]
+            in_order = [op for op in in_order if op not in apply_side]
             for op in in_order:
                 op._add_control_input(order_turn.op)
             with tf.device(turns_at), tf.control_dependencies(also + in_order):
@@ -292,6 +341,8 @@ def cross_barrier_step(
             for q in turns:
                 with tf.control_dependencies([q.dequeue_many(q.size())]):
                     resets.append(q.enqueue(0))
+            if feeds:  # what a run that met the input's end or failed left
+                resets.append(fed_queue.dequeue_many(fed_queue.size()))
         prime_op = tf.group(*resets, name="prime")
         with tf.device(turns_at):
             pass_op = tf.group(*(q.enqueue(0) for q in turns), name="pass")
@@ -303,7 +354,41 @@ def cross_barrier_step(
         variables=[v for _, v in pairs],
         workers=workers,
         worker=worker,
+        feed_op=feed_op if feeds else None,
+        feeds=tuple(feeds),
+        apply_feeds=tuple(t for t in feeds if t.op in apply_side),
     )
+
+
+def _queue_feeds(feeds: list, my_turn, compute_side: set, worker: int, workers: int) -> tuple:
+    """A queue of ``feeds``' values on the worker (the caller's device), one step's at a time:
+    the op that queues them (fed the user's values of ``feeds``, which it reads), the
+    dequeue of the run in its turn (after ``my_turn``), and the queue. Every op of
+    ``compute_side`` that reads a fed tensor reads the dequeued one instead: the compute run
+    takes each step's values in its turn, not as a feed of its own. A feed of a shape known
+    only in the run (a batch of unknown size) is held in a padding queue, as it is."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    known = all(t.shape.is_fully_defined() for t in feeds)
+    queue = (v1.FIFOQueue if known else v1.PaddingFIFOQueue)(
+        capacity=2,  # CrossingRunner's depth at most: each run started takes one
+        dtypes=[t.dtype for t in feeds],
+        shapes=[t.shape for t in feeds],
+        shared_name=_queue_name_of("feed", worker, workers, feeds),
+        name="feeds",
+    )
+    feed_op = queue.enqueue(feeds, name="feed")
+    with tf.control_dependencies([my_turn]):
+        fed = queue.dequeue(name="fed")
+    fed = fed if isinstance(fed, list) else [fed]
+    for t, value in zip(feeds, fed, strict=True):
+        for op in t.consumers():
+            if op in compute_side:
+                for i, x in enumerate(op.inputs):
+                    if x.op is t.op and x.value_index == t.value_index:
+                        op._update_input(i, value)
+    return feed_op, fed[0].op, queue
 
 
 def _in_order(compute_side: set, gated: set) -> list:
@@ -391,7 +476,7 @@ class CrossingRunner:
         self._usable()
         self.sess.run(self.step.prime_op, options=self.options)
 
-    def run(self, steps: int, run_metadata: list | None = None, fetches=None) -> list[float]:
+    def run(self, steps: int, run_metadata: list | None = None, fetches=None, feed_dicts=None) -> list[float]:
         """``steps`` steps; each one's end (``time.perf_counter``), in order: a compute run's,
         the last one's at the end of its updates (no next step overlaps them).
 
@@ -400,10 +485,19 @@ class CrossingRunner:
         are in ``fetched`` once the call returns (or raises at the input's end). A value is the
         one behind the barrier: the compute run reads what the step reads.
 
-        A compute run takes no feed: the two runs in flight at the start of a call may take their
-        turns in either order. A step's input comes from the graph (``tf.data``), whose next
-        batch each run takes in its turn. The steps are put in order by their compute runs'
-        ends: a step's reads wait for the updates of the step before, so it ends after it.
+        ``feed_dicts``: for a step built with ``feeds``, an iterable of one feed dict per step,
+        each mapping every fed tensor (or its name) to the step's value, as ``Session.run``'s
+        ``feed_dict``; it is read as the steps start (a generator may read each batch then).
+        Before a compute run starts, its step's values are queued on the worker, and the run
+        takes the next ones in its turn: the two runs in flight at the start of a call may take
+        their turns in either order, and the steps go in the order of ``feed_dicts``. When it
+        ends before ``steps``, the steps started are applied and their ends returned, fewer
+        than ``steps``; when it raises, or gives a feed dict that lacks a fed tensor, feeds
+        another or feeds a value the tensor cannot take (``Session.run``'s error), the steps
+        started are applied and then the error raised (the runner goes on).
+        A step's input can come from the graph too (``tf.data``): each run takes its next batch
+        in its turn. The steps are put in order by their compute runs' ends: a step's reads wait
+        for the updates of the step before, so it ends after it.
 
         At the end of the input (a compute run's ``OutOfRangeError``: an iterator's last batch
         taken) no step starts after it, the steps before it are applied in full (``applied``
@@ -420,6 +514,7 @@ class CrossingRunner:
         if steps < 1:
             raise TfschedError(f"crossing the barrier: steps must be at least 1, got {steps!r}")
         self._usable()
+        given = self._feeding(feed_dicts)
         options, computed, applied = self.options, [None] * steps, [None] * steps
         if run_metadata is not None:
             options = type(self.options)()
@@ -430,16 +525,20 @@ class CrossingRunner:
 
         errors: list[BaseException] = []
         ended: list[BaseException] = []  # the input's end, as each run that met it saw it
+        bad: list[BaseException] = []  # ``feed_dicts``' error: no step starts after it
         done: dict[int, tuple[float, object]] = {}  # a compute run's end and fetched values
         lock = threading.Lock()
         slots = threading.Semaphore(self.depth)
+        started: list = []  # each step started, its apply run's feed dict (None: none)
+        no_more = threading.Event()  # no step starts after those started
+        wake = threading.Condition()
         self.fetched, first = [], self.applied  # before any apply run of this call
 
-        def traced(op, into: list, k: int):
+        def traced(op, into: list, k: int, feed=None):
             if run_metadata is None:
-                return self.sess.run(op, options=options)
+                return self.sess.run(op, feed_dict=feed, options=options)
             into[k] = tf.compat.v1.RunMetadata()
-            return self.sess.run(op, options=options, run_metadata=into[k])
+            return self.sess.run(op, feed_dict=feed, options=options, run_metadata=into[k])
 
         def guarded(fn, *args) -> None:
             try:
@@ -449,9 +548,12 @@ class CrossingRunner:
 
         def applies() -> None:
             for k in range(steps):
-                if errors:
-                    return
-                traced(self.step.apply_op, applied, k)
+                with wake:  # the step's compute run started (its feeds known), or none will
+                    while k >= len(started) and not (no_more.is_set() or errors):
+                        wake.wait(0.1)
+                    if errors or k >= len(started):
+                        return
+                traced(self.step.apply_op, applied, k, started[k])
                 self.applied += 1
 
         def compute(k: int) -> None:
@@ -466,6 +568,33 @@ class CrossingRunner:
             finally:
                 slots.release()
 
+        def start(k: int) -> bool:
+            apply_feed = None
+            if given is not None:
+                try:
+                    feed, apply_feed = next(given)
+                except StopIteration:
+                    return False
+                except Exception as e:  # noqa: BLE001 - raised once the steps started are applied
+                    bad.append(e)
+                    return False
+                try:  # queued: the run's turn takes it
+                    self.sess.run(self.step.feed_op, feed, self.options)
+                except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:  # the values
+                    bad.append(e)  # not queued: nothing is left half-way
+                    return False
+                except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
+                    errors.append(e)
+                    return False
+            with wake:
+                started.append(apply_feed)
+                wake.notify_all()
+            runs.append(
+                threading.Thread(target=guarded, args=(compute, k), daemon=True, name="tfsched-cross")
+            )
+            runs[-1].start()
+            return True
+
         applier = threading.Thread(target=guarded, args=(applies,), daemon=True, name="tfsched-cross-apply")
         applier.start()
         runs = []
@@ -473,12 +602,11 @@ class CrossingRunner:
             while not slots.acquire(timeout=0.1):
                 if errors or ended:
                     break
-            if errors or ended:
+            if errors or ended or not start(k):
                 break
-            runs.append(
-                threading.Thread(target=guarded, args=(compute, k), daemon=True, name="tfsched-cross")
-            )
-            runs[-1].start()
+        with wake:
+            no_more.set()
+            wake.notify_all()
         # each run ends by its deadline; at the input's end, every compute run (a run after the
         # one that met it waits for the turn that one took: given it, it meets the end too), and
         # the updates of those that ended well (the next apply run waits for gradients that
@@ -499,13 +627,54 @@ class CrossingRunner:
             self.fetched = [done[k][1] for k in order]
         if ended:
             self._fail(ended[0], [*runs, applier])
+        if bad:
+            raise bad[0]
         ends = [done[k][0] for k in order]
-        ends[-1] = max(ends[-1], time.perf_counter())
+        if ends:
+            ends[-1] = max(ends[-1], time.perf_counter())
         if run_metadata is not None:
-            for k, apply_md in zip(order, applied, strict=True):
+            for k, apply_md in zip(order, applied[: len(order)], strict=True):
                 computed[k].MergeFrom(apply_md)
                 run_metadata.append(computed[k])
         return ends
+
+    def _feeding(self, feed_dicts):
+        """``feed_dicts`` checked against the step's feeds, as an iterator of each step's feed
+        dicts: its compute run's (for ``feed_op``) and its apply run's (None when it reads
+        none). None without ``feed_dicts``."""
+        step = self.step
+        names = [t.name for t in step.feeds]
+        if feed_dicts is None:
+            if step.feeds:
+                raise TfschedError(
+                    f"crossing the barrier: the step is fed {', '.join(names)}: pass feed_dicts, a feed "
+                    "dict a step"
+                )
+            return None
+        if not step.feeds:
+            raise TfschedError(
+                "crossing the barrier: feed_dicts for a step that takes no feeds (cross_barrier_step's "
+                "feeds name the tensors a step is fed)"
+            )
+
+        def each():
+            for n, feed in enumerate(feed_dicts):
+                by_name = {
+                    key if isinstance(key, str) else getattr(key, "name", repr(key)): v
+                    for key, v in feed.items()
+                }
+                missing = [name for name in names if name not in by_name]
+                extra = sorted(set(by_name) - set(names))
+                if missing or extra:
+                    what = [f"lacks {', '.join(missing)}"] if missing else []
+                    what += [f"feeds {', '.join(extra)}, which the step is not fed"] if extra else []
+                    raise TfschedError(f"crossing the barrier: feed dict {n} {' and '.join(what)}")
+                yield (
+                    {t: by_name[t.name] for t in step.feeds},
+                    {t: by_name[t.name] for t in step.apply_feeds} or None,
+                )
+
+        return each()
 
     def _fail(self, error: BaseException, threads: list) -> None:
         """Close the session, wait (up to a run's deadline) for ``threads``' runs to end, and raise
