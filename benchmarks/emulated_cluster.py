@@ -118,6 +118,9 @@ ROWS = {
     # and VGG16 training so, at a batch that keeps communication and computation about as equal
     # at 0.4 cores as 201 does at 0.5
     "vgg16-train-hosts04-cross": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 3 --batch-size 161 --host-cores 0.4 --trace-steps 1 --modes baseline,tao+pc+host,layer+pc+ready+cross",
+    # The eighty-second session's, on an Intel Xeon (family 6, model 167): the same at that
+    # processor's balance at 0.4 cores a task, the bench's default batch there (56).
+    "vgg16-train-hosts04-b56-cross": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 3 --batch-size 56 --host-cores 0.4 --trace-steps 1 --modes baseline,tao+pc+host,layer+pc+ready+cross",
     # The eightieth session's: ResNet-50 training with batch normalization's moving averages
     # updated each step (the default since), behind TensorFlow's barrier and across it (the
     # averages in the compute run: ``compute_also``), at the resnet50-train row's batch, five steps
