@@ -195,6 +195,17 @@ def cross_barrier_step(
     compute_side, existing = sides(), set(graph.get_operations())
     compute, queued, resets = [], [], []
 
+    constants: dict = {}  # (device, value) -> the int32 scalar every gate there takes or counts
+
+    def constant(device: str, value: int):
+        """One constant per device and value for all its gates' tokens and counts: each would
+        make its own (a token's ``0``, a dequeue's count), which TensorFlow runs every step
+        (measured: no rewrite folds them), 2W+2 ops a variable on its PS a worker's step."""
+        if (device, value) not in constants:
+            with tf.control_dependencies(None), tf.device(device):
+                constants[(device, value)] = tf.constant(value, tf.int32, name=f"gate_{value}")
+        return constants[(device, value)]
+
     def gates(v, role: str) -> list:
         return [
             v1.FIFOQueue(
@@ -253,12 +264,12 @@ def cross_barrier_step(
                 updates = gates(v, "update")
                 if readers:
                     with tf.control_dependencies([my_turn]):
-                        taken = reads[worker].dequeue_many(workers)
+                        taken = reads[worker].dequeue_many(constant(v.device, workers))
                     passed.append(taken)
                     for op in readers:
                         op._add_control_input(taken.op)
                 with tf.control_dependencies(readers):
-                    compute.extend(q.enqueue(0) for q in updates)
+                    compute.extend(q.enqueue(constant(v.device, 0)) for q in updates)
             parts = _parts(g)
             with tf.device(worker_device or g.device):
                 # a sparse gradient of rows known only in the run (the lookup of a batch of
@@ -290,7 +301,7 @@ def cross_barrier_step(
         for held, _, updates, v, g in queued:
             got = held.dequeue()
             with tf.device(v.device):
-                taken = updates[worker].dequeue_many(workers)
+                taken = updates[worker].dequeue_many(constant(v.device, workers))
                 with tf.control_dependencies([taken]):
                     released = [
                         tf.identity(t, name="released") for t in (got if isinstance(got, list) else [got])
@@ -307,7 +318,7 @@ def cross_barrier_step(
         release = []
         for (g, v), (_, reads, _, _, _) in zip(applied, queued, strict=True):
             with tf.device(v.device), tf.control_dependencies(_updates_of(v, g, made)):
-                release.extend(q.enqueue(0) for q in reads)
+                release.extend(q.enqueue(constant(v.device, 0)) for q in reads)
         with tf.control_dependencies([update]):
             apply_op = tf.group(*release, name="apply")
 
