@@ -13,7 +13,10 @@ The simulator lays the crossing out on the graph behind the barrier (``sim.build
    worker (what TensorFlow ran, after Grappler's rewrites), behind the barrier and across it
    (both runs).
 
-    python benchmarks/crossing_ops.py [--model mobilenet] [--workers 4] [--name NAME]
+3. With ``--cpu-steps N``, the PS's CPU a step behind the barrier and across it, ``--workers``
+   workers stepping at once on a local cluster (batch 2), over N steps.
+
+    python benchmarks/crossing_ops.py [--model mobilenet] [--workers 4] [--cpu-steps N] [--name NAME]
 
 Writes ``benchmarks/results/<name>.json`` and ``.md`` (default name: crossing-ops-<model>).
 """
@@ -91,11 +94,87 @@ def messages(model: str) -> dict:
     return {"behind": sends([md]), "across": sends(mds)}
 
 
+def ps_cpu(model: str, workers: int, steps: int) -> dict:
+    """The PS's CPU seconds a step (every worker's), behind the barrier and across it, on a
+    local cluster of 1 PS and ``workers`` workers, each worker's steps on a thread of its own
+    (between-graph replication, batch 2), after two steps' warm-up: what the gates' ops cost
+    the PS."""
+    import threading
+
+    import tensorflow as tf
+
+    from tfsched.bench.local import LocalCluster
+    from tfsched.bench.profile import task_cpu_s
+    from tfsched.enforce.crossing import CrossingRunner
+    from tfsched.models import build_graph
+
+    options = tf.compat.v1.RunOptions(timeout_in_ms=300_000)
+    out = {}
+    with LocalCluster(ps=1, workers=workers) as cluster:
+        pid = cluster.procs[("ps", 0)].pid
+        for how in ("behind", "across"):
+            builts = [
+                build_graph(
+                    model, batch_size=2, worker_task=w, cross_workers=workers if how == "across" else 0
+                )
+                for w in range(workers)
+            ]
+            sessions = [
+                tf.compat.v1.Session(cluster.target("worker", w), graph=b.graph) for w, b in enumerate(builts)
+            ]
+            try:
+                sessions[0].run(builts[0].init_op)
+                if how == "across":
+                    runners = [
+                        CrossingRunner(s, b.crossing, options=options)
+                        for s, b in zip(sessions, builts, strict=True)
+                    ]
+                    for r in runners:
+                        r.prime()
+                    work = [lambda n, r=r: r.run(n) for r in runners]
+                else:
+                    work = [
+                        lambda n, s=s, b=b: [s.run(b.train_op, options=options) for _ in range(n)]
+                        for s, b in zip(sessions, builts, strict=True)
+                    ]
+
+                def together(n: int, work=work) -> None:
+                    errors = []
+
+                    def each(fn) -> None:
+                        try:
+                            fn(n)
+                        except BaseException as e:  # noqa: BLE001 - raised below
+                            errors.append(e)
+
+                    threads = [threading.Thread(target=each, args=(fn,)) for fn in work]
+                    for t in threads:
+                        t.start()
+                    for t in threads:
+                        t.join()
+                    if errors:
+                        raise errors[0]
+
+                together(2)
+                before = task_cpu_s([pid])
+                together(steps)
+                out[how] = (task_cpu_s([pid]) - before) / steps
+            finally:
+                for s in sessions:
+                    s.close()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="mobilenet")
     ap.add_argument("--workers", type=positive(int), default=4)
     ap.add_argument("--name")
+    ap.add_argument(
+        "--cpu-steps",
+        type=positive(int),
+        help="also the PS's CPU a step over this many steps, behind and across",
+    )
     args = ap.parse_args()
     from tfsched.models import build_graph
 
@@ -120,6 +199,8 @@ def main() -> None:
         "added": {t: dict(c.most_common()) for t, c in added.items()},
         "messages_one_worker": sent,
     }
+    if args.cpu_steps:
+        result["ps_cpu_s_per_step"] = ps_cpu(args.model, args.workers, args.cpu_steps)
     total = {run: {t: sum(c.values()) for t, c in by.items()} for run, by in ops.items()}
     ps = sum(added.get("ps:0", Counter()).values())
     md = [
@@ -143,6 +224,14 @@ def main() -> None:
         f"{sent['behind']['ops'].get('ps:0', 0)} and {sent['across']['ops'].get('ps:0', 0)}, on the worker "
         f"{sent['behind']['ops'].get('worker:0', 0)} and {sent['across']['ops'].get('worker:0', 0)}.",
     ]
+    if args.cpu_steps:
+        cpu = result["ps_cpu_s_per_step"]
+        md += [
+            "",
+            f"The PS's CPU a step of {args.workers} workers (1 PS x {args.workers} workers on this machine, batch 2, "
+            f"{args.cpu_steps} steps after two): {cpu['behind']:.4f} s behind the barrier, {cpu['across']:.4f} s "
+            f"across it ({cpu['across'] - cpu['behind']:+.4f} s).",
+        ]
     write(args.name or f"crossing-ops-{args.model}", result, md)
 
 
