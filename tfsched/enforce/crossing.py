@@ -69,6 +69,7 @@ class CrossingStep:
     feed_op: object = None  # queues one step's feeds (``feeds``) for the run in the next turn
     feeds: tuple = ()  # the tensors a step is fed (``cross_barrier_step(feeds=...)``)
     apply_feeds: tuple = ()  # those the apply run reads too (a learning rate), fed to it as well
+    turn: object = None  # the turn a compute run took: its step's place since the prime
 
 
 def _run_ancestors(ops) -> set:
@@ -293,7 +294,8 @@ def cross_barrier_step(
             passed.append(fed)
         with tf.device(turns_at):
             with tf.control_dependencies(passed or [my_turn]):
-                compute.append(turn.enqueue(0))  # the next run's turn: this one's gates all passed
+                # the next run's turn, numbered: this one's gates all passed
+                compute.append(turn.enqueue(my_turn + 1))
 
         # the apply run: each gradient pushed as it is queued, held on the PS until every
         # worker has read the variable in this step, then the optimizer's own update
@@ -362,6 +364,7 @@ def cross_barrier_step(
         apply_op=apply_op,
         prime_op=prime_op,
         pass_op=pass_op,
+        turn=my_turn,
         variables=[v for _, v in pairs],
         workers=workers,
         worker=worker,
@@ -507,8 +510,9 @@ class CrossingRunner:
         another or feeds a value the tensor cannot take (``Session.run``'s error), the steps
         started are applied and then the error raised (the runner goes on).
         A step's input can come from the graph too (``tf.data``): each run takes its next batch
-        in its turn. The steps are put in order by their compute runs' ends: a step's reads wait
-        for the updates of the step before, so it ends after it.
+        in its turn. The steps are put in order by the turns their compute runs took
+        (``fetched``, ``run_metadata``; ``ends`` are the runs' ends in time): a run's return may
+        come after the next one's where a step's ops take less than the return.
 
         At the end of the input (a compute run's ``OutOfRangeError``: an iterator's last batch
         taken) no step starts after it, the steps before it are applied in full (``applied``
@@ -537,7 +541,7 @@ class CrossingRunner:
         errors: list[BaseException] = []
         ended: list[BaseException] = []  # the input's end, as each run that met it saw it
         bad: list[BaseException] = []  # ``feed_dicts``' error: no step starts after it
-        done: dict[int, tuple[float, object]] = {}  # a compute run's end and fetched values
+        done: dict[int, tuple[float, int, object]] = {}  # a compute run's end, turn and fetched values
         lock = threading.Lock()
         slots = threading.Semaphore(self.depth)
         started: list = []  # each step started, its apply run's feed dict (None: none)
@@ -570,10 +574,12 @@ class CrossingRunner:
         def compute(k: int) -> None:
             try:
                 out = traced(
-                    self.step.compute_op if fetches is None else (self.step.compute_op, fetches), computed, k
+                    (self.step.compute_op, self.step.turn, *(() if fetches is None else (fetches,))),
+                    computed,
+                    k,
                 )
                 with lock:
-                    done[k] = (time.perf_counter(), None if fetches is None else out[1])
+                    done[k] = (time.perf_counter(), out[1], None if fetches is None else out[2])
             except tf.errors.OutOfRangeError as e:
                 ended.append(e)
             finally:
@@ -633,14 +639,16 @@ class CrossingRunner:
             applier.join(0.1)
         if errors:
             self._fail(errors[0], [*runs, applier])
-        order = sorted(done, key=lambda k: done[k][0])  # the steps' order
+        # the steps' order: the turns the runs took (a run's return may come after the next
+        # one's where a step's ops take less than the return; measured with a toy model)
+        order = sorted(done, key=lambda k: done[k][1])
         if fetches is not None:  # at the input's end too: the values of the steps applied
-            self.fetched = [done[k][1] for k in order]
+            self.fetched = [done[k][2] for k in order]
         if ended:
             self._fail(ended[0], [*runs, applier])
         if bad:
             raise bad[0]
-        ends = [done[k][0] for k in order]
+        ends = sorted(done[k][0] for k in order)  # the i-th step to end, the i-th end
         if ends:
             ends[-1] = max(ends[-1], time.perf_counter())
         if run_metadata is not None:
