@@ -648,7 +648,7 @@ class CrossingRunner:
             self._fail(ended[0], [*runs, applier])
         if bad:
             raise bad[0]
-        ends = sorted(done[k][0] for k in order)  # the i-th step to end, the i-th end
+        ends = sorted(end for end, _, _ in done.values())  # the i-th step to end, the i-th end
         if ends:
             ends[-1] = max(ends[-1], time.perf_counter())
         if run_metadata is not None:
