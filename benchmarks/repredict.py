@@ -17,9 +17,10 @@ the bytes' CPU taken from the machine alone and not from each end's own cores, a
 sixty-third, ``host_bytes=False``, or each end spending half of it and the kernel none, as
 until the sixty-fourth, ``even_byte_shares``, or an op's cost reckoned from the machine's CPU and
 not the workers' own, as until the sixty-fifth, ``task_cpu=False``: these change only the runs
-whose tasks had cores of their own) beside it.
+whose tasks had cores of their own; a mode across the barrier not charged its gates' ops on the
+PS, as until the eighty-third, ``gate_ops=False``) beside it.
 
-    python benchmarks/repredict.py DIR --name resnet50-inference-traced
+    python benchmarks/repredict.py DIR --name resnet50-inference-traced [--what-ifs A,B]
 
 Writes ``benchmarks/results/<name>-repredicted.json`` and ``.md``.
 """
@@ -60,6 +61,9 @@ def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
             if at != where:
                 continue
             r = ModeResult(mode=m["mode"], iterations=m["iterations"], steps=m["steps"])
+            # the rounds (their wall times are not kept): a mode across the barrier is laid out a
+            # round's steps at a time (until the eighty-third session all its steps at once)
+            r.rounds = [(config["steps"], 0.0)] * config.get("rounds", 1)
             if m.get("ordered_from"):
                 r.order_trace = order_trace
             # the sizes the run used, and whether its transfers were inline (until the sixty-first
@@ -161,6 +165,11 @@ WHAT_IFS = {
         "(now: from the workers' own processes' CPU, where the run measured it); only runs whose "
         "tasks had cores of their own (--host-cores) differ",
     ),
+    "gates_uncharged": (
+        {"gate_ops": False},
+        "a mode across the barrier not charged its gates' ops on the PS, as until the eighty-third "
+        "session; only modes across the barrier differ",
+    ),
     "shared_cores": (
         {"host_cores": 0},
         "each simulated task taking whatever of the machine the others leave, as until the sixtieth "
@@ -178,12 +187,33 @@ WHAT_IFS = {
 }
 
 
+def what_ifs(text: str) -> dict:
+    """An argparse type: ``WHAT_IFS`` of the comma-separated names in ``text``."""
+    import argparse
+
+    names = [n for n in text.split(",") if n]
+    unknown = [n for n in names if n not in WHAT_IFS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"no what-if {', '.join(unknown) or text!r}; there are {', '.join(WHAT_IFS)}"
+        )
+    return {n: WHAT_IFS[n] for n in names}
+
+
 def main() -> None:
     ap = run_dir_parser(__doc__.splitlines()[0], "results/<name>-repredicted.{json,md}")
+    ap.add_argument(
+        "--what-ifs",
+        type=what_ifs,
+        default=WHAT_IFS,
+        metavar="A,B",
+        help=f"only these what-ifs (each a simulation of the whole run again): of {', '.join(WHAT_IFS)}",
+    )
     args = ap.parse_args()
+    chosen = args.what_ifs
     with run_dir_errors():
         config, rows = repredict(args.run_dir)
-        undone = {key: repredict(args.run_dir, **kw)[1] for key, (kw, _) in WHAT_IFS.items()}
+        undone = {key: repredict(args.run_dir, **kw)[1] for key, (kw, _) in chosen.items()}
     for key, other in undone.items():
         for r, o in zip(rows, other, strict=True):
             r[f"predicted_{key}_s"], r[f"error_{key}"] = o["predicted_now_s"], o["error_now"]
@@ -193,20 +223,20 @@ def main() -> None:
         f"{run_title(config)}: the run's predictions and the simulator's now",
         "",
         "| mode | slowest worker (s) | predicted then (s) | error then | predicted now (s) | error now | link weight "
-        + "".join(f"| {key.replace('_', ' ')} (s) | error " for key in WHAT_IFS)
+        + "".join(f"| {key.replace('_', ' ')} (s) | error " for key in chosen)
         + "| E then | E now |",
-        "|---|---|---|---|---|---|---" + "|---|---" * len(WHAT_IFS) + "|---|---|",
+        "|---|---|---|---|---|---|---" + "|---|---" * len(chosen) + "|---|---|",
         *(
             f"| {r['mode']} | {r['measured_s']:.4f} | {r['predicted_then_s']:.4f} | {r['error_then']:+.0%} "
             f"| {r['predicted_now_s']:.4f} | {r['error_now']:+.0%} | {r['worker_weight_now']:.3f} "
-            + "".join(f"| {r[f'predicted_{key}_s']:.4f} | {r[f'error_{key}']:+.0%} " for key in WHAT_IFS)
+            + "".join(f"| {r[f'predicted_{key}_s']:.4f} | {r[f'error_{key}']:+.0%} " for key in chosen)
             + f"| {r['efficiency_then']:.2f} | {r['efficiency_now']:.2f} |"
             for r in rows
         ),
         "",
         "now: the simulator as it is (link weight: worker k's flows weigh its k-th power, fitted to the "
         "baseline's measured stagger); "
-        + "; ".join(f"{key.replace('_', ' ')}: as now but with {what}" for key, (_, what) in WHAT_IFS.items())
+        + "; ".join(f"{key.replace('_', ' ')}: as now but with {what}" for key, (_, what) in chosen.items())
         + ".",
     ]
     write(f"{args.name}-repredicted", {"config": config, "machine": machine(), "modes": rows}, md)

@@ -266,7 +266,8 @@ def predict(
     the gates serving by priority among the transfers arrived (``enable(ready=True)``, which the
     crossing needs); the step is their makespan over their number, the first from an empty
     pipeline and the last to the end of its updates, as ``CrossingRunner.run`` times a run of them
-    (``bench.predict`` lays the bench's modes across the barrier out the same way). The baseline
+    (``bench.predict`` lays the bench's modes across the barrier out the same way), the PS
+    charged the crossing's gates' ops at ``oracle.gate_op_s`` each. The baseline
     stays behind the barrier (vanilla TensorFlow's steps), and so do the bounds: E above 1 is a
     step faster than any order behind the barrier gives.
     """

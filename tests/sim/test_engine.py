@@ -21,7 +21,7 @@ from tfsched.graph import build_comm_graph
 from tfsched.ordering import order
 from tfsched.ordering.schedule import Schedule
 from tfsched.sim import build_sim_graph, simulate, simulate_schedule, step_bounds
-from tfsched.sim.model import BARRIER
+from tfsched.sim.model import BARRIER, gate_ops, gated_variables
 
 
 def _two_workers_pulling_one_variable():
@@ -542,6 +542,56 @@ class TestSimulate:
                     min(r.starts[i] for i in moved if sg.step[i] == step and sg.transfer[i].kind == "pull")
                     < last_push
                 )
+
+    def test_crossing_charges_its_gates_ops_to_the_ps(self):
+        # tfsched's crossing runs its gates on the PS: each worker's step takes a read gate and
+        # an update gate of each variable there, 2W+2 and 2W+3 ops (enforce.crossing)
+        g = training_chain(4)
+        times = {f"f{i}": 0.25 for i in range(4)} | {f"g{i}": 0.5 for i in range(4)}
+        o = oracle_with(times, bandwidth_bps=8e6)
+        assert gated_variables(g) == {f"v{i}": ([f"v{i}/read"], [f"apply{i}"]) for i in range(4)}
+        assert gate_ops(2) == (6, 7)
+
+        def layout(gate_op_s):
+            o.gate_op_s = gate_op_s
+            return build_sim_graph(
+                g, o, order(g, "tio"), workers=2, steps=3, cross_barrier=True, synchronized=True
+            )
+
+        uncharged = layout(0.0)
+        assert not any("gate of" in n for n in uncharged.name)  # as until the charge
+        sg = layout(0.05)
+        r = simulate(sg, "fifo", record=True)
+        assert r.makespan > simulate(uncharged, "fifo").makespan
+        gates = [i for i in range(len(sg)) if "gate of" in sg.name[i]]
+        # a read gate and an update gate a variable, a worker and a step, on the variable's PS
+        assert len(gates) == 2 * 4 * 2 * 3 and {sg.resource[i] for i in gates} == {PS.rsplit("/device", 1)[0]}
+        assert sorted({round(sg.duration[i], 9) for i in gates}) == [0.3, 0.35]
+
+        def nodes(name, step, run=None):
+            return [
+                i
+                for i in range(len(sg))
+                if sg.name[i] == name and sg.step[i] == step and run in (None, sg.worker[i])
+            ]
+
+        for step in range(3):
+            for i in range(4):
+                for run in {sg.worker[n] for n in nodes(f"v{i}/read", step)}:
+                    (read,), (apply,) = nodes(f"v{i}/read", step, run), nodes(f"apply{i}", step, run)
+                    (read_gate,), (update_gate,) = (
+                        nodes(f"read gate of v{i}", step, run),
+                        nodes(f"update gate of v{i}", step, run),
+                    )
+                    # a read after its gate, the gate after every worker's last update of it
+                    assert r.starts[read] >= r.ends[read_gate] - 1e-9
+                    if step:
+                        assert (
+                            r.starts[read_gate] >= max(r.ends[u] for u in nodes(f"apply{i}", step - 1)) - 1e-9
+                        )
+                    # an update after its gate, the gate after every worker's read of this step
+                    assert r.starts[apply] >= r.ends[update_gate] - 1e-9
+                    assert r.starts[update_gate] >= max(r.ends[n] for n in nodes(f"v{i}/read", step)) - 1e-9
 
     def test_bounds_hold(self):
         g = chain_graph(4, [1000, 50_000, 200, 9000])

@@ -42,7 +42,10 @@ def busy_worker_steps(
     target: str, config, *, pushes: int, push: int, chain: int, steps: int
 ) -> list[BusyStep]:
     """``steps`` traced steps (after one untraced) of the busy worker of ``target``'s cluster (one
-    PS, ``/job:ps/task:0``; one worker, ``/job:worker/task:0``) under ``config``."""
+    PS, ``/job:ps/task:0``; one worker, ``/job:worker/task:0``) under ``config``. A traced step
+    that did not record every push's arrival at the PS is traced again (a CI run's step recorded
+    none), up to ``steps`` more times, as the oracle leaves such steps out
+    (``Trace.complete_steps``)."""
     import tensorflow as tf
 
     g = tf.Graph()
@@ -59,9 +62,15 @@ def busy_worker_steps(
                 x = tf.tanh(tf.matmul(x, m, name=f"product{k}") * 1e-3)
     opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     out = []
+    tries = 0
     with tf.compat.v1.Session(target, graph=g, config=config) as sess:
         sess.run([sums, x])  # warm-up: kernels made, connections open
-        for _ in range(steps):
+        while len(out) < steps:
+            if tries == 2 * steps:
+                raise TfschedError(
+                    f"only {len(out)} of {tries} traced steps recorded every push's arrival at the PS"
+                )
+            tries += 1
             md = tf.compat.v1.RunMetadata()
             values, _ = sess.run([sums, x], options=opts, run_metadata=md)
             start, end, arrived = {}, {}, []
@@ -78,11 +87,13 @@ def busy_worker_steps(
             # and its acknowledgement to come back
             released = sorted(t for n, t in end.items() if GATE.search(n))
             arrived.sort()
-            if not (len(released) == len(arrived) == pushes):
+            if len(released) != pushes:
                 raise TfschedError(
-                    f"traced {len(released)} gated pushes and {len(arrived)} arrivals, not {pushes}: "
-                    "give the config a credit of one push and ack_share=1"
+                    f"traced {len(released)} gated pushes, not {pushes}: give the config a credit of "
+                    "one push and ack_share=1"
                 )
+            if len(arrived) != pushes:  # the trace missed some arrivals: not this step's fault
+                continue
             first, last = start["product0"], start[f"product{chain - 1}"]
             waits = [
                 (gate - came) / 1000

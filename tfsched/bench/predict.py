@@ -398,6 +398,7 @@ def annotate(
     task_cpu: bool = True,
     handoff_s: float = 0.0,
     cross_barrier_steps: int = 0,
+    gate_ops: bool = True,
 ) -> None:
     """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace).
 
@@ -416,6 +417,9 @@ def annotate(
     ``cross_barrier_steps``: at least 2, each mode's ``measured["cross_barrier"]`` too
     (``cross_barrier_what_if`` over that many steps; a what-if for
     ``benchmarks/cross_barrier.py``, which the bench does not run).
+    ``gate_ops``: a mode across the barrier is charged its gates' ops on the PS, each at what
+    the trace times the PS's like ops (``TimeOracle.gate_op_s``); False: not, as until the
+    eighty-third session (a what-if for ``benchmarks/repredict.py``).
 
     ``latency_s``: what each host's link adds (``--latency``). A tensor between two tasks
     crosses two links, so the simulator delays each arrival (and each acknowledgement) by twice
@@ -499,6 +503,8 @@ def annotate(
     # Grappler, and its work is in the op that replaced it (VGG16: each Conv2D's time is in the
     # fused op named after its Relu; a cost-model time for it counted it twice).
     oracle = TimeOracle.from_trace(traced, "min")
+    if not gate_ops:
+        oracle.gate_op_s = 0.0
     if op_statistic != "min":
         oracle.op_times.update(op_times(traced.complete_steps(), op_statistic))
     ack_slot_s = 0.0

@@ -100,6 +100,34 @@ def op_times(trace: Trace, statistic: str = "min") -> dict[str, float]:
     return {name: f(xs) for name, xs in per.items()}
 
 
+# The ops of tfsched's crossing's gates that do not wait for a token (a queue's handle, an
+# enqueue; a dequeue waits): what one of the gates' ops costs, where a trace ran them.
+GATE_OPS = ("FIFOQueueV2", "QueueEnqueueV2")
+
+
+def gate_op_time(trace: Trace, statistic: str = "min") -> float | None:
+    """Seconds one op of the crossing's gates costs its PS (``TimeOracle.gate_op_s``): the
+    median over the PS tasks' gate ops (``GATE_OPS``) of each one's ``statistic`` over the
+    traced steps; None where the trace ran none (a step behind the barrier).
+
+    >>> from tfsched.tracing.trace import OpRecord
+    >>> ps, w = "/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0"
+    >>> ops = [OpRecord(0, ps, "q", "FIFOQueueV2", 0, 3), OpRecord(1, ps, "q", "FIFOQueueV2", 0, 2),
+    ...        OpRecord(0, ps, "e", "QueueEnqueueV2", 0, 4), OpRecord(0, ps, "f", "QueueEnqueueV2", 0, 6),
+    ...        OpRecord(0, ps, "d", "QueueDequeueManyV2", 0, 900), OpRecord(0, w, "y", "FIFOQueueV2", 0, 1)]
+    >>> round(gate_op_time(Trace(steps=2, ops=ops)) * 1e6, 3)
+    4.0
+    >>> gate_op_time(Trace(steps=1, ops=ops[-1:])) is None
+    True
+    """
+    f = statistic_fn(statistic)
+    per: dict[str, list[float]] = defaultdict(list)
+    for o in trace.ops:
+        if o.op in GATE_OPS and "/job:ps/" in o.device:
+            per[o.node].append(o.duration_us / 1e6)
+    return statistics.median(f(xs) for xs in per.values()) if per else None
+
+
 MAX_SLOTS = 8
 
 

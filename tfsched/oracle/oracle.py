@@ -11,6 +11,10 @@ from tfsched.graph.model import CommGraph, Transfer
 DEFAULT_BANDWIDTH_BPS = 1e9  # bits per second
 # ByteScheduler §4.1 measured about 300 us of per-message ("partition") overhead.
 DEFAULT_OVERHEAD_S = 300e-6
+# What one of the crossing's gate ops costs its PS where no trace ran them (TimeOracle.gate_op_s):
+# the median traced on MobileNet across the barrier, 1 PS x 4 workers, was 4 to 5 us on an Intel
+# Xeon (benchmarks/results/bench-mobilenet-train-cross-s83.md)
+DEFAULT_GATE_OP_S = 5e-6
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,11 @@ class TimeOracle:
     # tasks' cores; the rest is the kernel's, on the machine alone (the bench measures them per
     # process, bench.run._comm_cpu_costs; until the sixty-fourth session half each)
     host_byte_shares: tuple[float, float] = (0.5, 0.5)
+    # What one op of tfsched's crossing's gates costs its PS (a queue's handle, an enqueue): the
+    # simulator charges a step across the barrier its gates' ops at that (sim.build_sim_graph);
+    # 0: not charged, as until the eighty-third session. A trace that ran them times them
+    # (oracle.fit.gate_op_time), else DEFAULT_GATE_OP_S.
+    gate_op_s: float = 0.0
 
     @classmethod
     def general(cls) -> TimeOracle:
@@ -111,7 +120,7 @@ class TimeOracle:
                 mem_bytes_per_s=mem_bytes_per_s,
                 per_op_s=per_op_s,
             )
-        return cls(op_times=times, link=link or LinkModel(), name="cost-model")
+        return cls(op_times=times, link=link or LinkModel(), name="cost-model", gate_op_s=DEFAULT_GATE_OP_S)
 
     @classmethod
     def from_trace(cls, trace, statistic: str = "min", *, fallback: TimeOracle | None = None) -> TimeOracle:
@@ -120,7 +129,14 @@ class TimeOracle:
         Ops the trace does not time (pruned, renamed) keep ``fallback``'s estimates. Steps that
         did not record every transfer are left out where others did (``Trace.complete_steps``).
         """
-        from tfsched.oracle.fit import compute_parallelism, host_rates, link_fits, op_times, task_starts
+        from tfsched.oracle.fit import (
+            compute_parallelism,
+            gate_op_time,
+            host_rates,
+            link_fits,
+            op_times,
+            task_starts,
+        )
 
         trace = trace.complete_steps()
         fits, overall = link_fits(trace, statistic)
@@ -135,6 +151,8 @@ class TimeOracle:
             task_start_s=task_starts(trace, statistic),
             host_bps=host_rates(trace, fits, statistic),
         )
+        gate = gate_op_time(trace, statistic)
+        oracle.gate_op_s = gate if gate is not None else fallback.gate_op_s if fallback else DEFAULT_GATE_OP_S
         oracle.fits = fits  # kept for reports: samples, RMSE, R^2 per link
         return oracle
 

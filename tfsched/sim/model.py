@@ -142,6 +142,9 @@ def build_sim_graph(
     variable's read on a PS waits for every run's update of it in the last step (synchronous
     training's only dependency between steps, ``variable_accesses``), and an update for every
     run's read of it in the same step, so that each read sees what it sees behind the barrier.
+    With ``oracle.gate_op_s`` those waits are gates that cost their PS what tfsched's crossing
+    runs there (``gated_variables``, ``gate_ops``): an improvement on laying the crossing out on
+    the graph behind the barrier alone, which left the PS's share of the CPU uncharged.
     A what-if (``benchmarks/cross_barrier.py``): tfsched's enforcement keeps the barrier, as its
     pass cannot move a ``Session.run``'s end.
     """
@@ -181,6 +184,19 @@ def build_sim_graph(
     if cross_barrier and steps > 1 and not accesses:
         # nothing would order one step's reads after the last one's updates
         raise TfschedError("crossing the barrier needs the graph's variables on its PS tasks; it has none")
+    # the crossing's gates, each costing its PS ops (gate_ops): variable -> (its PS, read gate's
+    # seconds or 0 where nothing reads it, update gate's seconds)
+    gate_s: dict[str, tuple[str, float, float]] = {}
+    if cross_barrier and oracle.gate_op_s > 0:
+        w = len(clones) if clones[0][0] is not None else len(wtasks)  # the workers
+        read_ops, update_ops = gate_ops(w)
+        for v, (reads, _) in gated_variables(graph, accesses).items():
+            gate_s[v] = (
+                graph.op(v).task,
+                read_ops * oracle.gate_op_s if reads else 0.0,
+                update_ops * oracle.gate_op_s,
+            )
+    gates: dict[tuple[str, int], dict[str, tuple[int | None, int]]] = {}  # (run, step) -> v -> nodes
     delayed: dict[str, list[str]] = {}  # task with a dispatch delay -> its ops
     for n in topo:
         t0 = graph.op(n).task
@@ -245,6 +261,20 @@ def build_sim_graph(
                     sg.edge(d, ids[n])
                 firsts.append(d)
             laid[(run, step)] = ids
+            if gate_s:
+                # a run's read of a gated variable waits in its gate, and so does its update
+                gates[(run, step)] = at = {}
+                for v, (ps, read_s, update_s) in gate_s.items():
+                    reads, updates = accesses[v]
+                    r = None
+                    if read_s:
+                        r = sg.add(COMPUTE, f"read gate of {v}", ps, run, step, duration=read_s)
+                        for n in reads:
+                            sg.edge(r, ids[n])
+                    u = sg.add(COMPUTE, f"update gate of {v}", ps, run, step, duration=update_s)
+                    for n in updates:
+                        sg.edge(u, ids[n])
+                    at[v] = (r, u)
             if step + 1 < steps:
                 barrier = sg.add(BARRIER, f"end of step {step}", "", run, step)
                 for n, i in ids.items():
@@ -272,20 +302,61 @@ def build_sim_graph(
             for _, new in clones:
                 sg.edge(barriers[(new or "all", step)], together)
                 barriers[(new or "all", step)] = together
-        if cross_barrier and step:
+        if cross_barrier and (step or gate_s):
             runs = [new or "all" for _, new in clones]
 
             def every_run(names: list[str], k: int, runs=runs) -> list[int]:
                 return [laid[(r, k)][n] for r in runs for n in names]
 
-            for reads, updates in accesses.values():
+            for v, (reads, updates) in accesses.items():
+                now_reads = every_run(reads, step)
+                if v in gate_s:
+                    # through the gates: a run's read gate opens on every run's last update, its
+                    # update gate on every run's read of this step (the first step's too: the
+                    # prime gives the read gates one step's tokens, the update gates none)
+                    for r in runs:
+                        read_gate, update_gate = gates[(r, step)][v]
+                        if step and read_gate is not None:
+                            for u in every_run(updates, step - 1):
+                                sg.edge(u, read_gate)
+                        for read in now_reads:
+                            sg.edge(read, update_gate)
+                    continue
+                if not step:
+                    continue
                 last, now = every_run(updates, step - 1), every_run(updates, step)
-                for read in every_run(reads, step):
+                for read in now_reads:
                     for u in last:
                         sg.edge(u, read)
                     for u in now:
                         sg.edge(read, u)
     return sg
+
+
+def gate_ops(workers: int) -> tuple[int, int]:
+    """The ops a worker's step runs on a variable's PS in tfsched's crossing
+    (``enforce.crossing.cross_barrier_step``), at its read gate and at its update gate, with
+    ``workers`` workers: the compute run takes its read queue's handle and tokens (2) and puts
+    a token in each worker's update queue (a handle and an enqueue each); the apply run takes
+    its update queue's handle and tokens and the gradient released (3), and puts a token in
+    each worker's read queue. ``benchmarks/crossing_ops.py`` counts 4W+3 distinct ops a
+    variable; two of the handles run in both runs.
+
+    >>> gate_ops(4)
+    (10, 11)
+    """
+    return 2 * workers + 2, 2 * workers + 3
+
+
+def gated_variables(graph: CommGraph, accesses: dict | None = None) -> dict[str, tuple[list[str], list[str]]]:
+    """The variables tfsched's crossing gates (``variable_accesses``' with an optimizer's
+    update: a moving mean's assignment or a step counter's is not gated)."""
+    accesses = variable_accesses(graph) if accesses is None else accesses
+    return {
+        v: (reads, updates)
+        for v, (reads, updates) in accesses.items()
+        if any(graph.op(u).type.startswith(OPTIMIZER_PREFIXES) for u in updates)
+    }
 
 
 # Ops that change a variable in place (a resource's or a ref's first input); any other op that
@@ -300,6 +371,8 @@ UPDATE_PREFIXES = (
     "Scatter",
 )
 VARIABLE_OPS = {"VarHandleOp", "VariableV2", "Variable"}
+# an optimizer's update of a variable (what its gradient is applied by)
+OPTIMIZER_PREFIXES = ("ResourceApply", "ResourceSparseApply", "Apply", "SparseApply")
 
 
 def variable_accesses(graph: CommGraph) -> dict[str, tuple[list[str], list[str]]]:
