@@ -418,8 +418,9 @@ def annotate(
     (``cross_barrier_what_if`` over that many steps; a what-if for
     ``benchmarks/cross_barrier.py``, which the bench does not run).
     ``gate_ops``: a mode across the barrier is charged its gates' ops on the PS, each at what
-    the trace times the PS's like ops (``TimeOracle.gate_op_s``); False: not, as until the
-    eighty-third session (a what-if for ``benchmarks/repredict.py``).
+    ``TimeOracle.gate_op_s`` says (the baseline's trace ran none: 5 µs); False: not, as until
+    the eighty-third session (a what-if for ``benchmarks/repredict.py``). The what-if of
+    ``cross_barrier_steps`` (ByteScheduler's crossing, in TensorFlow's engine) is never charged.
 
     ``latency_s``: what each host's link adds (``--latency``). A tensor between two tasks
     crosses two links, so the simulator delays each arrival (and each acknowledgement) by twice
@@ -601,7 +602,7 @@ def annotate(
             if graph is not saved:
                 schedule = carry_over(schedule, graph)  # as the pass applied it to the graph that ran
 
-        def layout(steps: int = 1, cross: bool = False, schedule=schedule, spec=spec):
+        def layout(steps: int = 1, cross: bool = False, schedule=schedule, spec=spec, oracle=oracle):
             return build_sim_graph(
                 graph,
                 oracle,
@@ -685,8 +686,9 @@ def annotate(
         }
         if cross_barrier_steps:
             res.measured["cross_barrier"] = cross_barrier_what_if(
+                # ByteScheduler's crossing, in TensorFlow's engine: no gates of tfsched's to charge
                 lambda steps, cross, policy=None, layout=layout, runs_of=runs_of: runs_of(
-                    layout(steps, cross), policy
+                    layout(steps, cross, oracle=replace(oracle, gate_op_s=0.0)), policy
                 ),
                 cross_barrier_steps,
                 offset_s=driver_s,
