@@ -615,8 +615,23 @@ def test_what_cannot_cross():
         w = v1.get_variable("w", [3])
         shared = v1.train.GradientDescentOptimizer(scale)
         grads = shared.compute_gradients(tf.reduce_sum(w) * scale)
+        train = shared.apply_gradients(grads)
+        wiring = {
+            op: ([t.name for t in op.inputs], [c.name for c in op.control_inputs])
+            for op in tf.compat.v1.get_default_graph().get_operations()
+        }
         with pytest.raises(TfschedError, match="both runs of a step run scale that reads a feed"):
             cross_barrier_step(shared, grads, worker=0, workers=1, feeds=[rate])
+        # the error came after the split had rewired the caller's ops (w's reads wait on a gate,
+        # scale reads the feeds' queue): every one reads and waits for what it did before
+        assert {
+            op: ([t.name for t in op.inputs], [c.name for c in op.control_inputs]) for op in wiring
+        } == wiring
+        assert scale.op.inputs[0] is rate
+        with tf.compat.v1.Session() as sess:  # and the graph trains behind the barrier as before
+            sess.run(w.assign([1.0, 2.0, 3.0]))
+            sess.run(train, {rate: 0.5})
+            assert sess.run(w).tolist() == [0.75, 1.75, 2.75]
     # feed dicts for a step built without feeds
     with pytest.raises(TfschedError, match="feed_dicts for a step that takes no feeds"):
         CrossingRunner(None, CrossingStep(None, None, None, None, [], 1, 0)).run(1, feed_dicts=[{}])

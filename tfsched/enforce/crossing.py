@@ -117,6 +117,37 @@ def _parts(grad) -> list:
     return [grad]
 
 
+class _Edits:
+    """The changes ``cross_barrier_step`` makes to the caller's ops (a read's control input on its
+    gate, a fed tensor's reader reading the feeds' queue), recorded so that a split that fails
+    undoes them: the graph trains behind the barrier as it did before the call. The ops the split
+    made stay in the graph (TensorFlow removes none), read by none of the caller's.
+
+    Until the eighty-fourth session an error after the first change (an op both runs read a
+    feed through, an optimizer's update not found) left every variable's readers waiting on a
+    gate that nothing primes, and the fed tensors' readers reading a queue nothing fills."""
+
+    def __init__(self):
+        self.inputs: list = []  # (op, index, the tensor it read before), in the order changed
+        self.controls: dict = {}  # op -> its control inputs before the first change
+
+    def update_input(self, op, index: int, tensor) -> None:
+        self.inputs.append((op, index, op.inputs[index]))
+        op._update_input(index, tensor)
+
+    def add_control_input(self, op, control) -> None:
+        self.controls.setdefault(op, list(op.control_inputs))
+        op._add_control_input(control)
+
+    def undo(self) -> None:
+        for op, index, before in reversed(self.inputs):
+            op._update_input(index, before)
+        for op, before in self.controls.items():
+            op._remove_all_control_inputs()
+            op._add_control_inputs(before)
+        self.inputs, self.controls = [], {}
+
+
 def cross_barrier_step(
     optimizer,
     grads_and_vars: list,
@@ -155,7 +186,8 @@ def cross_barrier_step(
     values; the ops of the compute run that read a fed tensor read the queue's instead (the
     same values). A fed tensor the apply run reads too (the optimizer's learning rate) is also
     fed to the step's apply run, which runs in the steps' order. A feed of unknown rank is an
-    error, and so is one an op of both runs reads.
+    error, and so is one an op of both runs reads. On an error the caller's ops read and wait
+    for what they did before the call (``_Edits``).
 
     An improvement on ByteScheduler's crossing (§3.4), which patches TensorFlow's engine: the
     same release, per variable, built from TensorFlow's own queues, so it loads into stock pip
@@ -193,194 +225,202 @@ def cross_barrier_step(
     def sides() -> set:
         return _run_ancestors([t.op for g, _ in pairs for t in _parts(g)] + also)
 
-    compute_side, existing = sides(), set(graph.get_operations())
-    compute, queued, resets = [], [], []
+    edits = _Edits()  # what is changed of the caller's ops: undone if the split fails
+    try:
+        compute_side, existing = sides(), set(graph.get_operations())
+        compute, queued, resets = [], [], []
 
-    constants: dict = {}  # (device, value) -> the int32 scalar every gate there takes or counts
+        constants: dict = {}  # (device, value) -> the int32 scalar every gate there takes or counts
 
-    def constant(device: str, value: int):
-        """One constant per device and value for all its gates' tokens and counts: each would
-        make its own (a token's ``0``, a dequeue's count), which TensorFlow runs every step
-        (measured: no rewrite folds them), 2W+2 ops a variable on its PS a worker's step."""
-        if (device, value) not in constants:
-            with tf.control_dependencies(None), tf.device(device):
-                constants[(device, value)] = tf.constant(value, tf.int32, name=f"gate_{value}")
-        return constants[(device, value)]
+        def constant(device: str, value: int):
+            """One constant per device and value for all its gates' tokens and counts: each would
+            make its own (a token's ``0``, a dequeue's count), which TensorFlow runs every step
+            (measured: no rewrite folds them), 2W+2 ops a variable on its PS a worker's step."""
+            if (device, value) not in constants:
+                with tf.control_dependencies(None), tf.device(device):
+                    constants[(device, value)] = tf.constant(value, tf.int32, name=f"gate_{value}")
+            return constants[(device, value)]
 
-    def gates(v, role: str) -> list:
-        return [
-            v1.FIFOQueue(
-                capacity=2 * workers,
-                dtypes=[tf.int32],
-                shapes=[[]],
-                shared_name=_queue_name(v, role, w, workers),
-                name=f"{role}{w}",
-            )
-            for w in range(workers)
-        ]
-
-    turns_at = worker_device or pairs[0][0].device  # the worker's turn queues
-    with tf.name_scope(name):
-        # One compute run at a time through the read gates, in the order they take the turn:
-        # two runs in flight (CrossingRunner's depth) never take each other's tokens.
-        with tf.device(turns_at):
-            turn = v1.FIFOQueue(
-                capacity=2,
-                dtypes=[tf.int32],
-                shapes=[[]],
-                shared_name=f"tfsched_cross/turn{worker}of{workers}",
-            )
-            my_turn = turn.dequeue()
-            if feeds:
-                feed_op, fed, fed_queue = _queue_feeds(feeds, my_turn, compute_side, worker, workers)
-        if feeds:  # the run's ops as they are now: the fed tensors' reads read the queue's
-            compute_side = sides() - (set(graph.get_operations()) - existing)
-        read_by = [_readers(v, compute_side) for _, v in pairs]
-        in_order = _in_order(compute_side, {op for ops in read_by for op in ops})
-        with tf.device(turns_at):
-            # what hangs on the runs' order (``_in_order``: a moving mean's update, an input
-            # iterator's next element, dropout's draw), one run's after the other's: it waits
-            # for the run before to finish its own, or two runs in flight would both read the
-            # mean before either wrote it, or take each other's batch
-            turns = [turn]
-            if in_order:
-                turns.append(
-                    v1.FIFOQueue(
-                        capacity=2,
-                        dtypes=[tf.int32],
-                        shapes=[[]],
-                        shared_name=f"tfsched_cross/order{worker}of{workers}",
-                    )
+        def gates(v, role: str) -> list:
+            return [
+                v1.FIFOQueue(
+                    capacity=2 * workers,
+                    dtypes=[tf.int32],
+                    shapes=[[]],
+                    shared_name=_queue_name(v, role, w, workers),
+                    name=f"{role}{w}",
                 )
-                # taken in the run's turn, and before it passes the turn on: two runs started
-                # together would otherwise each hold the token the other waits for (the later
-                # run's token first, then its reads wait for the earlier run's updates)
-                with tf.control_dependencies([my_turn]):
-                    order_turn = turns[1].dequeue()
-        passed = []
-        for (g, v), readers in zip(pairs, read_by, strict=True):
-            with tf.device(v.device):
-                # a variable no op of the step reads has no read gate: nothing to wait for
-                reads = gates(v, "read") if readers else []
-                updates = gates(v, "update")
-                if readers:
-                    with tf.control_dependencies([my_turn]):
-                        taken = reads[worker].dequeue_many(constant(v.device, workers))
-                    passed.append(taken)
-                    for op in readers:
-                        op._add_control_input(taken.op)
-                with tf.control_dependencies(readers):
-                    compute.extend(q.enqueue(constant(v.device, 0)) for q in updates)
-            parts = _parts(g)
-            with tf.device(worker_device or g.device):
-                # a sparse gradient of rows known only in the run (the lookup of a batch of
-                # unknown size): a padding queue, whose dequeue gives each gradient as it was
-                # queued (the prime's dequeue_many pads what it empties)
-                known = all(t.shape.is_fully_defined() for t in parts)
-                held = (v1.FIFOQueue if known else v1.PaddingFIFOQueue)(
+                for w in range(workers)
+            ]
+
+        turns_at = worker_device or pairs[0][0].device  # the worker's turn queues
+        with tf.name_scope(name):
+            # One compute run at a time through the read gates, in the order they take the turn:
+            # two runs in flight (CrossingRunner's depth) never take each other's tokens.
+            with tf.device(turns_at):
+                turn = v1.FIFOQueue(
                     capacity=2,
-                    dtypes=[t.dtype for t in parts],
-                    shapes=[t.shape for t in parts],
-                    shared_name=_queue_name(v, "held", worker, workers, parts),
-                    name="held",
+                    dtypes=[tf.int32],
+                    shapes=[[]],
+                    shared_name=f"tfsched_cross/turn{worker}of{workers}",
                 )
-                with tf.control_dependencies(also):
-                    compute.append(held.enqueue(parts))
-                resets.append(held.dequeue_many(held.size()))
-            queued.append((held, reads, updates, v, g))
-        if in_order:
-            passed.append(order_turn)
-        if feeds:  # the next run's feeds are the next ones queued
-            passed.append(fed)
-        with tf.device(turns_at):
-            with tf.control_dependencies(passed or [my_turn]):
-                # the next run's turn, numbered: this one's gates all passed
-                compute.append(turn.enqueue(my_turn + 1))
+                my_turn = turn.dequeue()
+                if feeds:
+                    feed_op, fed, fed_queue = _queue_feeds(
+                        feeds, my_turn, compute_side, worker, workers, edits
+                    )
+            if feeds:  # the run's ops as they are now: the fed tensors' reads read the queue's
+                compute_side = sides() - (set(graph.get_operations()) - existing)
+            read_by = [_readers(v, compute_side) for _, v in pairs]
+            in_order = _in_order(compute_side, {op for ops in read_by for op in ops})
+            with tf.device(turns_at):
+                # what hangs on the runs' order (``_in_order``: a moving mean's update, an input
+                # iterator's next element, dropout's draw), one run's after the other's: it waits
+                # for the run before to finish its own, or two runs in flight would both read the
+                # mean before either wrote it, or take each other's batch
+                turns = [turn]
+                if in_order:
+                    turns.append(
+                        v1.FIFOQueue(
+                            capacity=2,
+                            dtypes=[tf.int32],
+                            shapes=[[]],
+                            shared_name=f"tfsched_cross/order{worker}of{workers}",
+                        )
+                    )
+                    # taken in the run's turn, and before it passes the turn on: two runs started
+                    # together would otherwise each hold the token the other waits for (the later
+                    # run's token first, then its reads wait for the earlier run's updates)
+                    with tf.control_dependencies([my_turn]):
+                        order_turn = turns[1].dequeue()
+            passed = []
+            for (g, v), readers in zip(pairs, read_by, strict=True):
+                with tf.device(v.device):
+                    # a variable no op of the step reads has no read gate: nothing to wait for
+                    reads = gates(v, "read") if readers else []
+                    updates = gates(v, "update")
+                    if readers:
+                        with tf.control_dependencies([my_turn]):
+                            taken = reads[worker].dequeue_many(constant(v.device, workers))
+                        passed.append(taken)
+                        for op in readers:
+                            edits.add_control_input(op, taken.op)
+                    with tf.control_dependencies(readers):
+                        compute.extend(q.enqueue(constant(v.device, 0)) for q in updates)
+                parts = _parts(g)
+                with tf.device(worker_device or g.device):
+                    # a sparse gradient of rows known only in the run (the lookup of a batch of
+                    # unknown size): a padding queue, whose dequeue gives each gradient as it was
+                    # queued (the prime's dequeue_many pads what it empties)
+                    known = all(t.shape.is_fully_defined() for t in parts)
+                    held = (v1.FIFOQueue if known else v1.PaddingFIFOQueue)(
+                        capacity=2,
+                        dtypes=[t.dtype for t in parts],
+                        shapes=[t.shape for t in parts],
+                        shared_name=_queue_name(v, "held", worker, workers, parts),
+                        name="held",
+                    )
+                    with tf.control_dependencies(also):
+                        compute.append(held.enqueue(parts))
+                    resets.append(held.dequeue_many(held.size()))
+                queued.append((held, reads, updates, v, g))
+            if in_order:
+                passed.append(order_turn)
+            if feeds:  # the next run's feeds are the next ones queued
+                passed.append(fed)
+            with tf.device(turns_at):
+                with tf.control_dependencies(passed or [my_turn]):
+                    # the next run's turn, numbered: this one's gates all passed
+                    compute.append(turn.enqueue(my_turn + 1))
 
-        # the apply run: each gradient pushed as it is queued, held on the PS until every
-        # worker has read the variable in this step, then the optimizer's own update
-        applied = []
-        for held, _, updates, v, g in queued:
-            got = held.dequeue()
-            with tf.device(v.device):
-                taken = updates[worker].dequeue_many(constant(v.device, workers))
-                with tf.control_dependencies([taken]):
-                    released = [
-                        tf.identity(t, name="released") for t in (got if isinstance(got, list) else [got])
-                    ]
-                if len(released) == 1:
-                    applied.append((released[0], v))
-                else:  # a sparse gradient: the optimizer's sparse update, as behind the barrier
-                    static = g.dense_shape is not None and v.shape.is_fully_defined()
-                    shape = tf.constant(v.shape.as_list(), g.dense_shape.dtype) if static else None
-                    applied.append((tf.IndexedSlices(released[0], released[1], shape), v))
-        before = set(graph.get_operations())
-        update = optimizer.apply_gradients(applied, global_step=global_step)
-        made = [op for op in graph.get_operations() if op not in before]
-        release = []
-        for (g, v), (_, reads, _, _, _) in zip(applied, queued, strict=True):
-            with tf.device(v.device), tf.control_dependencies(_updates_of(v, g, made)):
-                release.extend(q.enqueue(constant(v.device, 0)) for q in reads)
-        with tf.control_dependencies([update]):
-            apply_op = tf.group(*release, name="apply")
+            # the apply run: each gradient pushed as it is queued, held on the PS until every
+            # worker has read the variable in this step, then the optimizer's own update
+            applied = []
+            for held, _, updates, v, g in queued:
+                got = held.dequeue()
+                with tf.device(v.device):
+                    taken = updates[worker].dequeue_many(constant(v.device, workers))
+                    with tf.control_dependencies([taken]):
+                        released = [
+                            tf.identity(t, name="released") for t in (got if isinstance(got, list) else [got])
+                        ]
+                    if len(released) == 1:
+                        applied.append((released[0], v))
+                    else:  # a sparse gradient: the optimizer's sparse update, as behind the barrier
+                        static = g.dense_shape is not None and v.shape.is_fully_defined()
+                        shape = tf.constant(v.shape.as_list(), g.dense_shape.dtype) if static else None
+                        applied.append((tf.IndexedSlices(released[0], released[1], shape), v))
+            before = set(graph.get_operations())
+            update = optimizer.apply_gradients(applied, global_step=global_step)
+            made = [op for op in graph.get_operations() if op not in before]
+            release = []
+            for (g, v), (_, reads, _, _, _) in zip(applied, queued, strict=True):
+                with tf.device(v.device), tf.control_dependencies(_updates_of(v, g, made)):
+                    release.extend(q.enqueue(constant(v.device, 0)) for q in reads)
+            with tf.control_dependencies([update]):
+                apply_op = tf.group(*release, name="apply")
 
-        apply_side = _run_ancestors([apply_op])
-        if feeds and fed in apply_side:
-            shared = sorted(
-                op.name for op in apply_side & compute_side if any(t.op is fed for t in op.inputs)
-            )
-            raise TfschedError(
-                f"crossing the barrier: both runs of a step run {', '.join(shared) or 'an op'} that reads "
-                "a feed: the apply run cannot take the compute run's feeds"
-            )
-        if in_order:
-            # an op the apply run runs too (a learning rate both runs read) is left out: the
-            # apply run takes no token
-            in_order = [op for op in in_order if op not in apply_side]
-            for op in in_order:
-                op._add_control_input(order_turn.op)
-            with tf.device(turns_at), tf.control_dependencies(also + in_order):
-                compute.append(turns[1].enqueue(0))
-        compute_op = tf.group(*compute, name="compute")
+            apply_side = _run_ancestors([apply_op])
+            if feeds and fed in apply_side:
+                shared = sorted(
+                    op.name for op in apply_side & compute_side if any(t.op is fed for t in op.inputs)
+                )
+                raise TfschedError(
+                    f"crossing the barrier: both runs of a step run {', '.join(shared) or 'an op'} that reads "
+                    "a feed: the apply run cannot take the compute run's feeds"
+                )
+            if in_order:
+                # an op the apply run runs too (a learning rate both runs read) is left out: the
+                # apply run takes no token
+                in_order = [op for op in in_order if op not in apply_side]
+                for op in in_order:
+                    edits.add_control_input(op, order_turn.op)
+                with tf.device(turns_at), tf.control_dependencies(also + in_order):
+                    compute.append(turns[1].enqueue(0))
+            compute_op = tf.group(*compute, name="compute")
 
-        for _, reads, updates, v, _ in queued:
-            with tf.device(v.device):
-                resets.append(updates[worker].dequeue_many(updates[worker].size()))
-                if reads:  # emptied, then one step's tokens: every worker's read of the first passes
-                    mine = reads[worker]
-                    with tf.control_dependencies([mine.dequeue_many(mine.size())]):
-                        resets.append(mine.enqueue_many([tf.zeros([workers], tf.int32)]))
-        with tf.device(turns_at):
-            for q in turns:
-                with tf.control_dependencies([q.dequeue_many(q.size())]):
-                    resets.append(q.enqueue(0))
-            if feeds:  # what a run that met the input's end or failed left
-                resets.append(fed_queue.dequeue_many(fed_queue.size()))
-        prime_op = tf.group(*resets, name="prime")
-        with tf.device(turns_at):
-            pass_op = tf.group(*(q.enqueue(0) for q in turns), name="pass")
-    return CrossingStep(
-        compute_op=compute_op,
-        apply_op=apply_op,
-        prime_op=prime_op,
-        pass_op=pass_op,
-        turn=my_turn,
-        variables=[v for _, v in pairs],
-        workers=workers,
-        worker=worker,
-        feed_op=feed_op if feeds else None,
-        feeds=tuple(feeds),
-        apply_feeds=tuple(t for t in feeds if t.op in apply_side),
-    )
+            for _, reads, updates, v, _ in queued:
+                with tf.device(v.device):
+                    resets.append(updates[worker].dequeue_many(updates[worker].size()))
+                    if reads:  # emptied, then one step's tokens: every worker's read of the first passes
+                        mine = reads[worker]
+                        with tf.control_dependencies([mine.dequeue_many(mine.size())]):
+                            resets.append(mine.enqueue_many([tf.zeros([workers], tf.int32)]))
+            with tf.device(turns_at):
+                for q in turns:
+                    with tf.control_dependencies([q.dequeue_many(q.size())]):
+                        resets.append(q.enqueue(0))
+                if feeds:  # what a run that met the input's end or failed left
+                    resets.append(fed_queue.dequeue_many(fed_queue.size()))
+            prime_op = tf.group(*resets, name="prime")
+            with tf.device(turns_at):
+                pass_op = tf.group(*(q.enqueue(0) for q in turns), name="pass")
+        return CrossingStep(
+            compute_op=compute_op,
+            apply_op=apply_op,
+            prime_op=prime_op,
+            pass_op=pass_op,
+            turn=my_turn,
+            variables=[v for _, v in pairs],
+            workers=workers,
+            worker=worker,
+            feed_op=feed_op if feeds else None,
+            feeds=tuple(feeds),
+            apply_feeds=tuple(t for t in feeds if t.op in apply_side),
+        )
+    except BaseException:
+        edits.undo()
+        raise
 
 
-def _queue_feeds(feeds: list, my_turn, compute_side: set, worker: int, workers: int) -> tuple:
+def _queue_feeds(feeds: list, my_turn, compute_side: set, worker: int, workers: int, edits) -> tuple:
     """A queue of ``feeds``' values on the worker (the caller's device), one step's at a time:
     the op that queues them (fed the user's values of ``feeds``, which it reads), the
     dequeue of the run in its turn (after ``my_turn``), and the queue. Every op of
     ``compute_side`` that reads a fed tensor reads the dequeued one instead: the compute run
     takes each step's values in its turn, not as a feed of its own. A feed of a shape known
-    only in the run (a batch of unknown size) is held in a padding queue, as it is."""
+    only in the run (a batch of unknown size) is held in a padding queue, as it is. Each
+    changed input is recorded in ``edits`` (``_Edits``)."""
     import tensorflow as tf
 
     v1 = tf.compat.v1
@@ -401,7 +441,7 @@ def _queue_feeds(feeds: list, my_turn, compute_side: set, worker: int, workers: 
             if op in compute_side:
                 for i, x in enumerate(op.inputs):
                     if x.op is t.op and x.value_index == t.value_index:
-                        op._update_input(i, value)
+                        edits.update_input(op, i, value)
     return feed_op, fed[0].op, queue
 
 
