@@ -1,8 +1,9 @@
 """What a step across TensorFlow's barrier adds to each task's work: ops and messages.
 
 The simulator lays the crossing out on the graph behind the barrier (``sim.build_sim_graph``'s
-``cross_barrier``), with that graph's ops and transfers; the crossing's own queues and gates
-(``tfsched.enforce.crossing``) are not in it. This counts them:
+``cross_barrier``), with that graph's ops and transfers, and charges the crossing's gates
+(``tfsched.enforce.crossing``) the ops it counts for them (``sim.model.GATE_OPS``). This counts
+what the crossing runs:
 
 1. Ops a step runs on each task, from a worker's graph as the bench builds it for ``--workers``
    workers (``build_graph(cross_workers=N)``): the ancestors of the training op behind the

@@ -541,6 +541,81 @@ def test_a_read_gate_waits_no_longer_than_the_runs_deadline(cluster):
     assert "error" not in box
 
 
+def test_a_count_lets_each_wait_go_at_its_step_and_a_reset_ends_a_stale_one(cluster):
+    """The gates' counts (cc/crossing.cc) on a PS, as the crossing uses them for 2 workers: a
+    worker's n-th wait since the reset goes once the count reaches 2 (n + offset), passing its
+    tensors through as they are; a wait its run gave up (the deadline) is not counted; a second
+    wait of the same worker at once is an error; a reset ends a wait parked from before."""
+    import uuid
+
+    import tensorflow as tf
+
+    from tfsched.enforce._loader import load_ops
+
+    ops = load_ops()
+    name = f"test/{uuid.uuid4().hex}"
+    with tf.Graph().as_default(), tf.device("/job:ps/replica:0/task:0"):
+        value = tf.constant([1.5, -0.0, 3.25e-30], tf.float32)
+        (passed,), reached = ops.tfsched_cross_wait([value], count=name, worker=0, workers=2, offset=0)
+        _, other = ops.tfsched_cross_wait([], count=name, worker=1, workers=2, offset=1)
+        arrive = ops.tfsched_cross_arrive(count=name)
+        reset = ops.tfsched_cross_reset(count=name, worker=0)
+        with tf.compat.v1.Session(cluster.target("worker", 0)) as sess:
+            sess.run([reset, ops.tfsched_cross_reset(count=name, worker=1)])
+            got, at = sess.run([passed, reached])  # the first wait: a count of 0 will do
+            assert at == 0 and got.tobytes() == np.array([1.5, -0.0, 3.25e-30], np.float32).tobytes()
+
+            def waiting(fetch, timeout_s=60.0):
+                box: dict = {}
+
+                def run():
+                    try:
+                        box["value"] = sess.run(fetch, options=_options(timeout_s))
+                    except Exception as e:  # noqa: BLE001 - asserted below
+                        box["error"] = e
+
+                thread = threading.Thread(target=run, daemon=True)
+                thread.start()
+                return thread, box
+
+            # given up at its deadline: not counted, the next wait of worker 0 still waits for 2
+            with pytest.raises(tf.errors.DeadlineExceededError):
+                sess.run(reached, options=_options(1.0))
+            second, box = waiting(reached)
+            time.sleep(1.0)
+            sess.run(arrive)
+            time.sleep(1.0)
+            assert second.is_alive()  # 1 of 2
+            # another wait of worker 0 meanwhile: its error at once, the first one left waiting
+            with pytest.raises(tf.errors.FailedPreconditionError, match="two waits of worker 0"):
+                sess.run(reached, options=_options(30.0))
+            assert second.is_alive()
+            sess.run(arrive)
+            second.join(60)
+            assert box == {"value": 2}
+            # worker 1's first wait (offset 1) needs 2, which the count has; a reset of worker 0
+            # does not reset worker 1's waits, but sets the count to 0
+            assert sess.run(other) == 2
+            sess.run(reset)
+            third, box = waiting(other)  # worker 1's second: 4
+            fourth, box0 = waiting(reached)  # worker 0's first again: 0
+            fourth.join(60)
+            assert box0 == {"value": 0}
+            time.sleep(1.0)
+            assert third.is_alive()
+            # a wait of worker 0 parked when it is reset ends (its run is from before the prime)
+            fifth, box0 = waiting(reached)
+            time.sleep(1.0)
+            assert fifth.is_alive()
+            sess.run(reset)
+            fifth.join(60)
+            assert isinstance(box0.get("error"), tf.errors.AbortedError), box0
+            for _ in range(4):
+                sess.run(arrive)
+            third.join(60)
+            assert box == {"value": 4}
+
+
 def test_a_traced_step_across_the_barrier_holds_both_of_its_runs(cluster):
     """``run(steps, run_metadata)``: each step's compute and apply runs in one RunMetadata, which
     ``trace_of`` reads as one step with every transfer of it (the pulls and the pushes, none

@@ -22,7 +22,7 @@ from importlib import resources
 
 from tfsched.errors import TfschedError
 
-SOURCES = ("gate.cc", "gate_ops.cc", "scheduler.cc", "transfers.cc")
+SOURCES = ("crossing.cc", "gate.cc", "gate_ops.cc", "scheduler.cc", "transfers.cc")
 HEADERS = ("gate.h", "scheduler.h")
 BUILD_TIMEOUT_S = 900  # a compile, or another process's build we wait for, never takes longer
 # NDEBUG as TensorFlow's own build: classes of its headers change layout without it (EdgeSet, in

@@ -12,21 +12,25 @@ variable's next read until its update is done. tfsched does it in the graph inst
   worker's ops. The **apply** run, on a thread of its own, takes each gradient as it is
   queued, pushes it, and updates its variable on the PS. The next compute run starts while
   the last apply run still pushes.
-* each variable has a **gate** on its PS before every read of it: tokens in a queue per
-  (variable, reader). Every worker's update of the variable puts one in each reader's queue;
-  a read takes one per worker. So a read waits for that variable's updates of the last step
-  by every worker, and no longer: the pulls of the layers updated first (the last layers,
-  whose gradients are out first) cross while the first layers' pushes still run.
-* the reverse: each worker's read puts one token in each updater's queue of the variable, and
-  an update takes one per worker, so no update of a step lands before every worker's read of
-  it in that step. Each read sees what it sees behind the barrier (the simulator's
-  ``sim.build_sim_graph(cross_barrier=True)`` lays out the same two rules).
+* each variable has a **gate** on its PS before every read of it: a count of its updates
+  (``cc/crossing.cc``). Every worker's update of the variable adds one; a worker's read in its
+  step t waits for the count to reach W t. So a read waits for that variable's updates of the
+  last step by every worker, and no longer: the pulls of the layers updated first (the last
+  layers, whose gradients are out first) cross while the first layers' pushes still run.
+* the reverse: each worker's read adds one to the variable's count of reads, and an update in
+  step t waits for it to reach W (t + 1), so no update of a step lands before every worker's
+  read of it in that step. Each read sees what it sees behind the barrier (the simulator's
+  ``sim.build_sim_graph(cross_barrier=True)`` lays out the same two rules). Four ops a
+  variable a worker's step on its PS, whatever W: the token queues they replace (a token put
+  in each reader's queue by each update, until the eighty-fourth session) ran 4W+5, W^2 a
+  variable a step on the PS.
 
 * two compute runs are in flight (``CrossingRunner``'s depth): the next step's reads wait on
   the PS for their variables' updates, not for this step's last op, so a pull goes as soon as
   its variable is updated, during this step's backward pass, as ByteScheduler's engine lets
   it. A token queue on the worker lets one run at a time through the read gates, in the order
-  the runs take it, so two runs never take each other's tokens.
+  the runs take it, so a worker's waits on a count go in its steps' order (the count's wait
+  takes its step from that order).
 * what a run's effect hangs on the order of (``_in_order``: an input iterator's next batch, a
   stateful random op's draw such as dropout's mask, a moving mean's update) waits on a second
   token, taken in the run's turn and given back once the run has done all of it: two runs in
@@ -34,9 +38,10 @@ variable's next read until its update is done. tfsched does it in the graph inst
 * a step's feeds (``feeds``: a batch fed each step) are queued on the worker in the steps'
   order before their compute run starts, and a run takes the next ones in its turn.
 
-Every wait is a queue's dequeue: it holds no thread (an asynchronous kernel), ends with the
-run's deadline (``RunOptions.timeout_in_ms``), and ends when its session is closed (the
-master cancels the step), as a failed run's is (``CrossingRunner.run``). The pass's gates
+Every wait is a queue's dequeue or a count's wait: it holds no thread (an asynchronous kernel),
+ends with the run's deadline (``RunOptions.timeout_in_ms``), and ends when its session is
+closed (the master cancels the step), as a failed run's is (``CrossingRunner.run``); a count's
+wait left from a run before ends when its worker primes the gates again. The pass's gates
 work on both runs (``tfsched.enable(ready=True)``: a counter would hold every pull behind the
 first layer's, updated last); it names a transfer by the variable it pulls or updates, so a
 schedule made from the graph behind the barrier orders both runs.
@@ -61,7 +66,7 @@ class CrossingStep:
 
     compute_op: object  # the reads, forward, backward and the gradients queued on the worker
     apply_op: object  # the pushes and the PS's updates of one step
-    prime_op: object  # empties this worker's queues and gives its gates one step's tokens
+    prime_op: object  # empties this worker's queues and sets its gates' counts to the first step
     pass_op: object  # gives the turn on for a run that met the input's end and took it
     variables: list  # the variables gated, in the order of their gradients
     workers: int
@@ -190,7 +195,8 @@ def cross_barrier_step(
     for what they did before the call (``_Edits``).
 
     An improvement on ByteScheduler's crossing (§3.4), which patches TensorFlow's engine: the
-    same release, per variable, built from TensorFlow's own queues, so it loads into stock pip
+    same release, per variable, built from TensorFlow's queues and tfsched's counts (the op
+    library every task of the cluster loads, ``tfsched.start_server``), so it runs on stock pip
     TensorFlow. The gradients' values are TensorFlow's, and each read sees the values it sees
     behind the barrier, so training is bitwise the same with one worker (the tests check it);
     with several, the updates of one variable in one step land in the order they arrive,
@@ -209,6 +215,9 @@ def cross_barrier_step(
                 f"crossing the barrier: variable {v.op.name} has a gradient of unknown rank; only "
                 "gradients of known rank are held between the runs"
             )
+    from tfsched.enforce._loader import load_ops
+
+    ops = load_ops()  # the gates' counts (cc/crossing.cc)
     v1 = tf.compat.v1
     graph = v1.get_default_graph()
     feeds = list(feeds)
@@ -230,33 +239,14 @@ def cross_barrier_step(
         compute_side, existing = sides(), set(graph.get_operations())
         compute, queued, resets = [], [], []
 
-        constants: dict = {}  # (device, value) -> the int32 scalar every gate there takes or counts
-
-        def constant(device: str, value: int):
-            """One constant per device and value for all its gates' tokens and counts: each would
-            make its own (a token's ``0``, a dequeue's count), which TensorFlow runs every step
-            (measured: no rewrite folds them), 2W+2 ops a variable on its PS a worker's step."""
-            if (device, value) not in constants:
-                with tf.control_dependencies(None), tf.device(device):
-                    constants[(device, value)] = tf.constant(value, tf.int32, name=f"gate_{value}")
-            return constants[(device, value)]
-
-        def gates(v, role: str) -> list:
-            return [
-                v1.FIFOQueue(
-                    capacity=2 * workers,
-                    dtypes=[tf.int32],
-                    shapes=[[]],
-                    shared_name=_queue_name(v, role, w, workers),
-                    name=f"{role}{w}",
-                )
-                for w in range(workers)
-            ]
+        def count(v, side: str) -> str:
+            """The name of ``v``'s count of ``side`` ("read" or "updated") on its PS (cc/crossing.cc)."""
+            return f"tfsched_cross/{v.op.name}/{side}/of{workers}"
 
         turns_at = worker_device or pairs[0][0].device  # the worker's turn queues
         with tf.name_scope(name):
             # One compute run at a time through the read gates, in the order they take the turn:
-            # two runs in flight (CrossingRunner's depth) never take each other's tokens.
+            # two runs in flight (CrossingRunner's depth) wait on the counts in their steps' order.
             with tf.device(turns_at):
                 turn = v1.FIFOQueue(
                     capacity=2,
@@ -272,7 +262,7 @@ def cross_barrier_step(
             if feeds:  # the run's ops as they are now: the fed tensors' reads read the queue's
                 compute_side = sides() - (set(graph.get_operations()) - existing)
             read_by = [_readers(v, compute_side) for _, v in pairs]
-            in_order = _in_order(compute_side, {op for ops in read_by for op in ops})
+            in_order = _in_order(compute_side, {op for rs in read_by for op in rs})
             with tf.device(turns_at):
                 # what hangs on the runs' order (``_in_order``: a moving mean's update, an input
                 # iterator's next element, dropout's draw), one run's after the other's: it waits
@@ -296,17 +286,19 @@ def cross_barrier_step(
             passed = []
             for (g, v), readers in zip(pairs, read_by, strict=True):
                 with tf.device(v.device):
-                    # a variable no op of the step reads has no read gate: nothing to wait for
-                    reads = gates(v, "read") if readers else []
-                    updates = gates(v, "update")
+                    # a variable no op of the step reads has no read gate: nothing to wait for,
+                    # and its updates count nothing
                     if readers:
                         with tf.control_dependencies([my_turn]):
-                            taken = reads[worker].dequeue_many(constant(v.device, workers))
+                            # every worker's updates of the steps before this one
+                            _, taken = ops.tfsched_cross_wait(
+                                [], count=count(v, "updated"), worker=worker, workers=workers, offset=0
+                            )
                         passed.append(taken)
                         for op in readers:
                             edits.add_control_input(op, taken.op)
                     with tf.control_dependencies(readers):
-                        compute.extend(q.enqueue(constant(v.device, 0)) for q in updates)
+                        compute.append(ops.tfsched_cross_arrive(count=count(v, "read")))
                 parts = _parts(g)
                 with tf.device(worker_device or g.device):
                     # a sparse gradient of rows known only in the run (the lookup of a batch of
@@ -323,7 +315,7 @@ def cross_barrier_step(
                     with tf.control_dependencies(also):
                         compute.append(held.enqueue(parts))
                     resets.append(held.dequeue_many(held.size()))
-                queued.append((held, reads, updates, v, g))
+                queued.append((held, bool(readers), v, g))
             if in_order:
                 passed.append(order_turn)
             if feeds:  # the next run's feeds are the next ones queued
@@ -336,14 +328,18 @@ def cross_barrier_step(
             # the apply run: each gradient pushed as it is queued, held on the PS until every
             # worker has read the variable in this step, then the optimizer's own update
             applied = []
-            for held, _, updates, v, g in queued:
+            for held, _, v, g in queued:
                 got = held.dequeue()
                 with tf.device(v.device):
-                    taken = updates[worker].dequeue_many(constant(v.device, workers))
-                    with tf.control_dependencies([taken]):
-                        released = [
-                            tf.identity(t, name="released") for t in (got if isinstance(got, list) else [got])
-                        ]
+                    # every worker's reads of this step and the steps before it
+                    released, _ = ops.tfsched_cross_wait(
+                        got if isinstance(got, list) else [got],
+                        count=count(v, "read"),
+                        worker=worker,
+                        workers=workers,
+                        offset=1,
+                        name="released",
+                    )
                     if len(released) == 1:
                         applied.append((released[0], v))
                     else:  # a sparse gradient: the optimizer's sparse update, as behind the barrier
@@ -354,9 +350,10 @@ def cross_barrier_step(
             update = optimizer.apply_gradients(applied, global_step=global_step)
             made = [op for op in graph.get_operations() if op not in before]
             release = []
-            for (g, v), (_, reads, _, _, _) in zip(applied, queued, strict=True):
-                with tf.device(v.device), tf.control_dependencies(_updates_of(v, g, made)):
-                    release.extend(q.enqueue(constant(v.device, 0)) for q in reads)
+            for (g, v), (_, read, _, _) in zip(applied, queued, strict=True):
+                if read:
+                    with tf.device(v.device), tf.control_dependencies(_updates_of(v, g, made)):
+                        release.append(ops.tfsched_cross_arrive(count=count(v, "updated")))
             with tf.control_dependencies([update]):
                 apply_op = tf.group(*release, name="apply")
 
@@ -379,13 +376,11 @@ def cross_barrier_step(
                     compute.append(turns[1].enqueue(0))
             compute_op = tf.group(*compute, name="compute")
 
-            for _, reads, updates, v, _ in queued:
-                with tf.device(v.device):
-                    resets.append(updates[worker].dequeue_many(updates[worker].size()))
-                    if reads:  # emptied, then one step's tokens: every worker's read of the first passes
-                        mine = reads[worker]
-                        with tf.control_dependencies([mine.dequeue_many(mine.size())]):
-                            resets.append(mine.enqueue_many([tf.zeros([workers], tf.int32)]))
+            for _, read, v, _ in queued:
+                with tf.device(v.device):  # each count at 0, this worker's waits none
+                    resets.append(ops.tfsched_cross_reset(count=count(v, "read"), worker=worker))
+                    if read:
+                        resets.append(ops.tfsched_cross_reset(count=count(v, "updated"), worker=worker))
             with tf.device(turns_at):
                 for q in turns:
                     with tf.control_dependencies([q.dequeue_many(q.size())]):

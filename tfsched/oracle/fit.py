@@ -100,9 +100,10 @@ def op_times(trace: Trace, statistic: str = "min") -> dict[str, float]:
     return {name: f(xs) for name, xs in per.items()}
 
 
-# The ops of tfsched's crossing's gates that do not wait for a token (a queue's handle, an
-# enqueue; a dequeue waits): what one of the gates' ops costs, where a trace ran them.
-GATE_OPS = ("FIFOQueueV2", "QueueEnqueueV2")
+# The op of tfsched's crossing's gates that does not wait: an arrival at a count
+# (cc/crossing.cc; a wait's time is mostly its wait). What one of the gates' ops costs, where a
+# trace ran them.
+GATE_OPS = ("TfschedCrossArrive",)
 
 
 def gate_op_time(trace: Trace, statistic: str = "min") -> float | None:
@@ -112,9 +113,9 @@ def gate_op_time(trace: Trace, statistic: str = "min") -> float | None:
 
     >>> from tfsched.tracing.trace import OpRecord
     >>> ps, w = "/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0"
-    >>> ops = [OpRecord(0, ps, "q", "FIFOQueueV2", 0, 3), OpRecord(1, ps, "q", "FIFOQueueV2", 0, 2),
-    ...        OpRecord(0, ps, "e", "QueueEnqueueV2", 0, 4), OpRecord(0, ps, "f", "QueueEnqueueV2", 0, 6),
-    ...        OpRecord(0, ps, "d", "QueueDequeueManyV2", 0, 900), OpRecord(0, w, "y", "FIFOQueueV2", 0, 1)]
+    >>> ops = [OpRecord(0, ps, "a", "TfschedCrossArrive", 0, 3), OpRecord(1, ps, "a", "TfschedCrossArrive", 0, 2),
+    ...        OpRecord(0, ps, "b", "TfschedCrossArrive", 0, 4), OpRecord(0, ps, "c", "TfschedCrossArrive", 0, 6),
+    ...        OpRecord(0, ps, "d", "TfschedCrossWait", 0, 900), OpRecord(0, w, "y", "TfschedCrossArrive", 0, 1)]
     >>> round(gate_op_time(Trace(steps=2, ops=ops)) * 1e6, 3)
     4.0
     >>> gate_op_time(Trace(steps=1, ops=ops[-1:])) is None

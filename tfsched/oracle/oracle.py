@@ -13,7 +13,7 @@ DEFAULT_BANDWIDTH_BPS = 1e9  # bits per second
 DEFAULT_OVERHEAD_S = 300e-6
 # What one of the crossing's gate ops costs its PS where no trace ran them (TimeOracle.gate_op_s):
 # the median traced on MobileNet across the barrier, 1 PS x 4 workers, was 4 to 5 us on an Intel
-# Xeon (benchmarks/results/bench-mobilenet-train-cross-s83.md)
+# Xeon for the token queues' ops (benchmarks/results/bench-mobilenet-train-cross-s83.md)
 DEFAULT_GATE_OP_S = 5e-6
 
 
@@ -76,7 +76,7 @@ class TimeOracle:
     # tasks' cores; the rest is the kernel's, on the machine alone (the bench measures them per
     # process, bench.run._comm_cpu_costs; until the sixty-fourth session half each)
     host_byte_shares: tuple[float, float] = (0.5, 0.5)
-    # What one op of tfsched's crossing's gates costs its PS (a queue's handle, an enqueue): the
+    # What one op of tfsched's crossing's gates costs its PS (an arrival at a count): the
     # simulator charges a step across the barrier its gates' ops at that (sim.build_sim_graph);
     # 0: not charged, as until the eighty-third session. A trace that ran them times them
     # (oracle.fit.gate_op_time), else DEFAULT_GATE_OP_S.

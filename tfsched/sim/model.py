@@ -143,7 +143,7 @@ def build_sim_graph(
     training's only dependency between steps, ``variable_accesses``), and an update for every
     run's read of it in the same step, so that each read sees what it sees behind the barrier.
     With ``oracle.gate_op_s`` those waits are gates that cost their PS what tfsched's crossing
-    runs there (``gated_variables``, ``gate_ops``): an improvement on laying the crossing out on
+    runs there (``gated_variables``, ``GATE_OPS``): an improvement on laying the crossing out on
     the graph behind the barrier alone, which left the PS's share of the CPU uncharged.
     A what-if (``benchmarks/cross_barrier.py``): tfsched's enforcement keeps the barrier, as its
     pass cannot move a ``Session.run``'s end.
@@ -184,12 +184,11 @@ def build_sim_graph(
     if cross_barrier and steps > 1 and not accesses:
         # nothing would order one step's reads after the last one's updates
         raise TfschedError("crossing the barrier needs the graph's variables on its PS tasks; it has none")
-    # the crossing's gates, each costing its PS ops (gate_ops): variable -> (its PS, read gate's
+    # the crossing's gates, each costing its PS ops (GATE_OPS): variable -> (its PS, read gate's
     # seconds or 0 where nothing reads it, update gate's seconds)
     gate_s: dict[str, tuple[str, float, float]] = {}
     if cross_barrier and oracle.gate_op_s > 0:
-        w = len(clones) if clones[0][0] is not None else len(wtasks)  # the workers
-        read_ops, update_ops = gate_ops(w)
+        read_ops, update_ops = GATE_OPS
         for v, (reads, _) in gated_variables(graph, accesses).items():
             gate_s[v] = (
                 graph.op(v).task,
@@ -333,19 +332,13 @@ def build_sim_graph(
     return sg
 
 
-def gate_ops(workers: int) -> tuple[int, int]:
-    """The ops a worker's step runs on a variable's PS in tfsched's crossing
-    (``enforce.crossing.cross_barrier_step``), at its read gate and at its update gate, with
-    ``workers`` workers: the compute run takes its read queue's handle and tokens (2) and puts
-    a token in each worker's update queue (a handle and an enqueue each); the apply run takes
-    its update queue's handle and tokens and the gradient released (3), and puts a token in
-    each worker's read queue. ``benchmarks/crossing_ops.py`` counts 4W+3 distinct ops a
-    variable; two of the handles run in both runs.
-
-    >>> gate_ops(4)
-    (10, 11)
-    """
-    return 2 * workers + 2, 2 * workers + 3
+# The ops a worker's step runs on a variable's PS in tfsched's crossing
+# (``enforce.crossing.cross_barrier_step``, cc/crossing.cc), at its read gate and at its update
+# gate, whatever the workers: the compute run's wait on the variable's count of updates and its
+# arrival at the count of reads; the apply run's wait on the count of reads (which passes the
+# gradient through) and its arrival at the count of updates. Until the eighty-fourth session the
+# gates were token queues, 2W+2 and 2W+3 ops (a token put in every worker's queue).
+GATE_OPS = (2, 2)
 
 
 def gated_variables(graph: CommGraph, accesses: dict | None = None) -> dict[str, tuple[list[str], list[str]]]:

@@ -1,0 +1,309 @@
+// The gates of a step across TensorFlow's barrier (tfsched.enforce.crossing): one count per
+// variable and side on the variable's PS, in the device's resource manager (it outlives a
+// session, as a shared queue does).
+//
+// - TfschedCrossArrive adds one to its count: a worker's read of the variable in this step (the
+//   count its updates wait on), or a worker's update of it (the count its reads wait on).
+// - TfschedCrossWait passes its inputs through once the count reaches `workers` times the waits
+//   of its worker that went before it since the reset, plus `offset`: a read of step t waits for
+//   the W updates of every step before it (W t), an update of step t for the W reads of every
+//   step up to it (W (t + 1)). A worker's waits on one count go one at a time and in its steps'
+//   order (the crossing's turn queue for the reads, its one apply thread for the updates), so the
+//   waits gone before a wait are its step. No count can pass its target early: no update of step
+//   t lands before every read of step t, and no read of step t + 1 before every update of step t.
+// - TfschedCrossReset (the crossing's prime) sets the count to 0 and its worker's waits to none,
+//   and ends a wait of that worker still parked from a run before (Aborted).
+//
+// An improvement on the queues it replaces (until the eighty-fourth session): a token queue per
+// (variable, reader), each update putting a token in every reader's queue and each read taking one
+// per worker, W^2 queue ops a variable a step on its PS (4W+3 a worker's step, W = 4: 19; counted
+// by benchmarks/crossing_ops.py); here 4 a worker's step, whatever W.
+//
+// A wait holds no thread (an asynchronous kernel). It ends by its count, by its step's
+// cancellation (the run's deadline, RunOptions.timeout_in_ms, or its session closed: the master
+// cancels the step), or by the reset: as a queue's dequeue does, never by a timeout of its own,
+// which would let a read see a variable before its update (training no longer vanilla's).
+
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/cancellation.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/platform/mutex.h"
+
+namespace tfsched {
+namespace {
+
+using tensorflow::AsyncOpKernel;
+using tensorflow::CancellationManager;
+using tensorflow::CancellationToken;
+using tensorflow::mutex;
+using tensorflow::mutex_lock;
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+
+REGISTER_OP("TfschedCrossArrive")
+    .Attr("count: string")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Adds one to the count `count` on this device (a read or an update across the barrier).
+)doc");
+
+REGISTER_OP("TfschedCrossWait")
+    .Input("inputs: T")
+    .Output("outputs: T")
+    .Output("reached: int64")
+    .Attr("T: list(type) >= 0")
+    .Attr("count: string")
+    .Attr("worker: int >= 0")
+    .Attr("workers: int >= 1")
+    .Attr("offset: int >= 0")
+    .SetIsStateful()
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      c->set_output(c->num_inputs(), c->Scalar());
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Passes `inputs` through once the count `count` on this device reaches
+workers * (the waits of `worker` on it since its reset + offset); `reached` is that target.
+)doc");
+
+REGISTER_OP("TfschedCrossReset")
+    .Attr("count: string")
+    .Attr("worker: int >= 0")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Sets the count `count` on this device to 0 and `worker`'s waits on it to none; a wait of
+`worker` still parked on it ends (Aborted).
+)doc");
+
+struct Wait {
+  int64_t worker = 0;
+  int64_t target = 0;
+  OpKernelContext* ctx = nullptr;
+  AsyncOpKernel::DoneCallback done;
+  CancellationManager* cm = nullptr;
+  CancellationToken token = 0;
+  bool parked = false;     // under the count's lock
+  bool cancelled = false;  // its step's cancellation came before it was parked
+};
+
+class Count : public tensorflow::ResourceBase {
+ public:
+  std::string DebugString() const override { return "tfsched crossing count"; }
+
+  // Parks `w` unless its target is met (returns true: it goes) or its step was cancelled
+  // meanwhile (returns false, with *cancelled set). Sets its target.
+  bool ArriveOrPark(const std::shared_ptr<Wait>& w, int64_t workers, int64_t offset,
+                    bool* cancelled, tensorflow::Status* status) {
+    mutex_lock l(mu_);
+    *cancelled = w->cancelled;
+    if (w->cancelled) return false;
+    for (const auto& other : parked_) {
+      if (other->worker == w->worker) {
+        *status = absl::FailedPreconditionError(absl::StrCat(
+            "tfsched crossing: two waits of worker ", w->worker,
+            " at once on one count (a second compute or apply run of that worker past its turn)"));
+        return true;
+      }
+    }
+    w->target = workers * (waits_[w->worker] + offset);
+    if (count_ >= w->target) {
+      ++waits_[w->worker];
+      return true;
+    }
+    w->parked = true;
+    parked_.push_back(w);
+    return false;
+  }
+
+  // One more; the waits whose target it meets go.
+  std::vector<std::shared_ptr<Wait>> Add() {
+    std::vector<std::shared_ptr<Wait>> ready;
+    mutex_lock l(mu_);
+    ++count_;
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      if (count_ >= (*it)->target) {
+        (*it)->parked = false;
+        ++waits_[(*it)->worker];
+        ready.push_back(*it);
+        it = parked_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return ready;
+  }
+
+  // The step's cancellation: true if `w` was parked (the caller ends it); before it was parked,
+  // marks it so that it is not.
+  bool Cancel(const std::shared_ptr<Wait>& w) {
+    mutex_lock l(mu_);
+    if (!w->parked) {
+      w->cancelled = true;
+      return false;
+    }
+    w->parked = false;
+    parked_.remove(w);
+    return true;
+  }
+
+  std::vector<std::shared_ptr<Wait>> Reset(int64_t worker) {
+    std::vector<std::shared_ptr<Wait>> stale;
+    mutex_lock l(mu_);
+    count_ = 0;
+    waits_[worker] = 0;
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      if ((*it)->worker == worker) {
+        (*it)->parked = false;
+        stale.push_back(*it);
+        it = parked_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return stale;
+  }
+
+ private:
+  mutex mu_;
+  int64_t count_ = 0;
+  std::map<int64_t, int64_t> waits_;  // worker -> its waits that went since its reset
+  std::list<std::shared_ptr<Wait>> parked_;
+};
+
+absl::Status CountOf(OpKernelContext* ctx, const std::string& name, Count** count) {
+  return ctx->resource_manager()->LookupOrCreate<Count>(
+      ctx->resource_manager()->default_container(), name, count, [](Count** made) {
+        *made = new Count();
+        return absl::OkStatus();
+      });
+}
+
+// Ends a wait that left its count: its cancellation callback first (it may be running on another
+// thread: DeregisterCallback waits for it, and it finds the wait gone from its count), then done.
+void End(const std::shared_ptr<Wait>& w, const absl::Status& status) {
+  if (w->cm != nullptr) w->cm->DeregisterCallback(w->token);
+  if (!status.ok()) w->ctx->SetStatus(status);
+  w->done();
+}
+
+class CrossArriveOp : public OpKernel {
+ public:
+  explicit CrossArriveOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("count", &name_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    Count* count = nullptr;
+    OP_REQUIRES_OK(ctx, CountOf(ctx, name_, &count));
+    tensorflow::core::ScopedUnref unref(count);
+    for (const auto& w : count->Add()) End(w, absl::OkStatus());
+  }
+
+ private:
+  std::string name_;
+};
+
+class CrossResetOp : public OpKernel {
+ public:
+  explicit CrossResetOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("count", &name_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("worker", &worker_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    Count* count = nullptr;
+    OP_REQUIRES_OK(ctx, CountOf(ctx, name_, &count));
+    tensorflow::core::ScopedUnref unref(count);
+    for (const auto& w : count->Reset(worker_)) {
+      End(w, absl::AbortedError("tfsched crossing: the count was reset (primed) under this wait"));
+    }
+  }
+
+ private:
+  std::string name_;
+  int64_t worker_ = 0;
+};
+
+class CrossWaitOp : public AsyncOpKernel {
+ public:
+  explicit CrossWaitOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("count", &name_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("worker", &worker_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("workers", &workers_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("offset", &offset_));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    Count* count = nullptr;
+    OP_REQUIRES_OK_ASYNC(ctx, CountOf(ctx, name_, &count), done);
+    const int n = ctx->num_inputs();
+    for (int i = 0; i < n; ++i) ctx->set_output(i, ctx->input(i));  // zero copy
+    auto w = std::make_shared<Wait>();
+    w->worker = worker_;
+    w->ctx = ctx;
+    // The count lives in the resource manager; the reference taken here goes with the wait.
+    w->done = [count, done, ctx, w_target = &w->target, n] {
+      tensorflow::Tensor* reached = nullptr;
+      if (ctx->status().ok() &&
+          ctx->allocate_output(n, tensorflow::TensorShape({}), &reached).ok()) {
+        reached->scalar<int64_t>()() = *w_target;
+      }
+      count->Unref();
+      done();
+    };
+    w->cm = ctx->cancellation_manager();
+    if (w->cm != nullptr) {
+      // The callback before the wait is parked: once parked, an arrival on another thread may
+      // end it, and its done() may end the step and free the manager under a registration.
+      w->token = w->cm->get_cancellation_token();
+      std::weak_ptr<Wait> weak = w;
+      const bool registered = w->cm->RegisterCallback(w->token, [count, weak] {
+        auto wait = weak.lock();
+        if (wait && count->Cancel(wait)) {  // parked: nobody else ends it now
+          wait->ctx->SetStatus(absl::CancelledError("tfsched crossing: step cancelled"));
+          wait->done();  // its callback is the one running: nothing to deregister
+        }
+      });
+      if (!registered) {  // the step was cancelled already
+        w->cm = nullptr;
+        ctx->SetStatus(absl::CancelledError("tfsched crossing: step cancelled"));
+        w->done();
+        return;
+      }
+    }
+    bool cancelled = false;
+    absl::Status status;
+    if (count->ArriveOrPark(w, workers_, offset_, &cancelled, &status)) {
+      End(w, status);
+    } else if (cancelled) {
+      End(w, absl::CancelledError("tfsched crossing: step cancelled"));
+    }
+    // else parked: an arrival, the cancellation or a reset ends it
+  }
+
+ private:
+  std::string name_;
+  int64_t worker_ = 0;
+  int64_t workers_ = 1;
+  int64_t offset_ = 0;
+};
+
+REGISTER_KERNEL_BUILDER(Name("TfschedCrossArrive").Device(tensorflow::DEVICE_CPU), CrossArriveOp);
+REGISTER_KERNEL_BUILDER(Name("TfschedCrossWait").Device(tensorflow::DEVICE_CPU), CrossWaitOp);
+REGISTER_KERNEL_BUILDER(Name("TfschedCrossReset").Device(tensorflow::DEVICE_CPU), CrossResetOp);
+
+}  // namespace
+}  // namespace tfsched
