@@ -265,7 +265,14 @@ class CrossWaitOp : public AsyncOpKernel {
       done();
     };
     w->cm = ctx->cancellation_manager();
-    if (w->cm != nullptr) {
+    if (w->cm == nullptr) {  // nothing could end a wait that parked (a session's step has one)
+      ctx->SetStatus(absl::FailedPreconditionError(
+          "tfsched crossing: this step cannot be cancelled, so its wait could not end; run it in a "
+          "session's step"));
+      w->done();
+      return;
+    }
+    {
       // The callback before the wait is parked: once parked, an arrival on another thread may
       // end it, and its done() may end the step and free the manager under a registration.
       w->token = w->cm->get_cancellation_token();
