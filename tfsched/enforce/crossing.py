@@ -22,9 +22,8 @@ variable's next read until its update is done. tfsched does it in the graph inst
   read of it in that step. Each read sees what it sees behind the barrier (the simulator's
   ``sim.build_sim_graph(cross_barrier=True)`` lays out the same two rules). Four ops a
   variable a worker's step on its PS, whatever W: the token queues they replace (a token put
-  in each reader's queue by each update, until the eighty-fourth session) ran 4W+5, W^2 a
-  variable a step on the PS.
-
+  in each reader's queue by each update, until the eighty-fourth session) ran 4W+3, W^2 a
+  variable a step on the PS (``benchmarks/crossing_ops.py`` counts both).
 * two compute runs are in flight (``CrossingRunner``'s depth): the next step's reads wait on
   the PS for their variables' updates, not for this step's last op, so a pull goes as soon as
   its variable is updated, during this step's backward pass, as ByteScheduler's engine lets
