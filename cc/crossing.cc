@@ -24,6 +24,7 @@
 // cancels the step), or by the reset: as a queue's dequeue does, never by a timeout of its own,
 // which would let a read see a variable before its update (training no longer vanilla's).
 
+#include <atomic>
 #include <list>
 #include <map>
 #include <memory>
@@ -191,6 +192,36 @@ absl::Status CountOf(OpKernelContext* ctx, const std::string& name, Count** coun
       });
 }
 
+// The count a kernel names, looked up once and kept (a reference) for the kernel's life, as
+// TensorFlow's queue kernels keep their queue: not a lookup by name in the resource manager, under
+// its lock, every time a gate runs (4 a variable a worker's step).
+class CountOfKernel {
+ public:
+  explicit CountOfKernel(OpKernelConstruction* ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("count", &name_));
+  }
+  ~CountOfKernel() {
+    if (Count* count = count_.load()) count->Unref();
+  }
+  absl::Status Get(OpKernelContext* ctx, Count** out) {
+    Count* count = count_.load(std::memory_order_acquire);
+    if (count == nullptr) {
+      TF_RETURN_IF_ERROR(CountOf(ctx, name_, &count));  // a reference: the kernel's
+      Count* first = nullptr;
+      if (!count_.compare_exchange_strong(first, count)) {  // another thread's came first
+        count->Unref();
+        count = first;
+      }
+    }
+    *out = count;
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string name_;
+  std::atomic<Count*> count_{nullptr};
+};
+
 // Ends a wait that left its count: its cancellation callback first (it may be running on another
 // thread: DeregisterCallback waits for it, and it finds the wait gone from its count), then done.
 void End(const std::shared_ptr<Wait>& w, const absl::Status& status) {
@@ -201,46 +232,40 @@ void End(const std::shared_ptr<Wait>& w, const absl::Status& status) {
 
 class CrossArriveOp : public OpKernel {
  public:
-  explicit CrossArriveOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("count", &name_));
-  }
+  explicit CrossArriveOp(OpKernelConstruction* ctx) : OpKernel(ctx), count_(ctx) {}
 
   void Compute(OpKernelContext* ctx) override {
     Count* count = nullptr;
-    OP_REQUIRES_OK(ctx, CountOf(ctx, name_, &count));
-    tensorflow::core::ScopedUnref unref(count);
+    OP_REQUIRES_OK(ctx, count_.Get(ctx, &count));
     for (const auto& w : count->Add()) End(w, absl::OkStatus());
   }
 
  private:
-  std::string name_;
+  CountOfKernel count_;
 };
 
 class CrossResetOp : public OpKernel {
  public:
-  explicit CrossResetOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("count", &name_));
+  explicit CrossResetOp(OpKernelConstruction* ctx) : OpKernel(ctx), count_(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("worker", &worker_));
   }
 
   void Compute(OpKernelContext* ctx) override {
     Count* count = nullptr;
-    OP_REQUIRES_OK(ctx, CountOf(ctx, name_, &count));
-    tensorflow::core::ScopedUnref unref(count);
+    OP_REQUIRES_OK(ctx, count_.Get(ctx, &count));
     for (const auto& w : count->Reset(worker_)) {
       End(w, absl::AbortedError("tfsched crossing: the count was reset (primed) under this wait"));
     }
   }
 
  private:
-  std::string name_;
+  CountOfKernel count_;
   int64_t worker_ = 0;
 };
 
 class CrossWaitOp : public AsyncOpKernel {
  public:
-  explicit CrossWaitOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("count", &name_));
+  explicit CrossWaitOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx), count_(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("worker", &worker_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("workers", &workers_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("offset", &offset_));
@@ -248,13 +273,14 @@ class CrossWaitOp : public AsyncOpKernel {
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     Count* count = nullptr;
-    OP_REQUIRES_OK_ASYNC(ctx, CountOf(ctx, name_, &count), done);
+    OP_REQUIRES_OK_ASYNC(ctx, count_.Get(ctx, &count), done);
+    count->Ref();  // the wait's own: a reset of another session's graph may end it
     const int n = ctx->num_inputs();
     for (int i = 0; i < n; ++i) ctx->set_output(i, ctx->input(i));  // zero copy
     auto w = std::make_shared<Wait>();
     w->worker = worker_;
     w->ctx = ctx;
-    // The count lives in the resource manager; the reference taken here goes with the wait.
+    // The reference taken above goes with the wait.
     w->done = [count, done, ctx, w_target = &w->target, n] {
       tensorflow::Tensor* reached = nullptr;
       if (ctx->status().ok() &&
@@ -302,7 +328,7 @@ class CrossWaitOp : public AsyncOpKernel {
   }
 
  private:
-  std::string name_;
+  CountOfKernel count_;
   int64_t worker_ = 0;
   int64_t workers_ = 1;
   int64_t offset_ = 0;

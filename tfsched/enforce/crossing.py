@@ -149,7 +149,6 @@ class _Edits:
         for op, before in self.controls.items():
             op._remove_all_control_inputs()
             op._add_control_inputs(before)
-        self.inputs, self.controls = [], {}
 
 
 def cross_barrier_step(
