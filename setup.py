@@ -39,5 +39,5 @@ setup(
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3.5", "pytest-timeout>=2.3", "ruff>=0.5", "clang-format==19.1.7"]
     },
-    entry_points={"console_scripts": ["tfsched=tfsched.cli:main"]},
+    entry_points={"console_scripts": ["tfsched=tfsched.cli:run"]},
 )

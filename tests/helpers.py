@@ -4,6 +4,7 @@ a user runs it."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -123,6 +124,19 @@ def cli(*args: str, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "tfsched.cli", *args], capture_output=True, text=True, timeout=timeout
     )
+
+
+def shadow_module(where: Path, name: str, monkeypatch) -> str:
+    """A package ``name`` first on the path of every process started from now on (PYTHONPATH)
+    that ends the process that imports it, saying so: what those processes import, told apart
+    from outside. Returns what it says."""
+    said = f"{name} was imported"
+    (where / name).mkdir(parents=True)
+    (where / name / "__init__.py").write_text(f"raise SystemExit({said!r})\n")
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(p for p in (str(where), os.environ.get("PYTHONPATH")) if p)
+    )
+    return said
 
 
 # a short bench of Seq-32 on two workers at 200 Mbit/s: 3 steps, one round, batch 4

@@ -14,6 +14,7 @@ import sys
 import click
 from click.core import ParameterSource
 
+from tfsched.bench.local import LEGACY_KERAS
 from tfsched.demo import DEMO_MODES
 from tfsched.errors import TfschedError
 from tfsched.models.build import PS_PLACEMENTS
@@ -1494,5 +1495,14 @@ def tune(
     click.echo(f"results: {output}")
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The ``tfsched`` command in a process of its own (the console script, ``python -m
+    tfsched.cli``): ``main``, with TensorFlow imported without Keras 3 (``LEGACY_KERAS``) as in
+    every process tfsched starts. ``main`` called in a process that is not its own (click's
+    CliRunner, a user's code) leaves that process's environment as it is."""
+    os.environ.setdefault(*LEGACY_KERAS)
     main()
+
+
+if __name__ == "__main__":
+    run()

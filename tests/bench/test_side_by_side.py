@@ -1,9 +1,12 @@
 """The bench's timing-aware modes order from a trace of the model on the cluster it runs on; a
 cluster task that fails fails the run by name."""
 
+import json
 import os
 
 import pytest
+
+from tests.helpers import shadow_module
 
 
 @pytest.mark.tf
@@ -181,6 +184,40 @@ def test_a_file_in_the_working_directory_does_not_shadow_a_tasks_modules(tmp_pat
     monkeypatch.chdir(tmp_path)
     with LocalCluster(ps=1, workers=1, vanilla=True, start_timeout_s=120) as c:
         assert not c.dead_tasks()
+
+
+@pytest.mark.cluster
+def test_tfsched_processes_import_tensorflow_without_keras_3(tmp_path, monkeypatch, seq_graph_file):
+    """``import tensorflow`` loads Keras 3 where it is installed (with scikit-learn, which the
+    tuner's Bayesian optimization installs): 2.5 s of every process's start on this machine.
+    tfsched's task processes and the ``tfsched`` command use tf_keras and set
+    ``TF_USE_LEGACY_KERAS`` (``bench.local.LEGACY_KERAS``), under which TensorFlow imports no
+    Keras. A ``keras`` on the path that ends whatever imports it tells them apart."""
+    import subprocess
+    import sys
+
+    from tfsched.bench.local import LocalCluster, task_env
+
+    said = shadow_module(tmp_path / "shadow", "keras", monkeypatch)
+    monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
+    # a process that stands for a user's program: TensorFlow imports Keras 3 there
+    p = subprocess.run(
+        [sys.executable, "-c", "import tensorflow"],
+        env=task_env(legacy_keras=False),
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode != 0 and said in p.stderr, p.stderr[-2000:]
+    # tfsched's tasks (each loads its ops) and the tfsched command do not
+    with LocalCluster(ps=1, workers=1, start_timeout_s=120) as c:
+        assert not c.dead_tasks()
+    p = subprocess.run(
+        [sys.executable, "-m", "tfsched.cli", "analyze", seq_graph_file["pb"], "--fetch", "train", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0 and len(json.loads(p.stdout)["transfers"]) > 0, p.stderr[-2000:]
 
 
 @pytest.mark.cluster

@@ -42,7 +42,8 @@ def run_client(
     args.update(bn=bn, tf_keras=tf_keras, shards=shards, held=held)
     done = subprocess.run(
         [sys.executable, CLIENT, json.dumps(args)],
-        env=task_env(),
+        # a user's program: tf.keras is Keras 3, as the user has it
+        env=task_env(legacy_keras=False),
         capture_output=True,
         text=True,
         timeout=300,

@@ -25,6 +25,11 @@ from tfsched.errors import TfschedError
 
 # how much lower than this process the tasks of a relayed LocalCluster run (nice)
 RELAYED_TASKS_NICE = 5
+# Set (unless the environment sets it) in every process tfsched starts, and in the ``tfsched``
+# command: ``import tensorflow`` with Keras 3 installed loads it, and with it scikit-learn and
+# IPython where they are installed (the tuner's Bayesian optimization needs scikit-learn). tfsched's
+# models are tf_keras's, so its processes need none of it.
+LEGACY_KERAS = ("TF_USE_LEGACY_KERAS", "1")
 
 
 _HANDED_OUT: set[int] = set()  # ports this process gave a task, not given twice
@@ -64,9 +69,13 @@ def free_port() -> int:
     raise TfschedError("no free loopback port")  # unreachable: port 0 always binds
 
 
-def task_env() -> dict:
+def task_env(*, legacy_keras: bool = True) -> dict:
     """The environment of a task process: this one's, TensorFlow's C++ logs at warnings unless
     set, and the tfsched this process runs first on the path, the working directory not on it.
+    With ``legacy_keras`` (unless the environment sets it) ``LEGACY_KERAS``: tfsched's processes
+    use tf_keras, never Keras 3, and ``import tensorflow`` then leaves Keras 3 unloaded;
+    ``legacy_keras=False`` for a process that stands for a user's program (the tests' TensorFlow 2
+    client), which gets TensorFlow's keras as the user has it.
 
     ``python -m`` puts the working directory first on ``sys.path``, so a user's file there named
     as a module TensorFlow imports shadowed it in every task: a ``concurrent.py`` that starts a
@@ -87,6 +96,8 @@ def task_env() -> dict:
     env = dict(
         os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"), PYTHONSAFEPATH="1"
     )
+    if legacy_keras:
+        env.setdefault(*LEGACY_KERAS)
     if path:
         env["PYTHONPATH"] = path
     return env

@@ -185,13 +185,21 @@ def coordinate(args: dict) -> dict:
         return strategy.run(replica)
 
     workers = len(spec["worker"])
-    start = time.perf_counter()
-    for _ in range(workers):
-        coordinator.schedule(step)
-    coordinator.join()
-    # unless given: per timed step per worker, twice the warm-up (a step that also instantiated
-    # the function), and 5 s
-    window = args.get("window_s") or 2 * (time.perf_counter() - start) * args["steps"] + 5
+
+    def warm_up() -> float:
+        start = time.perf_counter()
+        for _ in range(workers):
+            coordinator.schedule(step)
+        coordinator.join()
+        return time.perf_counter() - start
+
+    warm_up()  # a step per worker, which also instantiates the function
+    window = args.get("window_s")
+    if args.get("trace") and not window:
+        # per timed step per worker, twice a warm one's, and 5 s. Until the eighty-fifth session
+        # twice the first one's, which also instantiated the function: Par-32's solo round of 2
+        # steps on 2 PS then profiled a window of 13 s for 0.04 s of steps
+        window = 2 * warm_up() * args["steps"] + 5
     procs = task_processes(os.getppid())  # the bench's task processes, this process's siblings
     cpu = cpu_seconds()  # the machine's, every task's: they all run on it
     tasks_at = tasks_cpu_s(procs)

@@ -276,7 +276,7 @@ def build_graph(
                     )
                 probs = make(images, num_classes, training=mode == "train")
                 loss = tf.reduce_mean(
-                    tf.keras.losses.sparse_categorical_crossentropy(labels, probs),
+                    tf_keras.losses.sparse_categorical_crossentropy(labels, probs),
                     name=f"loss_{r}" if in_graph_workers else "loss",
                 )
                 losses.append(loss)

@@ -57,17 +57,16 @@ def trace_local(
     ``ps_placement``: ``build_graph``'s, how a built-in model's variables are spread over ``ps``
     PS tasks.
     """
-    from tfsched.bench.local import LocalCluster
-    from tfsched.graph._tf import import_tensorflow
-
-    tf = import_tensorflow()
-
     if steps <= 0:
         raise TfschedError(f"--steps must be positive, got {steps}")
     if (model is None) == (graph_path is None):
         raise TfschedError("give either --model or --graph")
     if model is not None and (fetches or init or tag_set):
         raise TfschedError("--fetch, --init and --tag-set go with --graph; a built-in model has its own")
+    from tfsched.bench.local import LocalCluster
+    from tfsched.graph._tf import import_tensorflow
+
+    tf = import_tensorflow()  # after the arguments' checks: an error in them comes at once
     if model is not None:
         from tfsched.models import build_graph
 

@@ -260,7 +260,6 @@ def tune_cluster(
     from tfsched.tune.coordinator import Coordinator, CoordinatorClient
     from tfsched.tune.worker import PASS_CREDIT, TunedSession
 
-    tf = import_tensorflow()
     if search not in SEARCHES:
         raise TfschedError(f"unknown search {search!r}; choose {', '.join(SEARCHES)}")
     if (model is None) == (graph_path is None):
@@ -286,6 +285,7 @@ def tune_cluster(
         raise TfschedError(
             "the pushes' window evens out the workers, not the throughput: search it with the balanced objective"
         )
+    tf = import_tensorflow()  # after the arguments' checks: an error in them comes at once
     started = time.monotonic()
 
     if model is not None:
