@@ -186,33 +186,30 @@ def coordinate(args: dict) -> dict:
 
     workers = len(spec["worker"])
 
-    def warm_up() -> float:
+    def run_steps(n: int) -> float:
+        """``n`` calls of the step, scheduled at once and joined; their wall time."""
         start = time.perf_counter()
-        for _ in range(workers):
+        for _ in range(n):
             coordinator.schedule(step)
         coordinator.join()
         return time.perf_counter() - start
 
-    warm_up()  # a step per worker, which also instantiates the function
+    run_steps(workers)  # a step per worker, which also instantiates the function
     window = args.get("window_s")
     if args.get("trace") and not window:
         # per timed step per worker, twice a warm one's, and 5 s. Until the eighty-fifth session
         # twice the first one's, which also instantiated the function: Par-32's solo round of 2
         # steps on 2 PS then profiled a window of 13 s for 0.04 s of steps
-        window = 2 * warm_up() * args["steps"] + 5
+        window = 2 * run_steps(workers) * args["steps"] + 5
     procs = task_processes(os.getppid())  # the bench's task processes, this process's siblings
     cpu = cpu_seconds()  # the machine's, every task's: they all run on it
     tasks_at = tasks_cpu_s(procs)
     start = time.perf_counter()
     if args.get("trace"):  # the same steps inside a profiling window (tfsched.trace_functions)
         with tfsched.trace_functions(resolver, args["trace"], seconds=window, functions=[step]):
-            for _ in range(workers * args["steps"]):
-                coordinator.schedule(step)
-            coordinator.join()
+            run_steps(workers * args["steps"])
     else:
-        for _ in range(workers * args["steps"]):
-            coordinator.schedule(step)
-        coordinator.join()
+        run_steps(workers * args["steps"])
     wall = time.perf_counter() - start
     end, tasks_end = cpu_seconds(), tasks_cpu_s(procs)
     busy = round(end[0] - cpu[0], 3) if cpu and end else None
