@@ -18,7 +18,9 @@ sixty-third, ``host_bytes=False``, or each end spending half of it and the kerne
 until the sixty-fourth, ``even_byte_shares``, or an op's cost reckoned from the machine's CPU and
 not the workers' own, as until the sixty-fifth, ``task_cpu=False``: these change only the runs
 whose tasks had cores of their own; a mode across the barrier not charged its gates' ops on the
-PS, as until the eighty-third, ``gate_ops=False``) beside it.
+PS, as until the eighty-third, ``gate_ops=False``; a mode predicted as the simulator steps it, below
+the CPU a baseline step spent over the machine's cores too, as until the eighty-sixth,
+``cpu_floor=False``) beside it.
 
     python benchmarks/repredict.py DIR --name resnet50-inference-traced [--what-ifs A,B]
 
@@ -169,6 +171,11 @@ WHAT_IFS = {
         {"gate_ops": False},
         "a mode across the barrier not charged its gates' ops on the PS, as until the eighty-third "
         "session; only modes across the barrier differ",
+    ),
+    "no_cpu_floor": (
+        {"cpu_floor": False},
+        "each mode predicted as the simulator steps it, below the CPU a baseline step spent over the "
+        "machine's cores too, as until the eighty-sixth session",
     ),
     "shared_cores": (
         {"host_cores": 0},

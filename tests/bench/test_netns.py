@@ -259,7 +259,7 @@ def _tune_file(where, *, partition: int, credit: int, host_cores: float = 0):
 
 
 @pytest.mark.tf
-def test_bench_command_writes_every_field(tmp_path):
+def test_bench_command_writes_every_field(tmp_path, monkeypatch):
     import json
 
     # the results inside the traces directory the run makes, as benchmarks/repredict.py reads them
@@ -352,7 +352,11 @@ def test_bench_command_writes_every_field(tmp_path):
             assert r[key] is not None, key
         # the two workers by when they finished, measured and simulated; the last is the step
         assert len(r["finish_by_rank_s"]) == 2 and r["finish_by_rank_s"][0] <= r["finish_by_rank_s"][1]
-        assert r["predicted_finish_by_rank_s"][-1] == pytest.approx(r["predicted_s"])
+        assert r["predicted_finish_by_rank_s"][-1] == pytest.approx(r["simulated_s"])
+        # the prediction: the simulator's step, or the CPU a baseline step spent over the cores
+        # where that is longer (predict.machine_cpu_floor)
+        assert r["cpu_floor_s"] == pytest.approx(data["modes"][0]["cpu_s_per_step"] / os.cpu_count())
+        assert r["predicted_s"] == pytest.approx(max(r["simulated_s"], r["cpu_floor_s"]))
         assert r["steps"] == 6 and r["throughput_steps_per_s"] > 0 and r["p95_s"] >= r["p50_s"] > 0
         assert 0 <= r["straggler"] < 1 and r["lower_bound_s"] <= r["upper_bound_s"]
         # no simulated order beats the floor (the driver's call included, as in every prediction)
@@ -472,6 +476,17 @@ def test_bench_command_writes_every_field(tmp_path):
         assert r["barrier_s"] == pytest.approx(r["first_s"], rel=0.2), r
         # a queue of the ready messages on every channel, for the modes that have gates
         assert (r["crossing_ready_s"] is None) == (r["mode"] == "baseline"), r
+    # the same kept run predicted again, its baseline's CPU a step over the cores (the floor) set
+    # above every simulated step: every mode is predicted at it, and without it as simulated
+    from tfsched.bench import predict
+
+    floor = 2 * max(r["simulated_s"] for r in data["modes"])
+    monkeypatch.setattr(predict, "machine_cpu_floor", lambda cpu_s_per_step, cores: floor)
+    repredict = benchmark_script("repredict").repredict
+    _, held = repredict(str(tmp_path / "traces"))
+    _, free = repredict(str(tmp_path / "traces"), cpu_floor=False)
+    assert [r["predicted_now_s"] for r in held] == pytest.approx([floor] * len(held))
+    assert all(r["predicted_now_s"] < floor for r in free), free
     # the bench's process is gone, and nothing of its is left (a concurrent run's, live, may be)
     assert netns.orphans("netns") == [] and netns.orphans("link") == []
     if CGROUPS:  # ... nor of its capped groups

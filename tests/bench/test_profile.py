@@ -134,7 +134,7 @@ def test_the_sampler_and_the_step_log_on_a_real_local_cluster():
     assert m["finish_by_rank_s"] == pytest.approx(p["finish_by_rank_s"], abs=0.005)
     assert len(m["predicted_finish_by_rank_s"]) == 2
     assert m["predicted_finish_by_rank_s"][0] <= m["predicted_finish_by_rank_s"][1]
-    assert m["predicted_finish_by_rank_s"][1] == pytest.approx(m["predicted_s"])
+    assert m["predicted_finish_by_rank_s"][1] == pytest.approx(m["simulated_s"])
 
 
 @pytest.mark.tf

@@ -222,6 +222,34 @@ def host_slots(host_cores: float, machine_slots: float, cores: int) -> float | N
     return host_cores * machine_slots / cores if host_cores else None
 
 
+def machine_cpu_floor(cpu_s_per_step: float, cores: int) -> float | None:
+    """The least a step of any mode takes on the machine its tasks share: the CPU seconds a
+    baseline step spent (``ModeResult.cpu_per_step``) over the machine's ``cores``. None where no
+    CPU was measured.
+
+    An order moves the same bytes and runs the same ops, so it does not take that work away,
+    and no step does more work than its cores. The simulator need not see it: it runs each op at
+    its fastest traced time and reckons the machine's share of the cores from the mean
+    (``annotate``'s ``work``), so at the cores' limit its machine does less than the measured
+    one (MobileNet training, 1 PS x 4 workers, eighty-sixth session: 0.95 s of work a step in
+    its floor, against 2.30 CPU seconds a baseline step on two cores, 1.15 s; three modes at
+    96% to 99% busy predicted 16% to 21% fast). Taking the fastest times' work instead
+    (``work="simulated"``) put other runs' modes up to 13 points slow, away from the cores'
+    limit (``annotate``); the floor binds only at it. Over the 829 modes of the 171 stored runs
+    on shared cores whose baseline measured its CPU, their stored predictions held to it: the
+    mean error 8.2% became 7.1% (median 6.5% and 5.5%; 179 modes closer, 8 further, each by at
+    most 10 points: VGG16 and ResNet-50 inference's scheduled modes, which spent up to 15% less
+    CPU a step than their baseline); over 216 modes of 50 runs on hosts with cores of their own,
+    6 closer, none further (``benchmarks/cpu_floor.py``, ``results/cpu-floor.md``).
+
+    >>> machine_cpu_floor(2.30, 2)
+    1.15
+    >>> machine_cpu_floor(0.0, 2) is None
+    True
+    """
+    return cpu_s_per_step / cores if cpu_s_per_step > 0 else None
+
+
 def in_slots(cpu_s: float, machine_slots: float, cores: int) -> float:
     """``cpu_s`` of the machine's CPU as time of one simulated slot: a slot is the cores one lone
     worker's ops kept busy, the machine's ``cores`` over its ``machine_slots``.
@@ -399,6 +427,7 @@ def annotate(
     handoff_s: float = 0.0,
     cross_barrier_steps: int = 0,
     gate_ops: bool = True,
+    cpu_floor: bool = True,
 ) -> None:
     """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace).
 
@@ -421,6 +450,9 @@ def annotate(
     ``TimeOracle.gate_op_s`` says (the baseline's trace ran none: 5 µs); False: not, as until
     the eighty-third session (a what-if for ``benchmarks/repredict.py``). The what-if of
     ``cross_barrier_steps`` (ByteScheduler's crossing, in TensorFlow's engine) is never charged.
+    ``cpu_floor``: no mode is predicted faster than the CPU a baseline step spent over the
+    machine's cores (``cpu_floor_s``; ``simulated_s`` is the simulator's step); False: the
+    simulator's step, as until the eighty-sixth session (a what-if for ``benchmarks/repredict.py``).
 
     ``latency_s``: what each host's link adds (``--latency``). A tensor between two tasks
     crosses two links, so the simulator delays each arrival (and each acknowledgement) by twice
@@ -563,6 +595,7 @@ def annotate(
     plain = build_sim_graph(graph, oracle, None, workers=workers)
     bounds = step_bounds(plain, overlap=overlap)
     driver_s = 2 * latency_s  # the driver's call there and back, across the worker's link
+    cpu_floor_s = machine_cpu_floor(base.cpu_per_step, os.cpu_count() or 1) if cpu_floor else None
 
     def unordered_runs(sg, weight: float) -> list:
         """The baseline's: TensorFlow's transfers, no gate, ties at random."""
@@ -644,9 +677,10 @@ def annotate(
         # over every worker's steps was the measure until the seventh session: it put the
         # early-served workers of one window per task (whose steps end first) into the
         # measurement and made that mode's prediction look 33% slow on VGG16 inference.
-        predicted = (
+        simulated = (
             statistics.fmean(r.makespan if spec.cross else r.step_time for r in runs) / per_step + driver_s
         )
+        predicted = max(simulated, cpu_floor_s or 0.0)
         its = res.iteration_times or res.step_times
         measured = res.training_step_s  # across the barrier, the rounds' wall time over their steps
         res.measured = {
@@ -662,6 +696,10 @@ def annotate(
             "floor_by": bounds.floor_text or None,
             "predicted_s": predicted,
             "prediction_error": (predicted - measured) / measured if measured else None,
+            # the simulator's step, and the least the baseline's CPU allows (``cpu_floor_s``): the
+            # prediction is the longer
+            "simulated_s": simulated,
+            "cpu_floor_s": cpu_floor_s,
             # the workers' steps, the first to finish first: measured (the mean by rank over the
             # synchronized steps) and simulated; where a mode staggers the workers, this shows
             # whether the simulator does it alike

@@ -274,6 +274,38 @@ def slots_lines(summary: dict) -> list[str]:
     return ["", text + "."]
 
 
+def cpu_floor_lines(summary: dict) -> list[str]:
+    """The modes whose prediction is the CPU a baseline step spent over the machine's cores, not
+    the simulator's shorter step (``bench.predict.machine_cpu_floor``; since the eighty-sixth
+    session, whose files keep both).
+
+    >>> rows = [{"mode": "baseline", "simulated_s": 1.20, "predicted_s": 1.20, "cpu_floor_s": 1.15},
+    ...         {"mode": "tao", "simulated_s": 0.98, "predicted_s": 1.15, "cpu_floor_s": 1.15}]
+    >>> print(cpu_floor_lines({"modes": rows, "cores": 2})[1])  # doctest: +NORMALIZE_WHITESPACE
+    The simulator stepped `tao` in 0.98 s, under the 1.15 s that the CPU a baseline step spent
+    takes on the machine's 2 cores: an order does not take that work away, so that is its
+    prediction (the simulated machine, whose ops take their fastest traced times, did less work
+    a second than the measured one).
+    """
+    held = [
+        r
+        for r in summary["modes"]
+        if r.get("cpu_floor_s") and r.get("simulated_s") is not None and r["predicted_s"] > r["simulated_s"]
+    ]
+    if not held:
+        return []
+    cores = machine_cores(summary)
+    stepped = ", ".join(f"`{r['mode']}` in {r['simulated_s']:.2f} s" for r in held)
+    one = len(held) == 1
+    return [
+        "",
+        f"The simulator stepped {stepped}, under the {held[0]['cpu_floor_s']:.2f} s that the CPU a baseline "
+        f"step spent takes on the machine's {f'{cores} ' if cores else ''}cores: an order does not take that "
+        f"work away, so that is {'its' if one else 'their'} prediction (the simulated machine, whose ops take "
+        "their fastest traced times, did less work a second than the measured one).",
+    ]
+
+
 def cores_limit_lines(summary: dict) -> list[str]:
     """The modes that ran at the cores' limit (``CORES_LIMIT_BUSY``), with the shortest step their
     CPU work allows on the machine's cores and what that leaves to win over the baseline.
@@ -531,6 +563,7 @@ def markdown(summary: dict) -> str:
                 "not add up to the rounds' wall time, so they were not worked out again."
             )
     lines += cores_limit_lines(summary)
+    lines += cpu_floor_lines(summary)
     lines += floor_lines(summary)
     lines += stagger_lines(summary)
     # the graph the simulator laid out (tracing.replay.graph_that_ran): since the twenty-ninth session
