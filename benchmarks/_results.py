@@ -3,13 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import json
 import os
 import platform
+import shutil
+import tarfile
 import tempfile
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+# kept bench runs packed with what a re-prediction reads (benchmarks/keep_run.py)
+RUNS = os.path.join(RESULTS, "runs")
+
+
+def run_dir(text: str) -> str:
+    """An argparse type: a bench run's ``--traces`` directory, or a run packed by
+    ``benchmarks/keep_run.py`` (``results/runs/<name>.tar.xz``), unpacked into a directory of its
+    own that goes when the script ends. Either must hold the run's ``bench.json``."""
+    if os.path.isdir(text):
+        where = text
+    elif os.path.isfile(text):
+        try:
+            with tarfile.open(text) as archive:
+                where = tempfile.mkdtemp(prefix="tfsched-run-")
+                atexit.register(shutil.rmtree, where, True)
+                archive.extractall(where, filter="data")  # no path out of the directory, no device
+        except (tarfile.TarError, OSError) as e:
+            raise argparse.ArgumentTypeError(f"{text}: not a packed bench run ({e})") from None
+    else:
+        raise argparse.ArgumentTypeError(f"{text}: no such directory or packed run")
+    if not os.path.isfile(os.path.join(where, "bench.json")):
+        raise argparse.ArgumentTypeError(f"{text}: no bench.json in it (a bench run's --traces directory?)")
+    return where
 
 
 @contextlib.contextmanager
@@ -41,7 +67,11 @@ def run_dir_parser(description: str, written: str) -> argparse.ArgumentParser:
     """The arguments of a script that reads a kept bench run: its directory and ``--name``
     (``written``: the results files the name makes, for the help)."""
     ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("run_dir", help="a bench run's --traces directory, with its bench.json")
+    ap.add_argument(
+        "run_dir",
+        type=run_dir,
+        help="a bench run's --traces directory, with its bench.json, or a run packed by keep_run.py",
+    )
     ap.add_argument("--name", required=True, help=written)
     return ap
 

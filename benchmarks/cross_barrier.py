@@ -24,7 +24,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, positive, run_dir_errors, run_title, write  # noqa: E402
+from _results import machine, positive, run_dir, run_dir_errors, run_title, write  # noqa: E402
 from repredict import repredict  # noqa: E402
 
 
@@ -64,7 +64,12 @@ def crossing_rows(run_dir: str, steps: int) -> tuple[dict, list[dict]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run_dirs", nargs="+", help="bench runs' --traces directories, each with its bench.json")
+    ap.add_argument(
+        "run_dirs",
+        nargs="+",
+        type=run_dir,
+        help="bench runs' --traces directories, each with its bench.json, or runs packed by keep_run.py",
+    )
     ap.add_argument("--name", required=True, help="results/<name>.{json,md}")
     ap.add_argument(
         "--steps", type=positive(int), default=4, help="steps simulated each way, at least 2 (default 4)"

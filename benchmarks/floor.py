@@ -20,7 +20,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, positive, run_dir_errors, run_title, write  # noqa: E402
+from _results import machine, positive, run_dir, run_dir_errors, run_title, write  # noqa: E402
 from repredict import repredict  # noqa: E402
 
 
@@ -89,7 +89,12 @@ def targets(text: str) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run_dirs", nargs="+", help="bench runs' --traces directories, each with its bench.json")
+    ap.add_argument(
+        "run_dirs",
+        nargs="+",
+        type=run_dir,
+        help="bench runs' --traces directories, each with its bench.json, or runs packed by keep_run.py",
+    )
     ap.add_argument("--name", required=True, help="results/<name>.{json,md}")
     ap.add_argument(
         "--target",

@@ -24,6 +24,9 @@ the CPU a baseline step spent over the machine's cores too, as until the eighty-
 
     python benchmarks/repredict.py DIR --name resnet50-inference-traced [--what-ifs A,B]
 
+DIR: the run's ``--traces`` directory, or the run packed by ``benchmarks/keep_run.py``
+(``results/runs/<name>.tar.xz``).
+
 Writes ``benchmarks/results/<name>-repredicted.json`` and ``.md``.
 """
 

@@ -1,0 +1,69 @@
+"""benchmarks/keep_run.py and the kept-run argument of the re-prediction scripts (_results.run_dir)."""
+
+import argparse
+import io
+import json
+import tarfile
+
+import pytest
+
+from tests.helpers import benchmark_script
+
+
+def _run(where, names=("bench.json", "baseline.trace.json", "baseline.alone.trace.json")):
+    where.mkdir()
+    for n in names:
+        (where / n).write_text(json.dumps({"name": n}))
+    return where
+
+
+def test_a_run_is_packed_with_what_a_re_prediction_reads_and_read_back_from_the_archive(
+    tmp_path, monkeypatch
+):
+    keep = benchmark_script("keep_run")
+    monkeypatch.setattr(keep, "RUNS", str(tmp_path / "runs"))
+    kept = [
+        "bench.json",
+        "baseline.trace.json",
+        "baseline.alone.trace.json",
+        "baseline@held.trace.json",
+        "order.alone.trace.json",
+    ]
+    # every other worker's and every other mode's traced steps stay behind
+    run = _run(tmp_path / "run", kept + ["baseline.worker-1.trace.json", "tio.trace.json", "bench.md"])
+    keep.main([str(run), "--name", "r"])
+    out = tmp_path / "runs" / "r.tar.xz"
+    with tarfile.open(out) as archive:
+        assert sorted(archive.getnames()) == sorted(kept)
+    assert oct(out.stat().st_mode & 0o777) == oct(0o644)
+    # the scripts' run argument takes the archive, unpacked into a directory of its own
+    where = keep.run_dir(str(out))
+    assert json.loads(open(f"{where}/baseline@held.trace.json").read()) == {
+        "name": "baseline@held.trace.json"
+    }
+    assert keep.run_dir(str(run)) == str(run)  # a directory as it is
+
+
+def test_what_is_not_a_kept_run_is_one_error_and_nothing_is_written(tmp_path, monkeypatch):
+    keep = benchmark_script("keep_run")
+    monkeypatch.setattr(keep, "RUNS", str(tmp_path / "runs"))
+    with pytest.raises(argparse.ArgumentTypeError, match="no such directory or packed run"):
+        keep.run_dir(str(tmp_path / "missing"))
+    (tmp_path / "notes.txt").write_text("not an archive")
+    with pytest.raises(argparse.ArgumentTypeError, match="notes.txt: not a packed bench run"):
+        keep.run_dir(str(tmp_path / "notes.txt"))
+    with pytest.raises(argparse.ArgumentTypeError, match="no bench.json in it"):
+        keep.run_dir(str(_run(tmp_path / "empty", ())))
+    # an archive whose member would land outside its directory is refused
+    evil = tmp_path / "evil.tar.xz"
+    with tarfile.open(evil, "w:xz") as archive:
+        info = tarfile.TarInfo("../outside.json")
+        info.size = 2
+        archive.addfile(info, io.BytesIO(b"{}"))
+    with pytest.raises(argparse.ArgumentTypeError, match="evil.tar.xz: not a packed bench run"):
+        keep.run_dir(str(evil))
+    assert not (tmp_path / "outside.json").exists()
+    # a run without the baseline's traced steps (no --traces) is not packed
+    with pytest.raises(SystemExit, match="no baseline's traced steps"):
+        keep.main([str(_run(tmp_path / "bare", ("bench.json",))), "--name", "bare"])
+    assert not (tmp_path / "runs").exists() or list((tmp_path / "runs").iterdir()) == []
