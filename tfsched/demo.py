@@ -211,6 +211,13 @@ def run_demo(
         + ". All tasks share this machine's cores, so numbers vary from run to run; `tfsched bench` "
         "and benchmarks/ have repeated, interleaved measurements."
     )
+    from tfsched.bench.results import cpu_floor_lines
+
+    # a mode the simulator stepped faster than the baseline's CPU allows on these cores
+    for line in cpu_floor_lines({"modes": [r.to_json() for r in measured.values()], "cores": os.cpu_count()})[
+        1:
+    ]:
+        console.print(line)
     base_step = measured["baseline"].training_step_s if "baseline" in measured else 0.0
     full = {m: r.steady_step_s for m, r in measured.items() if r.steady_step_s}
     if full:
