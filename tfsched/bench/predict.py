@@ -228,8 +228,8 @@ def machine_cpu_floor(cpu_s_per_step: float, cores: int) -> float | None:
     CPU was measured.
 
     An order moves the same bytes and runs the same ops, so it does not take that work away,
-    and no step does more work than its cores. The simulator need not see it: it runs each op at
-    its fastest traced time and reckons the machine's share of the cores from the mean
+    and no step does more work than its cores. The simulator does not keep to it: it runs each op
+    at its fastest traced time and reckons the machine's share of the cores from the mean
     (``annotate``'s ``work``), so at the cores' limit its machine does less than the measured
     one (MobileNet training, 1 PS x 4 workers, eighty-sixth session: 0.95 s of work a step in
     its floor, against 2.30 CPU seconds a baseline step on two cores, 1.15 s; three modes at
