@@ -277,7 +277,8 @@ def slots_lines(summary: dict) -> list[str]:
 def cpu_floor_lines(summary: dict) -> list[str]:
     """The modes whose prediction is the CPU a baseline step spent over the machine's cores, not
     the simulator's shorter step (``bench.predict.machine_cpu_floor``; since the eighty-sixth
-    session, whose files keep both).
+    session, whose files keep both). Each placement of a run (``MODE@PLACEMENT``) has its own
+    baseline, and so its own floor.
 
     >>> rows = [{"mode": "baseline", "simulated_s": 1.20, "predicted_s": 1.20, "cpu_floor_s": 1.15},
     ...         {"mode": "tao", "simulated_s": 0.98, "predicted_s": 1.15, "cpu_floor_s": 1.15}]
@@ -286,6 +287,10 @@ def cpu_floor_lines(summary: dict) -> list[str]:
     takes on the machine's 2 cores: an order does not take that work away, so that is its
     prediction (the simulated machine, whose ops take their fastest traced times, did less work
     a second than the measured one).
+    >>> rows.append({"mode": "tao@held", "simulated_s": 1.0, "predicted_s": 1.25, "cpu_floor_s": 1.25})
+    >>> print(cpu_floor_lines({"modes": rows, "cores": 2})[1].split(":")[0])  # doctest: +NORMALIZE_WHITESPACE
+    The simulator stepped `tao` in 0.98 s, under the 1.15 s, and `tao@held` in 1.00 s, under the
+    1.25 s, that the CPU a baseline step spent takes on the machine's 2 cores
     """
     held = [
         r
@@ -294,15 +299,23 @@ def cpu_floor_lines(summary: dict) -> list[str]:
     ]
     if not held:
         return []
+    by_floor: dict[float, list[dict]] = {}
+    for r in held:
+        by_floor.setdefault(r["cpu_floor_s"], []).append(r)
+    stepped = ", and ".join(
+        ", ".join(f"`{r['mode']}` in {r['simulated_s']:.2f} s" for r in these) + f", under the {floor:.2f} s"
+        for floor, these in by_floor.items()
+    )
+    if len(by_floor) > 1:
+        stepped += ","
     cores = machine_cores(summary)
-    stepped = ", ".join(f"`{r['mode']}` in {r['simulated_s']:.2f} s" for r in held)
     one = len(held) == 1
     return [
         "",
-        f"The simulator stepped {stepped}, under the {held[0]['cpu_floor_s']:.2f} s that the CPU a baseline "
-        f"step spent takes on the machine's {f'{cores} ' if cores else ''}cores: an order does not take that "
-        f"work away, so that is {'its' if one else 'their'} prediction (the simulated machine, whose ops take "
-        "their fastest traced times, did less work a second than the measured one).",
+        f"The simulator stepped {stepped} that the CPU a baseline step spent takes on the machine's "
+        f"{f'{cores} ' if cores else ''}cores: an order does not take that work away, so that is "
+        f"{'its' if one else 'their'} prediction (the simulated machine, whose ops take their fastest traced "
+        "times, did less work a second than the measured one).",
     ]
 
 
