@@ -15,12 +15,15 @@ import tempfile
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 # kept bench runs packed with what a re-prediction reads (benchmarks/keep_run.py)
 RUNS = os.path.join(RESULTS, "runs")
+# the directory ``run_dir`` unpacked a packed run into -> the file it was given
+UNPACKED: dict[str, str] = {}
 
 
 def run_dir(text: str) -> str:
     """An argparse type: a bench run's ``--traces`` directory, or a run packed by
     ``benchmarks/keep_run.py`` (``results/runs/<name>.tar.xz``), unpacked into a directory of its
-    own that goes when the script ends. Either must hold the run's ``bench.json``."""
+    own that goes when the script ends (``UNPACKED`` says what it came from). Either must hold the
+    run's ``bench.json``."""
     if os.path.isdir(text):
         where = text
     elif os.path.isfile(text):
@@ -29,6 +32,7 @@ def run_dir(text: str) -> str:
                 where = tempfile.mkdtemp(prefix="tfsched-run-")
                 atexit.register(shutil.rmtree, where, True)
                 archive.extractall(where, filter="data")  # no path out of the directory, no device
+                UNPACKED[where] = text
         except (tarfile.TarError, OSError) as e:
             raise argparse.ArgumentTypeError(f"{text}: not a packed bench run ({e})") from None
     else:

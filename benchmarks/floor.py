@@ -20,7 +20,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, positive, run_dir, run_dir_errors, run_title, write  # noqa: E402
+from _results import UNPACKED, machine, positive, run_dir, run_dir_errors, run_title, write  # noqa: E402
 from repredict import repredict  # noqa: E402
 
 
@@ -35,7 +35,7 @@ def floor_row(run_dir: str) -> dict:
     fastest = min(rows, key=lambda r: r["measured_s"])
     errors = [r["error_now"] for r in rows]
     return {
-        "run": run_dir,
+        "run": UNPACKED.get(run_dir, run_dir),  # a packed run: its file, not where it was unpacked
         "title": run_title(config),
         "config": config,
         "baseline_s": base["measured_s"],

@@ -38,6 +38,7 @@ def test_a_run_is_packed_with_what_a_re_prediction_reads_and_read_back_from_the_
     assert oct(out.stat().st_mode & 0o777) == oct(0o644)
     # the scripts' run argument takes the archive, unpacked into a directory of its own
     where = keep.run_dir(str(out))
+    assert benchmark_script("floor").UNPACKED[where] == str(out)  # what floor.py's rows name
     assert json.loads(open(f"{where}/baseline@held.trace.json").read()) == {
         "name": "baseline@held.trace.json"
     }
