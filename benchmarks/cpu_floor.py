@@ -63,10 +63,17 @@ def run_modes(doc: dict, path: str) -> list[dict]:
     return rows
 
 
+def errors(r: dict) -> tuple[float, float]:
+    """A mode's error against its measured step: as simulated, and held to the floor."""
+    return tuple(
+        abs(p - r["measured_s"]) / r["measured_s"]
+        for p in (r["simulated_s"], max(r["simulated_s"], r["floor_s"]))
+    )
+
+
 def summary(rows: list[dict]) -> dict:
     """The errors without the floor and with it, over ``rows``."""
-    before = [abs(r["simulated_s"] - r["measured_s"]) / r["measured_s"] for r in rows]
-    after = [abs(max(r["simulated_s"], r["floor_s"]) - r["measured_s"]) / r["measured_s"] for r in rows]
+    before, after = zip(*map(errors, rows), strict=True) if rows else ((), ())
     further = [a - b for a, b in zip(after, before, strict=True) if a > b + 1e-12]
     return {
         "runs": len({r["run"] for r in rows}),
@@ -124,15 +131,7 @@ def main(argv: list[str] | None = None) -> None:
             f"| {s['median_error']:.1%} | {s['median_error_floored']:.1%} | {s['closer']} | {s['further']} "
             f"| {s['most_further']:.1%} |"
         )
-    worse = sorted(
-        (
-            r
-            for r in rows
-            if abs(max(r["simulated_s"], r["floor_s"]) - r["measured_s"])
-            > abs(r["simulated_s"] - r["measured_s"]) + 1e-12
-        ),
-        key=lambda r: r["run"],
-    )
+    worse = sorted((r for r in rows if (e := errors(r))[1] > e[0] + 1e-12), key=lambda r: r["run"])
     if worse:
         lines += [
             "",
