@@ -4,18 +4,29 @@
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 
 import pytest
 
+from tfsched.bench.forks import Forks
 from tfsched.bench.local import LocalCluster, task_env
 from tfsched.tracing.replay import GRAPH_TAG
 
 pytestmark = [pytest.mark.tf, pytest.mark.cluster]
 
 CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf2_client.py")
+CLIENT_IMPORTS = ("numpy", "tensorflow", "keras", "tfsched", "tfsched.bench.local")
+_FORKS: dict[str, Forks] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _client_forks():
+    """The module's clients forked from one process that imported what a client imports
+    (``bench.forks``): a user's program once its imports are done, each a process of its own."""
+    with Forks(CLIENT_IMPORTS, env=task_env(legacy_keras=False)) as forks:
+        _FORKS["clients"] = forks
+        yield
+        _FORKS.clear()
 
 
 def run_client(
@@ -40,14 +51,8 @@ def run_client(
     args = {"spec": spec, "kwargs": kwargs, "steps": steps, "layers": layers, "width": width}
     args.update(fail_at=fail_at, fit=fit, connect=connect, trace=trace, window=window, conv=conv, probe=probe)
     args.update(bn=bn, tf_keras=tf_keras, shards=shards, held=held)
-    done = subprocess.run(
-        [sys.executable, CLIENT, json.dumps(args)],
-        # a user's program: tf.keras is Keras 3, as the user has it
-        env=task_env(legacy_keras=False),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    # a user's program: tf.keras is Keras 3, as the user has it (the forking process's environment)
+    done = _FORKS["clients"].run([CLIENT, json.dumps(args)], 300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -3,7 +3,8 @@
 The same cluster (``--ps`` PS and ``--workers`` workers, each task its own host, its link shaped
 each way, as the session bench's) serves every mode; the modes alternate in rounds (baseline,
 tio, ..., baseline, ...). A round of a mode is one coordinator process, since the pass goes into
-a process's eager context (``tfsched.enable_functions``): it builds the built-in model as a Keras
+a process's eager context (``tfsched.enable_functions``), forked from one that has imported
+TensorFlow (``forked_coordinators``, ``bench.forks``): it builds the built-in model as a Keras
 model (``tfsched.models.keras``) under the strategy, runs a warm-up step per worker, then times
 ``steps`` steps per worker scheduled with a ``ClusterCoordinator``: asynchronous training, each
 worker pulls, computes and pushes at its own pace (``inference``: pulls and the forward pass).
@@ -33,6 +34,7 @@ for another, and TicTac's bounds are of one).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -163,7 +165,7 @@ def coordinate(args: dict) -> dict:
         model, shape = keras_model(args["model"], image_size=args["image_size"])
         optimizer = keras.optimizers.SGD(0.01) if train else None
     if args.get("comm_cost"):
-        return comm_cost_round(tf, coordinator, model.variables)
+        return comm_cost_round(tf, coordinator, model.variables, args.get("driver_pid") or os.getppid())
     batch = args["batch_size"]
 
     @tf.function
@@ -201,7 +203,9 @@ def coordinate(args: dict) -> dict:
         # twice the first one's, which also instantiated the function: Par-32's solo round of 2
         # steps on 2 PS then profiled a window of 13 s for 0.04 s of steps
         window = 2 * run_steps(workers) * args["steps"] + 5
-    procs = task_processes(os.getppid())  # the bench's task processes, this process's siblings
+    # the bench's task processes: the driver's children (this process's siblings, or where it was
+    # forked from bench.forks, its parent's)
+    procs = task_processes(args.get("driver_pid") or os.getppid())
     cpu = cpu_seconds()  # the machine's, every task's: they all run on it
     tasks_at = tasks_cpu_s(procs)
     start = time.perf_counter()
@@ -223,7 +227,7 @@ def coordinate(args: dict) -> dict:
     }
 
 
-def comm_cost_round(tf, coordinator, variables) -> dict:
+def comm_cost_round(tf, coordinator, variables, driver_pid: int) -> dict:
     """What moving a byte and a message costs the machine, as the session bench measures it
     (``bench.run._comm_cpu_costs``), with the coordinator's calls on worker 0 (a cluster of it
     alone, the bench's ``solo``): one function pulls each of the model's ``variables`` on a PS
@@ -236,6 +240,8 @@ def comm_cost_round(tf, coordinator, variables) -> dict:
     ``comm_cpu_s_per_message`` and ``comm_cpu_shares`` (the sending PS's and worker 0's shares of
     a byte's CPU, None where their processes cannot be read), all 0 or None where nothing is on
     a PS.
+
+    ``driver_pid``: the bench's process, whose children the task processes are.
 
     Until the seventy-first session the TensorFlow 2 bench measured none of these, and its
     prediction left the bytes' CPU in the ops' share of the cores (``predict_calls``)."""
@@ -279,7 +285,7 @@ def comm_cost_round(tf, coordinator, variables) -> dict:
         coordinator.join()
 
     per_byte, per_message, shares = whole_and_cut_costs(
-        run, pull_ends(task_processes(os.getppid())), extra_bytes=nbytes - small, messages=len(parts)
+        run, pull_ends(task_processes(driver_pid)), extra_bytes=nbytes - small, messages=len(parts)
     )
     return dict(
         record,
@@ -321,25 +327,66 @@ def round_timeout(walls: list[float]) -> float:
     return 5 * max(walls) + 120 if walls else FIRST_ROUND_TIMEOUT_S
 
 
+_FORKS = None  # a bench.forks.Forks while forked_coordinators() is in force
+# what a coordinator imports: the forking process imports it once, before its first fork (the
+# strategy's and the coordinator's modules, which TensorFlow loads on their first use)
+COORDINATOR_IMPORTS = (
+    "tensorflow",
+    "tf_keras",
+    "tensorflow.python.distribute.parameter_server_strategy_v2",
+    "tensorflow.python.distribute.coordinator.cluster_coordinator",
+    "tfsched.bench.tf2",
+    "tfsched.bench.run",
+    "tfsched.bench.profile",
+    "tfsched.models.keras",
+)
+
+
+@contextlib.contextmanager
+def forked_coordinators():
+    """While in force, ``run_round`` forks each coordinator, ``python -m tfsched.bench.tf2``,
+    from one process that has imported ``COORDINATOR_IMPORTS`` (``bench.forks``), where each
+    imported them again: 6.5 s of CPU a round on two cores. The process starts importing at
+    once, beside whatever the caller does next (a cluster's start-up), and ends on leaving."""
+    from tfsched.bench.forks import Forks
+
+    global _FORKS
+    if _FORKS is not None:  # already in force: the outer block's process serves
+        yield
+        return
+    _FORKS = Forks(COORDINATOR_IMPORTS)
+    try:
+        yield
+    finally:
+        forks, _FORKS = _FORKS, None
+        forks.close()
+
+
 def run_round(
     args: dict, mode: str, timeout_s: float, dead_tasks: Callable[[], list[str]] | None = None
 ) -> dict:
     """One coordinator process of ``mode``; its record. A coordinator that fails or outlives
-    ``timeout_s`` is one TfschedError naming the mode, and the tasks that exited if any."""
+    ``timeout_s`` is one TfschedError naming the mode, and the tasks that exited if any.
+    Forked from ``forked_coordinators()``'s process while it is in force, else a process of its
+    own."""
     from tfsched.bench.local import task_env
 
     def failed(why: str) -> TfschedError:
         dead = dead_tasks() if dead_tasks else []
         return TfschedError(f"mode {mode}'s coordinator {why}" + (f" ({'; '.join(dead)})" if dead else ""))
 
+    argv = ["-m", "tfsched.bench.tf2", json.dumps(dict(args, mode=mode, driver_pid=os.getpid()))]
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "tfsched.bench.tf2", json.dumps(dict(args, mode=mode))],
-            env=task_env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
+        if _FORKS is not None:
+            done = _FORKS.run(argv, timeout_s)
+        else:
+            done = subprocess.run(
+                [sys.executable, *argv],
+                env=task_env(),
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+            )
     except subprocess.TimeoutExpired:
         raise failed(f"did not finish in {timeout_s:.0f} s") from None
     if done.returncode != 0:
@@ -790,7 +837,7 @@ def side_by_side(
     traced: dict[str, dict] = {}
     made_schedules: dict[str, dict] = {}
     try:
-        with cluster as c:
+        with forked_coordinators(), cluster as c:
             args = {
                 p: round_args(
                     c,

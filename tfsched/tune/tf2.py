@@ -131,7 +131,11 @@ def tune_tf2(
         progress=progress,
         host_cores=host_cores,
     )
-    with tempfile.TemporaryDirectory(prefix="tfsched-tune-tf2-") as out_dir, cluster as c:
+    with (
+        tempfile.TemporaryDirectory(prefix="tfsched-tune-tf2-") as out_dir,
+        tf2.forked_coordinators(),
+        cluster as c,
+    ):
         args = tf2.round_args(
             c,
             bandwidth_bps=bandwidth_bps,

@@ -1,0 +1,149 @@
+"""``bench.forks``: one process imports what its programs import and forks a child for each (the
+TensorFlow 2 bench's coordinators, ``bench.tf2.forked_coordinators``)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.helpers import shadow_module
+from tfsched.bench.forks import Forks
+from tfsched.bench.local import task_env
+
+PROGRAM = """
+import json, os, sys
+print(json.dumps({"argv": sys.argv, "name": __name__, "pid": os.getpid(), "env": os.environ.get("FORKS_TEST"),
+                  "preloaded": "email.mime.text" in sys.modules}))
+print("to stderr", file=sys.stderr)
+what = sys.argv[1]
+if what == "sleep":
+    import time
+    time.sleep(600)
+if what == "raise":
+    raise ValueError("as asked")
+sys.exit("said and failed" if what == "say" else int(what))
+"""
+
+
+@pytest.fixture
+def program(tmp_path):
+    path = tmp_path / "program.py"
+    path.write_text(PROGRAM)
+    return str(path)
+
+
+def _alive(pid: int) -> bool:
+    """Running: neither gone nor dead and not yet reaped (by whatever adopted it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(c) for c in f.read().split()]
+
+
+def _running_child(forks: Forks, argv: list[str]) -> tuple[threading.Thread, dict, int]:
+    """``argv`` run on a thread of its own; the thread, where its result goes, and the child."""
+    ran = {}
+    waiting = threading.Thread(target=lambda: ran.update(r=forks.run(argv, 300)))
+    waiting.start()
+    deadline = time.monotonic() + 60
+    while not _children(forks.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (child,) = _children(forks.proc.pid)
+    return waiting, ran, child
+
+
+def test_a_forked_program_runs_as_python_runs_it(program):
+    """``SCRIPT ARGS`` and ``-m MODULE ARGS``: argv, __main__, the environment given, the imports
+    done once, stdout and stderr apart, and the exit code as the interpreter makes it."""
+    with Forks(["email.mime.text"], env=dict(task_env(), FORKS_TEST="given")) as forks:
+        done = forks.run([program, "3"], 60)
+        said = json.loads(done.stdout)
+        assert done.returncode == 3 and done.stderr == "to stderr\n"
+        assert said["argv"] == [program, "3"] and said["name"] == "__main__" and said["env"] == "given"
+        assert said["preloaded"] and said["pid"] not in (os.getpid(), forks.proc.pid)
+        again = json.loads(forks.run([program, "0"], 60).stdout)
+        assert again["pid"] != said["pid"]  # a child each
+        assert forks.run([program, "0"], 60).returncode == 0
+        # an error, the program's own exit message, and a module: as a process of its own ends
+        for argv in ([program, "raise"], [program, "say"], ["-m", "json.tool", "--compact", os.devnull]):
+            forked = forks.run(argv, 60)
+            plain = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=task_env())
+            assert forked.returncode == plain.returncode == 1
+            assert forked.stderr == plain.stderr  # (stdout says which process it is, as above)
+            if argv[-1] == "raise":
+                assert forked.stderr.splitlines()[-1] == "ValueError: as asked"
+    assert forks.proc.returncode == 0 and not os.path.exists(forks.dir)
+
+
+def test_a_child_past_its_timeout_is_killed_and_the_next_is_forked(program):
+    with Forks([]) as forks:
+        start = time.monotonic()
+        with pytest.raises(subprocess.TimeoutExpired) as hung:
+            forks.run([program, "sleep"], 1)
+        assert 1 <= time.monotonic() - start < 30
+        pid = int(str(hung.value.cmd).removeprefix("pid "))
+        assert not os.path.exists(f"/proc/{pid}") and _children(forks.proc.pid) == []  # reaped
+        assert forks.run([program, "5"], 60).returncode == 5
+
+
+def test_a_child_is_killed_when_its_caller_goes(program):
+    """The caller's end of the pipe closed (its process ended) with a child running: the child
+    is killed, then the forking process ends."""
+    forks = Forks([])
+    try:
+        waiting, ran, child = _running_child(forks, [program, "sleep"])
+        forks.proc.stdin.close()
+        waiting.join(60)
+        assert ran["r"].returncode == -signal.SIGKILL and not _alive(child)
+        assert forks.proc.wait(30) == 0
+    finally:
+        forks.close()
+
+
+def test_a_child_is_killed_when_the_forking_process_ends(program):
+    """A coordinator whose cluster has gone would wait for it: it ends with its parent."""
+    forks = Forks([])
+    try:
+        waiting, ran, child = _running_child(forks, [program, "sleep"])
+        forks.proc.kill()
+        waiting.join(60)
+        assert ran["r"].returncode == 1  # the process's end, where the child's exit code would be
+        deadline = time.monotonic() + 30
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child)
+    finally:
+        forks.close()
+
+
+def test_a_forking_process_that_cannot_start_is_a_failed_run_saying_why(program):
+    with Forks(["no_such_module_here"]) as forks:
+        failed = forks.run([program, "0"], 60)
+    assert failed.returncode == 1 and failed.stderr == (
+        "the forking process did not start: ModuleNotFoundError: No module named 'no_such_module_here'"
+    )
+
+
+def test_a_forking_process_that_cannot_start_is_the_rounds_one_error(tmp_path, monkeypatch):
+    """``bench.tf2.run_round``'s error names the mode, and the forking process's last line."""
+    from tfsched.bench import tf2
+    from tfsched.errors import TfschedError
+
+    said = shadow_module(tmp_path, "tensorflow", monkeypatch)  # its import ends the process
+    with tf2.forked_coordinators():
+        forks = tf2._FORKS
+        with pytest.raises(TfschedError) as failed:
+            tf2.run_round({"spec": {}}, "tio", timeout_s=60)
+    assert str(failed.value) == f"mode tio's coordinator failed: the forking process did not start: {said}"
+    assert forks.proc.returncode == 1 and not os.path.exists(forks.dir)
