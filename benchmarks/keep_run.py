@@ -7,7 +7,9 @@ built on it (``floor.py``, ``cross_barrier.py``) and ``cpu_on_bytes.py`` read on
 trace the timing-aware orders were made from: this packs those (each placement's) into one
 xz-compressed tar (that MobileNet run: 2.2 MB), which those scripts take in place of the
 directory. ``handoff.py`` and ``channel_overhead.py`` read every mode's traced steps: they need
-the directory.
+the directory. Of a ``--api tf2`` run (since the eighty-seventh session), what
+``repredict_tf2.py`` reads: the baseline's traced round, worker 0's solo round and the step
+function's graph it ran, each placement's.
 
     python benchmarks/keep_run.py DIR --name NAME
 
@@ -30,21 +32,53 @@ from _results import RUNS, run_dir  # noqa: E402
 # what a re-prediction reads of a kept run (``repredict.repredict``, ``bench_run``): each
 # placement's baseline and the trace its timing-aware orders came from
 KEPT = ("bench.json", "baseline*.trace.json", "order*.alone.trace.json")
+# of a ``--api tf2`` run (``repredict_tf2.py``, ``bench.tf2.predict_placements``): each placement's
+# traced baseline round, and in its directory (the run's, ``at-PLACEMENT`` for another) worker 0's
+# solo round and its step function as the pass got it
+KEPT_TF2 = ("bench.json", "baseline*.trace.json")
+KEPT_TF2_PLACEMENT = ("solo-round.trace.json",)
+
+
+def tf2_run(where: str) -> bool:
+    """Whether the run in ``where`` is a ``--api tf2`` run (its ``bench.json`` says so); a
+    ``bench.json`` that does not parse is refused (ValueError), not packed."""
+    with open(os.path.join(where, "bench.json")) as f:
+        doc = json.load(f)
+    return isinstance(doc, dict) and isinstance(doc.get("config"), dict) and doc["config"].get("api") == "tf2"
 
 
 def kept_files(where: str) -> list[str]:
-    """The names of the files in the run directory ``where`` that a re-prediction reads."""
+    """The files of the run directory ``where`` that a re-prediction reads (paths in it)."""
     names = sorted(os.listdir(where))
-    return [n for n in names if any(fnmatch.fnmatch(n, p) for p in KEPT) and ".worker-" not in n]
+    if not tf2_run(where):
+        return [n for n in names if any(fnmatch.fnmatch(n, p) for p in KEPT) and ".worker-" not in n]
+    from tfsched.bench.tf2 import STEP_FUNCTION
+
+    kept = [n for n in names if any(fnmatch.fnmatch(n, p) for p in KEPT_TF2)]
+    placements = [n for n in names if n.startswith("at-") and os.path.isdir(os.path.join(where, n))]
+    for here in ["", *placements]:
+        kept += [
+            os.path.join(here, n) for n in KEPT_TF2_PLACEMENT if os.path.isfile(os.path.join(where, here, n))
+        ]
+        graphs = os.path.join(where, here, "graphs")
+        if os.path.isdir(graphs):
+            kept += [
+                os.path.join(here, "graphs", n)
+                for n in sorted(os.listdir(graphs))
+                if STEP_FUNCTION.fullmatch(n)
+            ]
+    return kept
 
 
 def pack(where: str, out: str) -> list[str]:
     """The run in ``where`` packed into ``out`` (written whole or not at all); the names packed."""
-    with open(os.path.join(where, "bench.json")) as f:
-        json.load(f)  # a bench.json that does not parse is refused, not packed
     names = kept_files(where)
     if not any(fnmatch.fnmatch(n, "baseline*.trace.json") for n in names):
         raise SystemExit(f"error: {where}: no baseline's traced steps (a run without --traces?)")
+    if tf2_run(where) and not (
+        {"solo-round.trace.json"} <= set(names) and any(n.endswith(".pb") for n in names)
+    ):
+        raise SystemExit(f"error: {where}: no solo round of worker 0 with its step function's graph")
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(out) or ".", suffix=".part")
     os.close(fd)

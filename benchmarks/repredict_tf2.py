@@ -14,6 +14,7 @@ measured what a byte costs (``predict_calls(comm_cpu=False)``, as until the seve
 session), so a change to the prediction is measured on one run.
 
     python benchmarks/repredict_tf2.py RUN.json DIR --name tf2-vgg16-inference
+    python benchmarks/repredict_tf2.py DIR|results/runs/NAME.tar.xz --name NAME  # -o DIR/bench.json
 
 Writes ``benchmarks/results/<name>-repredicted.json`` and ``.md``.
 """
@@ -27,7 +28,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, run_dir_errors, write  # noqa: E402
+from _results import machine, run_dir, run_dir_errors, write  # noqa: E402
 
 # each prediction: predict_calls' arguments and what its column says
 VARIANTS = {
@@ -95,12 +96,26 @@ def repredict(run_json: str, run_dir: str) -> tuple[dict, list[dict]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run_json", help="the run's -o file")
-    ap.add_argument("run_dir", help="the run's --traces directory")
+    ap.add_argument(
+        "run",
+        nargs="+",
+        help="the run's -o file and its --traces directory; or the directory alone, or the run "
+        "packed by keep_run.py, with the -o file in it as bench.json",
+    )
     ap.add_argument("--name", required=True, help="results/<name>-repredicted.{json,md}")
     args = ap.parse_args()
+    if len(args.run) > 2:
+        ap.error("expected RUN.json DIR, or one run (a directory or a packed run)")
+    if len(args.run) == 2:
+        run_json, where = args.run
+    else:
+        try:
+            where = run_dir(args.run[0])
+        except argparse.ArgumentTypeError as e:
+            ap.error(str(e))
+        run_json = os.path.join(where, "bench.json")
     with run_dir_errors():
-        config, rows = repredict(args.run_json, args.run_dir)
+        config, rows = repredict(run_json, where)
     first = {v: rows[0][f"predicted_{v}"] for v in VARIANTS}
     hosts = f", each host {config['host_cores']} cores of its own" if config.get("host_cores") else ""
     md = [

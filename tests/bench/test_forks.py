@@ -118,7 +118,7 @@ def test_a_child_is_killed_when_the_forking_process_ends(program):
         waiting, ran, child = _running_child(forks, [program, "sleep"])
         forks.proc.kill()
         waiting.join(60)
-        assert ran["r"].returncode == 1  # the process's end, where the child's exit code would be
+        assert ran["r"].returncode == 1 and ran["r"].stderr.startswith("the forking process ended: ")
         deadline = time.monotonic() + 30
         while _alive(child) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -130,6 +130,9 @@ def test_a_child_is_killed_when_the_forking_process_ends(program):
 def test_a_forking_process_that_cannot_start_is_a_failed_run_saying_why(program):
     with Forks(["no_such_module_here"]) as forks:
         failed = forks.run([program, "0"], 60)
+        start = time.monotonic()
+        again = forks.run([program, "0"], 60)
+        assert (again.returncode, again.stderr) == (1, failed.stderr) and time.monotonic() - start < 5
     assert failed.returncode == 1 and failed.stderr == (
         "the forking process did not start: ModuleNotFoundError: No module named 'no_such_module_here'"
     )

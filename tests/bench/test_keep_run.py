@@ -68,3 +68,37 @@ def test_what_is_not_a_kept_run_is_one_error_and_nothing_is_written(tmp_path, mo
     with pytest.raises(SystemExit, match="no baseline's traced steps"):
         keep.main([str(_run(tmp_path / "bare", ("bench.json",))), "--name", "bare"])
     assert not (tmp_path / "runs").exists() or list((tmp_path / "runs").iterdir()) == []
+
+
+def test_a_tf2_run_is_packed_with_each_placements_solo_round_and_step_function(tmp_path, monkeypatch):
+    """What ``repredict_tf2.py`` reads of a ``--api tf2`` run: the baselines' traced rounds, and
+    per placement worker 0's solo round and the step function it ran."""
+    keep = benchmark_script("keep_run")
+    monkeypatch.setattr(keep, "RUNS", str(tmp_path / "runs"))
+    run = tmp_path / "run"
+    kept = [
+        "bench.json",
+        "baseline.trace.json",
+        "baseline@min-size.trace.json",
+        "solo-round.trace.json",
+        "graphs/__inference_step_12.worker_0.pb",
+        "at-min-size/solo-round.trace.json",
+        "at-min-size/graphs/__inference_step_40.worker_0.pb",
+    ]
+    left = ["tio.trace.json", "tao.schedule.json", "graphs/__inference_whole_7.worker_0.pb"]
+    left += ["graphs/__inference_step_12.worker_1.pb", "at-min-size/tao.schedule.json"]
+    for n in kept + left:
+        (run / n).parent.mkdir(parents=True, exist_ok=True)
+        (run / n).write_text(json.dumps({"name": n}))
+    (run / "bench.json").write_text(json.dumps({"config": {"api": "tf2"}, "modes": []}))
+    keep.main([str(run), "--name", "tf2"])
+    with tarfile.open(tmp_path / "runs" / "tf2.tar.xz") as archive:
+        assert sorted(m.name for m in archive.getmembers() if m.isfile()) == sorted(kept)
+    where = keep.run_dir(str(tmp_path / "runs" / "tf2.tar.xz"))
+    graph = open(f"{where}/at-min-size/graphs/__inference_step_40.worker_0.pb").read()
+    assert json.loads(graph) == {"name": "at-min-size/graphs/__inference_step_40.worker_0.pb"}
+    # one without worker 0's solo round (its graph) cannot be predicted again: not packed
+    (run / "solo-round.trace.json").unlink()
+    with pytest.raises(SystemExit, match="no solo round of worker 0 with its step function's graph"):
+        keep.main([str(run), "--name", "tf2-bare"])
+    assert not (tmp_path / "runs" / "tf2-bare.tar.xz").exists()

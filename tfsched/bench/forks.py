@@ -88,7 +88,11 @@ class Forks:
         return line.decode().strip()
 
     def _failed(self, argv: list[str], why: str) -> subprocess.CompletedProcess:
-        """A failed run whose stderr is ``why`` and the forking process's last line of stderr."""
+        """A failed run whose stderr is ``why`` and the forking process's last line of stderr.
+        The process is killed (if it has not ended): what it says next could answer another
+        request, so every later run fails at once, as ended."""
+        with contextlib.suppress(OSError):
+            self.proc.kill()
         self._log.flush()
         with open(self._log.name) as f:
             tail = f.read().strip().splitlines()[-1:] or ["(nothing on stderr)"]
@@ -110,7 +114,7 @@ class Forks:
             self.proc.stdin.write(json.dumps({"argv": argv, "out": out, "err": err}).encode() + b"\n")
             self.proc.stdin.flush()
         except (OSError, ValueError):  # its end of the pipe closed, or ours
-            return self._failed(argv, "the forking process has ended")
+            return self._failed(argv, "the forking process ended")
         start = time.monotonic()
         pid = self._line(start + FORK_TIMEOUT_S)
         if not pid or not pid.isdigit():
@@ -119,8 +123,11 @@ class Forks:
         if code is None:  # past its timeout: the child is killed, the process reports its end
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
-            self._line(time.monotonic() + FORK_TIMEOUT_S)
+            if self._line(time.monotonic() + FORK_TIMEOUT_S) is None:  # no word of its end
+                self._failed(argv, "the forking process did not reap its child")
             raise subprocess.TimeoutExpired(f"pid {pid}", timeout_s)
+        if not code.lstrip("-").isdigit():  # "": it ended before the child did (which ends with it)
+            return self._failed(argv, f"the forking process {'said ' + repr(code) if code else 'ended'}")
         outputs = []
         for path in (out, err):
             try:
@@ -129,8 +136,7 @@ class Forks:
                 os.unlink(path)
             except OSError:
                 outputs.append("")
-        returncode = int(code) if code.lstrip("-").isdigit() else 1  # "": the process ended
-        return subprocess.CompletedProcess(argv, returncode, *outputs)
+        return subprocess.CompletedProcess(argv, int(code), *outputs)
 
     def close(self) -> None:
         """End the forking process (a child still running is killed) and remove the files."""
