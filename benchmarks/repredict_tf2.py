@@ -28,7 +28,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, run_dir, run_dir_errors, write  # noqa: E402
+from _results import UNPACKED, machine, run_dir, run_dir_errors, write  # noqa: E402
 
 # each prediction: predict_calls' arguments and what its column says
 VARIANTS = {
@@ -114,6 +114,7 @@ def main() -> None:
         except argparse.ArgumentTypeError as e:
             ap.error(str(e))
         run_json = os.path.join(where, "bench.json")
+    packed = UNPACKED.get(where)  # a packed run: its file, not where it was unpacked
     with run_dir_errors():
         config, rows = repredict(run_json, where)
     first = {v: rows[0][f"predicted_{v}"] for v in VARIANTS}
@@ -144,10 +145,14 @@ def main() -> None:
             for r in rows
         ),
         "",
-        f"`python benchmarks/repredict_tf2.py RUN.json DIR --name {args.name}` on the run's `-o` file and "
+        f"`python benchmarks/repredict_tf2.py {os.path.relpath(packed)} --name {args.name}` on the run packed "
+        "by `benchmarks/keep_run.py`."
+        if packed
+        else f"`python benchmarks/repredict_tf2.py RUN.json DIR --name {args.name}` on the run's `-o` file and "
         "`--traces` directory (not kept in the repository).",
     ]
-    write(f"{args.name}-repredicted", {"config": config, "machine": machine(), "modes": rows}, md)
+    record = {"config": config, "machine": machine(), "modes": rows, **({"run": packed} if packed else {})}
+    write(f"{args.name}-repredicted", record, md)
 
 
 if __name__ == "__main__":

@@ -4,12 +4,13 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import time
 
 import pytest
 
 from tests.cli.test_analyze import assert_one_line_error
-from tests.helpers import BENCH_SEQ32, cgroups_unavailable, cli
+from tests.helpers import BENCH_SEQ32, benchmark_script, cgroups_unavailable, cli
 from tfsched.bench import netns
 
 needs_namespaces = pytest.mark.skipif(
@@ -28,7 +29,7 @@ def _model_bytes(model: str) -> int:
 @pytest.mark.cluster
 @pytest.mark.tf
 @needs_namespaces
-def test_a_tf2_bench_run_fills_every_field_from_real_calls(tmp_path):
+def test_a_tf2_bench_run_fills_every_field_from_real_calls(tmp_path, monkeypatch):
     from tfsched.bench import hostcpu
     from tfsched.enforce.api import link_sizes
 
@@ -128,6 +129,17 @@ def test_a_tf2_bench_run_fills_every_field_from_real_calls(tmp_path):
     if cgroups:  # recorded, said in the title, and every group gone with the cluster
         assert c["host_cores"] == 1 and "each host 1 core of its own" in md
         assert hostcpu.orphans(hostcpu.find_hierarchy()) == []
+    # packed by benchmarks/keep_run.py (what a re-prediction reads) and predicted again from the
+    # archive by repredict_tf2.py: the bench's own predictions
+    keep = benchmark_script("keep_run")
+    monkeypatch.setattr(keep, "RUNS", str(tmp_path / "runs"))
+    shutil.copy(out, traces / "bench.json")
+    keep.main([str(traces), "--name", "tf2"])
+    where = keep.run_dir(str(tmp_path / "runs" / "tf2.tar.xz"))
+    _, again = benchmark_script("repredict_tf2").repredict(os.path.join(where, "bench.json"), where)
+    assert [r["predicted_simulated"]["steps_per_s"] for r in again] == pytest.approx(
+        [r["predicted"]["steps_per_s"] for r in data["modes"]], rel=1e-9
+    )
 
 
 @pytest.mark.cluster
