@@ -76,7 +76,7 @@ def pack(where: str, out: str) -> list[str]:
     if not any(fnmatch.fnmatch(n, "baseline*.trace.json") for n in names):
         raise SystemExit(f"error: {where}: no baseline's traced steps (a run without --traces?)")
     if tf2_run(where) and not (
-        {"solo-round.trace.json"} <= set(names) and any(n.endswith(".pb") for n in names)
+        "solo-round.trace.json" in names and any(os.path.dirname(n) == "graphs" for n in names)
     ):
         raise SystemExit(f"error: {where}: no solo round of worker 0 with its step function's graph")
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
