@@ -17,8 +17,11 @@ from tfsched.bench.local import task_env
 
 PROGRAM = """
 import json, os, sys
+import random
+import numpy
 print(json.dumps({"argv": sys.argv, "name": __name__, "pid": os.getpid(), "env": os.environ.get("FORKS_TEST"),
-                  "preloaded": "email.mime.text" in sys.modules}))
+                  "preloaded": "email.mime.text" in sys.modules,
+                  "random": [random.random(), numpy.random.random()]}))
 print("to stderr", file=sys.stderr)
 what = sys.argv[1]
 if what == "sleep":
@@ -66,14 +69,17 @@ def _running_child(forks: Forks, argv: list[str]) -> tuple[threading.Thread, dic
 def test_a_forked_program_runs_as_python_runs_it(program):
     """``SCRIPT ARGS`` and ``-m MODULE ARGS``: argv, __main__, the environment given, the imports
     done once, stdout and stderr apart, and the exit code as the interpreter makes it."""
-    with Forks(["email.mime.text"], env=dict(task_env(), FORKS_TEST="given")) as forks:
+    with Forks(["email.mime.text", "numpy.random"], env=dict(task_env(), FORKS_TEST="given")) as forks:
         done = forks.run([program, "3"], 60)
         said = json.loads(done.stdout)
         assert done.returncode == 3 and done.stderr == "to stderr\n"
         assert said["argv"] == [program, "3"] and said["name"] == "__main__" and said["env"] == "given"
         assert said["preloaded"] and said["pid"] not in (os.getpid(), forks.proc.pid)
         again = json.loads(forks.run([program, "0"], 60).stdout)
-        assert again["pid"] != said["pid"]  # a child each
+        # a child each, each with random states of its own (numpy's as Python's)
+        assert again["pid"] != said["pid"] and all(
+            a != b for a, b in zip(again["random"], said["random"], strict=True)
+        )
         assert forks.run([program, "0"], 60).returncode == 0
         # an error, the program's own exit message, and a module: as a process of its own ends
         for argv in ([program, "raise"], [program, "say"], ["-m", "json.tool", "--compact", os.devnull]):

@@ -177,6 +177,10 @@ def _child(request: dict, parent: int) -> int:
     os.dup2(devnull, 0)
     os.close(devnull)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C ends it, as a process of its own
+    if (
+        "numpy.random" in sys.modules
+    ):  # a random state of its own, as a fresh process's (``random`` reseeds itself)
+        sys.modules["numpy.random"].seed()
     argv = request["argv"]
     try:
         if argv[0] == "-m":
