@@ -3,8 +3,9 @@
 ``tfsched bench --api tf2`` and ``tfsched tune --api tf2`` run every round in a coordinator of
 its own, since the pass goes into a process's eager context (``bench.tf2.run_round``). Until the
 eighty-seventh session each was ``python -m tfsched.bench.tf2 ARGS``, and importing TensorFlow
-and tf_keras took 6.5 s of CPU of a round of Seq-32 that took 6 s (Intel Xeon, two cores): most
-of a short round, and 2 minutes of a run of 20.
+and tf_keras again took 7 to 9 s of CPU on this two-core Intel Xeon: a timed round of the tests'
+Seq-32 run took 12.2 s that way, 8.1 s forked (``benchmarks/tf2_rounds.py``,
+``results/tf2-rounds-s87.md``).
 
 ``Forks(preload)`` starts one process, ``python -m tfsched.bench.forks MODULE...``, with the
 environment such a program had (``bench.local.task_env`` by default); it imports ``preload`` and

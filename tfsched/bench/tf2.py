@@ -346,7 +346,7 @@ COORDINATOR_IMPORTS = (
 def forked_coordinators():
     """While in force, ``run_round`` forks each coordinator, ``python -m tfsched.bench.tf2``,
     from one process that has imported ``COORDINATOR_IMPORTS`` (``bench.forks``), where each
-    imported them again: 6.5 s of CPU a round on two cores. The process starts importing at
+    imported them again: 7 to 9 s of CPU a round on two cores. The process starts importing at
     once, beside whatever the caller does next (a cluster's start-up), and ends on leaving."""
     from tfsched.bench.forks import Forks
 
