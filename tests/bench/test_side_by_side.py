@@ -221,10 +221,13 @@ def test_tfsched_processes_import_tensorflow_without_keras_3(tmp_path, monkeypat
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("vanilla", [True, False])
-def test_the_tasks_end_with_a_launcher_killed_by_sigkill(tmp_path, vanilla):
+@pytest.mark.parametrize(
+    "vanilla,forked", [(True, True), (False, True), (False, False)], ids=["vanilla", "forked", "own-process"]
+)
+def test_the_tasks_end_with_a_launcher_killed_by_sigkill(tmp_path, vanilla, forked):
     """SIGKILL runs no cleanup in the launcher: its tasks must go by themselves (each serves
-    until its stdin, held by the launcher, ends)."""
+    until its stdin, held by the launcher, ends), forked by its zygote (``bench.zygote``, which
+    goes too) or each a process of its own (``TFSCHED_FORKED_TASKS=0``)."""
     import signal
     import subprocess
     import sys
@@ -233,8 +236,11 @@ def test_the_tasks_end_with_a_launcher_killed_by_sigkill(tmp_path, vanilla):
     script = (
         "import time\n"
         "from tfsched.bench.local import LocalCluster\n"
+        "from tfsched.bench import zygote\n"
         f"c = LocalCluster(ps=1, workers=2, vanilla={vanilla}).__enter__()\n"
+        "print(' '.join(type(p).__name__ for p in c.procs.values()), flush=True)\n"
         "print(' '.join(str(p.pid) for p in c.procs.values()), flush=True)\n"
+        "print(zygote._ZYGOTE.proc.pid if zygote._ZYGOTE else '', flush=True)\n"
         "time.sleep(600)\n"
     )
 
@@ -245,11 +251,17 @@ def test_the_tasks_end_with_a_launcher_killed_by_sigkill(tmp_path, vanilla):
         except FileNotFoundError:
             return False
 
-    launcher = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    env = dict(os.environ, TFSCHED_FORKED_TASKS="1" if forked else "0")
+    launcher = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
     pids = []
     try:
+        kinds = launcher.stdout.readline().split()
+        assert kinds == ["ForkedTask" if forked else "Popen"] * 3
         pids = [int(x) for x in launcher.stdout.readline().split()]
         assert len(pids) == 3
+        zygote = launcher.stdout.readline().strip()
+        assert bool(zygote) == forked
+        pids += [int(zygote)] if forked else []  # the zygote goes with the launcher too
 
         assert all(map(alive, pids))  # they serve while the launcher lives
         time.sleep(1)

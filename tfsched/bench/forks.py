@@ -163,9 +163,6 @@ def _child(request: dict, parent: int) -> int:
     """In the forked child: its output to the request's files, then ``python ARGV`` as the
     interpreter runs it. Its exit code. It is killed if the forking process (``parent``) ends
     first: a coordinator whose cluster has gone waits for it."""
-    import runpy
-    import traceback
-
     with contextlib.suppress(OSError, AttributeError):  # Linux only
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # it ended before the call: nothing would kill this one
@@ -182,7 +179,16 @@ def _child(request: dict, parent: int) -> int:
         "numpy.random" in sys.modules
     ):  # a random state of its own, as a fresh process's (``random`` reseeds itself)
         sys.modules["numpy.random"].seed()
-    argv = request["argv"]
+    return run_python(request["argv"])
+
+
+def run_python(argv: list[str]) -> int:
+    """``python ARGV`` (``["-m", MODULE, ...]`` or ``[SCRIPT, ...]``) in this process, as the
+    interpreter runs it: its exit code, and an uncaught error's traceback on stderr from the
+    program's own first frame. Also ``bench.zygote``'s tasks'."""
+    import runpy
+    import traceback
+
     try:
         if argv[0] == "-m":
             sys.argv = argv[1:]

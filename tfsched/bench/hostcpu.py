@@ -179,11 +179,17 @@ class HostCpu:
                 raise TfschedError(f"{path}: cannot make a capped cpu group ({e.strerror})") from None
         return self.groups[(job, index)]
 
+    def procs(self, job: str, index: int) -> str:
+        """The ``cgroup.procs`` file a process writes its pid to to join task (job, index)'s
+        group (``bench.zygote.TaskHost.enter``)."""
+        return os.path.join(self.group(job, index), "cgroup.procs")
+
     def prefix(self, job: str, index: int) -> list[str]:
         """The command a task's command runs under: a shell that enters its group, then runs it
         in its own place (``exec``: the same process, so its pid and signals are the task's)."""
-        procs = os.path.join(self.group(job, index), "cgroup.procs")
-        return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', procs]
+        from tfsched.bench.zygote import TaskHost
+
+        return TaskHost(cgroup_procs=self.procs(job, index)).prefix()
 
     def close(self) -> None:
         """Remove the groups (their processes stopped first); one that cannot go yet is left to

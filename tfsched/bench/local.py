@@ -8,6 +8,7 @@ outright (SIGKILL): it serves until its stdin, held here, ends (``bench.server``
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import select
@@ -21,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from tfsched.bench.server import INTER_OP_FLAG
+from tfsched.bench.zygote import TaskHost, zygote
 from tfsched.errors import TfschedError
 
 # how much lower than this process the tasks of a relayed LocalCluster run (nice)
@@ -108,19 +110,23 @@ def start_tasks(
     *,
     vanilla: bool,
     log_dir: str,
-    prefix=lambda job, index: [],
+    host=lambda job, index: TaskHost(),
     spec_of=None,
     only=None,
     inter_op_threads: int = 0,
 ) -> dict:
-    """Start every task of ``spec`` (or the one ``only`` names, as (job, index)) as ``python -m
-    tfsched.bench.server``; (job, index) -> Popen.
+    """Start every task of ``spec`` (or the one ``only`` names, as (job, index)), each serving
+    ``bench.server``; (job, index) -> its process (a ``Popen`` or a ``bench.zygote.ForkedTask``).
 
-    ``prefix`` gives the command a task runs under (e.g. ``ip netns exec <ns>``), ``spec_of`` the
-    cluster spec it runs with (``spec`` itself by default). Each task's stderr goes to
-    ``log_dir/<job><index>.log`` (``task_log``): what a task that dies said last.
-    ``inter_op_threads``: how many kernels each task's executor runs at a time (0: TensorFlow's
-    default, the number of cores).
+    ``host`` gives where a task runs (a ``bench.zygote.TaskHost``: its network namespace, CPU
+    group, niceness), ``spec_of`` the cluster spec it runs with (``spec`` itself by default).
+    Each task's stderr goes to ``log_dir/<job><index>.log`` (``task_log``): what a task that
+    dies said last. ``inter_op_threads``: how many kernels each task's executor runs at a time
+    (0: TensorFlow's default, the number of cores).
+
+    Each task is forked from this process's zygote (``bench.zygote``), which imported
+    TensorFlow once; with ``TFSCHED_FORKED_TASKS=0`` it is ``python -m tfsched.bench.server``
+    of its own, under the commands ``TaskHost.prefix`` gives.
 
     A task runs with ``GRPC_FAIL_FAST=true`` unless the environment sets it: an RPC to a task
     that is gone then fails at once, whatever the RPC. Under TensorFlow's default
@@ -131,29 +137,42 @@ def start_tasks(
     """
     env = task_env()
     env.setdefault("GRPC_FAIL_FAST", "true")
+    forks = zygote(env)
     procs = {}
-    for job, addrs in spec.items():
-        for i in range(len(addrs)):
-            if only is not None and only != (job, i):
-                continue
-            cmd = [
-                *prefix(job, i),
-                sys.executable,
-                "-m",
-                "tfsched.bench.server",
-                json.dumps(spec_of(job, i) if spec_of else spec),
-                job,
-                str(i),
-            ]
-            if vanilla:
-                cmd.append("--vanilla")
-            if inter_op_threads:
-                cmd.append(f"{INTER_OP_FLAG}{inter_op_threads}")
-            cmd.append("--with-stdin")  # the task ends when this process does, however it ends
-            with open(os.path.join(log_dir, f"{job}{i}.log"), "wb") as log:
-                procs[(job, i)] = subprocess.Popen(
-                    cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env
-                )
+    try:
+        for job, addrs in spec.items():
+            for i in range(len(addrs)):
+                if only is not None and only != (job, i):
+                    continue
+                argv = [
+                    "-m",
+                    "tfsched.bench.server",
+                    json.dumps(spec_of(job, i) if spec_of else spec),
+                    job,
+                    str(i),
+                ]
+                if vanilla:
+                    argv.append("--vanilla")
+                if inter_op_threads:
+                    argv.append(f"{INTER_OP_FLAG}{inter_op_threads}")
+                argv.append("--with-stdin")  # the task ends when this process does, however it ends
+                with open(os.path.join(log_dir, f"{job}{i}.log"), "wb") as log:
+                    if forks is None:
+                        procs[(job, i)] = subprocess.Popen(
+                            [*host(job, i).prefix(), sys.executable, *argv],
+                            stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE,
+                            stderr=log,
+                            text=True,
+                            env=env,
+                        )
+                    else:
+                        procs[(job, i)] = forks.start(
+                            argv, name=f"{job}:{i}", host=host(job, i), env=env, stderr=log
+                        )
+    except BaseException:
+        stop_processes(procs.values())
+        raise
     return procs
 
 
@@ -236,19 +255,21 @@ class TaskHandles:
     host_cores: float = 0.0
     host_cpu = None  # its bench.hostcpu.HostCpu while the tasks run
 
-    def start_all(self, prefix=lambda job, index: [], spec_of=None) -> None:
+    def start_all(self, host=lambda job, index: TaskHost(), spec_of=None) -> None:
         """Start every task of ``spec`` (its stderr in a fresh ``log_dir``; ``start_tasks``'
-        ``prefix`` and ``spec_of``), each in a group capped at ``host_cores`` if set, and wait
+        ``host`` and ``spec_of``), each in a group capped at ``host_cores`` if set, and wait
         until each serves."""
         self.log_dir = tempfile.mkdtemp(prefix="tfsched-tasks-")
         if self.host_cores:
             from tfsched.bench.hostcpu import HostCpu
 
             self.host_cpu = HostCpu(self.host_cores).__enter__()
-            inner = prefix
-            prefix = lambda job, index: [*self.host_cpu.prefix(job, index), *inner(job, index)]  # noqa: E731
+            inner = host
+            host = lambda job, index: dataclasses.replace(  # noqa: E731
+                inner(job, index), cgroup_procs=self.host_cpu.procs(job, index)
+            )
         # to start a task again (restart)
-        self._launch = {"prefix": prefix, "spec_of": spec_of, "inter_op_threads": self.inter_op_threads}
+        self._launch = {"host": host, "spec_of": spec_of, "inter_op_threads": self.inter_op_threads}
         self.procs = start_tasks(self.spec, vanilla=self.vanilla, log_dir=self.log_dir, **self._launch)
         wait_ready(self.procs, self.start_timeout_s, self.log_dir)
 
@@ -346,7 +367,7 @@ class LocalCluster(TaskHandles):
                 # the tasks below this process, whose relays must wake on time when the tasks keep
                 # every core busy, as a kernel's shaper (bench.netns) runs before any of them
                 self.start_all(
-                    prefix=lambda job, i: ["nice", "-n", str(RELAYED_TASKS_NICE)], spec_of=self.relays.spec_of
+                    host=lambda job, i: TaskHost(nice=RELAYED_TASKS_NICE), spec_of=self.relays.spec_of
                 )
         except BaseException:
             self.close()

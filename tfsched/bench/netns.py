@@ -261,7 +261,9 @@ class EmulatedCluster(TaskHandles):
         }
 
     def _start(self) -> None:
-        self.start_all(prefix=lambda job, i: ["ip", "netns", "exec", self.hosts[(job, i)][0]])
+        from tfsched.bench.zygote import TaskHost
+
+        self.start_all(host=lambda job, i: TaskHost(netns=self.hosts[(job, i)][0]))
 
     def close(self) -> None:
         self.stop_all()

@@ -27,7 +27,8 @@ from tfsched.bench.run import StepRecord
 from tfsched.errors import TfschedError
 from tfsched.sim import mean_by_rank
 
-SERVER_MODULE = b"tfsched.bench.server"  # the command every task process runs (bench.local)
+SERVER_MODULE = b"tfsched.bench.server"  # the command a task process of its own runs (bench.local)
+ZYGOTE_MODULE = b"tfsched.bench.zygote"  # the command a forked task has, its zygote's
 DRIVER = "driver"  # this process: the bench's sessions (the sampler's own CPU taken out)
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
@@ -55,7 +56,8 @@ def tasks_cpu_s(procs: dict[int, str]) -> dict[str, float]:
 
 def task_processes(parent: int | None = None) -> dict[int, str]:
     """The bench's task processes started by ``parent`` (this process by default): pid ->
-    ``job:index`` (from the command ``bench.local`` starts them with)."""
+    ``job:index``, from the command ``bench.local`` starts one with, or for a task forked by
+    ``bench.zygote`` (a child of ``parent`` too, with its zygote's command) from its name."""
     parent = os.getpid() if parent is None else parent
     found = {}
     for entry in os.listdir("/proc"):
@@ -68,10 +70,20 @@ def task_processes(parent: int | None = None) -> dict[int, str]:
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == parent and SERVER_MODULE in argv:
+        if ppid != parent:
+            continue
+        if SERVER_MODULE in argv:
             k = argv.index(SERVER_MODULE)
             if len(argv) > k + 3:
                 found[int(entry)] = f"{argv[k + 2].decode()}:{argv[k + 3].decode()}"
+        elif ZYGOTE_MODULE in argv:  # the zygote itself keeps the interpreter's name
+            try:
+                with open(f"/proc/{entry}/comm") as f:
+                    name = f.read().strip()
+            except OSError:
+                continue
+            if ":" in name:
+                found[int(entry)] = name
     return found
 
 

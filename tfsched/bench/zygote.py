@@ -1,0 +1,399 @@
+"""Cluster tasks forked from one process that has imported TensorFlow: a zygote, as Android and
+Chrome call theirs.
+
+Every task of the bench's clusters (``bench.local``, ``bench.netns``) is a process serving
+``bench.server.main``. Until the eighty-eighth session each was ``python -m
+tfsched.bench.server`` and imported TensorFlow afresh: 5.3 s of CPU a task on this two-core
+Intel Xeon, 16 s for a PS and two workers, 8 s of wall time before the cluster served. A clean
+test run started about 250 of them (``benchmarks/results/test-times-s88.md``).
+
+``Zygote(env)`` starts ``python -m tfsched.bench.zygote`` in the environment a task has
+(``bench.local.task_env``), which imports TensorFlow and waits. For each task ``spawn`` hands
+it the task's arguments, environment and working directory, and the task's three ends of its
+stdin, stdout and stderr (``SCM_RIGHTS`` over a Unix socket). The zygote forks; the child forks
+the task and exits at once, so the task goes to the nearest subreaper above it: the process
+that made the zygote, which made itself one (``PR_SET_CHILD_SUBREAPER``). The task is that
+process's child, as a ``Popen``'s was: ``ForkedTask`` waits for it, reads its exit status (a
+signal's too), and signals it with no fear of a pid reused, since only its parent reaps it; the
+CPU sampler finds it among its children (``bench.profile.task_processes``) by its name,
+``job:index`` (``PR_SET_NAME``), since its command line is the zygote's.
+
+The task then goes to its host (``TaskHost.enter``: its network namespace, its capped CPU group,
+its niceness), what the commands ``TaskHost.prefix`` gives did for a process of its own, and
+runs ``bench.server.main``. It holds the only read end of its stdin, so it ends with the
+process that started it, however that ends, as before. The zygote never made an eager context
+or a server: it has no thread of TensorFlow's when it forks, and ``OPENBLAS_NUM_THREADS=1`` in
+its environment leaves out numpy's idle BLAS threads (the tasks' kernels are TensorFlow's own).
+
+The zygote is kept for the process's life (``zygote``), one for each environment that differs
+in more than pytest's per-test marker. Side effect: a process that starts forked tasks is a
+subreaper from then on, so a process orphaned below it (a task of a cluster started by a
+program it ran, whose launcher was killed) comes to it, and stays a zombie until it exits.
+``TFSCHED_FORKED_TASKS=0`` in the environment starts every task as a process of its own.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from tfsched.errors import TfschedError
+
+ZYGOTE_MODULE = "tfsched.bench.zygote"
+ENV_FLAG = "TFSCHED_FORKED_TASKS"  # "0": every task a process of its own
+PRELOAD = ("tensorflow",)
+READY = b"ready "  # then the variables its imports set in its environment (JSON)
+START_TIMEOUT_S = 600.0  # the import, at most
+REPLY_TIMEOUT_S = 60.0  # a fork, at most
+CLOSE_TIMEOUT_S = 10.0
+# the environment's variables nothing reads at start-up: a zygote serves whatever their values
+VOLATILE_ENV = ("PYTEST_CURRENT_TEST",)
+PR_SET_NAME = 15  # linux/prctl.h
+PR_SET_CHILD_SUBREAPER = 36
+CLONE_NEWNET = 0x40000000  # linux/sched.h
+NETNS_DIR = "/var/run/netns"  # where ``ip netns add`` binds a namespace
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskHost:
+    """Where a task runs on this machine: its network namespace (``ip netns``), the CPU group
+    whose ``cgroup.procs`` it joins (``bench.hostcpu``), and how much nicer it runs than its
+    launcher."""
+
+    netns: str | None = None
+    cgroup_procs: str | None = None
+    nice: int = 0
+
+    def prefix(self) -> list[str]:
+        """The command a task's own process runs under to get there.
+
+        >>> TaskHost(netns="t0", nice=5).prefix()
+        ['ip', 'netns', 'exec', 't0', 'nice', '-n', '5']
+        """
+        cmd = []
+        if self.cgroup_procs:  # a shell that enters the group, then runs the rest in its place
+            cmd += ["sh", "-c", 'echo $$ > "$0" && exec "$@"', self.cgroup_procs]
+        if self.netns:
+            cmd += ["ip", "netns", "exec", self.netns]
+        if self.nice:
+            cmd += ["nice", "-n", str(self.nice)]
+        return cmd
+
+    def enter(self) -> None:
+        """Get there from inside the task's process, as ``prefix``'s commands do; raises
+        ``OSError``. Its namespace by ``setns``: the process has one thread, so all of it moves
+        (``ip netns exec`` also mounts the namespace's ``/sys``, which a task never reads)."""
+        if self.cgroup_procs:
+            with open(self.cgroup_procs, "w") as f:
+                f.write(str(os.getpid()))
+        if self.netns:
+            path = os.path.join(NETNS_DIR, self.netns)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _libc().setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, os.strerror(err), path)
+            finally:
+                os.close(fd)
+        if self.nice:
+            os.nice(self.nice)
+
+
+class ForkedTask:
+    """A task the zygote forked, this process's child: what the launcher uses of ``Popen``."""
+
+    def __init__(self, pid: int, args: list[str], stdin, stdout) -> None:
+        self.pid, self.args = pid, args
+        self.stdin, self.stdout = stdin, stdout  # text files: the ends this process holds
+        self.returncode: int | None = None
+        self._lock = threading.Lock()
+
+    def poll(self) -> int | None:
+        with self._lock:
+            if self.returncode is None:
+                try:
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                except ChildProcessError:  # reaped by another: its status is lost, as Popen says
+                    pid, status = self.pid, 0
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit code (``Popen``'s: minus the signal that ended it); raises
+        ``subprocess.TimeoutExpired`` after ``timeout`` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.0005
+        while self.poll() is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            delay = min(delay * 2, 0.05, *([left] if left is not None else []))
+            time.sleep(delay)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        # not yet reaped: the pid is still its own, whatever it has done since
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class Zygote:
+    """The forking process for tasks of environment ``env`` (started at once, importing
+    ``preload``): ``start`` a task, ``close`` it (its tasks are this process's and go on)."""
+
+    def __init__(self, env: dict, preload: tuple[str, ...] = PRELOAD) -> None:
+        # before any task is forked below it: an orphan goes to the nearest subreaper
+        if _libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "cannot become a subreaper")
+        self.env = env
+        self.imports_set: dict = {}  # what its imports set in its environment, once it is ready
+        self._lock = threading.Lock()
+        self._ready = False
+        self._log = tempfile.TemporaryFile()  # its own stderr: what it said before it failed
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", ZYGOTE_MODULE, *preload],
+                env=dict(env, OPENBLAS_NUM_THREADS="1"),
+                stdin=theirs,
+                stdout=subprocess.DEVNULL,
+                stderr=self._log,
+            )
+        finally:
+            theirs.close()
+
+    def _said(self, timeout_s: float) -> bytes | None:
+        """Its next message (b"" once it has ended), None after ``timeout_s``."""
+        self.sock.settimeout(timeout_s)
+        try:
+            return self.sock.recv(4096)
+        except TimeoutError:
+            return None
+        except OSError:
+            return b""
+
+    def _fail(self, why: str) -> TfschedError:
+        """The error to raise; the zygote is killed, since what it says next could answer
+        another request (a later cluster gets a new one)."""
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        self._log.seek(0)
+        tail = self._log.read().decode("utf-8", "replace").strip().splitlines()[-1:]
+        return TfschedError(f"the tasks' zygote {why}: {tail[0] if tail else '(nothing on its stderr)'}")
+
+    def start(self, argv: list[str], *, name: str, host: TaskHost, env: dict, stderr) -> ForkedTask:
+        """``python ARGV`` (``["-m", MODULE, ...]`` or ``[SCRIPT, ...]``) forked as task
+        ``name`` ("job:index") on ``host``, in ``env`` and this process's working directory,
+        ``stderr`` (a file) its stderr and a pipe to and from this process its stdin and stdout,
+        as a ``Popen``'s with ``text=True``. Raises ``TfschedError`` if the zygote fails."""
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        try:
+            pid = self._spawn(argv, name, host, env, (stdin_r, stdout_w, stderr.fileno()))
+        except BaseException:
+            for fd in (stdin_w, stdout_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (stdin_r, stdout_w):  # the task's ends: it holds the only copies now
+                os.close(fd)
+        return ForkedTask(pid, argv, os.fdopen(stdin_w, "w"), os.fdopen(stdout_r, "r"))
+
+    def _spawn(self, argv: list[str], name: str, host: TaskHost, env: dict, fds: tuple[int, int, int]) -> int:
+        """Fork task ``name`` with ``fds`` as its stdin, stdout and stderr (this process keeps
+        its own copies); its pid, this process's child."""
+        request = {
+            "argv": argv,
+            "name": name,
+            "host": dataclasses.asdict(host),
+            "env": env,
+            "cwd": os.getcwd(),
+        }
+        with self._lock:
+            if not self._ready:
+                said = self._said(START_TIMEOUT_S)
+                if not said or not said.startswith(READY):
+                    raise self._fail("did not start")
+                self.imports_set = json.loads(said[len(READY) :])
+                self._ready = True
+            try:
+                socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
+            except OSError:
+                raise self._fail("has ended") from None
+            said = self._said(REPLY_TIMEOUT_S)
+            if not said or not said.isdigit():
+                raise self._fail(
+                    f"did not fork {name} ({said.decode(errors='replace') if said else 'no answer'})"
+                )
+            return int(said)
+
+    def serves(self, env: dict) -> bool:
+        """Whether it is alive and its tasks would start as processes of their own in ``env``
+        would: the same environment but for ``VOLATILE_ENV`` and what importing TensorFlow sets
+        (``TF2_BEHAVIOR``, ``KMP_INIT_AT_FORK``, ...; a process that has imported it has them)."""
+
+        def key(e: dict) -> dict:
+            return {k: v for k, v in e.items() if k not in VOLATILE_ENV and self.imports_set.get(k) != v}
+
+        return self.proc.poll() is None and key(self.env) == key(env)
+
+    def close(self) -> None:
+        """End it (its socket closed, it returns) and wait for it."""
+        self.sock.close()
+        try:
+            self.proc.wait(CLOSE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+_ZYGOTE: Zygote | None = None
+_ZYGOTE_LOCK = threading.Lock()
+
+
+def zygote(env: dict) -> Zygote | None:
+    """This process's zygote for tasks of environment ``env`` (a new one if that differs from
+    the last one's, or it has ended), or None: ``TFSCHED_FORKED_TASKS=0``, or not on Linux."""
+    global _ZYGOTE
+    if os.environ.get(ENV_FLAG, "1") == "0" or not sys.platform.startswith("linux"):
+        return None
+    with _ZYGOTE_LOCK:
+        if _ZYGOTE is not None and not _ZYGOTE.serves(env):
+            _ZYGOTE.close()
+            _ZYGOTE = None
+        if _ZYGOTE is None:
+            try:
+                _ZYGOTE = Zygote(env)
+            except OSError:  # no prctl or subreaper here: tasks of their own
+                return None
+            atexit.register(close_zygote)
+        return _ZYGOTE
+
+
+def close_zygote() -> None:
+    """End this process's zygote, if it has one (its tasks go on)."""
+    global _ZYGOTE
+    with _ZYGOTE_LOCK:
+        if _ZYGOTE is not None:
+            _ZYGOTE.close()
+            _ZYGOTE = None
+
+
+def _task(request: dict, fds: list[int], ctl: socket.socket, imports_set: dict) -> None:
+    """In the forked task: its files, environment, name and host, then ``python ARGV``
+    (``forks.run_python``); exits with its code, as the interpreter would, and never returns."""
+    code = 1
+    try:
+        ctl.close()
+        for fd, target in zip(fds, (0, 1, 2), strict=True):
+            os.dup2(fd, target)
+        for fd in fds:
+            os.close(fd)
+        os.environ.clear()  # as a process of its own has it once it has imported TensorFlow
+        os.environ.update({**request["env"], **imports_set})
+        with contextlib.suppress(OSError):  # a directory gone: a process of its own runs in it too
+            os.chdir(request["cwd"])
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C ends it, as before
+        _libc().prctl(PR_SET_NAME, request["name"].encode()[:15], 0, 0, 0)
+        if "numpy.random" in sys.modules:  # a random state of its own, as a fresh process's
+            sys.modules["numpy.random"].seed()
+        try:
+            TaskHost(**request["host"]).enter()
+        except OSError as e:
+            print(f"tfsched task: cannot enter its host: {e}", file=sys.stderr)
+            return
+        from tfsched.bench.forks import run_python
+
+        code = run_python(request["argv"])
+    except BaseException:  # in its own start: said as an uncaught error is
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for f in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                f.flush()
+        os._exit(code or 0)
+
+
+def _fork(request: dict, fds: list[int], ctl: socket.socket, imports_set: dict) -> int:
+    """Fork the task through a child that leaves it at once, so that the subreaper above (the
+    process that made this one) takes it; its pid, once the child has gone."""
+    r, w = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        try:
+            os.close(r)
+            pid = os.fork()
+            if pid == 0:
+                os.close(w)
+                _task(request, fds, ctl, imports_set)
+            os.write(w, str(pid).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        said = f.read()  # to its end: the middle child has exited
+    os.waitpid(middle, 0)  # and with it gone, the task is the subreaper's
+    if not said.isdigit():
+        raise OSError("the task's fork failed")
+    return int(said)
+
+
+def serve(preload: list[str]) -> int:
+    """The zygote: import ``preload``, say READY and what the imports set in its environment,
+    then fork a task per request (its pid, or "error: ..."); ends when the socket on its stdin
+    does."""
+    import gc
+    import importlib
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C ends the tasks; the launcher ends this
+    ctl = socket.socket(fileno=os.dup(0))
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)  # the tasks' stdin is theirs; this one's is the socket above
+    os.close(devnull)
+    before = dict(os.environ)
+    for name in preload:
+        importlib.import_module(name)
+    imports_set = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    gc.freeze()  # the tasks' collections leave the imported objects' pages shared
+    ctl.send(READY + json.dumps(imports_set).encode())
+    while True:
+        msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 3)
+        if not msg:
+            return 0
+        try:
+            reply = str(_fork(json.loads(msg), fds, ctl, imports_set))
+        except Exception as e:  # noqa: BLE001 - said to the launcher, which fails the start
+            reply = f"error: {e}"
+        finally:
+            for fd in fds:
+                os.close(fd)
+        ctl.send(reply.encode())
+
+
+if __name__ == "__main__":  # python -m tfsched.bench.zygote MODULE...
+    sys.exit(serve(sys.argv[1:]))
