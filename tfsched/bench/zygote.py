@@ -4,8 +4,8 @@ Chrome call theirs.
 Every task of the bench's clusters (``bench.local``, ``bench.netns``) is a process serving
 ``bench.server.main``. Until the eighty-eighth session each was ``python -m
 tfsched.bench.server`` and imported TensorFlow afresh: 5.3 s of CPU a task on this two-core
-Intel Xeon, 16 s for a PS and two workers, 8 s of wall time before the cluster served. A clean
-test run started about 250 of them (``benchmarks/results/test-times-s88.md``).
+Intel Xeon, 16 s for a PS and two workers, 8 s of wall time before the cluster served. The
+test suite started 188 of them, 980 s of CPU (``benchmarks/results/test-times-s88.md``).
 
 ``Zygote(env)`` starts ``python -m tfsched.bench.zygote`` in the environment a task has
 (``bench.local.task_env``), which imports TensorFlow and waits. For each task ``spawn`` hands
