@@ -109,6 +109,35 @@ def positive(kind):
     return parse
 
 
+def run_options(description: str, *, modes: str, steps: int, rounds: int, bandwidth_mbps: float):
+    """A parser for a script that runs one small bench run each way (``tf2_rounds.py``,
+    ``task_starts.py``): its model, cluster, modes and links, ``--repeats`` and ``--name``, with
+    these defaults."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--model", default="seq32")
+    p.add_argument("--workers", type=positive(int), default=2)
+    p.add_argument("--modes", default=modes)
+    p.add_argument("--steps", type=positive(int), default=steps)
+    p.add_argument("--rounds", type=positive(int), default=rounds)
+    p.add_argument("--batch-size", type=positive(int), default=4)
+    p.add_argument("--bandwidth", type=float, default=bandwidth_mbps, help="Mbit/s per host; 0: loopback")
+    p.add_argument("--repeats", type=positive(int), default=2)
+    p.add_argument("--name", required=True)
+    return p
+
+
+def run_kwargs(opts) -> dict:
+    """``run_options``' choices as the keywords of the bench's side-by-side runs (the model aside)."""
+    return {
+        "workers": opts.workers,
+        "modes": tuple(opts.modes.split(",")),
+        "steps": opts.steps,
+        "rounds": opts.rounds,
+        "batch_size": opts.batch_size,
+        "bandwidth_bps": opts.bandwidth * 1e6 or None,
+    }
+
+
 @contextlib.contextmanager
 def run_graph(config: dict, placement: str | None = None):
     """A bench run's saved graph, built as the run built it (its ``config``), in a temporary

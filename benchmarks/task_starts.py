@@ -19,14 +19,13 @@ it, ``--bandwidth 0``: loopback, unshaped).
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, positive, write  # noqa: E402
+from _results import machine, positive, run_kwargs, run_options, write  # noqa: E402
 
 WAYS = ("own process", "forked")
 
@@ -72,12 +71,7 @@ def one_run(opts, forked: bool) -> dict:
         start = time.perf_counter()
         results = cluster_side_by_side(
             opts.model,
-            workers=opts.workers,
-            modes=tuple(opts.modes.split(",")),
-            steps=opts.steps,
-            rounds=opts.rounds,
-            batch_size=opts.batch_size,
-            bandwidth_bps=opts.bandwidth * 1e6 or None,
+            **run_kwargs(opts),
             measure=False,
         )
         wall = time.perf_counter() - start
@@ -109,17 +103,10 @@ def later_starts(opts, forked: bool) -> list[dict]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="seq32")
-    p.add_argument("--workers", type=positive(int), default=2)
-    p.add_argument("--modes", default="baseline,tao+pc")
-    p.add_argument("--steps", type=positive(int), default=10)
-    p.add_argument("--rounds", type=positive(int), default=2)
-    p.add_argument("--batch-size", type=positive(int), default=4)
-    p.add_argument("--bandwidth", type=float, default=1000.0, help="Mbit/s per host; 0: loopback")
-    p.add_argument("--repeats", type=positive(int), default=2)
+    p = run_options(
+        __doc__.split("\n\n")[0], modes="baseline,tao+pc", steps=10, rounds=2, bandwidth_mbps=1000.0
+    )
     p.add_argument("--starts", type=positive(int), default=5)
-    p.add_argument("--name", required=True)
     opts = p.parse_args()
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # as the tfsched command runs (bench.local)
     runs = [one_run(opts, forked) for _ in range(opts.repeats) for forked in (False, True)]

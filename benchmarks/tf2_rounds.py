@@ -16,7 +16,6 @@ it, ``--bandwidth 0``: loopback, unshaped).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import statistics
@@ -24,7 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, positive, write  # noqa: E402
+from _results import machine, run_kwargs, run_options, write  # noqa: E402
 
 WAYS = ("own process", "forked")
 
@@ -57,12 +56,7 @@ def one_run(opts, forked: bool) -> dict:
         start = time.perf_counter()
         summary = tf2.side_by_side(
             opts.model,
-            workers=opts.workers,
-            modes=tuple(opts.modes.split(",")),
-            steps=opts.steps,
-            rounds=opts.rounds,
-            batch_size=opts.batch_size,
-            bandwidth_bps=opts.bandwidth * 1e6 or None,
+            **run_kwargs(opts),
         )
         wall = time.perf_counter() - start
     finally:
@@ -76,16 +70,9 @@ def one_run(opts, forked: bool) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="seq32")
-    p.add_argument("--workers", type=positive(int), default=2)
-    p.add_argument("--modes", default="baseline,tio,tao+pc")
-    p.add_argument("--steps", type=positive(int), default=3)
-    p.add_argument("--rounds", type=positive(int), default=1)
-    p.add_argument("--batch-size", type=positive(int), default=4)
-    p.add_argument("--bandwidth", type=float, default=200.0, help="Mbit/s per host; 0: loopback")
-    p.add_argument("--repeats", type=positive(int), default=2)
-    p.add_argument("--name", required=True)
+    p = run_options(
+        __doc__.split("\n\n")[0], modes="baseline,tio,tao+pc", steps=3, rounds=1, bandwidth_mbps=200.0
+    )
     opts = p.parse_args()
     runs = [one_run(opts, forked) for _ in range(opts.repeats) for forked in (False, True)]
 

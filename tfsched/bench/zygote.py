@@ -188,7 +188,7 @@ class Zygote:
         """Its next message (b"" once it has ended), None after ``timeout_s``."""
         self.sock.settimeout(timeout_s)
         try:
-            return self.sock.recv(4096)
+            return self.sock.recv(1 << 16)
         except TimeoutError:
             return None
         except OSError:
@@ -289,6 +289,7 @@ def zygote(env: dict) -> Zygote | None:
                 _ZYGOTE = Zygote(env)
             except OSError:  # no prctl or subreaper here: tasks of their own
                 return None
+            atexit.unregister(close_zygote)  # once, however many it has made
             atexit.register(close_zygote)
         return _ZYGOTE
 
