@@ -147,6 +147,22 @@ def test_a_zygote_gone_fails_the_next_start_in_one_line_and_leaves_its_tasks(for
     assert task.wait(10) == 0
 
 
+def test_a_start_interrupted_ends_its_zygote_so_that_no_late_answer_is_read_as_anothers(
+    forks, program, tmp_path, monkeypatch
+):
+    task = start(forks, program, "serve", tmp_path)  # the zygote is ready
+
+    def interrupted(timeout_s):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(forks, "_said", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        start(forks, program, "serve", tmp_path)
+    assert forks.proc.wait(10) == -9 and not forks.serves(task_env())
+    task.stdin.close()
+    assert task.wait(10) == 0
+
+
 def test_one_zygote_serves_an_environment_until_it_changes(monkeypatch):
     """Apart from pytest's per-test marker, a changed environment is another zygote's: the
     imports' start-up reads it. ``TFSCHED_FORKED_TASKS=0`` asks for none."""

@@ -242,7 +242,11 @@ class Zygote:
                 socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
             except OSError:
                 raise self._fail("has ended") from None
-            said = self._said(REPLY_TIMEOUT_S)
+            try:
+                said = self._said(REPLY_TIMEOUT_S)
+            except BaseException:  # Ctrl-C: its answer, unread, would answer the next request
+                self._fail("was interrupted")
+                raise
             if not said or not said.isdigit():
                 raise self._fail(
                     f"did not fork {name} ({said.decode(errors='replace') if said else 'no answer'})"
