@@ -29,6 +29,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from tfsched.bench.zygote import TaskHost
 from tfsched.errors import TfschedError
 
 BASE = "/sys/fs/cgroup"
@@ -187,8 +188,6 @@ class HostCpu:
     def prefix(self, job: str, index: int) -> list[str]:
         """The command a task's command runs under: a shell that enters its group, then runs it
         in its own place (``exec``: the same process, so its pid and signals are the task's)."""
-        from tfsched.bench.zygote import TaskHost
-
         return TaskHost(cgroup_procs=self.procs(job, index)).prefix()
 
     def close(self) -> None:

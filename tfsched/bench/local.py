@@ -3,7 +3,8 @@
 Used by ``tfsched demo``, the tests and as the fallback of the emulated multi-host cluster: with
 ``bandwidth_bps`` every task has a host link of its own, shaped in user space (``bench.relay``).
 Every process is killed on exit, on Ctrl-C and on failure, and ends by itself with a launcher killed
-outright (SIGKILL): it serves until its stdin, held here, ends (``bench.server``).
+outright (SIGKILL): it serves until its stdin, held here, ends (``bench.server``). Each is forked
+from a process that imported TensorFlow once (``bench.zygote``), and is this process's child.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import threading
 from dataclasses import dataclass, field
 
 from tfsched.bench.local import TaskHandles
+from tfsched.bench.zygote import TaskHost
 from tfsched.errors import TfschedError
 
 PREFIX = "tfs"  # every namespace, veth and bridge this module makes starts with it
@@ -261,8 +262,6 @@ class EmulatedCluster(TaskHandles):
         }
 
     def _start(self) -> None:
-        from tfsched.bench.zygote import TaskHost
-
         self.start_all(host=lambda job, i: TaskHost(netns=self.hosts[(job, i)][0]))
 
     def close(self) -> None:
