@@ -78,6 +78,10 @@ c = socket.create_connection((sys.argv[1], 5201)); c.sendall(b"x" * int(sys.argv
 """
 
 
+# the receiver is a Python process that a test beside it can keep from the cores: it read 14%
+# and 18% low in a rehearsal of the eighty-eighth session (the first such failure), where the
+# tests beside it had their clusters' tasks forked, so busier in their first seconds
+@pytest.mark.alone
 @pytest.mark.parametrize("rate", [50e6, 200e6])
 def test_shaped_link_measures_its_bandwidth(rate):
     nbytes = int(rate / 8 * 1.5)  # 1.5 s of data
