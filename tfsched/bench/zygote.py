@@ -1,14 +1,15 @@
 """Cluster tasks forked from one process that has imported TensorFlow: a zygote, as Android and
 Chrome call theirs.
 
-Every task of the bench's clusters (``bench.local``, ``bench.netns``) is a process serving
-``bench.server.main``. Until the eighty-eighth session each was ``python -m
-tfsched.bench.server`` and imported TensorFlow afresh: 5.3 s of CPU a task on this two-core
-Intel Xeon, 16 s for a PS and two workers, 8 s of wall time before the cluster served. The
-test suite started 188 of them, 980 s of CPU (``benchmarks/results/test-times-s88.md``).
+Every task of the bench's clusters (``bench.local``, ``bench.netns``) is a process running
+``python -m tfsched.bench.server``. Until the eighty-eighth session each was started as such and
+imported TensorFlow afresh: 5.2 s of CPU a task on this two-core Intel Xeon, 15 to 16 s for a PS
+and two workers, 7 to 8 s of wall time before the cluster served. The test suite started 188 of
+them, 980 s of CPU (``benchmarks/results/test-times-s88.md``); forked, a cluster of one process
+after its first served after 0.5 s (``results/task-starts-s88.md``).
 
 ``Zygote(env)`` starts ``python -m tfsched.bench.zygote`` in the environment a task has
-(``bench.local.task_env``), which imports TensorFlow and waits. For each task ``spawn`` hands
+(``bench.local.task_env``), which imports TensorFlow and waits. For each task ``start`` hands
 it the task's arguments, environment and working directory, and the task's three ends of its
 stdin, stdout and stderr (``SCM_RIGHTS`` over a Unix socket). The zygote forks; the child forks
 the task and exits at once, so the task goes to the nearest subreaper above it: the process
@@ -20,13 +21,15 @@ CPU sampler finds it among its children (``bench.profile.task_processes``) by it
 
 The task then goes to its host (``TaskHost.enter``: its network namespace, its capped CPU group,
 its niceness), what the commands ``TaskHost.prefix`` gives did for a process of its own, and
-runs ``bench.server.main``. It holds the only read end of its stdin, so it ends with the
+runs ``python -m tfsched.bench.server`` in itself (``bench.forks.run_python``). It holds the only read end of its stdin, so it ends with the
 process that started it, however that ends, as before. The zygote never made an eager context
 or a server: it has no thread of TensorFlow's when it forks, and ``OPENBLAS_NUM_THREADS=1`` in
 its environment leaves out numpy's idle BLAS threads (the tasks' kernels are TensorFlow's own).
 
-The zygote is kept for the process's life (``zygote``), one for each environment that differs
-in more than pytest's per-test marker. Side effect: a process that starts forked tasks is a
+The zygote is kept for the process's life (``zygote``), and replaced by a new one when a task
+asks for an environment that differs in more than pytest's per-test marker and what the import
+sets. A failed or interrupted exchange with it kills it, so that a late answer is never read as
+another start's; every wait on it is bounded. Side effect: a process that starts forked tasks is a
 subreaper from then on, so a process orphaned below it (a task of a cluster started by a
 program it ran, whose launcher was killed) comes to it, and stays a zombie until it exits.
 ``TFSCHED_FORKED_TASKS=0`` in the environment starts every task as a process of its own.
