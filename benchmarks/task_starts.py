@@ -19,6 +19,7 @@ it, ``--bandwidth 0``: loopback, unshaped).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import sys
@@ -30,13 +31,18 @@ from _results import machine, positive, run_kwargs, run_options, write  # noqa: 
 WAYS = ("own process", "forked")
 
 
-def timed_starts(starts: list[dict]):
-    """``TaskHandles.start_all`` timed into ``starts``: its wall time, and the CPU its tasks and
-    this process's zygote had spent once every task served."""
+@contextlib.contextmanager
+def timed_starts(forked: bool):
+    """Tasks started ``forked`` or not, from no zygote (as a process of its own starts); yields
+    the list each ``TaskHandles.start_all`` is timed into meanwhile: its wall time, and the CPU
+    its tasks and this process's zygote had spent once every task served."""
     from tfsched.bench import local, zygote
     from tfsched.bench.profile import task_cpu_s
 
+    zygote.close_zygote()
+    os.environ[zygote.ENV_FLAG] = "1" if forked else "0"
     real = local.TaskHandles.start_all
+    starts: list[dict] = []
 
     def start_all(self, *args, **kwargs):
         start = time.perf_counter()
@@ -50,33 +56,20 @@ def timed_starts(starts: list[dict]):
             }
         )
 
-    return real, start_all
-
-
-def one_way(forked: bool) -> None:
-    from tfsched.bench.zygote import ENV_FLAG, close_zygote
-
-    close_zygote()  # each run as a process of its own starts: no zygote yet
-    os.environ[ENV_FLAG] = "1" if forked else "0"
+    local.TaskHandles.start_all = start_all
+    try:
+        yield starts
+    finally:
+        local.TaskHandles.start_all = real
 
 
 def one_run(opts, forked: bool) -> dict:
-    from tfsched.bench import local
     from tfsched.bench.run import cluster_side_by_side
 
-    one_way(forked)
-    starts: list[dict] = []
-    real, local.TaskHandles.start_all = timed_starts(starts)
-    try:
+    with timed_starts(forked) as starts:
         start = time.perf_counter()
-        results = cluster_side_by_side(
-            opts.model,
-            **run_kwargs(opts),
-            measure=False,
-        )
+        results = cluster_side_by_side(opts.model, **run_kwargs(opts), measure=False)
         wall = time.perf_counter() - start
-    finally:
-        local.TaskHandles.start_all = real
     return {
         "way": WAYS[forked],
         "wall_s": round(wall, 2),
@@ -87,18 +80,12 @@ def one_run(opts, forked: bool) -> dict:
 
 def later_starts(opts, forked: bool) -> list[dict]:
     """``opts.starts`` clusters started and stopped in turn, after one that made the zygote."""
-    from tfsched.bench import local
     from tfsched.bench.run import host_cluster
 
-    one_way(forked)
-    starts: list[dict] = []
-    real, local.TaskHandles.start_all = timed_starts(starts)
-    try:
+    with timed_starts(forked) as starts:
         for _ in range(opts.starts + 1):
             with host_cluster(ps=1, workers=opts.workers, bandwidth_bps=opts.bandwidth * 1e6 or None):
                 pass
-    finally:
-        local.TaskHandles.start_all = real
     return starts[1:]
 
 

@@ -175,19 +175,19 @@ def _child(request: dict, parent: int) -> int:
     os.dup2(devnull, 0)
     os.close(devnull)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C ends it, as a process of its own
-    if (
-        "numpy.random" in sys.modules
-    ):  # a random state of its own, as a fresh process's (``random`` reseeds itself)
-        sys.modules["numpy.random"].seed()
     return run_python(request["argv"])
 
 
 def run_python(argv: list[str]) -> int:
-    """``python ARGV`` (``["-m", MODULE, ...]`` or ``[SCRIPT, ...]``) in this process, as the
-    interpreter runs it: its exit code, and an uncaught error's traceback on stderr from the
-    program's own first frame. Also ``bench.zygote``'s tasks'."""
+    """``python ARGV`` (``["-m", MODULE, ...]`` or ``[SCRIPT, ...]``) in this process, a fork's
+    child, as the interpreter runs it: its exit code, and an uncaught error's traceback on stderr
+    from the program's own first frame. numpy's random state is reseeded first, as a fresh
+    process has its own (``random`` reseeds itself at a fork). Also ``bench.zygote``'s tasks'."""
     import runpy
     import traceback
+
+    if "numpy.random" in sys.modules:
+        sys.modules["numpy.random"].seed()
 
     try:
         if argv[0] == "-m":

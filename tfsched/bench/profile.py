@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tfsched.bench import zygote
 from tfsched.bench.run import StepRecord
 from tfsched.errors import TfschedError
 from tfsched.sim import mean_by_rank
 
 SERVER_MODULE = b"tfsched.bench.server"  # the command a task process of its own runs (bench.local)
-ZYGOTE_MODULE = b"tfsched.bench.zygote"  # the command a forked task has, its zygote's
+ZYGOTE_MODULE = zygote.ZYGOTE_MODULE.encode()  # the command a forked task has, its zygote's
 DRIVER = "driver"  # this process: the bench's sessions (the sampler's own CPU taken out)
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 

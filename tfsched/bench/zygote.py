@@ -326,8 +326,6 @@ def _task(request: dict, fds: list[int], ctl: socket.socket, imports_set: dict) 
             os.chdir(request["cwd"])
         signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C ends it, as before
         _libc().prctl(PR_SET_NAME, request["name"].encode()[:15], 0, 0, 0)
-        if "numpy.random" in sys.modules:  # a random state of its own, as a fresh process's
-            sys.modules["numpy.random"].seed()
         try:
             TaskHost(**request["host"]).enter()
         except OSError as e:
