@@ -33,6 +33,8 @@ setup(
         "bayesian-optimization>=2.0",
         # The tuning coordinator's service; TensorFlow depends on it too.
         "grpcio>=1.60",
+        # A cluster task forked from the bench's zygote shows its command to ps (bench.zygote).
+        "setproctitle>=1.3",
     ],
     # The style test runs both formatters; clang-format is pinned (its output changes by version).
     # pytest-timeout: a test that hangs fails alone, its stacks printed (pyproject.toml).

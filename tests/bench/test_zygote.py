@@ -71,6 +71,8 @@ def test_a_forked_task_is_this_processs_child_in_its_environment_directory_and_n
     assert said["env"] == "asked"  # set after the zygote started
     assert said["cwd"] == str(tmp_path)
     assert said["comm"] == "worker:3"
+    with open(f"/proc/{task.pid}/cmdline", "rb") as f:  # what ps and pgrep -f read
+        assert f.read().rstrip(b"\0") == f"{sys.executable} {program} serve".encode()
     assert said["preloaded"]
     # the CPU sampler finds it by its name; the zygote, also this process's child, is no task
     found = task_processes()

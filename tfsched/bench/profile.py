@@ -23,13 +23,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tfsched.bench import zygote
 from tfsched.bench.run import StepRecord
 from tfsched.errors import TfschedError
 from tfsched.sim import mean_by_rank
 
-SERVER_MODULE = b"tfsched.bench.server"  # the command a task process of its own runs (bench.local)
-ZYGOTE_MODULE = zygote.ZYGOTE_MODULE.encode()  # the command a forked task has, its zygote's
+SERVER_MODULE = b"tfsched.bench.server"  # the command a task runs (bench.local)
 DRIVER = "driver"  # this process: the bench's sessions (the sampler's own CPU taken out)
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
@@ -58,7 +56,7 @@ def tasks_cpu_s(procs: dict[int, str]) -> dict[str, float]:
 def task_processes(parent: int | None = None) -> dict[int, str]:
     """The bench's task processes started by ``parent`` (this process by default): pid ->
     ``job:index``, from the command ``bench.local`` starts one with, or for a task forked by
-    ``bench.zygote`` (a child of ``parent`` too, with its zygote's command) from its name."""
+    ``bench.zygote`` (whose command line is its command as one string, a title) from its name."""
     parent = os.getpid() if parent is None else parent
     found = {}
     for entry in os.listdir("/proc"):
@@ -77,7 +75,7 @@ def task_processes(parent: int | None = None) -> dict[int, str]:
             k = argv.index(SERVER_MODULE)
             if len(argv) > k + 3:
                 found[int(entry)] = f"{argv[k + 2].decode()}:{argv[k + 3].decode()}"
-        elif ZYGOTE_MODULE in argv:  # the zygote itself keeps the interpreter's name
+        elif len(argv) <= 2:  # one string, a title: a forked task's, whose name says which
             try:
                 with open(f"/proc/{entry}/comm") as f:
                     name = f.read().strip()

@@ -16,8 +16,9 @@ the task and exits at once, so the task goes to the nearest subreaper above it: 
 that made the zygote, which made itself one (``PR_SET_CHILD_SUBREAPER``). The task is that
 process's child, as a ``Popen``'s was: ``ForkedTask`` waits for it, reads its exit status (a
 signal's too), and signals it with no fear of a pid reused, since only its parent reaps it; the
-CPU sampler finds it among its children (``bench.profile.task_processes``) by its name,
-``job:index`` (``PR_SET_NAME``), since its command line is the zygote's.
+CPU sampler finds it among its children (``bench.profile.task_processes``). Its command line,
+the zygote's at the fork, is set to the one a process of its own has (``setproctitle``), where
+``ps`` and ``pgrep -f`` look, and its name (``PR_SET_NAME``) to ``job:index``.
 
 The task then goes to its host (``TaskHost.enter``: its network namespace, its capped CPU group,
 its niceness), what the commands ``TaskHost.prefix`` gives did for a process of its own, and
@@ -320,12 +321,13 @@ def _task(request: dict, fds: list[int], ctl: socket.socket, imports_set: dict) 
             os.dup2(fd, target)
         for fd in fds:
             os.close(fd)
+        # first: the title takes the room of the zygote's environment, which is still where it began
+        _set_title([sys.executable, *request["argv"]], request["name"])
         os.environ.clear()  # as a process of its own has it once it has imported TensorFlow
         os.environ.update({**request["env"], **imports_set})
         with contextlib.suppress(OSError):  # a directory gone: a process of its own runs in it too
             os.chdir(request["cwd"])
         signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C ends it, as before
-        _libc().prctl(PR_SET_NAME, request["name"].encode()[:15], 0, 0, 0)
         try:
             TaskHost(**request["host"]).enter()
         except OSError as e:
@@ -343,6 +345,16 @@ def _task(request: dict, fds: list[int], ctl: socket.socket, imports_set: dict) 
             with contextlib.suppress(Exception):
                 f.flush()
         os._exit(code or 0)
+
+
+def _set_title(argv: list[str], name: str) -> None:
+    """Show a forked task as a process of its own shows: ``/proc/PID/cmdline`` (what ``ps`` and
+    ``pgrep -f`` read, the zygote's until now) reads its command, as ``ps`` prints one, and
+    ``/proc/PID/comm`` its name."""
+    import setproctitle
+
+    setproctitle.setproctitle(" ".join(argv))
+    _libc().prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)  # after: the title sets it too
 
 
 def _fork(request: dict, fds: list[int], ctl: socket.socket, imports_set: dict) -> int:
