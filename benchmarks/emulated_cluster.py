@@ -57,10 +57,11 @@ ROWS = {
     # The training rows of the models with batch normalization (ResNet-50, Inception-v3, MobileNet)
     # were measured before the eightieth session, whose training steps also update its moving
     # statistics (``--moving-averages``, the default since): ``--no-moving-averages`` runs them as
-    # they ran.
-    "resnet50-train": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 161 --modes baseline,tio,tao,tio+pc,tao+pc,tio+p4194304+c4194304,tao+pc+host --no-moving-averages",
+    # they ran. The eighty-ninth session re-ran four of them and the 10 Gbit/s ``-sent`` row with
+    # them, on the Intel Xeon (the runs before: ``results/bench-<row>-no-ma.*``).
+    "resnet50-train": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 161 --modes baseline,tio,tao,tio+pc,tao+pc,tio+p4194304+c4194304,tao+pc+host",
     "resnet50-inference": "--model resnet50 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 680 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host,tio+pc+a32,tao+pc+a32",
-    "inception_v3-train": "--model inception_v3 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 73 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+pc+a32 --no-moving-averages",
+    "inception_v3-train": "--model inception_v3 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 73 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+pc+a32",
     "inception_v3-inference": "--model inception_v3 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 299 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+pc+a32,tao+pc+host+a32",
     # The toy models' steps are short (par32: about 20 ms): more steps and rounds than the large
     # models, so that a mode's mean is not a tenth of a second of measurement and the rows carry
@@ -73,7 +74,7 @@ ROWS = {
     # The compute-bound setting of the issue's third target: 36 rounds (12 before the sixteenth
     # session), so that the intervals (+-1% to +-2% on the processor of that session, +-6% to +-9%
     # before) can tell a 2% loss.
-    "resnet50-train-10g": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 4 --rounds 36 --batch-size 8 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+p1000000+c4000000 --no-moving-averages",
+    "resnet50-train-10g": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 4 --rounds 36 --batch-size 8 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+p1000000+c4000000",
     "alexnet-train": "--model alexnet --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 227 --modes baseline,tio,tao,tao+pc,tao+pc+host",
     # The Transformer's +pc credit (4M parameters) exceeds its pulls (3.5M a worker) and so orders
     # nothing on the wire: since the eighteenth session the row also runs two credits that bind.
@@ -82,10 +83,10 @@ ROWS = {
     # (MobileNet: 3.2M parameters), to test the channel share of ``link_sizes`` (the `+pc` sizes)
     # beside ByteScheduler's fixed ones on a model it was not fitted on. Batch 99: `--batch-size
     # auto` that session.
-    "mobilenet-train": "--model mobilenet --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 5 --batch-size 99 --modes baseline,tio,tao,tao+pc,tao+p1000000+c4000000,tao+pc+host --no-moving-averages",
+    "mobilenet-train": "--model mobilenet --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 5 --batch-size 99 --modes baseline,tio,tao,tao+pc,tao+p1000000+c4000000,tao+pc+host",
     # The credit returned when sent (``+sent``, enable(credit_return="sent"), the twentieth
     # session) beside the same modes with the receiver's acknowledgements, in the same runs.
-    "resnet50-train-10g-sent": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 4 --rounds 36 --batch-size 8 --modes baseline,tao+p1000000+c4000000,tao+p1000000+c4000000+sent,tao+pc+host,tao+pc+host+sent --no-moving-averages",
+    "resnet50-train-10g-sent": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 4 --rounds 36 --batch-size 8 --modes baseline,tao+p1000000+c4000000,tao+p1000000+c4000000+sent,tao+pc+host,tao+pc+host+sent",
     "vgg16-inference-sent": "--model vgg16 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 397 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent",
     "vgg16-train-sent": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 103 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent",
     "inception_v3-inference-sent": "--model inception_v3 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 299 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent,tao+pc+a32,tao+pc+a32+sent",

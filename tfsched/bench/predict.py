@@ -222,10 +222,14 @@ def host_slots(host_cores: float, machine_slots: float, cores: int) -> float | N
     return host_cores * machine_slots / cores if host_cores else None
 
 
-def machine_cpu_floor(cpu_s_per_step: float, cores: int) -> float | None:
+def machine_cpu_floor(
+    cpu_s_per_step: float, cores: int, *, added_messages: float = 0.0, cpu_s_per_message: float = 0.0
+) -> float | None:
     """The least a step of any mode takes on the machine its tasks share: the CPU seconds a
-    baseline step spent (``ModeResult.cpu_per_step``) over the machine's ``cores``. None where no
-    CPU was measured.
+    baseline step spent (``ModeResult.cpu_per_step``) over the machine's ``cores``, with the
+    ``added_messages`` a step of the mode sends past the baseline's (``added_messages``: its
+    slices and acknowledgements) at the measured ``cpu_s_per_message`` each (since the
+    eighty-ninth session). None where no CPU was measured.
 
     An order moves the same bytes and runs the same ops, so it does not take that work away,
     and no step does more work than its cores. The simulator does not keep to it: it runs each op
@@ -242,12 +246,63 @@ def machine_cpu_floor(cpu_s_per_step: float, cores: int) -> float | None:
     CPU a step than their baseline); over 216 modes of 50 runs on hosts with cores of their own,
     6 closer, none further (``benchmarks/cpu_floor.py``, ``results/cpu-floor.md``).
 
+    A mode that cuts tensors into slices or acknowledges them does more work than its baseline:
+    a message more for each slice past a tensor's first and for each acknowledgement, which is
+    what this counts. What it does not count is putting a tensor's slices back together (a copy
+    of its bytes at the receiver). ResNet-50 training at 10 Gbit/s on this Intel Xeon, its
+    baseline at the cores' limit (eighty-ninth session, ``results/bench-resnet50-train-10g.md``):
+    ByteScheduler's fixed sizes (partition 1,000,000, credit 4,000,000) spent 0.14 CPU seconds
+    a step more than the baseline's 1.64 and were predicted 12% fast; their 172 more messages a
+    step (120 acknowledgements, 52 slices) at the 166 us the bench measured a message to cost
+    are 0.03 of it, and they are now predicted 10% fast
+    (``results/resnet50-train-10g-s89-repredicted.md``). Beside its twin with ``+sent`` in the
+    next run (``results/bench-resnet50-train-10g-sent.md``) an acknowledgement cost about 0.75
+    ms, and putting the slices back together most of the rest.
+
     >>> machine_cpu_floor(2.30, 2)
     1.15
+    >>> machine_cpu_floor(2.30, 2, added_messages=100, cpu_s_per_message=2e-4)
+    1.16
     >>> machine_cpu_floor(0.0, 2) is None
     True
     """
-    return cpu_s_per_step / cores if cpu_s_per_step > 0 else None
+    if cpu_s_per_step <= 0:
+        return None
+    return (cpu_s_per_step + added_messages * cpu_s_per_message) / cores
+
+
+def added_messages(sg, plain, spec, steps: int = 1) -> float:
+    """The messages a step of ``spec``'s mode (``run.parse_mode``'s) sends past the baseline's:
+    one for each slice past a tensor's first (``sg``, its ``steps`` laid out with the mode's
+    partition, against ``plain``, one step of the graph uncut), and with the credit returned by
+    acknowledgement one for each message the credit acknowledges (those of at least
+    ``MIN_ACKED_BYTES`` and the credit's ``ack_share``-th part, as ``sim.engine`` and the pass
+    have it).
+
+    >>> from types import SimpleNamespace as Spec
+    >>> from tfsched.sim.model import COMPUTE, MESSAGE
+    >>> plain = Spec(kind=[COMPUTE, MESSAGE, MESSAGE], nbytes=[0, 8_000_000, 400])
+    >>> cut = Spec(kind=[COMPUTE, MESSAGE, MESSAGE, MESSAGE], nbytes=[0, 4_000_000, 4_000_000, 400])
+    >>> mode = Spec(credit=4_000_000, credit_return="ack", effective_ack_share=8)
+    >>> added_messages(cut, plain, mode)  # one slice more, and its two acknowledged
+    3.0
+    >>> added_messages(cut, plain, Spec(credit=4_000_000, credit_return="sent", effective_ack_share=8))
+    1.0
+    >>> added_messages(plain, plain, Spec(credit=0, credit_return="ack", effective_ack_share=8))
+    0.0
+    """
+    from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
+    from tfsched.sim.model import MESSAGE
+
+    def sizes(g) -> list[int]:
+        return [b for k, b in zip(g.kind, g.nbytes, strict=True) if k == MESSAGE]
+
+    mine = sizes(sg)
+    acks = 0
+    if spec.credit and spec.credit_return == "ack":
+        least = max(MIN_ACKED_BYTES, spec.credit * PARAM_BYTES // spec.effective_ack_share)
+        acks = sum(b >= least for b in mine)
+    return max(0.0, (len(mine) + acks) / steps - len(sizes(plain)))
 
 
 def in_slots(cpu_s: float, machine_slots: float, cores: int) -> float:
@@ -450,8 +505,9 @@ def annotate(
     ``TimeOracle.gate_op_s`` says (the baseline's trace ran none: 5 µs); False: not, as until
     the eighty-third session (a what-if for ``benchmarks/repredict.py``). The what-if of
     ``cross_barrier_steps`` (ByteScheduler's crossing, in TensorFlow's engine) is never charged.
-    ``cpu_floor``: no mode is predicted faster than the CPU a baseline step spent over the
-    machine's cores (``cpu_floor_s``; ``simulated_s`` is the simulator's step); False: the
+    ``cpu_floor``: no mode is predicted faster than the CPU a baseline step spent, with the
+    messages the mode adds to it (``added_messages``), over the machine's cores
+    (``cpu_floor_s``; ``simulated_s`` is the simulator's step); False: the
     simulator's step, as until the eighty-sixth session (a what-if for ``benchmarks/repredict.py``).
 
     ``latency_s``: what each host's link adds (``--latency``). A tensor between two tasks
@@ -595,7 +651,6 @@ def annotate(
     plain = build_sim_graph(graph, oracle, None, workers=workers)
     bounds = step_bounds(plain, overlap=overlap)
     driver_s = 2 * latency_s  # the driver's call there and back, across the worker's link
-    cpu_floor_s = machine_cpu_floor(base.cpu_per_step, os.cpu_count() or 1) if cpu_floor else None
 
     def unordered_runs(sg, weight: float) -> list:
         """The baseline's: TensorFlow's transfers, no gate, ties at random."""
@@ -670,9 +725,27 @@ def annotate(
             # a round's steps as they ran: the first without a step before it to overlap, the
             # last timed to the end of its updates (bench.run's CrossingRunner)
             per_step = max(1, len(res.iterations) // max(1, len(res.rounds)))
-            runs = runs_of(layout(per_step, cross=True), "ready" if spec.ready else None)
+            sg = layout(per_step, cross=True)
+            runs = runs_of(sg, "ready" if spec.ready else None)
+        elif schedule is None:
+            sg = plain
+            runs = baseline_runs(worker_weight)
         else:
-            runs = baseline_runs(worker_weight) if schedule is None else runs_of(layout())
+            sg = layout()
+            runs = runs_of(sg)
+        # the CPU a baseline step spent, and this mode's own messages past its (slices and
+        # acknowledgements), over the machine's cores: no step of the mode is shorter
+        added = added_messages(sg, plain, spec, per_step) if schedule is not None else 0.0
+        cpu_floor_s = (
+            machine_cpu_floor(
+                base.cpu_per_step,
+                os.cpu_count() or 1,
+                added_messages=added,
+                cpu_s_per_message=base.comm_cpu_s_per_message,
+            )
+            if cpu_floor
+            else None
+        )
         # The simulator's step is the slowest worker's; so is a synchronous iteration. The mean
         # over every worker's steps was the measure until the seventh session: it put the
         # early-served workers of one window per task (whose steps end first) into the
@@ -700,6 +773,8 @@ def annotate(
             # prediction is the longer
             "simulated_s": simulated,
             "cpu_floor_s": cpu_floor_s,
+            # the messages a step of this mode sends past the baseline's, in its floor
+            "added_messages": added,
             # the workers' steps, the first to finish first: measured (the mean by rank over the
             # synchronized steps) and simulated; where a mode staggers the workers, this shows
             # whether the simulator does it alike

@@ -287,7 +287,11 @@ def cpu_floor_lines(summary: dict) -> list[str]:
     takes on the machine's 2 cores: an order does not take that work away, so that is its
     prediction (the simulated machine, whose ops take their fastest traced times, did less work
     a second than the measured one).
-    >>> rows.append({"mode": "tao@held", "simulated_s": 1.0, "predicted_s": 1.25, "cpu_floor_s": 1.25})
+    >>> rows.append({"mode": "tao+pc", "simulated_s": 1.0, "predicted_s": 1.17, "cpu_floor_s": 1.17,
+    ...              "added_messages": 200.0})
+    >>> print(cpu_floor_lines({"modes": rows, "cores": 2})[1].split(":")[1])  # doctest: +NORMALIZE_WHITESPACE
+     `tao+pc` 200 a step)
+    >>> rows[2:] = [{"mode": "tao@held", "simulated_s": 1.0, "predicted_s": 1.25, "cpu_floor_s": 1.25}]
     >>> print(cpu_floor_lines({"modes": rows, "cores": 2})[1].split(":")[0])  # doctest: +NORMALIZE_WHITESPACE
     The simulator stepped `tao` in 0.98 s, under the 1.15 s, and `tao@held` in 1.00 s, under the
     1.25 s, that the CPU a baseline step spent takes on the machine's 2 cores
@@ -310,10 +314,16 @@ def cpu_floor_lines(summary: dict) -> list[str]:
         stepped += ","
     cores = machine_cores(summary)
     one = len(held) == 1
+    added = ", ".join(f"`{r['mode']}` {r['added_messages']:.0f}" for r in held if r.get("added_messages"))
+    if added:  # since the eighty-ninth session (bench.predict.added_messages)
+        added = (
+            f" (with the messages a mode adds to it, its slices and acknowledgements, at the measured "
+            f"CPU of one: {added} a step)"
+        )
     return [
         "",
         f"The simulator stepped {stepped} that the CPU a baseline step spent takes on the machine's "
-        f"{f'{cores} ' if cores else ''}cores: an order does not take that work away, so that is "
+        f"{f'{cores} ' if cores else ''}cores{added}: an order does not take that work away, so that is "
         f"{'its' if one else 'their'} prediction (the simulated machine, whose ops take their fastest traced "
         "times, did less work a second than the measured one).",
     ]
