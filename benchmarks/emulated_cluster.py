@@ -57,8 +57,8 @@ ROWS = {
     # The training rows of the models with batch normalization (ResNet-50, Inception-v3, MobileNet)
     # were measured before the eightieth session, whose training steps also update its moving
     # statistics (``--moving-averages``, the default since): ``--no-moving-averages`` runs them as
-    # they ran. The eighty-ninth session re-ran four of them and the 10 Gbit/s ``-sent`` row with
-    # them, on the Intel Xeon (the runs before: ``results/bench-<row>-no-ma.*``).
+    # they ran. The eighty-ninth session re-ran them all with them, on the Intel Xeon (the runs
+    # before: ``results/bench-<row>-no-ma.*``).
     "resnet50-train": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 161 --modes baseline,tio,tao,tio+pc,tao+pc,tio+p4194304+c4194304,tao+pc+host",
     "resnet50-inference": "--model resnet50 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 680 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host,tio+pc+a32,tao+pc+a32",
     "inception_v3-train": "--model inception_v3 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 73 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+pc+a32",
@@ -91,11 +91,11 @@ ROWS = {
     "vgg16-train-sent": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 103 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent",
     "inception_v3-inference-sent": "--model inception_v3 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 299 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent,tao+pc+a32,tao+pc+a32+sent",
     "resnet50-inference-sent": "--model resnet50 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 680 --modes baseline,tao+pc,tao+pc+sent,tao+pc+a32,tao+pc+a32+sent",
-    "inception_v3-train-sent": "--model inception_v3 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 73 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent,tao+pc+a32,tao+pc+a32+sent --no-moving-averages",
+    "inception_v3-train-sent": "--model inception_v3 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 73 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent,tao+pc+a32,tao+pc+a32+sent",
     # The twenty-first session's: the other rows whose modes acknowledge. seq32's and par32's
     # modes do not: their `+pc` credit acknowledges tensors of at least an eighth of it (500,000
     # parameters at 1 Gbit/s), and their largest are 65,536 and 4,096.
-    "resnet50-train-sent": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 161 --modes baseline,tao+pc,tao+pc+sent,tio+p4194304+c4194304,tio+p4194304+c4194304+sent,tao+pc+host,tao+pc+host+sent --no-moving-averages",
+    "resnet50-train-sent": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 161 --modes baseline,tao+pc,tao+pc+sent,tio+p4194304+c4194304,tio+p4194304+c4194304+sent,tao+pc+host,tao+pc+host+sent",
     "alexnet-train-sent": "--model alexnet --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 227 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent",
     "transformer-train-sent": "--model transformer --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 5 --batch-size 21 --modes baseline,tao+p1000000+c1000000,tao+p1000000+c1000000+sent,tao+p250000+c250000,tao+p250000+c250000+sent",
     # The thirty-fourth session's: two PS, the variables spread by the bytes each moves a step
