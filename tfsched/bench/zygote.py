@@ -22,10 +22,11 @@ the zygote's at the fork, is set to the one a process of its own has (``setproct
 
 The task then goes to its host (``TaskHost.enter``: its network namespace, its capped CPU group,
 its niceness), what the commands ``TaskHost.prefix`` gives did for a process of its own, and
-runs ``python -m tfsched.bench.server`` in itself (``bench.forks.run_python``). It holds the only read end of its stdin, so it ends with the
-process that started it, however that ends, as before. The zygote never made an eager context
-or a server: it has no thread of TensorFlow's when it forks, and ``OPENBLAS_NUM_THREADS=1`` in
-its environment leaves out numpy's idle BLAS threads (the tasks' kernels are TensorFlow's own).
+runs ``python -m tfsched.bench.server`` in itself (``bench.forks.run_python``). It holds the
+only read end of its stdin, so it ends with the process that started it, however that ends, as
+before. The zygote never made an eager context or a server: it has no thread of TensorFlow's
+when it forks, and ``OPENBLAS_NUM_THREADS=1`` in its environment leaves out numpy's idle BLAS
+threads (the tasks' kernels are TensorFlow's own).
 
 The zygote is kept for the process's life (``zygote``), and replaced by a new one when a task
 asks for an environment that differs in more than pytest's per-test marker and what the import
