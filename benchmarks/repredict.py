@@ -20,7 +20,8 @@ not the workers' own, as until the sixty-fifth, ``task_cpu=False``: these change
 whose tasks had cores of their own; a mode across the barrier not charged its gates' ops on the
 PS, as until the eighty-third, ``gate_ops=False``; a mode predicted as the simulator steps it, below
 the CPU a baseline step spent over the machine's cores too, as until the eighty-sixth,
-``cpu_floor=False``) beside it.
+``cpu_floor=False``; that floor without the copies that put a mode's cut tensors back together, as
+until the ninetieth, ``copies=False``) beside it.
 
     python benchmarks/repredict.py DIR --name resnet50-inference-traced [--what-ifs A,B]
 
@@ -81,6 +82,8 @@ def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
                 r.comm_cpu_s_per_byte = m.get("comm_cpu_s_per_byte", 0.0)  # absent: measured as none
                 r.comm_cpu_s_per_message = m.get("comm_cpu_s_per_message", 0.0)
                 r.comm_cpu_shares = m.get("comm_cpu_shares")  # absent (before the sixty-fourth): half each
+                # absent before the ninetieth: the copies' CPU (``copy_s_per_byte``: a what-if's)
+                r.copy_cpu_s_per_byte = m.get("copy_cpu_s_per_byte", 0.0)
                 # absent before the sixty-fifth: the machine's CPU, as then
                 r.task_cpu_s = {
                     t: s * len(m["iterations"]) for t, s in m.get("task_cpu_s_per_step", {}).items()
@@ -179,6 +182,11 @@ WHAT_IFS = {
         {"cpu_floor": False},
         "each mode predicted as the simulator steps it, below the CPU a baseline step spent over the "
         "machine's cores too, as until the eighty-sixth session",
+    ),
+    "no_copies": (
+        {"copies": False},
+        "a mode's CPU floor not counting the copies that put its cut tensors back together, as until "
+        "the ninetieth session; only modes with partitioning of runs that measured a copy's cost differ",
     ),
     "shared_cores": (
         {"host_cores": 0},

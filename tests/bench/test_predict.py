@@ -203,3 +203,37 @@ def test_the_graph_that_ran_is_what_grappler_made_of_the_saved_one(tmp_path):
     # a trace without partition graphs (written before traces kept them) gives none
     trace.partition_graphs = []
     assert graph_that_ran(trace, built.fetches) is None
+
+
+def test_a_step_puts_back_together_the_tensors_its_partition_cut_on_every_worker():
+    """``reassembled_bytes``: the whole bytes of each transfer cut into more than one slice, for
+    each worker and step laid out, over the steps; the transfers left whole count nothing."""
+    from tests.helpers import oracle_with, training_chain
+    from tfsched.bench.predict import reassembled_bytes
+    from tfsched.ordering import order
+    from tfsched.sim import build_sim_graph
+
+    g = training_chain(3, nbytes=2_000_000)  # three 2 MB layers: each pulled and pushed
+    o = oracle_with({}, bandwidth_bps=8e9, overhead_s=0.0)
+    s = order(g, "tio")
+    assert reassembled_bytes(build_sim_graph(g, o, s, workers=2)) == 0.0
+    assert reassembled_bytes(build_sim_graph(g, o, s, workers=2, partition_bytes=4_000_000)) == 0.0
+    # cut in two: every pull and every push of both workers, 3 x 2 x 2 transfers of 2 MB
+    cut = build_sim_graph(g, o, s, workers=2, partition_bytes=1_000_000)
+    assert reassembled_bytes(cut) == 3 * 2 * 2 * 2_000_000
+    # two steps laid out: the same a step
+    two = build_sim_graph(g, o, s, workers=2, partition_bytes=1_000_000, steps=2)
+    assert reassembled_bytes(two, steps=2) == 3 * 2 * 2 * 2_000_000
+
+
+@pytest.mark.tf
+def test_the_copy_of_a_cut_tensor_is_measured_on_the_pass_own_op():
+    """``run.copy_cpu_s_per_byte`` times ``TfschedConcat`` itself: CPU per byte no core beats.
+    Constant slices were folded by the optimizers into one tensor made once (2.3e-12 s a byte,
+    over 400 GB/s): the slices are variables."""
+    from tfsched.bench.run import copy_cpu_s_per_byte
+    from tfsched.graph._tf import import_tensorflow
+
+    per_byte = copy_cpu_s_per_byte(import_tensorflow())
+    # one core copies at most some tens of GB/s, and at least a few hundred MB/s
+    assert 1 / 60e9 < per_byte < 1 / 0.2e9

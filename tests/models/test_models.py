@@ -78,21 +78,28 @@ def test_a_failing_probe_of_processes_at_once_is_one_error_not_a_wait():
     assert time.monotonic() - start < 120  # reported by the processes, not found by the timeout
 
 
-def test_a_probe_process_that_dies_is_one_error_and_none_is_left(tmp_path, monkeypatch):
+@pytest.mark.parametrize("forked", [False, True], ids=["own-process", "forked"])
+def test_a_probe_process_that_dies_is_one_error_and_none_is_left(tmp_path, monkeypatch, forked):
+    """Each process of the probe its own, or forked from the zygote (``bench.zygote``) as the
+    cluster's tasks are."""
     import os
-    import stat
-    import sys
 
+    from tfsched.bench.zygote import ENV_FLAG
     from tfsched.errors import TfschedError
-    from tfsched.models.batch import _compute_time
+    from tfsched.models import batch
 
-    # a stand-in for the probe's interpreter: ready, then gone before its result
-    fake = tmp_path / "python"
-    fake.write_text("#!/bin/sh\necho 'tfsched-probe {\"ready\": true}'\necho 'out of memory' >&2\nexit 7\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setattr(sys, "executable", str(fake))
+    # a stand-in for the probe: ready, then gone before its result
+    fake = tmp_path / "dying_probe.py"
+    fake.write_text(
+        "import os, sys\n"
+        "print('tfsched-probe {\"ready\": true}', flush=True)\n"
+        "print('out of memory', file=sys.stderr, flush=True)\n"
+        "os._exit(7)\n"
+    )
+    monkeypatch.setattr(batch, "_probe_argv", lambda *args: [str(fake)])
+    monkeypatch.setenv(ENV_FLAG, "1" if forked else "0")
     with pytest.raises(TfschedError) as e:
-        _compute_time("seq32", "train", 4, None, copies=3)
+        batch._compute_time("seq32", "train", 4, None, copies=3)
     assert "exit code 7" in str(e.value) and "out of memory" in str(e.value)
     left = []  # this process's children still running the stand-in (the call waits for each)
     for pid in filter(str.isdigit, os.listdir("/proc")):

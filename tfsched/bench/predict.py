@@ -223,7 +223,13 @@ def host_slots(host_cores: float, machine_slots: float, cores: int) -> float | N
 
 
 def machine_cpu_floor(
-    cpu_s_per_step: float, cores: int, *, added_messages: float = 0.0, cpu_s_per_message: float = 0.0
+    cpu_s_per_step: float,
+    cores: int,
+    *,
+    added_messages: float = 0.0,
+    cpu_s_per_message: float = 0.0,
+    copied_bytes: float = 0.0,
+    cpu_s_per_copied_byte: float = 0.0,
 ) -> float | None:
     """The least a step of any mode takes on the machine its tasks share: the CPU seconds a
     baseline step spent (``ModeResult.cpu_per_step``) over the machine's ``cores``, with the
@@ -248,8 +254,10 @@ def machine_cpu_floor(
 
     A mode that cuts tensors into slices or acknowledges them does more work than its baseline:
     a message more for each slice past a tensor's first and for each acknowledgement, which is
-    what this counts. What it does not count is putting a tensor's slices back together (a copy
-    of its bytes at the receiver). ResNet-50 training at 10 Gbit/s on this Intel Xeon, its
+    what ``added_messages`` counts; and putting each cut tensor back together, a copy of its
+    bytes at the receiver (``copied_bytes``, ``reassembled_bytes``), at the CPU the bench
+    measured ``TfschedConcat`` to spend on a byte (``run.copy_cpu_s_per_byte``; since the
+    ninetieth session, before which the copy was not counted). ResNet-50 training at 10 Gbit/s on this Intel Xeon, its
     baseline at the cores' limit (eighty-ninth session, ``results/bench-resnet50-train-10g.md``):
     ByteScheduler's fixed sizes (partition 1,000,000, credit 4,000,000) spent 0.14 CPU seconds
     a step more than the baseline's 1.64 and were predicted 12% fast; their 172 more messages a
@@ -257,18 +265,48 @@ def machine_cpu_floor(
     are 0.03 of it, and they are now predicted 10% fast
     (``results/resnet50-train-10g-s89-repredicted.md``). Beside its twin with ``+sent`` in the
     next run (``results/bench-resnet50-train-10g-sent.md``) an acknowledgement cost about 0.75
-    ms, and putting the slices back together most of the rest.
+    ms, and putting the slices back together most of the rest. The same row on the AMD EPYC
+    (ninetieth session, ``results/bench-resnet50-train-10g-s90.md``): the fixed sizes' copies,
+    230.7 MB a step at the 1.09e-10 CPU seconds a byte measured, added 0.025 s to the 0.021 s of
+    their messages, and they were predicted 4.6% fast, as every other mode (3.5% to 5.4%), where
+    without the copies 6.6%.
 
     >>> machine_cpu_floor(2.30, 2)
     1.15
     >>> machine_cpu_floor(2.30, 2, added_messages=100, cpu_s_per_message=2e-4)
+    1.16
+    >>> machine_cpu_floor(2.30, 2, copied_bytes=200e6, cpu_s_per_copied_byte=1e-10)
     1.16
     >>> machine_cpu_floor(0.0, 2) is None
     True
     """
     if cpu_s_per_step <= 0:
         return None
-    return (cpu_s_per_step + added_messages * cpu_s_per_message) / cores
+    return (
+        cpu_s_per_step + added_messages * cpu_s_per_message + copied_bytes * cpu_s_per_copied_byte
+    ) / cores
+
+
+def reassembled_bytes(sg, steps: int = 1) -> float:
+    """The bytes a step of ``sg`` (its ``steps`` laid out) puts back together at the receivers:
+    those of every transfer the mode's partition cut into more than one slice, which the pass's
+    ``TfschedConcat`` copies into one tensor (cc/gate_ops.cc).
+
+    >>> from types import SimpleNamespace as Spec
+    >>> from tfsched.sim.model import COMPUTE, MESSAGE
+    >>> big, small = object(), object()
+    >>> sg = Spec(kind=[COMPUTE, MESSAGE, MESSAGE, MESSAGE], nbytes=[0, 4_000_000, 4_000_000, 400],
+    ...           transfer=[None, big, big, small], worker=["w0"] * 4, step=[0] * 4)
+    >>> reassembled_bytes(sg)
+    8000000.0
+    """
+    from tfsched.sim.model import MESSAGE
+
+    cut: dict[tuple, list[int]] = {}
+    for i, k in enumerate(sg.kind):
+        if k == MESSAGE:
+            cut.setdefault((id(sg.transfer[i]), sg.worker[i], sg.step[i]), []).append(sg.nbytes[i])
+    return sum(sum(sizes) for sizes in cut.values() if len(sizes) > 1) / steps
 
 
 def added_messages(sg, plain, spec, steps: int = 1) -> float:
@@ -483,6 +521,7 @@ def annotate(
     cross_barrier_steps: int = 0,
     gate_ops: bool = True,
     cpu_floor: bool = True,
+    copies: bool = True,
 ) -> None:
     """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace).
 
@@ -509,6 +548,9 @@ def annotate(
     messages the mode adds to it (``added_messages``), over the machine's cores
     (``cpu_floor_s``; ``simulated_s`` is the simulator's step); False: the
     simulator's step, as until the eighty-sixth session (a what-if for ``benchmarks/repredict.py``).
+    ``copies``: a mode's floor counts the copies that put its cut tensors back together
+    (``reassembled_bytes``, at the baseline's ``ModeResult.copy_cpu_s_per_byte``); False: not,
+    as until the ninetieth session (a what-if for ``benchmarks/repredict.py``).
 
     ``latency_s``: what each host's link adds (``--latency``). A tensor between two tasks
     crosses two links, so the simulator delays each arrival (and each acknowledgement) by twice
@@ -736,12 +778,16 @@ def annotate(
         # the CPU a baseline step spent, and this mode's own messages past its (slices and
         # acknowledgements), over the machine's cores: no step of the mode is shorter
         added = added_messages(sg, plain, spec, per_step) if schedule is not None else 0.0
+        # and the copies that put its cut tensors back together (since the ninetieth session)
+        copied = reassembled_bytes(sg, per_step) if schedule is not None and copies else 0.0
         cpu_floor_s = (
             machine_cpu_floor(
                 base.cpu_per_step,
                 os.cpu_count() or 1,
                 added_messages=added,
                 cpu_s_per_message=base.comm_cpu_s_per_message,
+                copied_bytes=copied,
+                cpu_s_per_copied_byte=base.copy_cpu_s_per_byte,
             )
             if cpu_floor
             else None
@@ -775,6 +821,8 @@ def annotate(
             "cpu_floor_s": cpu_floor_s,
             # the messages a step of this mode sends past the baseline's, in its floor
             "added_messages": added,
+            # and the bytes of the tensors it cut that a step puts back together
+            "reassembled_bytes": copied,
             # the workers' steps, the first to finish first: measured (the mean by rank over the
             # synchronized steps) and simulated; where a mode staggers the workers, this shows
             # whether the simulator does it alike

@@ -291,6 +291,9 @@ def cpu_floor_lines(summary: dict) -> list[str]:
     ...              "added_messages": 200.0})
     >>> print(cpu_floor_lines({"modes": rows, "cores": 2})[1].split(":")[1])  # doctest: +NORMALIZE_WHITESPACE
      `tao+pc` 200 a step)
+    >>> rows[-1]["reassembled_bytes"] = 264e6
+    >>> print(cpu_floor_lines({"modes": rows, "cores": 2})[1].split(":")[1])  # doctest: +NORMALIZE_WHITESPACE
+     `tao+pc` 200 and 264.0 MB a step)
     >>> rows[2:] = [{"mode": "tao@held", "simulated_s": 1.0, "predicted_s": 1.25, "cpu_floor_s": 1.25}]
     >>> print(cpu_floor_lines({"modes": rows, "cores": 2})[1].split(":")[0])  # doctest: +NORMALIZE_WHITESPACE
     The simulator stepped `tao` in 0.98 s, under the 1.15 s, and `tao@held` in 1.00 s, under the
@@ -314,11 +317,17 @@ def cpu_floor_lines(summary: dict) -> list[str]:
         stepped += ","
     cores = machine_cores(summary)
     one = len(held) == 1
-    added = ", ".join(f"`{r['mode']}` {r['added_messages']:.0f}" for r in held if r.get("added_messages"))
-    if added:  # since the eighty-ninth session (bench.predict.added_messages)
+    added = ", ".join(
+        f"`{r['mode']}` {r.get('added_messages') or 0:.0f}"
+        + (f" and {r['reassembled_bytes'] / 1e6:.1f} MB" if r.get("reassembled_bytes") else "")
+        for r in held
+        if r.get("added_messages") or r.get("reassembled_bytes")
+    )
+    if added:  # since the eighty-ninth session (bench.predict.added_messages; the copies since the ninetieth)
+        copies = any(r.get("reassembled_bytes") for r in held)
         added = (
             f" (with the messages a mode adds to it, its slices and acknowledgements, at the measured "
-            f"CPU of one: {added} a step)"
+            f"CPU of one{', and the bytes of the tensors it cut that it puts back together, at the measured CPU of copying one' if copies else ''}: {added} a step)"
         )
     return [
         "",

@@ -470,6 +470,9 @@ class ModeResult:
     # charges it to each acknowledgement, predict.annotate; a transfer's own stays in the ops'
     # share, see predict.machine_slots_from_cpu)
     comm_cpu_s_per_message: float = 0.0
+    # baseline: ... per byte a receiver copies putting a partitioned tensor back together
+    # (copy_cpu_s_per_byte; 0: not measured, as before the ninetieth session)
+    copy_cpu_s_per_byte: float = 0.0
     # baseline: the shares of a byte's CPU (comm_cpu_s_per_byte) the sending PS's process and the
     # receiving worker's spent, the rest the kernel's (None: not measured)
     comm_cpu_shares: tuple[float, float] | None = None
@@ -560,6 +563,7 @@ class ModeResult:
                 {"comm_cpu_s_per_message": self.comm_cpu_s_per_message} if self.comm_cpu_s_per_message else {}
             ),
             **({"comm_cpu_shares": list(self.comm_cpu_shares)} if self.comm_cpu_shares else {}),
+            **({"copy_cpu_s_per_byte": self.copy_cpu_s_per_byte} if self.copy_cpu_s_per_byte else {}),
             **({"task_cpu_s_per_step": per_task} if (per_task := self.task_cpu_per_step) else {}),
             # the raw times (seconds): any column can be recomputed from the file
             "iterations": [[round(t, 6) for t in it] for it in self.iterations],
@@ -896,6 +900,57 @@ def per_byte(busy_whole_s: float, busy_cut_s: float, extra_bytes: int, steps: in
     """
     extra = busy_whole_s - busy_cut_s
     return extra / (extra_bytes * steps) if extra > 0 and extra_bytes > 0 and steps > 0 else 0.0
+
+
+COPY_SLICE_BYTES = 4_000_000  # a slice of ByteScheduler's partition (1,000,000 float32 parameters)
+COPY_SLICES = 8  # put together into one tensor of 32 MB
+COPY_MIN_CPU_S = 0.5  # runs until the copies took this much CPU (at most COPY_MAX_RUNS)
+COPY_MAX_RUNS = 200
+
+
+def copy_cpu_s_per_byte(tf) -> float:
+    """CPU seconds this machine spends per byte putting a partitioned tensor back together: the
+    pass's ``TfschedConcat`` (cc/gate_ops.cc), as the receiver of a mode with partitioning runs
+    it, on ``COPY_SLICES`` slices of ``COPY_SLICE_BYTES`` in a session of this process, its
+    output allocated each run as the receiver's is. The process's CPU over the runs (after one
+    to warm up), over the bytes put together; 0 where the op cannot be loaded.
+
+    A slice past a tensor's first is one more message (``comm_cpu_s_per_message``); the copy of
+    the whole tensor is on top of that. Measured since the ninetieth session for the CPU floor
+    of a mode that cuts tensors (``predict.reassembled_bytes``): on the AMD EPYC (family 25)
+    1.09e-10 s a byte (9.2 GB/s) in a bench of ResNet-50, 8.0e-11 (12.5 GB/s) with no cluster. Constant slices would be folded by the optimizers into one tensor
+    made once (2.3e-12 s a byte, over 400 GB/s): the slices are variables, whose reads share
+    their buffers."""
+    import numpy as np
+
+    try:
+        from tfsched.enforce._loader import load_ops
+
+        ops = load_ops()
+    except TfschedError:
+        return 0.0
+    n = COPY_SLICE_BYTES // 4
+    g = tf.Graph()
+    with g.as_default():
+        # variables, which the optimizers do not fold as they would constants (reading one on
+        # this CPU shares its buffer: no copy before the op's)
+        slices = [
+            tf.compat.v1.Variable(np.full(n, i, np.float32), use_resource=True) for i in range(COPY_SLICES)
+        ]
+        concat = ops.tfsched_concat(slices=[v.read_value() for v in slices], shape=[n * COPY_SLICES]).op
+        init = tf.compat.v1.variables_initializer(slices)
+    try:
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(init)
+            sess.run(concat)  # warm-up: the kernel made, the allocator's first buffer
+            runs, start = 0, time.process_time()
+            while runs < COPY_MAX_RUNS and (runs < 3 or time.process_time() - start < COPY_MIN_CPU_S):
+                sess.run(concat)
+                runs += 1
+            cpu_s = time.process_time() - start
+    except tf.errors.OpError:  # no memory for it, say: the floor then counts no copy, as before
+        return 0.0
+    return cpu_s / (runs * COPY_SLICES * COPY_SLICE_BYTES)
 
 
 def _solo_trace(tf, sess, built, trace_options, meta: dict):
@@ -1237,10 +1292,14 @@ def run_side_by_side(
                 first.comm_cpu_s_per_byte, first.comm_cpu_s_per_message, first.comm_cpu_shares = (
                     _comm_cpu_costs(tf, targets[0], builder_of(bases[0])(0), run_options)
                 )
+                if progress:
+                    progress("measuring what putting a cut tensor back together costs")
+                first.copy_cpu_s_per_byte = copy_cpu_s_per_byte(tf)
                 for base_mode in bases[1:]:  # the machine's, whatever PS holds a variable
                     results[base_mode].comm_cpu_s_per_byte = first.comm_cpu_s_per_byte
                     results[base_mode].comm_cpu_s_per_message = first.comm_cpu_s_per_message
                     results[base_mode].comm_cpu_shares = first.comm_cpu_shares
+                    results[base_mode].copy_cpu_s_per_byte = first.copy_cpu_s_per_byte
     finally:
         close_sessions([sess for sess, _ in sessions.values()])
     return results

@@ -122,6 +122,15 @@ def _forward(index: int, stream, lines: queue.Queue) -> None:
         lines.put((index, None))
 
 
+def _probe_argv(model: str, mode: str, batch: int, image_size: int | None, steps: int) -> list[str]:
+    """What one process of a probe runs, as ``python ARGV`` (``bench.zygote.Zygote.start``'s).
+
+    >>> _probe_argv("seq32", "train", 4, None, 3)
+    ['-m', 'tfsched.models._probe', 'seq32', 'train', '4', '0', '3']
+    """
+    return ["-m", _probe.__name__, model, mode, str(batch), str(image_size or 0), str(steps)]
+
+
 def _compute_time(
     model: str,
     mode: str,
@@ -138,14 +147,23 @@ def _compute_time(
     it reports, so the others' last steps share the machine too. Every wait ends: a process that
     fails reports why, one that dies is seen at the end of its output, and all of it within
     ``PROBE_TIMEOUT_S``; the processes do not outlive the call. ``host_cores``: each of the
-    copies capped at that many cores, as the bench's hosts are (``bench.hostcpu``)."""
+    copies capped at that many cores, as the bench's hosts are (``bench.hostcpu``).
+
+    Since the ninetieth session the processes are forked, as the cluster's tasks are, from the
+    process's zygote (``bench.zygote``), which imported TensorFlow once: a probe of two
+    processes no longer imports it twice (5 s of CPU each on this machine's Intel Xeon), and
+    each round of ``balanced_batch_size``'s refinement starts two more. With
+    ``TFSCHED_FORKED_TASKS=0`` each is a process of its own, as before."""
     if copies <= 1:
         # the fastest step: the others carry this machine's noise
         return min(_step_times(model, mode, batch, image_size, steps))
     from tfsched.bench.local import stop_processes, task_env
+    from tfsched.bench.zygote import TaskHost, zygote
 
     where = f"batch-size probe ({model} {mode}, batch {batch}, {copies} processes at once)"
-    cmd = [sys.executable, "-m", _probe.__name__, model, mode, str(batch), str(image_size or 0), str(steps)]
+    argv = _probe_argv(model, mode, batch, image_size, steps)
+    env = task_env()
+    forks = zygote(env)
     deadline = time.monotonic() + PROBE_TIMEOUT_S
     lines: queue.Queue = queue.Queue()
     procs: list[subprocess.Popen] = []
@@ -188,15 +206,19 @@ def _compute_time(
     with tmp, caps:
         try:
             for i in range(copies):
+                host = TaskHost(cgroup_procs=caps.procs("probe", i) if host_cores else None)
                 with open(errs[i], "w") as err:
-                    p = subprocess.Popen(
-                        [*(caps.prefix("probe", i) if host_cores else []), *cmd],
-                        stdin=subprocess.PIPE,
-                        stdout=subprocess.PIPE,
-                        stderr=err,
-                        text=True,
-                        env=task_env(),
-                    )
+                    if forks is None:
+                        p = subprocess.Popen(
+                            [*host.prefix(), sys.executable, *argv],
+                            stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE,
+                            stderr=err,
+                            text=True,
+                            env=env,
+                        )
+                    else:
+                        p = forks.start(argv, name=f"probe:{i}", host=host, env=env, stderr=err)
                 procs.append(p)
                 threading.Thread(target=_forward, args=(i, p.stdout, lines), daemon=True).start()
             ready: set[int] = set()
