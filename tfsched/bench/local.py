@@ -17,13 +17,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 
 from tfsched.bench.server import INTER_OP_FLAG
-from tfsched.bench.zygote import TaskHost, zygote
+from tfsched.bench.zygote import TaskHost, start_python, zygote
 from tfsched.errors import TfschedError
 
 # how much lower than this process the tasks of a relayed LocalCluster run (nice)
@@ -158,19 +157,9 @@ def start_tasks(
                     argv.append(f"{INTER_OP_FLAG}{inter_op_threads}")
                 argv.append("--with-stdin")  # the task ends when this process does, however it ends
                 with open(os.path.join(log_dir, f"{job}{i}.log"), "wb") as log:
-                    if forks is None:
-                        procs[(job, i)] = subprocess.Popen(
-                            [*host(job, i).prefix(), sys.executable, *argv],
-                            stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE,
-                            stderr=log,
-                            text=True,
-                            env=env,
-                        )
-                    else:
-                        procs[(job, i)] = forks.start(
-                            argv, name=f"{job}:{i}", host=host(job, i), env=env, stderr=log
-                        )
+                    procs[(job, i)] = start_python(
+                        forks, argv, name=f"{job}:{i}", host=host(job, i), env=env, stderr=log
+                    )
     except BaseException:
         stop_processes(procs.values())
         raise

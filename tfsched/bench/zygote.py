@@ -279,6 +279,22 @@ class Zygote:
         self._log.close()
 
 
+def start_python(forks: Zygote | None, argv: list[str], *, name: str, host: TaskHost, env: dict, stderr):
+    """``python ARGV`` as task ``name`` on ``host`` in ``env``, ``stderr`` (a file) its stderr
+    and pipes to and from this process (text) its stdin and stdout: forked by ``forks`` (a
+    ``ForkedTask``), or with None a process of its own under ``host.prefix()`` (a ``Popen``)."""
+    if forks is None:
+        return subprocess.Popen(
+            [*host.prefix(), sys.executable, *argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=env,
+        )
+    return forks.start(argv, name=name, host=host, env=env, stderr=stderr)
+
+
 _ZYGOTE: Zygote | None = None
 _ZYGOTE_LOCK = threading.Lock()
 

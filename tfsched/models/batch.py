@@ -38,7 +38,6 @@ import os
 import queue
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -158,7 +157,7 @@ def _compute_time(
         # the fastest step: the others carry this machine's noise
         return min(_step_times(model, mode, batch, image_size, steps))
     from tfsched.bench.local import stop_processes, task_env
-    from tfsched.bench.zygote import TaskHost, zygote
+    from tfsched.bench.zygote import TaskHost, start_python, zygote
 
     where = f"batch-size probe ({model} {mode}, batch {batch}, {copies} processes at once)"
     argv = _probe_argv(model, mode, batch, image_size, steps)
@@ -166,7 +165,7 @@ def _compute_time(
     forks = zygote(env)
     deadline = time.monotonic() + PROBE_TIMEOUT_S
     lines: queue.Queue = queue.Queue()
-    procs: list[subprocess.Popen] = []
+    procs: list = []  # each a Popen or a bench.zygote.ForkedTask
     done: dict[int, list[float]] = {}  # process -> its step times
     tmp = tempfile.TemporaryDirectory(prefix="tfsched-probe-")
     errs = [os.path.join(tmp.name, f"{i}.err") for i in range(copies)]  # their stderr
@@ -208,17 +207,7 @@ def _compute_time(
             for i in range(copies):
                 host = TaskHost(cgroup_procs=caps.procs("probe", i) if host_cores else None)
                 with open(errs[i], "w") as err:
-                    if forks is None:
-                        p = subprocess.Popen(
-                            [*host.prefix(), sys.executable, *argv],
-                            stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE,
-                            stderr=err,
-                            text=True,
-                            env=env,
-                        )
-                    else:
-                        p = forks.start(argv, name=f"probe:{i}", host=host, env=env, stderr=err)
+                    p = start_python(forks, argv, name=f"probe:{i}", host=host, env=env, stderr=err)
                 procs.append(p)
                 threading.Thread(target=_forward, args=(i, p.stdout, lines), daemon=True).start()
             ready: set[int] = set()
