@@ -82,7 +82,7 @@ def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
                 r.comm_cpu_s_per_byte = m.get("comm_cpu_s_per_byte", 0.0)  # absent: measured as none
                 r.comm_cpu_s_per_message = m.get("comm_cpu_s_per_message", 0.0)
                 r.comm_cpu_shares = m.get("comm_cpu_shares")  # absent (before the sixty-fourth): half each
-                # absent before the ninetieth: the copies' CPU (``copy_s_per_byte``: a what-if's)
+                # absent before the ninetieth session: not measured, no copy counted (as then)
                 r.copy_cpu_s_per_byte = m.get("copy_cpu_s_per_byte", 0.0)
                 # absent before the sixty-fifth: the machine's CPU, as then
                 r.task_cpu_s = {

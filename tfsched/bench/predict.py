@@ -257,8 +257,8 @@ def machine_cpu_floor(
     what ``added_messages`` counts; and putting each cut tensor back together, a copy of its
     bytes at the receiver (``copied_bytes``, ``reassembled_bytes``), at the CPU the bench
     measured ``TfschedConcat`` to spend on a byte (``run.copy_cpu_s_per_byte``; since the
-    ninetieth session, before which the copy was not counted). ResNet-50 training at 10 Gbit/s on this Intel Xeon, its
-    baseline at the cores' limit (eighty-ninth session, ``results/bench-resnet50-train-10g.md``):
+    ninetieth session, before which the copy was not counted). ResNet-50 training at 10
+    Gbit/s on this Intel Xeon, its baseline at the cores' limit (eighty-ninth session, ``results/bench-resnet50-train-10g.md``):
     ByteScheduler's fixed sizes (partition 1,000,000, credit 4,000,000) spent 0.14 CPU seconds
     a step more than the baseline's 1.64 and were predicted 12% fast; their 172 more messages a
     step (120 acknowledgements, 52 slices) at the 166 us the bench measured a message to cost

@@ -323,11 +323,17 @@ def cpu_floor_lines(summary: dict) -> list[str]:
         for r in held
         if r.get("added_messages") or r.get("reassembled_bytes")
     )
-    if added:  # since the eighty-ninth session (bench.predict.added_messages; the copies since the ninetieth)
-        copies = any(r.get("reassembled_bytes") for r in held)
+    if added:  # since the eighty-ninth session (bench.predict.added_messages)
+        # and the copies that put its cut tensors back together, since the ninetieth
+        copies = (
+            ", and the bytes of the tensors it cut that it puts back together, at the measured CPU "
+            "of copying one"
+            if any(r.get("reassembled_bytes") for r in held)
+            else ""
+        )
         added = (
             f" (with the messages a mode adds to it, its slices and acknowledgements, at the measured "
-            f"CPU of one{', and the bytes of the tensors it cut that it puts back together, at the measured CPU of copying one' if copies else ''}: {added} a step)"
+            f"CPU of one{copies}: {added} a step)"
         )
     return [
         "",

@@ -918,9 +918,10 @@ def copy_cpu_s_per_byte(tf) -> float:
     A slice past a tensor's first is one more message (``comm_cpu_s_per_message``); the copy of
     the whole tensor is on top of that. Measured since the ninetieth session for the CPU floor
     of a mode that cuts tensors (``predict.reassembled_bytes``): on the AMD EPYC (family 25)
-    1.09e-10 s a byte (9.2 GB/s) in a bench of ResNet-50, 8.0e-11 (12.5 GB/s) with no cluster. Constant slices would be folded by the optimizers into one tensor
-    made once (2.3e-12 s a byte, over 400 GB/s): the slices are variables, whose reads share
-    their buffers."""
+    1.09e-10 s a byte (9.2 GB/s) in a bench of ResNet-50, 8.0e-11 (12.5 GB/s) with no
+    cluster. Constant slices would be folded by the optimizers into one tensor made once
+    (2.3e-12 s a byte, over 400 GB/s): the slices are variables, whose reads share their
+    buffers."""
     import numpy as np
 
     try:
