@@ -471,7 +471,7 @@ class ModeResult:
     # share, see predict.machine_slots_from_cpu)
     comm_cpu_s_per_message: float = 0.0
     # baseline: ... per byte a receiver copies putting a partitioned tensor back together
-    # (copy_cpu_s_per_byte; 0: not measured, as before the ninetieth session)
+    # (copy_cpu_s_per_byte; 0: not measured: no mode cuts tensors, or before the ninetieth session)
     copy_cpu_s_per_byte: float = 0.0
     # baseline: the shares of a byte's CPU (comm_cpu_s_per_byte) the sending PS's process and the
     # receiving worker's spent, the rest the kernel's (None: not measured)
@@ -1293,14 +1293,10 @@ def run_side_by_side(
                 first.comm_cpu_s_per_byte, first.comm_cpu_s_per_message, first.comm_cpu_shares = (
                     _comm_cpu_costs(tf, targets[0], builder_of(bases[0])(0), run_options)
                 )
-                if progress:
-                    progress("measuring what putting a cut tensor back together costs")
-                first.copy_cpu_s_per_byte = copy_cpu_s_per_byte(tf)
                 for base_mode in bases[1:]:  # the machine's, whatever PS holds a variable
                     results[base_mode].comm_cpu_s_per_byte = first.comm_cpu_s_per_byte
                     results[base_mode].comm_cpu_s_per_message = first.comm_cpu_s_per_message
                     results[base_mode].comm_cpu_shares = first.comm_cpu_shares
-                    results[base_mode].copy_cpu_s_per_byte = first.copy_cpu_s_per_byte
     finally:
         close_sessions([sess for sess, _ in sessions.values()])
     return results
@@ -1545,6 +1541,16 @@ def cluster_side_by_side(
         for name, res in results.items():
             if specs[name].algorithm is not None:
                 res.knobs = specs[name].knobs
+        if measure and any(specs[name].partition for name in results):
+            # the machine's, as the baselines keep what moving a byte costs
+            from tfsched.graph._tf import import_tensorflow
+
+            if progress:
+                progress("measuring what putting a cut tensor back together costs")
+            per_byte = copy_cpu_s_per_byte(import_tensorflow())
+            for name, res in results.items():
+                if split_placed(name)[0] == "baseline":
+                    res.copy_cpu_s_per_byte = per_byte
         if measure:
             from tfsched.bench.predict import annotate
 
