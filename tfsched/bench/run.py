@@ -913,15 +913,15 @@ def copy_cpu_s_per_byte(tf) -> float:
     pass's ``TfschedConcat`` (cc/gate_ops.cc), as the receiver of a mode with partitioning runs
     it, on ``COPY_SLICES`` slices of ``COPY_SLICE_BYTES`` in a session of this process, its
     output allocated each run as the receiver's is. The process's CPU over the runs (after one
-    to warm up), over the bytes put together; 0 where the op cannot be loaded.
+    to warm up), over the bytes put together; 0 where the op cannot be loaded or run.
 
     A slice past a tensor's first is one more message (``comm_cpu_s_per_message``); the copy of
     the whole tensor is on top of that. Measured since the ninetieth session for the CPU floor
     of a mode that cuts tensors (``predict.reassembled_bytes``): on the AMD EPYC (family 25)
-    1.09e-10 s a byte (9.2 GB/s) in a bench of ResNet-50, 8.0e-11 (12.5 GB/s) with no
-    cluster. Constant slices would be folded by the optimizers into one tensor made once
-    (2.3e-12 s a byte, over 400 GB/s): the slices are variables, whose reads share their
-    buffers."""
+    1.09e-10 and 1.21e-10 s a byte (9.2 and 8.2 GB/s) in two benches of ResNet-50
+    (``results/bench-resnet50-train-10g-s90.json``, ``-sent-s90``). Constant slices would be
+    folded by the optimizers into one tensor made once, a copy that costs nothing: the slices
+    are variables, whose reads share their buffers."""
     import numpy as np
 
     try:
