@@ -20,8 +20,9 @@ not the workers' own, as until the sixty-fifth, ``task_cpu=False``: these change
 whose tasks had cores of their own; a mode across the barrier not charged its gates' ops on the
 PS, as until the eighty-third, ``gate_ops=False``; a mode predicted as the simulator steps it, below
 the CPU a baseline step spent over the machine's cores too, as until the eighty-sixth,
-``cpu_floor=False``; that floor without the copies that put a mode's cut tensors back together, as
-until the ninetieth, ``copies=False``) beside it.
+``cpu_floor=False``; that floor and step without the copies that put a mode's cut tensors back together, as
+until the ninetieth, ``copies=False``, and the step without either, ``simulated_no_copies``; the
+copies at the oracle's default cost where the run measured none, ``default_copies``) beside it.
 
     python benchmarks/repredict.py DIR --name resnet50-inference-traced [--what-ifs A,B]
 
@@ -39,6 +40,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _results import machine, run_dir_errors, run_dir_parser, run_graph, run_title, write  # noqa: E402
+
+from tfsched.oracle.oracle import DEFAULT_COPY_S_PER_BYTE  # noqa: E402
 
 
 def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
@@ -185,8 +188,21 @@ WHAT_IFS = {
     ),
     "no_copies": (
         {"copies": False},
-        "a mode's CPU floor not counting the copies that put its cut tensors back together, as until "
-        "the ninetieth session; only modes with partitioning of runs that measured a copy's cost differ",
+        "a mode's CPU floor and simulated step not counting the copies that put its cut tensors back "
+        "together, as until the ninetieth session; only modes with partitioning of runs that measured "
+        "a copy's cost differ",
+    ),
+    "default_copies": (
+        {"copy_cpu_s_per_byte": DEFAULT_COPY_S_PER_BYTE},
+        "the copies that put a mode's cut tensors back together at the oracle's default cost "
+        "(oracle.DEFAULT_COPY_S_PER_BYTE) in place of the run's measurement: for a run of before the "
+        "ninetieth session, which measured none",
+    ),
+    "simulated_no_copies": (
+        {"cpu_floor": False, "copies": False},
+        "each mode predicted as the simulator steps it, without the CPU floor and without the copies "
+        "that put its cut tensors back together, as the simulator stepped it until the ninetieth "
+        "session (beside no_cpu_floor: what the copies add to the simulated step)",
     ),
     "shared_cores": (
         {"host_cores": 0},

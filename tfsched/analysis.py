@@ -247,7 +247,9 @@ def predict(
     ``race``), and only a credit window keeps its order on the wire, for the transfers it
     acknowledges (the smaller ones still race). ``partition`` and
     ``credit`` (parameters, as the enforcement pass takes them) apply to the scheduled run only;
-    then the same order without them is simulated too (``priority_only_s``). ``host_credit``:
+    then the same order without them is simulated too (``priority_only_s``). A tensor the
+    partition cuts is put back together on its receiver before its consumers run, at
+    ``oracle.copy_s_per_byte`` (since the ninety-first session). ``host_credit``:
     the credit is one window per sending task, as ``tfsched.enable(..., host_credit=True)``
     enforces it, serving the steps in turn or, with ``host_order="priority"``, in lockstep.
     ``ack_share``: the credit acknowledges transfers of at least credit/ack_share parameters

@@ -18,10 +18,11 @@ from tests.helpers import (
 )
 from tfsched.errors import TfschedError
 from tfsched.graph import build_comm_graph
+from tfsched.oracle.oracle import DEFAULT_COPY_S_PER_BYTE, TimeOracle
 from tfsched.ordering import order
 from tfsched.ordering.schedule import Schedule
 from tfsched.sim import build_sim_graph, simulate, simulate_schedule, step_bounds
-from tfsched.sim.model import BARRIER, GATE_OPS, gated_variables
+from tfsched.sim.model import BARRIER, COMPUTE, GATE_OPS, REASSEMBLY, gated_variables
 
 
 def _two_workers_pulling_one_variable():
@@ -195,6 +196,40 @@ class TestSimulate:
         assert simulate(sg).step_time == pytest.approx(2.5 + 0.001)
         # TicTac's channel: each slice's overhead holds the channel as its bytes do
         assert simulate(sg, overlap=False).step_time == pytest.approx(2.5 + 3 * 0.001)
+
+    def test_a_cut_tensor_is_put_back_together_on_its_receiver_before_its_consumer(self):
+        # 2.5 MB in 3 slices (2.5 s on the wire), copied back together at 1e-7 s a byte (0.25 s) on
+        # the worker, where its consumer (0.5 s) waits for the copy; a tensor sent whole is not
+        g = chain_graph(1, [625_000])
+        o = oracle_with({"f0": 0.5}, bandwidth_bps=8e6)
+        sg = build_sim_graph(g, o, partition_bytes=1_000_000, copy_s_per_byte=1e-7)
+        (copy,) = [i for i in range(len(sg)) if sg.name[i].startswith(REASSEMBLY)]
+        assert (
+            sg.kind[copy] == COMPUTE
+            and sg.resource[copy] == W0.partition("/device")[0]
+            and sg.npred[copy] == 3
+        )
+        assert sg.duration[copy] == pytest.approx(0.25)
+        assert simulate(sg).step_time == pytest.approx(2.5 + 0.25 + 0.5)
+        assert simulate(build_sim_graph(g, o, partition_bytes=1_000_000)).step_time == pytest.approx(3.0)
+        whole = build_sim_graph(g, o, partition_bytes=4_000_000, copy_s_per_byte=1e-7)
+        assert not any(n.startswith(REASSEMBLY) for n in whole.name)
+        assert simulate(whole).step_time == pytest.approx(3.0)
+        for bad in (-1e-9, math.nan, math.inf):
+            with pytest.raises(TfschedError, match="copy's seconds per byte"):
+                build_sim_graph(g, o, partition_bytes=1_000_000, copy_s_per_byte=bad)
+
+    def test_a_copy_costs_what_the_oracle_says_unless_told(self):
+        # the cost model's oracle (what `analyze` starts from) copies at the default; 0 copies not
+        g = chain_graph(1, [625_000])
+        cost_model = TimeOracle.from_cost_model(g)
+        assert cost_model.copy_s_per_byte == DEFAULT_COPY_S_PER_BYTE > 0
+        sg = build_sim_graph(g, cost_model, partition_bytes=1_000_000)
+        (copy,) = [i for i in range(len(sg)) if sg.name[i].startswith(REASSEMBLY)]
+        assert sg.duration[copy] == pytest.approx(2_500_000 * DEFAULT_COPY_S_PER_BYTE)
+        none = build_sim_graph(g, cost_model, partition_bytes=1_000_000, copy_s_per_byte=0.0)
+        assert not any(n.startswith(REASSEMBLY) for n in none.name)
+        assert len(none) == len(sg) - 1
 
     def test_a_window_of_slices_keeps_the_link_full_past_their_overheads(self):
         # A 4 MB tensor in four 1 MB slices (1 s each on the wire, 0.5 s of overhead each), two in

@@ -522,6 +522,7 @@ def annotate(
     gate_ops: bool = True,
     cpu_floor: bool = True,
     copies: bool = True,
+    copy_cpu_s_per_byte: float | None = None,
 ) -> None:
     """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace).
 
@@ -549,8 +550,11 @@ def annotate(
     (``cpu_floor_s``; ``simulated_s`` is the simulator's step); False: the
     simulator's step, as until the eighty-sixth session (a what-if for ``benchmarks/repredict.py``).
     ``copies``: a mode's floor counts the copies that put its cut tensors back together
-    (``reassembled_bytes``, at the baseline's ``ModeResult.copy_cpu_s_per_byte``); False: not,
-    as until the ninetieth session (a what-if for ``benchmarks/repredict.py``).
+    (``reassembled_bytes``, at the baseline's ``ModeResult.copy_cpu_s_per_byte``), and since the
+    ninety-first session its simulated step runs each as an op of the receiver that the tensor's
+    consumers wait for (``build_sim_graph``'s ``copy_s_per_byte``); False: neither, as until the
+    ninetieth session (a what-if for ``benchmarks/repredict.py``). ``copy_cpu_s_per_byte``: the
+    copy's cost in place of the run's measurement (a what-if for a run that measured none).
 
     ``latency_s``: what each host's link adds (``--latency``). A tensor between two tasks
     crosses two links, so the simulator delays each arrival (and each acknowledgement) by twice
@@ -709,6 +713,10 @@ def annotate(
     def baseline_runs(weight: float) -> list:
         return unordered_runs(plain, weight)
 
+    # what a byte of the copies that put a cut tensor back together costs (0: none)
+    copy_rate = (
+        (base.copy_cpu_s_per_byte if copy_cpu_s_per_byte is None else copy_cpu_s_per_byte) if copies else 0.0
+    )
     if worker_weight == FIT:
         worker_weight = fit_worker_weight(baseline_runs, _by_rank(base.iterations), offset_s=driver_s)
     for mode, res in results.items():
@@ -742,6 +750,8 @@ def annotate(
                 steps=steps,
                 cross_barrier=cross,
                 synchronized=True,  # the bench's steps start together
+                # the receivers' copies of the cut tensors, in the step (since the ninety-first)
+                copy_s_per_byte=copy_rate,
             )
 
         def runs_of(sg, policy=None, schedule=schedule, spec=spec) -> list:
@@ -787,7 +797,7 @@ def annotate(
                 added_messages=added,
                 cpu_s_per_message=base.comm_cpu_s_per_message,
                 copied_bytes=copied,
-                cpu_s_per_copied_byte=base.copy_cpu_s_per_byte,
+                cpu_s_per_copied_byte=copy_rate,
             )
             if cpu_floor
             else None

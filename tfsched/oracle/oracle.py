@@ -15,6 +15,11 @@ DEFAULT_OVERHEAD_S = 300e-6
 # the median traced on MobileNet across the barrier, 1 PS x 4 workers, was 4 to 5 us on an Intel
 # Xeon for the token queues' ops (benchmarks/results/bench-mobilenet-train-cross-s83.md)
 DEFAULT_GATE_OP_S = 5e-6
+# What putting a cut tensor back together costs its receiver a byte where nothing measured it
+# (TimeOracle.copy_s_per_byte): the pass's TfschedConcat took 1.09e-10 and 1.21e-10 CPU seconds a
+# byte on an AMD EPYC (bench.run.copy_cpu_s_per_byte; ``copy_cpu_s_per_byte`` in
+# benchmarks/results/bench-resnet50-train-10g-s90.json and bench-resnet50-train-10g-sent-s90.json)
+DEFAULT_COPY_S_PER_BYTE = 1.1e-10
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,11 @@ class TimeOracle:
     # 0: not charged, as until the eighty-third session. A trace that ran them times them
     # (oracle.fit.gate_op_time), else DEFAULT_GATE_OP_S.
     gate_op_s: float = 0.0
+    # What the receiver of a cut transfer spends a byte putting its slices back together (the
+    # pass's TfschedConcat): the simulator runs the copy as an op of that task, before the
+    # tensor's consumers (sim.build_sim_graph); 0: no copy, as until the ninety-first session.
+    # The bench measures it (bench.run.copy_cpu_s_per_byte), else DEFAULT_COPY_S_PER_BYTE.
+    copy_s_per_byte: float = 0.0
 
     @classmethod
     def general(cls) -> TimeOracle:
@@ -120,7 +130,13 @@ class TimeOracle:
                 mem_bytes_per_s=mem_bytes_per_s,
                 per_op_s=per_op_s,
             )
-        return cls(op_times=times, link=link or LinkModel(), name="cost-model", gate_op_s=DEFAULT_GATE_OP_S)
+        return cls(
+            op_times=times,
+            link=link or LinkModel(),
+            name="cost-model",
+            gate_op_s=DEFAULT_GATE_OP_S,
+            copy_s_per_byte=DEFAULT_COPY_S_PER_BYTE,
+        )
 
     @classmethod
     def from_trace(cls, trace, statistic: str = "min", *, fallback: TimeOracle | None = None) -> TimeOracle:
@@ -153,6 +169,7 @@ class TimeOracle:
         )
         gate = gate_op_time(trace, statistic)
         oracle.gate_op_s = gate if gate is not None else fallback.gate_op_s if fallback else DEFAULT_GATE_OP_S
+        oracle.copy_s_per_byte = fallback.copy_s_per_byte if fallback else DEFAULT_COPY_S_PER_BYTE
         oracle.fits = fits  # kept for reports: samples, RMSE, R^2 per link
         return oracle
 

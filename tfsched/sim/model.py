@@ -1,7 +1,8 @@
 """The simulator's input: a step as a DAG of compute ops and messages, built from a CommGraph.
 
 Compute ops run on their task's compute resource; a message is one transfer, or one slice of
-a partitioned transfer, sent on its channel. Consumers of a transfer wait for all its slices.
+a partitioned transfer, sent on its channel. Consumers of a transfer wait for all its slices
+(and, given a copy's cost, for the op on the receiver that puts them back together).
 Between-graph replication (one worker in the graph, ``workers=N``) is simulated by copying the
 worker's graph, PS side included, once per worker: each worker's run executes its own reads
 and updates on the shared PS tasks.
@@ -20,6 +21,8 @@ from tfsched.ordering.schedule import Schedule
 
 # DELAY: time that passes without using any resource (a task's dispatch at the start of a step).
 COMPUTE, MESSAGE, BARRIER, DELAY = 0, 1, 2, 3
+# What names the op that puts a cut transfer back together on its receiver (the tensor's name follows)
+REASSEMBLY = "reassembly of "
 
 
 @dataclass
@@ -127,6 +130,7 @@ def build_sim_graph(
     partition_bytes: int | None = None,
     cross_barrier: bool = False,
     synchronized: bool = False,
+    copy_s_per_byte: float | None = None,
 ) -> SimGraph:
     """Lay out ``steps`` consecutive runs of every worker as one SimGraph.
 
@@ -147,6 +151,14 @@ def build_sim_graph(
     the graph behind the barrier alone, which left the PS's share of the CPU uncharged.
     A what-if (``benchmarks/cross_barrier.py``): tfsched's enforcement keeps the barrier, as its
     pass cannot move a ``Session.run``'s end.
+
+    ``copy_s_per_byte`` (default ``oracle.copy_s_per_byte``): a transfer cut into slices is put
+    back together on its receiver (the pass's ``TfschedConcat``, cc/gate_ops.cc) by an op of that
+    task lasting this long a byte, which its consumers wait for (``REASSEMBLY`` and the tensor's
+    name; none at 0). Until the
+    ninety-first session the consumers took the slices as they came: the copy was counted only
+    in the bench's CPU floor, not in the step's path (VGG16's fc6, 411 MB, is about 40 ms a
+    pull at 1e-10 s a byte).
     """
     wtasks = list(graph.worker_tasks)
     if workers is not None and workers != len(wtasks):
@@ -161,6 +173,12 @@ def build_sim_graph(
         clones = [(w, w) for w in wtasks] if len(wtasks) == 1 else [(None, None)]
     if partition_bytes is not None and partition_bytes <= 0:
         raise TfschedError(f"partition size must be positive, got {partition_bytes}")
+    if copy_s_per_byte is None:
+        copy_s_per_byte = oracle.copy_s_per_byte
+    if not (math.isfinite(copy_s_per_byte) and copy_s_per_byte >= 0):
+        raise TfschedError(
+            f"a copy's seconds per byte must be a non-negative number, got {copy_s_per_byte!r}"
+        )
 
     prio = schedule.priorities if schedule is not None else {}
     # Transfers that share their priority on their channel: their slices all take it (the pass's
@@ -244,6 +262,13 @@ def build_sim_graph(
                     )
                     sg.edge(ids[t.src_op], m)
                     msgs.append(m)
+                if len(msgs) > 1 and copy_s_per_byte:
+                    copy = sg.add(
+                        COMPUTE, f"{REASSEMBLY}{t.tensor}", dst, run, step, duration=nbytes * copy_s_per_byte
+                    )
+                    for m in msgs:
+                        sg.edge(m, copy)
+                    msgs = [copy]
                 for c in t.consumers:
                     crossing.setdefault((t.src_op, c), []).extend(msgs)
             for u, v in g.edges():
