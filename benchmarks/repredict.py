@@ -43,6 +43,9 @@ from _results import machine, run_dir_errors, run_dir_parser, run_graph, run_tit
 
 from tfsched.oracle.oracle import DEFAULT_COPY_S_PER_BYTE  # noqa: E402
 
+# what an acknowledgement cost on the AMD EPYC (benchmarks/ack_cost.py, results/ack-cost-s91.json)
+ACK_CPU_S91 = 5e-4
+
 
 def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
     """The run in ``run_dir`` predicted again: its config and a row per mode. ``what_if``:
@@ -87,6 +90,8 @@ def repredict(run_dir: str, **what_if) -> tuple[dict, list[dict]]:
                 r.comm_cpu_shares = m.get("comm_cpu_shares")  # absent (before the sixty-fourth): half each
                 # absent before the ninetieth session: not measured, no copy counted (as then)
                 r.copy_cpu_s_per_byte = m.get("copy_cpu_s_per_byte", 0.0)
+                # absent before the ninety-first: not measured, an acknowledgement a message (as then)
+                r.ack_cpu_s = m.get("ack_cpu_s", 0.0)
                 # absent before the sixty-fifth: the machine's CPU, as then
                 r.task_cpu_s = {
                     t: s * len(m["iterations"]) for t, s in m.get("task_cpu_s_per_step", {}).items()
@@ -197,6 +202,12 @@ WHAT_IFS = {
         "the copies that put a mode's cut tensors back together at the oracle's default cost "
         "(oracle.DEFAULT_COPY_S_PER_BYTE) in place of the run's measurement: for a run of before the "
         "ninetieth session, which measured none",
+    ),
+    "ack_cost_s91": (
+        {"ack_cpu_s": ACK_CPU_S91},
+        "a mode's CPU floor counting each acknowledgement at the 0.5 ms benchmarks/ack_cost.py measured "
+        "one to cost on the AMD EPYC (results/ack-cost-s91.md) in place of the bench's message; only "
+        "modes with acknowledgements at the cores' limit differ",
     ),
     "simulated_no_copies": (
         {"cpu_floor": False, "copies": False},

@@ -367,10 +367,16 @@ def test_bench_command_writes_every_field(tmp_path, monkeypatch):
         assert (r["added_messages"] > 0) == cut and (r["reassembled_bytes"] > 0) == cut, r["mode"]
         assert r["reassembled_bytes"] % (65_536 * 4) == 0, r["reassembled_bytes"]
         assert 0 < base["copy_cpu_s_per_byte"] < 1e-8
+        # every slice acknowledged, each at what the bench measured one to cost alone
+        # (run.ack_cpu_s; an acknowledgement at least a message, predict.machine_cpu_floor)
+        assert (r["acknowledgements"] > 0) == cut and r["acknowledgements"] <= r["added_messages"]
+        assert 0 <= base.get("ack_cpu_s", 0.0) < 0.05
+        per_ack = max(0.0, base.get("ack_cpu_s", 0.0) - base["comm_cpu_s_per_message"])
         assert r["cpu_floor_s"] == pytest.approx(
             (
                 base["cpu_s_per_step"]
                 + r["added_messages"] * base["comm_cpu_s_per_message"]
+                + r["acknowledgements"] * per_ack
                 + r["reassembled_bytes"] * base["copy_cpu_s_per_byte"]
             )
             / os.cpu_count()

@@ -237,3 +237,25 @@ def test_the_copy_of_a_cut_tensor_is_measured_on_the_pass_own_op():
     per_byte = copy_cpu_s_per_byte(import_tensorflow())
     # one core copies at most some tens of GB/s, and at least a few hundred MB/s
     assert 1 / 60e9 < per_byte < 1 / 0.2e9
+
+
+@pytest.mark.tf
+@pytest.mark.cluster
+def test_an_acknowledgement_is_measured_on_a_real_cluster():
+    """``run.ack_cpu_s`` on a PS and a worker (processes, gRPC): the ends' CPU of slices that are
+    acknowledged past the same slices whose credit comes back when sent, over the
+    acknowledgements: something, and far under a step; nothing where the ends cannot be read."""
+    from tfsched.bench.local import LocalCluster
+    from tfsched.bench.profile import task_processes
+    from tfsched.bench.run import ack_cpu_s, pull_ends
+    from tfsched.graph._tf import import_tensorflow
+
+    tf = import_tensorflow()
+    with LocalCluster(ps=1, workers=1) as cluster:
+        target = cluster.target("worker", 0)
+        ends = pull_ends(task_processes())
+        assert all(ends.values()), ends
+        per_ack = ack_cpu_s(tf, target, ends)
+        assert ack_cpu_s(tf, target, {"send": [], "recv": ends["recv"]}) == 0.0
+    # an RPC and the ops around it: tens of microseconds at least, far under 20 ms
+    assert 2e-5 < per_ack < 0.02, per_ack

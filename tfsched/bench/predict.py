@@ -230,6 +230,8 @@ def machine_cpu_floor(
     cpu_s_per_message: float = 0.0,
     copied_bytes: float = 0.0,
     cpu_s_per_copied_byte: float = 0.0,
+    acknowledgements: float = 0.0,
+    cpu_s_per_acknowledgement: float | None = None,
 ) -> float | None:
     """The least a step of any mode takes on the machine its tasks share: the CPU seconds a
     baseline step spent (``ModeResult.cpu_per_step``) over the machine's ``cores``, with the
@@ -271,6 +273,15 @@ def machine_cpu_floor(
     their messages, and they were predicted 4.6% fast, as every other mode (3.5% to 5.4%), where
     without the copies 6.6%.
 
+    ``acknowledgements`` (of the ``added_messages``) at ``cpu_s_per_acknowledgement`` each in
+    place of a message's (``run.ack_cpu_s``, since the ninety-first session; None: a message's).
+    The bench measures a message among many sent at once; ``benchmarks/ack_cost.py`` measured an
+    acknowledgement alone at 0.5 ms and 11 context switches on the AMD EPYC, where the bench
+    measured a message at 0.12 to 0.13 ms (ninety-first session, ``results/ack-cost-s91.md``).
+    Counted so on the two kept runs of the row above, the fixed sizes' prediction came within
+    1% of the measured step (``results/resnet50-train-10g-s90-acks-s91-repredicted.md``,
+    ``-sent-s90-acks-s91``).
+
     >>> machine_cpu_floor(2.30, 2)
     1.15
     >>> machine_cpu_floor(2.30, 2, added_messages=100, cpu_s_per_message=2e-4)
@@ -279,11 +290,18 @@ def machine_cpu_floor(
     1.16
     >>> machine_cpu_floor(0.0, 2) is None
     True
+    >>> machine_cpu_floor(2.30, 2, added_messages=100, cpu_s_per_message=2e-4, acknowledgements=50,
+    ...                   cpu_s_per_acknowledgement=1e-3)  # 50 of the 100 at 1 ms each
+    1.18
     """
     if cpu_s_per_step <= 0:
         return None
+    per_ack = cpu_s_per_message if cpu_s_per_acknowledgement is None else cpu_s_per_acknowledgement
     return (
-        cpu_s_per_step + added_messages * cpu_s_per_message + copied_bytes * cpu_s_per_copied_byte
+        cpu_s_per_step
+        + added_messages * cpu_s_per_message
+        + acknowledgements * max(0.0, per_ack - cpu_s_per_message)  # an acknowledgement is a message
+        + copied_bytes * cpu_s_per_copied_byte
     ) / cores
 
 
@@ -329,18 +347,35 @@ def added_messages(sg, plain, spec, steps: int = 1) -> float:
     >>> added_messages(plain, plain, Spec(credit=0, credit_return="ack", effective_ack_share=8))
     0.0
     """
-    from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
     from tfsched.sim.model import MESSAGE
 
     def sizes(g) -> list[int]:
         return [b for k, b in zip(g.kind, g.nbytes, strict=True) if k == MESSAGE]
 
     mine = sizes(sg)
-    acks = 0
-    if spec.credit and spec.credit_return == "ack":
-        least = max(MIN_ACKED_BYTES, spec.credit * PARAM_BYTES // spec.effective_ack_share)
-        acks = sum(b >= least for b in mine)
-    return max(0.0, (len(mine) + acks) / steps - len(sizes(plain)))
+    return max(0.0, len(mine) / steps + acknowledgements(sg, spec, steps) - len(sizes(plain)))
+
+
+def acknowledgements(sg, spec, steps: int = 1) -> float:
+    """The acknowledgements a step of ``spec``'s mode sends (``added_messages``' part of them):
+    with the credit returned by acknowledgement, one for each message of ``sg`` (its ``steps``
+    laid out) the credit acknowledges.
+
+    >>> from types import SimpleNamespace as Spec
+    >>> from tfsched.sim.model import COMPUTE, MESSAGE
+    >>> cut = Spec(kind=[COMPUTE, MESSAGE, MESSAGE, MESSAGE], nbytes=[0, 4_000_000, 4_000_000, 400])
+    >>> acknowledgements(cut, Spec(credit=4_000_000, credit_return="ack", effective_ack_share=8))
+    2.0
+    >>> acknowledgements(cut, Spec(credit=4_000_000, credit_return="sent", effective_ack_share=8))
+    0.0
+    """
+    from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
+    from tfsched.sim.model import MESSAGE
+
+    if not (spec.credit and spec.credit_return == "ack"):
+        return 0.0
+    least = max(MIN_ACKED_BYTES, spec.credit * PARAM_BYTES // spec.effective_ack_share)
+    return sum(k == MESSAGE and b >= least for k, b in zip(sg.kind, sg.nbytes, strict=True)) / steps
 
 
 def in_slots(cpu_s: float, machine_slots: float, cores: int) -> float:
@@ -523,6 +558,7 @@ def annotate(
     cpu_floor: bool = True,
     copies: bool = True,
     copy_cpu_s_per_byte: float | None = None,
+    ack_cpu_s: float | None = None,
 ) -> None:
     """Fill ``ModeResult.measured`` of every mode (needs the baseline's trace).
 
@@ -555,6 +591,9 @@ def annotate(
     consumers wait for (``build_sim_graph``'s ``copy_s_per_byte``); False: neither, as until the
     ninetieth session (a what-if for ``benchmarks/repredict.py``). ``copy_cpu_s_per_byte``: the
     copy's cost in place of the run's measurement (a what-if for a run that measured none).
+    ``ack_cpu_s``: an acknowledgement's CPU in the floor in place of the baseline's
+    ``ModeResult.ack_cpu_s`` (``machine_cpu_floor``'s ``cpu_s_per_acknowledgement``; a what-if for
+    a run of before the ninety-first session, which measured none and took it as a message).
 
     ``latency_s``: what each host's link adds (``--latency``). A tensor between two tasks
     crosses two links, so the simulator delays each arrival (and each acknowledgement) by twice
@@ -788,6 +827,7 @@ def annotate(
         # the CPU a baseline step spent, and this mode's own messages past its (slices and
         # acknowledgements), over the machine's cores: no step of the mode is shorter
         added = added_messages(sg, plain, spec, per_step) if schedule is not None else 0.0
+        acks = acknowledgements(sg, spec, per_step) if schedule is not None else 0.0  # of them
         # and the copies that put its cut tensors back together (since the ninetieth session)
         copied = reassembled_bytes(sg, per_step) if schedule is not None and copies else 0.0
         cpu_floor_s = (
@@ -798,6 +838,8 @@ def annotate(
                 cpu_s_per_message=base.comm_cpu_s_per_message,
                 copied_bytes=copied,
                 cpu_s_per_copied_byte=copy_rate,
+                acknowledgements=acks,
+                cpu_s_per_acknowledgement=ack_cpu_s if ack_cpu_s is not None else base.ack_cpu_s or None,
             )
             if cpu_floor
             else None
@@ -831,6 +873,8 @@ def annotate(
             "cpu_floor_s": cpu_floor_s,
             # the messages a step of this mode sends past the baseline's, in its floor
             "added_messages": added,
+            # the acknowledgements of them, at what the bench measured one to cost where it did
+            "acknowledgements": acks,
             # and the bytes of the tensors it cut that a step puts back together
             "reassembled_bytes": copied,
             # the workers' steps, the first to finish first: measured (the mean by rank over the

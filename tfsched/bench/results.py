@@ -331,9 +331,16 @@ def cpu_floor_lines(summary: dict) -> list[str]:
             if any(r.get("reassembled_bytes") for r in held)
             else ""
         )
+        # an acknowledgement at what one measured alone, since the ninety-first (run.ack_cpu_s)
+        acks = (
+            " (an acknowledgement at what one was measured to cost)"
+            if any(r.get("ack_cpu_s") for r in summary["modes"])
+            and any(r.get("acknowledgements") for r in held)
+            else ""
+        )
         added = (
             f" (with the messages a mode adds to it, its slices and acknowledgements, at the measured "
-            f"CPU of one{copies}: {added} a step)"
+            f"CPU of one{acks}{copies}: {added} a step)"
         )
     return [
         "",

@@ -473,6 +473,9 @@ class ModeResult:
     # baseline: ... per byte a receiver copies putting a partitioned tensor back together
     # (copy_cpu_s_per_byte; 0: not measured: no mode cuts tensors, or before the ninetieth session)
     copy_cpu_s_per_byte: float = 0.0
+    # baseline: ... per acknowledgement, its message included (ack_cpu_s; 0: not measured: no mode
+    # acknowledges, or before the ninety-first session, when the floor took it as a message)
+    ack_cpu_s: float = 0.0
     # baseline: the shares of a byte's CPU (comm_cpu_s_per_byte) the sending PS's process and the
     # receiving worker's spent, the rest the kernel's (None: not measured)
     comm_cpu_shares: tuple[float, float] | None = None
@@ -564,6 +567,7 @@ class ModeResult:
             ),
             **({"comm_cpu_shares": list(self.comm_cpu_shares)} if self.comm_cpu_shares else {}),
             **({"copy_cpu_s_per_byte": self.copy_cpu_s_per_byte} if self.copy_cpu_s_per_byte else {}),
+            **({"ack_cpu_s": self.ack_cpu_s} if self.ack_cpu_s else {}),
             **({"task_cpu_s_per_step": per_task} if (per_task := self.task_cpu_per_step) else {}),
             # the raw times (seconds): any column can be recomputed from the file
             "iterations": [[round(t, 6) for t in it] for it in self.iterations],
@@ -952,6 +956,68 @@ def copy_cpu_s_per_byte(tf) -> float:
     except tf.errors.OpError:  # no memory for it, say: the floor then counts no copy, as before
         return 0.0
     return cpu_s / (runs * COPY_SLICES * COPY_SLICE_BYTES)
+
+
+ACK_SLICE_PARAMS = 16_384  # the least the pass acknowledges (cc/scheduler.cc, kMinAckedElements)
+ACK_SLICES = 32  # one tensor cut into this many slices, each acknowledged: 2 MB a step
+ACK_ROUNDS, ACK_STEPS = 8, 5  # each way in turn, this many steps a round
+
+
+def acknowledges(spec: ModeSpec) -> bool:
+    """Whether ``spec``'s mode returns its credit by acknowledgement (its receivers send them)."""
+    return bool(spec.credit) and spec.credit_return == "ack"
+
+
+def ack_cpu_s(tf, target: str, ends: dict[str, list[int]]) -> float:
+    """CPU seconds an acknowledgement costs the machine's two ends (``ends``, ``pull_ends``),
+    its message included: the PS cuts a tensor of ``ACK_SLICES`` slices of ``ACK_SLICE_PARAMS``
+    for worker 0 under a credit of four slices (``target``, worker 0's session), the credit
+    returned by acknowledgement and, in turn, when sent (``enable(credit_return="sent")``, the
+    same slices and no acknowledgement), ``ACK_ROUNDS`` rounds of ``ACK_STEPS`` steps each way;
+    the ends' processes' CPU of the first past the second's, over its acknowledgements. 0 where
+    the ends' processes cannot be read, a step fails or the difference is not positive.
+
+    The bench's ``comm_cpu_s_per_message`` is a message among many sent at once: an
+    acknowledgement goes alone, when its slice arrives, and each one wakes the threads of both
+    ends (``benchmarks/ack_cost.py``: 0.5 ms and 11 context switches on the AMD EPYC, where the
+    bench measured a message at 0.12 to 0.13 ms; ninety-first session, ``results/ack-cost-s91.md``).
+    The CPU floor counts each acknowledgement at this since the ninety-first session
+    (``predict.machine_cpu_floor``)."""
+    import tfsched
+    from tfsched.bench.profile import task_cpu_s
+
+    pids = [pid for end in ends.values() for pid in end]
+    if not all(ends.values()):
+        return 0.0
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device("/job:ps/task:0"):
+            # made each step from a value the optimizers do not fold (a constant tensor and its
+            # sum would be folded into one constant on the worker: nothing sent)
+            one = tf.compat.v1.placeholder_with_default(tf.constant(1.0), [])
+            cut = tf.fill([ACK_SLICE_PARAMS * ACK_SLICES], one)
+        with tf.device("/job:worker/task:0"):
+            total = tf.reduce_sum(tf.identity(cut))
+    window = {"partition": ACK_SLICE_PARAMS, "credit": 4 * ACK_SLICE_PARAMS, "strict": True}
+    spent = {"ack": 0.0, "sent": 0.0}
+    sessions = {}
+    try:
+        for way in spent:
+            sessions[way] = tf.compat.v1.Session(
+                target, graph=g, config=tfsched.enable(credit_return=way, **window)
+            )
+            sessions[way].run(total)  # its graph set up on every task
+        for _ in range(ACK_ROUNDS):
+            for way, sess in sessions.items():
+                before = task_cpu_s(pids)
+                for _ in range(ACK_STEPS):
+                    sess.run(total)
+                spent[way] += task_cpu_s(pids) - before
+    except tf.errors.OpError:
+        return 0.0
+    finally:
+        close_sessions(list(sessions.values()))
+    return max(0.0, spent["ack"] - spent["sent"]) / (ACK_SLICES * ACK_ROUNDS * ACK_STEPS)
 
 
 def _solo_trace(tf, sess, built, trace_options, meta: dict):
@@ -1538,6 +1604,17 @@ def cluster_side_by_side(
                 log_tasks=cluster.spec,
                 builders={where: builder_placed(where) for where in placements[1:]},
             )
+            if measure and any(acknowledges(specs[name]) for name in results):
+                # the machine's, as the baselines keep what a message costs
+                from tfsched.bench.profile import task_processes
+                from tfsched.graph._tf import import_tensorflow
+
+                if progress:
+                    progress("measuring what an acknowledgement costs")
+                per_ack = ack_cpu_s(import_tensorflow(), targets[0], pull_ends(task_processes()))
+                for name, res in results.items():
+                    if split_placed(name)[0] == "baseline":
+                        res.ack_cpu_s = per_ack
         for name, res in results.items():
             if specs[name].algorithm is not None:
                 res.knobs = specs[name].knobs
