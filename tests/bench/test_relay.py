@@ -108,22 +108,29 @@ def test_relays_pace_to_the_links_bandwidth_and_leave_nothing_behind():
         # PS sends to worker 0 over the other direction of the links, in its own 0.2 s
         w0_to_ps = int(relays.spec_of("worker", 0)["ps"][0].split(":")[1])
         ps_to_w0 = int(relays.spec_of("ps", 0)["worker"][0].split(":")[1])
-        start = time.monotonic()
-        senders = [
-            threading.Thread(target=_send, args=(port, n))
-            for port, n in ((to_ps, 2_500_000), (w0_to_ps, 2_500_000), (ps_to_w0, 2_500_000))
-        ]
-        for t in senders:
-            t.start()
-        for t in senders:
-            t.join()
-        both = sinks["ps"].wait_for(10_000_000) - start
-        back = sinks["w0"].wait_for(2_500_000) - start
-        # Never faster than the links allow; the slack above is for a loaded machine (CI runs
-        # TensorFlow tests beside this one) and still tells the wrong models apart: an unshared
-        # downlink would take 0.2 s for both, half duplex 0.6 s for both and 0.4 s back.
-        assert 0.38 <= both < 0.5
-        assert 0.19 <= back < 0.3
+        # Never faster than the links allow, in any try; the slack above is for a loaded machine
+        # (CI runs TensorFlow tests beside this one) and still tells the wrong models apart: an
+        # unshared downlink would take 0.2 s for both, half duplex 0.6 s for both and 0.4 s back.
+        # A try that the test beside it slowed past that (0.81 s for both once in a rehearsal) is
+        # made again, up to three in all: a wrong model is slow or fast in every one.
+        tries = []
+        for k in range(3):
+            start = time.monotonic()
+            senders = [
+                threading.Thread(target=_send, args=(port, n))
+                for port, n in ((to_ps, 2_500_000), (w0_to_ps, 2_500_000), (ps_to_w0, 2_500_000))
+            ]
+            for t in senders:
+                t.start()
+            for t in senders:
+                t.join()
+            both = sinks["ps"].wait_for(5_000_000 * (k + 2)) - start
+            back = sinks["w0"].wait_for(2_500_000 * (k + 1)) - start
+            assert both >= 0.38 and back >= 0.19, (both, back)
+            tries.append((both, back))
+            if both < 0.5 and back < 0.3:
+                break
+        assert tries[-1][0] < 0.5 and tries[-1][1] < 0.3, tries
     finally:
         relays.close()
         for s in sinks.values():
