@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _results import machine, positive, write  # noqa: E402
 
 WAYS = ("whole", "cut", "acked", "sent")
+STEP_TIMEOUT_MS = 120_000  # a step that takes longer fails
 PS, WORKER = "/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0"
 
 
@@ -61,12 +62,15 @@ def configs(tf, opts) -> dict:
     import tfsched
 
     cut = {"partition": opts.partition, "strict": True}
-    return {
+    configs = {
         "whole": tf.compat.v1.ConfigProto(),
         "cut": tfsched.enable(**cut),
         "acked": tfsched.enable(credit=opts.credit, **cut),
         "sent": tfsched.enable(credit=opts.credit, credit_return="sent", **cut),
     }
+    for config in configs.values():
+        config.operation_timeout_in_ms = STEP_TIMEOUT_MS  # no step waits forever
+    return configs
 
 
 def measure(opts) -> dict:

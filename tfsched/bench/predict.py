@@ -370,9 +370,10 @@ def acknowledgements(sg, spec, steps: int = 1) -> float:
     0.0
     """
     from tfsched.analysis import MIN_ACKED_BYTES, PARAM_BYTES
+    from tfsched.bench.run import acknowledges
     from tfsched.sim.model import MESSAGE
 
-    if not (spec.credit and spec.credit_return == "ack"):
+    if not acknowledges(spec):
         return 0.0
     least = max(MIN_ACKED_BYTES, spec.credit * PARAM_BYTES // spec.effective_ack_share)
     return sum(k == MESSAGE and b >= least for k, b in zip(sg.kind, sg.nbytes, strict=True)) / steps

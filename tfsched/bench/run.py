@@ -961,6 +961,7 @@ def copy_cpu_s_per_byte(tf) -> float:
 ACK_SLICE_PARAMS = 16_384  # the least the pass acknowledges (cc/scheduler.cc, kMinAckedElements)
 ACK_SLICES = 32  # one tensor cut into this many slices, each acknowledged: 2 MB a step
 ACK_ROUNDS, ACK_STEPS = 8, 5  # each way in turn, this many steps a round
+ACK_STEP_TIMEOUT_MS = 60_000  # a step of 2 MB that takes longer fails (the measurement is then 0)
 
 
 def acknowledges(spec: ModeSpec) -> bool:
@@ -986,9 +987,10 @@ def ack_cpu_s(tf, target: str, ends: dict[str, list[int]]) -> float:
     import tfsched
     from tfsched.bench.profile import task_cpu_s
 
-    pids = [pid for end in ends.values() for pid in end]
     if not all(ends.values()):
         return 0.0
+    pids = [pid for end in ends.values() for pid in end]
+    options = tf.compat.v1.RunOptions(timeout_in_ms=ACK_STEP_TIMEOUT_MS)  # no step waits forever
     g = tf.Graph()
     with g.as_default():
         with tf.device("/job:ps/task:0"):
@@ -1006,12 +1008,12 @@ def ack_cpu_s(tf, target: str, ends: dict[str, list[int]]) -> float:
             sessions[way] = tf.compat.v1.Session(
                 target, graph=g, config=tfsched.enable(credit_return=way, **window)
             )
-            sessions[way].run(total)  # its graph set up on every task
+            sessions[way].run(total, options=options)  # its graph set up on every task
         for _ in range(ACK_ROUNDS):
             for way, sess in sessions.items():
                 before = task_cpu_s(pids)
                 for _ in range(ACK_STEPS):
-                    sess.run(total)
+                    sess.run(total, options=options)
                 spent[way] += task_cpu_s(pids) - before
     except tf.errors.OpError:
         return 0.0
