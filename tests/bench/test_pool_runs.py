@@ -129,3 +129,49 @@ def test_a_file_that_is_no_bench_run_or_lacks_the_mode_is_named(pool_runs, tmp_p
     (tmp_path / "cut.json").write_text('{"benchmark": ')
     with pytest.raises(pool_runs.PoolError, match="cut.json: not JSON"):
         pool_runs.read_run(str(tmp_path / "cut.json"), "tao+pc+host")
+
+
+def test_several_modes_are_pooled_each_over_the_runs_that_have_it_and_judged(
+    pool_runs, tmp_path, monkeypatch
+):
+    """Runs of one benchmark with different modes beside the baseline: each mode pooled over the
+    runs that ran it, and against the target its pooled interval met, not met or undecided."""
+    # tao+pc+host in the first three runs, a second mode in the last three
+    files = [
+        _results_file(tmp_path / f"run{k}.json", ratio=r) for k, r in enumerate((0.995, 1.005, 1.0, 1.0))
+    ]
+    for k, ratio in ((1, 0.95), (2, 0.96), (3, 0.955)):
+        doc = json.loads(Path(files[k]).read_text())
+        doc["modes"].append({"mode": "tio+sent", "vs_baseline": ratio, "vs_baseline_ci95": [0.9, 1.0]})
+        if k == 3:
+            doc["modes"] = [m for m in doc["modes"] if m["mode"] != "tao+pc+host"]
+        Path(files[k]).write_text(json.dumps(doc))
+    out = tmp_path / "results"
+    monkeypatch.setattr(sys.modules["_results"], "RESULTS", str(out))
+    argv = ["pool_runs.py", "--mode", "tao+pc+host,tio+sent", "--target", "0.98", "--name", "p", *files]
+    monkeypatch.setattr(sys, "argv", argv)
+    pool_runs.main()
+    doc = json.loads((out / "p.json").read_text())
+    assert [p["mode"] for p in doc["modes"]] == ["tao+pc+host", "tio+sent"]
+    host, sent = doc["modes"]
+    assert [r["file"] for r in host["runs"]] == files[:3] and [r["file"] for r in sent["runs"]] == files[1:]
+    assert sent["pooled"]["vs_baseline"] == pytest.approx(statistics.geometric_mean([0.95, 0.96, 0.955]))
+    assert (host["runs_at_target"], sent["runs_at_target"]) == (3, 0)
+    low, high = host["pooled"]["vs_baseline_ci95"]
+    assert 0.98 <= low < high and host["verdict"] == "met"  # three runs within 1% of one another
+    assert sent["pooled"]["vs_baseline_ci95"][1] < 0.98 and sent["verdict"] == "not met"
+    md = (out / "p.md").read_text()
+    assert "2 modes over vanilla TensorFlow in 4 runs" in md
+    assert "| `tio+sent` | 3 | 0.955x |" in md and "| met |" in md and "| not met |" in md
+
+    # a run with none of the modes is named; so is a mode no run has
+    monkeypatch.setattr(sys, "argv", ["pool_runs.py", "--mode", "tio+sent", "--name", "q", *files])
+    with pytest.raises(SystemExit, match=re.escape(f"Error: {files[0]}: no mode 'tio+sent'")):
+        pool_runs.main()
+    monkeypatch.setattr(sys, "argv", ["pool_runs.py", "--mode", "tao+pc+host,tio", "--name", "q", *files])
+    with pytest.raises(SystemExit, match=re.escape(f"Error: {files[0]}: no mode 'tio'")):
+        pool_runs.main()
+    monkeypatch.setattr(sys, "argv", ["pool_runs.py", "--mode", "tio,tio", "--name", "q", *files])
+    with pytest.raises(SystemExit, match="expected distinct modes"):
+        pool_runs.main()
+    assert not (out / "q.json").exists()

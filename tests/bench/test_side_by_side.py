@@ -424,3 +424,40 @@ def test_a_push_window_holds_the_workers_pushes_and_not_the_pulls(tmp_path):
     assert all(0 < p <= 20_000 for p in pushed[windowed])  # under the window, one slice at a time
     assert max(pushed[plain]) > 20_000  # several slices at once under the credit
     assert 20_000 < peaks[windowed]["/job:ps/task:0"] <= 100_000  # the pulls keep the credit
+
+
+@pytest.mark.cluster
+def test_the_default_batch_size_is_the_balance_measured_for_the_run(tmp_path):
+    """``tfsched bench`` without ``--batch-size`` (its default, ``auto``) measures the batch whose
+    compute balances the model's bytes over the PS's link (``models.batch``) for the run's workers,
+    PS tasks and bandwidth, says so, runs every mode at it and records the balance beside it."""
+    from tests.helpers import cli
+    from tfsched.models.batch import MAX_BATCH, MIN_BATCH, REFINE_ROUNDS, param_bytes
+
+    out = tmp_path / "bench.json"
+    run = ("bench", "--model", "seq32", "--workers", "2", "--ps", "2", "--bandwidth", "5Gbit", "--loopback")
+    run += ("--steps", "2", "--rounds", "1", "-o", str(out))
+    p = cli(*run, "--modes", "baseline,tio", timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    config = json.loads(out.read_text())["config"]
+    balance = config["batch_balance"]
+    assert config["batch_size"] == balance["batch_size"]
+    assert MIN_BATCH <= balance["batch_size"] <= MAX_BATCH
+    # two workers' bytes over two PS tasks' links of 5 Gbit/s each: the options reached the balance
+    assert balance["comm_s"] == pytest.approx(param_bytes("seq32", None) * 2 / (2 * 5e9 / 8), rel=1e-9)
+    assert balance["compute_per_example_s"] > 0 and balance["compute_fixed_s"] >= 0
+    measured = balance["measured"]
+    if balance["compute_fixed_s"] >= balance["comm_s"]:  # no batch balances it: the smallest
+        assert balance["batch_size"] == MIN_BATCH and not measured
+    else:  # measured at the batches solved for, the last one run unless the rounds ran out
+        assert measured and all(m["compute_s"] > 0 for m in measured)
+        assert measured[-1]["batch_size"] == balance["batch_size"] or len(measured) == REFINE_ROUNDS
+    assert f"batch size {balance['batch_size']}: communication" in p.stderr
+    assert f"batch {balance['batch_size']}" in out.with_suffix(".md").read_text()
+
+    # a batch size given is taken as it is, and nothing is measured for it
+    p = cli(*run, "--modes", "baseline", "--batch-size", "3", timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    config = json.loads(out.read_text())["config"]
+    assert config["batch_size"] == 3 and config["batch_balance"] is None
+    assert "communication" not in p.stderr
