@@ -142,16 +142,13 @@ def pool_mode(files: list[str], mode: str, target: float | None) -> dict:
     if not runs:
         raise missing[0]
     mean, low, high = pooled([r["vs_baseline"] for r in runs])
-    pool = {"vs_baseline": mean, "vs_baseline_ci95": None if low is None else [low, high]}
-    if target is None:
-        return {"mode": mode, "runs": runs, "pooled": pool, "runs_at_target": None, "verdict": None}
-    met = sum(r["vs_baseline"] >= target for r in runs)
+    judged = target is not None
     return {
         "mode": mode,
         "runs": runs,
-        "pooled": pool,
-        "runs_at_target": met,
-        "verdict": verdict(low, high, target),
+        "pooled": {"vs_baseline": mean, "vs_baseline_ci95": None if low is None else [low, high]},
+        "runs_at_target": sum(r["vs_baseline"] >= target for r in runs) if judged else None,
+        "verdict": verdict(low, high, target) if judged else None,
     }
 
 
@@ -169,6 +166,8 @@ def main() -> None:
     modes = [m for m in args.mode.split(",") if m]
     if not modes or len(set(modes)) != len(modes):
         raise SystemExit(f"Error: --mode {args.mode!r}: expected distinct modes, comma-separated")
+    if twice := sorted({f for f in args.files if args.files.count(f) > 1}):
+        raise SystemExit(f"Error: {twice[0]}: given twice (each run counts once)")
     try:
         pools = [pool_mode(args.files, m, args.target) for m in modes]
         used = {r["file"] for p in pools for r in p["runs"]}

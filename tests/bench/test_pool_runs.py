@@ -174,4 +174,7 @@ def test_several_modes_are_pooled_each_over_the_runs_that_have_it_and_judged(
     monkeypatch.setattr(sys, "argv", ["pool_runs.py", "--mode", "tio,tio", "--name", "q", *files])
     with pytest.raises(SystemExit, match="expected distinct modes"):
         pool_runs.main()
+    monkeypatch.setattr(sys, "argv", ["pool_runs.py", "--mode", "tio+sent", "--name", "q", *files, files[2]])
+    with pytest.raises(SystemExit, match=re.escape(f"Error: {files[2]}: given twice")):
+        pool_runs.main()
     assert not (out / "q.json").exists()
