@@ -478,32 +478,59 @@ def test_one_worker_across_the_barrier_under_the_pass_is_bitwise_vanilla(cluster
     assert all(a["live_steps"] == 0 for a in after)  # each run freed its gates' state
 
 
-@pytest.mark.parametrize("model,steps", [("seq32", 5), ("transformer", 3)])
-def test_two_workers_read_every_update_of_the_last_step(cluster, model, steps):
+def _looked_up_rows(target, built) -> set[int]:
+    """The rows of its embedding that ``built``'s step looks up: the same each step (a built-in
+    model's inputs are drawn with a fixed seed)."""
+    import tensorflow as tf
+
+    gathers = [op for op in built.graph.get_operations() if op.type == "ResourceGather"]
+    assert len(gathers) == 1, [op.name for op in gathers]
+    with tf.compat.v1.Session(target, graph=built.graph) as sess:
+        return set(sess.run(gathers[0].inputs[1]).ravel().tolist())
+
+
+@pytest.mark.parametrize("model,steps,seed", [("seq32", 5, 1), ("transformer", 3, 20)])
+def test_two_workers_read_every_update_of_the_last_step(cluster, model, steps, seed):
     """Each read waits for both workers' updates of its variable in the step before, and each
-    update for both workers' reads in its step: two runs train the same values (up to the
-    order two updates of one step land in, a rounding), where vanilla TensorFlow's racing
-    steps came out 1.1e-3 apart in one of two pairs of runs (an update landed before the other
-    worker's read), and no update is lost. The Transformer's embedding has a sparse gradient;
-    its layer norms and attention grow a rounding fast (measured: none after one step, one
-    float32 ulp after two, 2.4e-7 after three, 1.2e-5 after five), so it runs three steps."""
+    update for both workers' reads in its step: two runs train the same values, up to the order
+    two updates of one step land in (a rounding), and no update is lost.
+
+    A rounding can flip a ReLU unit of the Transformer's for a token, which moves a few values
+    of a few variables by more than a rounding (``benchmarks/crossing_agreement.py``, six pairs of
+    runs of five steps: two parted by 1.5e-5, in 6 of 69 variables, each by at most 7.3e-4 of
+    how far it moved): each variable agrees to 1e-6, or differs by at most 1% of how far it
+    moved. A read that misses an update misses by much more: vanilla TensorFlow's racing steps,
+    four pairs of runs each, came out 0.33 to 0.63 of the way apart (seq32, five steps) and 0.75
+    to 1.4 (the Transformer, three).
+
+    The Transformer's embedding has a sparse gradient, which TensorFlow adds to the variable
+    with the lock shared (``ResourceScatterAdd``): two workers adding to one row at once can
+    lose an addition, in vanilla TensorFlow too (``benchmarks/lost_updates.py``). The seed is
+    one whose two workers look up no row in common."""
     import tensorflow as tf
 
     targets = [cluster.target("worker", w) for w in range(2)]
     runs = []
     for _ in range(2):
         crossed = [
-            build_graph(model, ps_tasks=2, worker_task=w, cross_workers=2, batch_size=2) for w in range(2)
+            build_graph(model, ps_tasks=2, worker_task=w, cross_workers=2, batch_size=2, seed=seed)
+            for w in range(2)
         ]
         runs.append(_cross_train(targets, crossed, steps))
+    if model == "transformer":
+        rows = [_looked_up_rows(t, b) for t, b in zip(targets, crossed, strict=True)]
+        assert all(len(r) > 100 for r in rows) and not rows[0] & rows[1]
     with tf.compat.v1.Session(targets[0], graph=crossed[0].graph) as sess:
         sess.run(crossed[0].init_op)
         initial = sess.run(crossed[0].graph.get_collection("variables"))
+    names = [v.op.name for v in crossed[0].graph.get_collection("variables")]
     (_, first, step), (_, second, _) = runs
     assert step == 2 * steps  # the global step: every worker's every update
     moved = 0
-    for x, y, x0 in zip(first, second, initial, strict=True):
-        np.testing.assert_allclose(y, x, rtol=0, atol=1e-6)
+    for name, x, y, x0 in zip(names, first, second, initial, strict=True):
+        x, y, x0 = (np.asarray(v, np.float64) for v in (x, y, x0))
+        if x.size and np.abs(y - x).max() > 1e-6:
+            assert np.linalg.norm(y - x) <= 0.01 * np.linalg.norm(x - x0), name
         moved += int(not np.allclose(x, x0, rtol=0, atol=1e-6))
     assert moved > len(first) // 2  # the steps trained
 

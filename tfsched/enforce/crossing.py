@@ -44,6 +44,13 @@ wait left from a run before ends when its worker primes the gates again. The pas
 work on both runs (``tfsched.enable(ready=True)``: a counter would hold every pull behind the
 first layer's, updated last); it names a transfer by the variable it pulls or updates, so a
 schedule made from the graph behind the barrier orders both runs.
+
+The workers' updates of one step land at once, as they do behind the barrier, and TensorFlow's
+sparse updates take their variable's lock shared: two workers adding to one row of an embedding
+at once can lose an addition, across the barrier as behind it (``benchmarks/lost_updates.py``
+measured SGD's ``resource_scatter_add``, ``use_locking`` or not, and Momentum's sparse update
+without it). An optimizer made with ``use_locking=True`` whose sparse update takes the lock
+(Momentum's) loses none.
 """
 
 from __future__ import annotations
