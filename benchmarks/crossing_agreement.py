@@ -39,7 +39,7 @@ WAYS = ("cross", "vanilla")
 STEP_TIMEOUT_MS = 120_000  # a run that takes longer fails
 
 
-def _in_threads(work, n: int) -> None:
+def in_threads(work, n: int) -> None:
     """``work(w)`` for each of ``n`` workers at once; the first error is raised."""
     errors = []
 
@@ -72,9 +72,9 @@ def train(tf, targets, builts, steps: int, way: str) -> list:
             ]
             for r in runners:
                 r.prime()
-            _in_threads(lambda w: runners[w].run(steps), len(runners))
+            in_threads(lambda w: runners[w].run(steps), len(runners))
         else:
-            _in_threads(
+            in_threads(
                 lambda w: [sessions[w].run(builts[w].train_op, options=options) for _ in range(steps)],
                 len(sessions),
             )

@@ -38,6 +38,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _results import machine, positive, write  # noqa: E402
+from crossing_agreement import in_threads  # noqa: E402
 
 WAYS = {  # way -> (the update's kernel, what the docstring says of its lock)
     "sgd-sparse": ("ResourceScatterAdd", "shared"),
@@ -76,8 +77,9 @@ def build(tf, opts):
             for w in range(2):
                 with tf1.device(f"/job:worker/replica:0/task:{w}"):
                     ones = tf.ones([1, opts.width])
-                    grad = tf.IndexedSlices(ones, tf.constant([ROW])) if "sparse" in way else None
-                    if grad is None:
+                    if "sparse" in way:
+                        grad = tf.IndexedSlices(ones, tf.constant([ROW]))
+                    else:  # the same row, the others 0
                         grad = tf.tensor_scatter_nd_update(tf.zeros([opts.rows, opts.width]), [[ROW]], ones)
                 with tf1.device("/job:ps/replica:0/task:0"):
                     updates[way].append(_optimizer(tf, way).apply_gradients([(grad, var)], name=f"{way}_{w}"))
@@ -110,24 +112,17 @@ def measure(opts) -> dict:
                 for w in range(2):  # each sets up its step once, before the rounds
                     sessions[w].run(updates[way][w])
                 start = threading.Barrier(2, timeout=STEP_TIMEOUT_MS / 1000)
-                errors = []
 
-                def work(w, way=way, start=start, errors=errors):
+                def rounds(w, way=way, start=start):
                     try:
                         for _ in range(opts.rounds):
                             start.wait()
                             sessions[w].run(updates[way][w])
-                    except BaseException as e:  # noqa: BLE001 - raised below
-                        errors.append(e)
-                        start.abort()
+                    except BaseException:
+                        start.abort()  # the other worker stops waiting for this one
+                        raise
 
-                threads = [threading.Thread(target=work, args=(w,)) for w in range(2)]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
-                if errors:
-                    raise SystemExit(f"Error: {way}: {errors[0]}")
+                in_threads(rounds, 2)
                 value = sessions[0].run(reads[way])
                 expected = -2.0 * (opts.rounds + 1)
                 row = value[ROW].astype(np.float64)
