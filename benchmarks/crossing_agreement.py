@@ -151,7 +151,12 @@ def measure(opts) -> dict:
         shared = shared_rows(tf, targets, builts)
         for _ in range(opts.pairs):
             for way in opts.ways:
-                runs = [train(tf, targets, build(way), opts.steps, way) for _ in range(2)]
+                runs = []
+                for _ in range(2):
+                    builts = build(way)
+                    if [v.op.name for v in builts[0].graph.get_collection("variables")] != names:
+                        raise SystemExit(f"Error: {way}: its graph's variables are not those compared")
+                    runs.append(train(tf, targets, builts, opts.steps, way))
                 got[way].append(compare(names, *runs, initial, opts.atol))
     return {"variables": len(names), "shared_rows": shared, "pairs": got}
 
@@ -170,7 +175,12 @@ def main() -> None:
     opts.ways = opts.ways.split(",")
     if not opts.ways or any(w not in WAYS for w in opts.ways):
         p.error(f"--ways: a comma-separated list of {', '.join(WAYS)}")
-    got = measure(opts)
+    from tfsched.errors import TfschedError
+
+    try:
+        got = measure(opts)
+    except TfschedError as e:  # an unknown model
+        raise SystemExit(f"Error: {e}") from None
     shared = got["shared_rows"]
     lines = [
         f"# Two runs of two workers' training, compared ({opts.name})",
