@@ -47,6 +47,7 @@ WAYS = {  # way -> (the update's kernel, what the docstring says of its lock)
     "momentum-sparse-use_locking": ("ResourceSparseApplyMomentum", "exclusive"),
     "sgd-dense": ("ResourceApplyGradientDescent", "exclusive"),
 }
+_KERNELS = {k for k, _ in WAYS.values()}
 STEP_TIMEOUT_MS = 120_000  # an update that takes longer fails
 ROW = 1  # the row both workers update
 
@@ -89,9 +90,6 @@ def build(tf, opts):
         for way in WAYS
     }
     return graph, init, updates, reads, kernels
-
-
-_KERNELS = {k for k, _ in WAYS.values()}
 
 
 def measure(opts) -> dict:
