@@ -233,6 +233,8 @@ inline constexpr char kCreditChannel[] = "_tfsched_channel";
 // its TfschedAck's `_Send` (under kAckKeyPrefix), which then runs kSentLabel's kernel.
 inline constexpr char kAckLabel[] = "tfsched_ack";
 inline constexpr char kAckKeyPrefix[] = "_tfsched_ack_";
+// Its TfschedAck's `elements`, where set (the parameters of its acknowledgement group).
+inline constexpr char kAckElements[] = "_tfsched_ack_elements";
 inline constexpr char kReturnedByRecv[] = "_tfsched_returned_by_recv";
 // Set by the Grappler pass on gates, acks and credits it leaves to TensorFlow's `_Send`/`_Recv`
 // (``enable(inline_transfers=False)``).

@@ -42,6 +42,7 @@ REGISTER_OP("TfschedGate")
     .Attr("host: bool = false")
     .Attr("host_order: {'steps', 'priority'} = 'steps'")
     .Attr("credit_return: {'ack', 'sent'} = 'ack'")
+    .Attr("group_elements: int >= 0 = 0")
     .SetIsStateful()  // must not be constant-folded, deduplicated or pruned by the optimizers
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
     .Doc(R"doc(
@@ -66,17 +67,24 @@ host_order: with `host`, "steps" (the oldest step's tensors first) or "priority"
 credit_return: "ack": a TfschedAck on the receiver returns the credit (ByteScheduler's); "sent":
   the credit comes back once this task's transport is done with the tensor (no acknowledgement
   RPC; plain data types only).
+group_elements: with `credit`, the parameters this gate takes of the credit: its own and those of
+  the slices after it whose one acknowledgement (the last one's TfschedAck, `elements`) returns
+  them all; they go in their turn without credit. 0: its own.
 )doc");
 
 REGISTER_OP("TfschedAck")
     .Input("input: T")
     .Output("ack: int64")
     .Attr("T: type")
+    .Attr("elements: int >= 0 = 0")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::ScalarShape)
     .Doc(R"doc(
 On the receiving task: the number of parameters of `input`, once it arrived. Sent back to the
 sender's TfschedCredit, it returns that much credit to the channel.
+
+elements: what it returns, if not 0: the parameters of an acknowledgement group (the slices the
+  group's first gate took credit for), `input` being its last.
 )doc");
 
 REGISTER_OP("TfschedCredit")
@@ -335,6 +343,7 @@ class TfschedGateOp : public AsyncOpKernel {
     std::string credit_return;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("credit_return", &credit_return));
     sent_ = credit_ > 0 && credit_return == "sent";
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("group_elements", &group_elements_));
     if (tensorflow::HasNodeAttr(def(), kSendKeyPrefix + std::string("tensor_name"))) {
       auto key = std::make_shared<RendezvousKey>();
       OP_REQUIRES_OK(ctx, RendezvousKey::FromAttrs(ctx, kSendKeyPrefix, key.get()));
@@ -371,7 +380,7 @@ class TfschedGateOp : public AsyncOpKernel {
     }
     Channel* channel = w->gates->Get(channel_, channel_size_, sender_channels_);
     w->channel = channel;
-    w->size = ctx->input(0).NumElements();
+    w->size = group_elements_ > 0 ? group_elements_ : ctx->input(0).NumElements();
     if (sent_) {  // the output's last reference gives the credit back (SentBuffer)
       const tensorflow::Tensor& input = ctx->input(0);
       auto* buf = new SentBuffer(input, w->gates, channel, w->size);
@@ -470,9 +479,10 @@ class TfschedGateOp : public AsyncOpKernel {
   int64_t timeout_ms_ = 0;
   bool ordered_ = true;
   int64_t credit_ = 0;
-  HostLink* host_ = nullptr;  // the sending task's shared window, if the pass asked for one
-  bool by_priority_ = false;  // host_order "priority": the window serves the steps in lockstep
-  bool sent_ = false;         // the credit comes back when the tensor was sent (SentBuffer)
+  HostLink* host_ = nullptr;    // the sending task's shared window, if the pass asked for one
+  bool by_priority_ = false;    // host_order "priority": the window serves the steps in lockstep
+  bool sent_ = false;           // the credit comes back when the tensor was sent (SentBuffer)
+  int64_t group_elements_ = 0;  // what it takes of the credit, if not its own size
   // Set by the POST_PARTITIONING pass (transfers.cc): the gate puts its tensor in the rendezvous
   // itself, and its `_Send` does nothing.
   std::shared_ptr<const RendezvousKey> send_;
@@ -480,13 +490,18 @@ class TfschedGateOp : public AsyncOpKernel {
 
 class TfschedAckOp : public tensorflow::OpKernel {
  public:
-  explicit TfschedAckOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  explicit TfschedAckOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("elements", &elements_));
+  }
   bool IsExpensive() override { return false; }  // run inline: the ack leaves at once
   void Compute(OpKernelContext* ctx) override {
     tensorflow::Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({}), &out));
-    out->scalar<int64_t>()() = ctx->input(0).NumElements();
+    out->scalar<int64_t>()() = elements_ > 0 ? elements_ : ctx->input(0).NumElements();
   }
+
+ private:
+  int64_t elements_ = 0;  // an acknowledgement group's parameters (0: the input's)
 };
 
 class TfschedCreditOp : public tensorflow::OpKernel {
@@ -598,17 +613,19 @@ class TfschedAckRecvOp : public ActingRecvOp {
  public:
   explicit TfschedAckRecvOp(OpKernelConstruction* ctx) : ActingRecvOp(ctx) {
     OP_REQUIRES_OK(ctx, RendezvousKey::FromAttrs(ctx, kAckKeyPrefix, &ack_));
+    if (!tensorflow::TryGetNodeAttr(def(), kAckElements, &elements_)) elements_ = 0;
   }
 
  protected:
   absl::Status Arrived(OpKernelContext* ctx, const tensorflow::Tensor& value) override {
     tensorflow::Tensor ack(tensorflow::DT_INT64, tensorflow::TensorShape({}));
-    ack.scalar<int64_t>()() = value.NumElements();
+    ack.scalar<int64_t>()() = elements_ > 0 ? elements_ : value.NumElements();
     return SendNow(ctx, ack_, ack);
   }
 
  private:
   RendezvousKey ack_;
+  int64_t elements_ = 0;  // its TfschedAck's `elements` (an acknowledgement group's), if set
 };
 
 class TfschedSetCreditOp : public tensorflow::OpKernel {

@@ -582,6 +582,7 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
     return absl::InvalidArgumentError(
         absl::StrCat("tfsched: unknown host_order '", host_order_, "' (steps or priority)"));
   if (auto it = params.find("ack_share"); it != params.end()) ack_share_ = it->second.i();
+  if (auto it = params.find("ack_group"); it != params.end()) ack_group_ = it->second.i();
   if (auto it = params.find("credit_return"); it != params.end() && !it->second.s().empty())
     credit_return_ = it->second.s();
   if (auto it = params.find("functions"); it != params.end()) functions_ = it->second.b();
@@ -597,6 +598,7 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
   if (!(sizes_bandwidth_bps_ >= 0) || std::isinf(sizes_bandwidth_bps_))
     return absl::InvalidArgumentError("tfsched: sizes_bandwidth_bps must be a finite number >= 0");
   if (ack_share_ < 1) return absl::InvalidArgumentError("tfsched: ack_share must be >= 1");
+  if (ack_group_ < 1) return absl::InvalidArgumentError("tfsched: ack_group must be >= 1");
   if (push_credit_ < 0)
     return absl::InvalidArgumentError("tfsched: push_credit must be >= 0 (parameters)");
   if (push_credit_ > 0 && credit_ == 0)
@@ -976,6 +978,34 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
     }
     std::vector<std::string> gates;
     const int64_t acked_before = acked_gates;
+    const bool ordered = !(mode_ == "ready" || (mode_ == "queue" && t.kind == "push"));
+    // The pushes' own window, where one was given; the pulls keep the credit
+    const int64_t window = t.kind == "push" && push_credit_ > 0 ? push_credit_ : credit;
+    // The parameters of slice i (the last is the shortest; a size unknown here, 0, is
+    // acknowledged to be safe), and whether the credit counts it: returned when sent
+    // (SentBuffer) only for plain data types, whose bytes gRPC sends as they are.
+    const auto size_of = [&t](int64_t i) {
+      return t.slices > 1 ? std::min(t.slice_elements, t.elements - i * t.slice_elements)
+                          : t.slice_elements;
+    };
+    const auto counted = [&](int64_t i) {
+      const int64_t size = size_of(i);
+      return credit > 0 && (size == 0 || size >= least_acked) &&
+             (!sent || tensorflow::DataTypeCanUseMemcpy(t.dtype));
+    };
+    // Acknowledgement groups (ack_group > 1; an improvement over ByteScheduler, which
+    // acknowledges every slice: each acknowledgement is an RPC of its own, about 0.4 ms of CPU
+    // at its two ends, BENCHMARKS.md). Consecutive counted slices of this tensor, `group` at a
+    // time, share one: the first takes the credit of all of them, the others go in their turn
+    // without waiting for credit, and the last one's acknowledgement returns the whole group's.
+    // Only where the slices keep their order on the channel (untied priorities, counters), so
+    // that the first goes before the rest, and no more slices than the window holds, so that a
+    // group never waits where its slices one by one would not.
+    int64_t group = 1;
+    if (ack_group_ > 1 && !sent && ordered && !t.tied && t.slices > 1 && t.slice_elements > 0)
+      group = std::max<int64_t>(1, std::min(ack_group_, window / t.slice_elements));
+    int64_t counted_slices = 0;  // the counted slices are the first ones (only the last is short)
+    while (counted_slices < t.slices && counted(counted_slices)) ++counted_slices;
     for (int64_t i = 0; i < t.slices; ++i) {
       NodeDef gate;
       const std::string name =
@@ -994,32 +1024,31 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
       attr["channel_size"].set_i(t.channel_size);
       attr["sender_channels"].set_i(leaving[t.sender]);
       attr["timeout_ms"].set_i(timeout_ms_);
-      // The last slice is the shortest; a size unknown here (0) is acknowledged to be safe.
-      const int64_t size = t.slices > 1
-                               ? std::min(t.slice_elements, t.elements - i * t.slice_elements)
-                               : t.slice_elements;
-      // Returned when sent (SentBuffer) only for plain data types, whose bytes gRPC sends as they
-      // are.
-      const bool acked = credit > 0 && (size == 0 || size >= least_acked) &&
-                         (!sent || tensorflow::DataTypeCanUseMemcpy(t.dtype));
+      const bool acked = i < counted_slices;
       acked_gates += acked;
-      attr["ordered"].set_b(!(mode_ == "ready" || (mode_ == "queue" && t.kind == "push")));
-      // The pushes' own window, where one was given; the pulls keep the credit
-      attr["credit"].set_i(acked ? (t.kind == "push" && push_credit_ > 0 ? push_credit_ : credit)
-                                 : 0);
+      // This slice's acknowledgement group: [first, last], and what it returns
+      const int64_t first = acked && group > 1 ? i - i % group : i;
+      const int64_t last = acked && group > 1 ? std::min(first + group, counted_slices) - 1 : i;
+      int64_t group_elements = 0;
+      for (int64_t j = first; last > first && j <= last; ++j) group_elements += size_of(j);
+      attr["ordered"].set_b(ordered);
+      // A group's later slices take no credit: its first took theirs
+      attr["credit"].set_i(acked && i == first ? window : 0);
+      if (acked && i == first && group_elements > 0) attr["group_elements"].set_i(group_elements);
       attr["host"].set_b(host_credit_);
       if (host_credit_ && host_order_ != "steps") attr["host_order"].set_s(host_order_);
       if (acked && sent) attr["credit_return"].set_s("sent");
       if (!inline_transfers_) attr[kNotInline].set_b(true);
       gates.push_back(name);
       added.push_back(std::move(gate));
-      if (acked && !sent) {
+      if (acked && !sent && i == last) {
         NodeDef ack;
         ack.set_name(unique(absl::StrCat(name, "/ack")));
         ack.set_op("TfschedAck");
         ack.set_device(receiver_device);
         ack.add_input(name);
         (*ack.mutable_attr())["T"].set_type(t.dtype);
+        if (group_elements > 0) (*ack.mutable_attr())["elements"].set_i(group_elements);
         if (!inline_transfers_) (*ack.mutable_attr())[kNotInline].set_b(true);
         NodeDef back;
         back.set_name(unique(absl::StrCat(name, "/credit")));

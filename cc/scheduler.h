@@ -41,6 +41,12 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   //               highest priority of every step first (the steps in lockstep)
   //   ack_share:  int >= 1, the credit acknowledges transfers of at least credit/ack_share
   //               parameters (default 8)
+  //   ack_group:  int >= 1, with credit_return "ack": at most this many consecutive acknowledged
+  //               slices of one tensor share one acknowledgement (default 1: ByteScheduler's, one
+  //               each); the group's first slice takes the whole group's credit, the others go
+  //               in their turn, and the last one's arrival gives it back. Only on channels that
+  //               keep their order (not "ready", not "queue"'s pushes) and only as many slices as
+  //               the credit holds
   //   credit_return: "ack" (default): the receiver acknowledges each counted transfer
   //               (ByteScheduler's); "sent": its credit comes back when this task's transport is
   //               done with it, with no acknowledgement (SentBuffer in gate_ops.cc)
@@ -79,6 +85,7 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   std::string host_order_ = "steps";  // or "priority": the window's steps in lockstep
   // acknowledge transfers of at least credit / ack_share_ parameters (and kMinAckedElements)
   int64_t ack_share_ = 8;
+  int64_t ack_group_ = 1;  // consecutive slices of a tensor one acknowledgement returns at most
   std::string credit_return_ = "ack";
   bool functions_ = false;
   std::string dump_dir_;

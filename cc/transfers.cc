@@ -99,6 +99,9 @@ void Mark(tensorflow::Graph* graph) {
       for (const char* a : kKeyAttrs)
         recv->AddAttr(std::string(kAckKeyPrefix) + a, *send->attrs().Find(a));
       recv->AddAttr("_kernel", std::string(kAckLabel));
+      int64_t elements = 0;
+      if (tensorflow::TryGetNodeAttr(node->attrs(), "elements", &elements) && elements > 0)
+        recv->AddAttr(kAckElements, elements);
       send->AddAttr("_kernel", std::string(kSentLabel));
     } else if (node->type_string() == "TfschedCredit") {
       Node* recv = OwnRecv(node);

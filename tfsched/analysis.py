@@ -41,6 +41,7 @@ class Prediction:
     host_order: str = "steps"  # what that window serves first ("priority": the steps in lockstep)
     ack_share: int = DEFAULT_ACK_SHARE  # the credit acknowledges transfers of at least credit/ack_share
     credit_return: str = "ack"  # "sent": the credit comes back when the sender has sent a transfer
+    ack_group: int = 1  # slices of a transfer one acknowledgement returns at most
     push_credit: int = 0  # the pushes' window in place of the credit (0: the credit)
     # each task's inter-op threads, for the acknowledgements' ops to wait for (None: a spare one)
     executor_threads: int | None = None
@@ -70,6 +71,7 @@ class Prediction:
                 host_order=self.host_order,
                 ack_share=self.ack_share,
                 credit_return=self.credit_return,
+                ack_group=self.ack_group,
                 push_credit=self.push_credit,
                 priority_only_s=self.priority_only_s,
             )
@@ -235,6 +237,7 @@ def predict(
     host_order: str = "steps",
     ack_share: int = DEFAULT_ACK_SHARE,
     credit_return: str = "ack",
+    ack_group: int = 1,
     push_credit: int = 0,
     executor_threads: int | None = None,
     cross_steps: int = 0,
@@ -255,7 +258,8 @@ def predict(
     ``ack_share``: the credit acknowledges transfers of at least credit/ack_share parameters
     (``enable(..., ack_share=N)``). ``credit_return``: when the credit comes back
     (``enable(..., credit_return=...)``); each task has a machine of its own here, so an
-    acknowledgement costs its time on the wire, not the cores'. ``push_credit``: the pushes' window
+    acknowledgement costs its time on the wire, not the cores'. ``ack_group``: slices of a
+    transfer one acknowledgement returns at most (``enable(..., ack_group=N)``). ``push_credit``: the pushes' window
     (parameters) in place of ``credit``, which the pulls keep (``enable(..., push_credit=N)``).
     ``executor_threads``: each task's inter-op threads (``inter_op_parallelism_threads``), for a
     run with ``enable(..., inline_transfers=False)``: an acknowledgement's ops (the receiver's
@@ -282,6 +286,11 @@ def predict(
         raise TfschedError("ack_share needs a credit (the window that acknowledges)")
     if check_credit_return(credit_return) != "ack" and not credit:
         raise TfschedError("credit_return needs a credit (the window whose credit comes back)")
+    if ack_group != 1 and not (credit and credit_return == "ack" and is_count(ack_group, least=1)):
+        raise TfschedError(
+            f"ack_group must be a positive number of slices and needs a credit returned by "
+            f"acknowledgement, got {ack_group!r}"
+        )
     if push_credit:
         if not credit:
             raise TfschedError("push_credit needs a credit (the window that acknowledges the transfers)")
@@ -305,6 +314,7 @@ def predict(
         "host_order": host_order,
         "ack_share": ack_share,
         "credit_return": credit_return,
+        "ack_group": ack_group,
         "push_credit_bytes": push_credit * PARAM_BYTES or None,
         "executor_threads": executor_threads,
     }
@@ -354,6 +364,7 @@ def predict(
         host_order=host_order,
         ack_share=ack_share,
         credit_return=credit_return,
+        ack_group=ack_group,
         push_credit=push_credit,
         executor_threads=executor_threads,
         priority_only_s=priority_only,
@@ -383,6 +394,7 @@ def analyze(
     host_order: str = "steps",
     ack_share: int = DEFAULT_ACK_SHARE,
     credit_return: str = "ack",
+    ack_group: int = 1,
     push_credit: int = 0,
     executor_threads: int | None = None,
     cross_steps: int = 0,
@@ -471,6 +483,7 @@ def analyze(
         host_order=host_order,
         ack_share=ack_share,
         credit_return=credit_return,
+        ack_group=ack_group,
         push_credit=push_credit,
         executor_threads=executor_threads,
         cross_steps=cross_steps,
@@ -538,6 +551,7 @@ def analyze_graph(
     host_order: str = "steps",
     ack_share: int = DEFAULT_ACK_SHARE,
     credit_return: str = "ack",
+    ack_group: int = 1,
     push_credit: int = 0,
     executor_threads: int | None = None,
     cross_steps: int = 0,
@@ -566,6 +580,7 @@ def analyze_graph(
             host_order=host_order,
             ack_share=ack_share,
             credit_return=credit_return,
+            ack_group=ack_group,
             push_credit=push_credit,
             executor_threads=executor_threads,
             cross_steps=cross_steps,

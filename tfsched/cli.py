@@ -174,6 +174,14 @@ _ack_share_option = click.option(
     help="The credit acknowledges transfers of at least credit/N parameters, the smaller ones "
     "race for the wire (tfsched.enable(..., ack_share=N); default 8).",
 )
+# how many slices of a transfer one acknowledgement returns (analyze: needs --credit)
+_ack_group_option = click.option(
+    "--ack-group",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Up to N consecutive acknowledged slices of a transfer share one acknowledgement, the "
+    "first taking the credit of all (tfsched.enable(..., ack_group=N); default 1, one each).",
+)
 # When a credit window's credit comes back (analyze: needs --credit; tune: its trials'); the
 # choices are sim.engine.CREDIT_RETURNS, listed here so that --help needs no import of it.
 CREDIT_RETURN_CHOICES = ("ack", "sent")
@@ -373,6 +381,7 @@ _tag_set_option = click.option(
 @_host_order_option
 @_ack_share_option
 @_credit_return_option
+@_ack_group_option
 @click.option(
     "--push-credit",
     type=click.IntRange(min=1),
@@ -433,6 +442,7 @@ def analyze(
     host_order,
     ack_share,
     credit_return,
+    ack_group,
     push_credit,
     inter_op_threads,
     cross_steps,
@@ -476,6 +486,10 @@ def analyze(
         raise click.UsageError("--ack-share needs --credit N (the window that acknowledges)")
     if credit_return != "ack" and not credit:
         raise click.UsageError("--credit-return needs --credit N (the window whose credit comes back)")
+    if ack_group is not None and (not credit or credit_return != "ack"):
+        raise click.UsageError(
+            "--ack-group needs --credit N returned by acknowledgement (--credit-return ack)"
+        )
     if push_credit is not None and not credit:
         raise click.UsageError("--push-credit needs --credit N (the window that acknowledges the transfers)")
     if inter_op_threads is not None and not credit:
@@ -500,6 +514,7 @@ def analyze(
         host_order=host_order,
         **({} if ack_share is None else {"ack_share": ack_share}),
         credit_return=credit_return,
+        ack_group=ack_group or 1,
         push_credit=push_credit or 0,
         executor_threads=inter_op_threads,
         cross_steps=cross_steps or 0,

@@ -192,6 +192,8 @@ def print_analysis(
         said.append(f"ack from credit/{p.ack_share}")
     if p.credit and p.credit_return == "sent":
         said.append("credit returned when sent")
+    if p.credit and p.ack_group > 1:
+        said.append(f"one ack for up to {p.ack_group} slices")
     if p.credit and p.push_credit:
         said.append(f"pushes {p.push_credit:,}")
     if p.executor_threads:

@@ -259,3 +259,27 @@ def test_an_acknowledgement_is_measured_on_a_real_cluster():
         assert ack_cpu_s(tf, target, {"send": [], "recv": ends["recv"]}) == 0.0
     # an RPC and the ops around it: tens of microseconds at least, far under 20 ms
     assert 2e-5 < per_ack < 0.02, per_ack
+
+
+@pytest.mark.parametrize(
+    "mode, policy, acks",
+    [
+        ("tio+p250000+c1000000", "counter", 4),  # each of the four 1 MB slices its own
+        ("tio+p250000+c1000000+g2", "counter", 2),  # two pairs
+        ("tio+p250000+c1000000+g4", "counter", 1),  # one group of four: the window holds them
+        ("tio+p250000+c500000+g4", "counter", 2),  # the window holds two
+        ("tio+p250000+c1000000+g2", "ready", 4),  # order not kept: not grouped
+    ],
+)
+def test_the_acknowledgements_a_mode_sends_count_its_groups(mode, policy, acks):
+    """What a mode's CPU floor counts (``predict.acknowledgements``): one a group of slices under
+    ``+gN``, as the pass puts them (cc/scheduler.cc)."""
+    from tests.helpers import chain_graph, oracle_with
+    from tfsched.bench.predict import acknowledgements
+    from tfsched.bench.run import parse_mode
+    from tfsched.ordering import order
+    from tfsched.sim import build_sim_graph
+
+    g = chain_graph(1, [1_000_000])  # one 4 MB pull
+    sg = build_sim_graph(g, oracle_with({}, bandwidth_bps=8e6), order(g, "tio"), partition_bytes=1_000_000)
+    assert acknowledgements(sg, parse_mode(mode), policy=policy) == acks

@@ -116,6 +116,15 @@ def test_mode_grammar():
     )
     with pytest.raises(TfschedError, match=r"\+sent needs a credit"):
         parse_mode("tao+p1000000+sent")
+    # +gN: slices an acknowledgement returns at most, recorded with the mode's settings
+    g = parse_mode("tao+p1000000+c4000000+g2")
+    assert (g.ack_group, g.knobs["ack_group"], parse_mode("tao+pc").ack_group) == (2, 2, 1)
+    with pytest.raises(TfschedError, match=r"\+gN needs a credit"):
+        parse_mode("tao+p1000000+g2")
+    with pytest.raises(TfschedError, match=r"\+gN groups acknowledgements, and \+sent has none"):
+        parse_mode("tao+pc+g2+sent")
+    with pytest.raises(TfschedError, match="'g0' is not pc"):
+        parse_mode("tao+pc+g0")
     # +pool: the transfers left to TensorFlow's _Send/_Recv, recorded with the mode's settings
     pool, inline = parse_mode("tao+pc+pool"), parse_mode("tao+pc")
     assert (pool.inline_transfers, pool.knobs["inline_transfers"], inline.inline_transfers) == (

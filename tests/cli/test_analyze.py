@@ -1,6 +1,7 @@
 """``tfsched analyze`` as a user runs it: a real process, real graph files."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -12,9 +13,14 @@ from tests.helpers import shadow_module
 pytestmark = pytest.mark.tf
 
 
-def run(*args, cwd=None):
+def run(*args, cwd=None, env=None):
     return subprocess.run(
-        [sys.executable, "-m", "tfsched.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+        [sys.executable, "-m", "tfsched.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -176,6 +182,23 @@ class TestAnalyze:
             "each is under the 125,000 parameters it acknowledges (credit / 8), so it holds nothing"
         ) in text
         assert_one_line_error(run(*base, "--ack-share", "4"), "--ack-share needs --credit")
+
+    def test_acknowledgement_groups(self, seq_graph_file):
+        base = ["analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2"]
+        base += ["--partition", "20000"]  # each 65,536-parameter weight in four slices of 16,384
+        groups = predicted(base, str(4 * 16_384), "--ack-group", (None, 1, 2))
+        assert [groups[g]["ack_group"] for g in groups] == [1, 1, 2]
+        assert groups[None] == groups[1]
+        assert groups[2]["lower_bound_s"] <= groups[2]["scheduled_s"] <= groups[2]["upper_bound_s"]
+        # a terminal wide enough that the row's label does not wrap in its cell
+        text = run(*base, "--credit", str(4 * 16_384), "--ack-group", "2", env={"COLUMNS": "200"})
+        assert text.returncode == 0 and "one ack for up to 2 slices" in text.stdout
+        assert_one_line_error(run(*base, "--ack-group", "2"), "--ack-group needs --credit")
+        assert_one_line_error(
+            run(*base, "--credit", "65536", "--credit-return", "sent", "--ack-group", "2"),
+            "--ack-group needs --credit",
+        )
+        assert_one_line_error(run(*base, "--credit", "65536", "--ack-group", "0"), "--ack-group")
 
     def test_inter_op_threads(self, seq_graph_file):
         base = ["analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2"]

@@ -246,6 +246,43 @@ class TestSimulate:
             # TicTac's channel: the link idles for every slice's overhead
             assert simulate(sg, "counter", overlap=False, **kw).step_time == pytest.approx(4 * 1.5)
 
+    @pytest.mark.parametrize("host_credit", [False, True])
+    def test_slices_that_share_an_acknowledgement_return_their_credit_together(self, host_credit):
+        # The 4 MB tensor above in four 1 MB slices (1 s each on the wire, 0.5 s of overhead).
+        # Acknowledged in pairs (the pass's ack_group=2) under a window of all four: both pairs go
+        # at once, as four slices one by one do; half the acknowledgements.
+        g = chain_graph(1, [1_000_000])
+        o = oracle_with({}, bandwidth_bps=8e6, overhead_s=0.5)
+        sg = build_sim_graph(g, o, order(g, "tio"), partition_bytes=1_000_000)
+        kw = {"host_credit": host_credit}
+        assert simulate(sg, "counter", credit_bytes=4_000_000, ack_group=2, **kw).step_time == pytest.approx(
+            4.5
+        )
+        # Under a window of two slices a pair holds it all: the first pair's credit comes back one
+        # overhead after its second slice arrived (2.5 s + 0.5 s), then the second pair goes (its
+        # overhead 0.5 s, 2 s on the wire): 5.5 s, where the slices one by one take 4.5 s. A group
+        # of four is cut to the two the window holds.
+        for group, step in ((1, 4.5), (2, 5.5), (4, 5.5)):
+            r = simulate(sg, "counter", credit_bytes=2_000_000, ack_group=group, **kw)
+            assert r.step_time == pytest.approx(step), group
+        # Under a window of one slice nothing is grouped
+        assert simulate(sg, "counter", credit_bytes=1_000_000, ack_group=2, **kw).step_time == pytest.approx(
+            simulate(sg, "counter", credit_bytes=1_000_000, **kw).step_time
+        )
+        # Each acknowledgement's CPU (0.1 s) on one shared slot that nothing else uses: one of them
+        # lies on the path to the second pair's release, as to the third slice's one by one
+        o.machine_slots = 1.0
+        shared = build_sim_graph(g, o, order(g, "tio"), partition_bytes=1_000_000)
+        acked = {
+            group: simulate(shared, "counter", credit_bytes=2_000_000, ack_group=group, ack_slot_s=0.1, **kw)
+            for group in (1, 2)
+        }
+        assert acked[1].step_time == pytest.approx(4.5 + 0.1)
+        assert acked[2].step_time == pytest.approx(5.5 + 0.1)
+        for bad in (0, True, 1.5):
+            with pytest.raises(TfschedError, match="ack_group must be a positive integer"):
+                simulate(sg, "counter", credit_bytes=2_000_000, ack_group=bad)
+
     def test_counter_policy_keeps_credit_and_waits_for_acks(self):
         g = chain_graph(3, [1000] * 3)  # 4000-byte pulls
         o = oracle_with({}, bandwidth_bps=8e6, overhead_s=0.001)  # 4 ms per message + 1 ms

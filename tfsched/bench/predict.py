@@ -327,7 +327,7 @@ def reassembled_bytes(sg, steps: int = 1) -> float:
     return sum(sum(sizes) for sizes in cut.values() if len(sizes) > 1) / steps
 
 
-def added_messages(sg, plain, spec, steps: int = 1) -> float:
+def added_messages(sg, plain, spec, steps: int = 1, policy: str = "counter") -> float:
     """The messages a step of ``spec``'s mode (``run.parse_mode``'s) sends past the baseline's:
     one for each slice past a tensor's first (``sg``, its ``steps`` laid out with the mode's
     partition, against ``plain``, one step of the graph uncut), and with the credit returned by
@@ -353,13 +353,14 @@ def added_messages(sg, plain, spec, steps: int = 1) -> float:
         return [b for k, b in zip(g.kind, g.nbytes, strict=True) if k == MESSAGE]
 
     mine = sizes(sg)
-    return max(0.0, len(mine) / steps + acknowledgements(sg, spec, steps) - len(sizes(plain)))
+    return max(0.0, len(mine) / steps + acknowledgements(sg, spec, steps, policy) - len(sizes(plain)))
 
 
-def acknowledgements(sg, spec, steps: int = 1) -> float:
+def acknowledgements(sg, spec, steps: int = 1, policy: str = "counter") -> float:
     """The acknowledgements a step of ``spec``'s mode sends (``added_messages``' part of them):
     with the credit returned by acknowledgement, one for each message of ``sg`` (its ``steps``
-    laid out) the credit acknowledges.
+    laid out) the credit acknowledges, or with ``spec.ack_group`` for each group of them
+    (``sim.engine.ack_groups``, the messages released under ``policy``).
 
     >>> from types import SimpleNamespace as Spec
     >>> from tfsched.sim.model import COMPUTE, MESSAGE
@@ -376,7 +377,15 @@ def acknowledgements(sg, spec, steps: int = 1) -> float:
     if not acknowledges(spec):
         return 0.0
     least = max(MIN_ACKED_BYTES, spec.credit * PARAM_BYTES // spec.effective_ack_share)
-    return sum(k == MESSAGE and b >= least for k, b in zip(sg.kind, sg.nbytes, strict=True)) / steps
+    acked = [k == MESSAGE and b >= least for k, b in zip(sg.kind, sg.nbytes, strict=True)]
+    if getattr(spec, "ack_group", 1) > 1:
+        from tfsched.sim.engine import ack_groups, pushing_gates, release_policies
+
+        pushing = pushing_gates(sg)
+        windows = {True: (spec.push_credit or spec.credit) * PARAM_BYTES, False: spec.credit * PARAM_BYTES}
+        how = release_policies(sg, policy, pushing)
+        acked = ack_groups(sg, acked, how, spec.ack_group, lambda gate: windows[gate in pushing])[2]
+    return sum(acked) / steps
 
 
 def in_slots(cpu_s: float, machine_slots: float, cores: int) -> float:
@@ -484,6 +493,7 @@ def scheduled_runs(
         host_order=spec.host_order,
         ack_share=spec.effective_ack_share,
         credit_return=spec.credit_return,
+        ack_group=spec.ack_group,
         push_credit_bytes=spec.push_credit * PARAM_BYTES or None,
         ack_slot_s=ack_slot_s,
         latency_s=latency_s,
@@ -663,7 +673,7 @@ def annotate(
     from tfsched.graph import load_comm_graph
     from tfsched.oracle.oracle import LinkModel, TimeOracle
     from tfsched.ordering import carry_over, order
-    from tfsched.sim import build_sim_graph, finish_by_rank, seeded_runs, step_bounds
+    from tfsched.sim import POLICY_OF_MODE, build_sim_graph, finish_by_rank, seeded_runs, step_bounds
     from tfsched.tracing.match import oracle_for
     from tfsched.tracing.replay import graph_that_ran
 
@@ -827,8 +837,14 @@ def annotate(
             runs = runs_of(sg)
         # the CPU a baseline step spent, and this mode's own messages past its (slices and
         # acknowledgements), over the machine's cores: no step of the mode is shorter
-        added = added_messages(sg, plain, spec, per_step) if schedule is not None else 0.0
-        acks = acknowledgements(sg, spec, per_step) if schedule is not None else 0.0  # of them
+        # (as its gates release them: an acknowledgement groups slices only where they keep order)
+        released_as = (
+            "ready"
+            if spec.cross and spec.ready
+            else POLICY_OF_MODE.get(getattr(schedule, "mode", ""), "fifo")
+        )
+        added = added_messages(sg, plain, spec, per_step, released_as) if schedule is not None else 0.0
+        acks = acknowledgements(sg, spec, per_step, released_as) if schedule is not None else 0.0  # of them
         # and the copies that put its cut tensors back together (since the ninetieth session)
         copied = reassembled_bytes(sg, per_step) if schedule is not None and copies else 0.0
         cpu_floor_s = (

@@ -53,7 +53,9 @@ class ModeSpec:
     ``tfsched.set_credit`` on the worker tasks while the mode ran, the same window); ``+pool``
     leaves the gates' ``_Send`` and the acknowledgements' credit to TensorFlow's ops, which wait
     for an inter-op thread (``enable(inline_transfers=False)``, how every mode ran until the
-    fifty-fourth session). ``tfsched bench --tuned FILE`` turns the mode ``tuned`` into the best
+    fifty-fourth session); ``+gN`` gives up to N consecutive acknowledged slices of a tensor one
+    acknowledgement (``enable(ack_group=N)``: ``tao+p1000000+c4000000+g2``, ByteScheduler's sizes
+    with half its acknowledgements). ``tfsched bench --tuned FILE`` turns the mode ``tuned`` into the best
     setting of a ``tfsched tune`` file in this grammar (``tuned_mode``).
 
     ``cross``: vanilla TensorFlow's transfers with the steps across TensorFlow's barrier
@@ -80,6 +82,7 @@ class ModeSpec:
     inline_transfers: bool = True  # False (+pool): enable(inline_transfers=False)
     cross: bool = False  # the steps across TensorFlow's barrier (the mode "cross", +cross)
     ready: bool = False  # +ready: every gate served by priority among the arrived (enable(ready=True))
+    ack_group: int = 1  # +gN: slices an acknowledgement returns at most (enable(ack_group=N))
 
     @property
     def effective_ack_share(self) -> int:
@@ -95,6 +98,7 @@ class ModeSpec:
             "host_order": self.host_order,
             "ack_share": self.effective_ack_share,
             "credit_return": self.credit_return,
+            "ack_group": self.ack_group,
             "push_credit": self.push_credit,
             "inline_transfers": self.inline_transfers,
             "ready": self.ready,
@@ -212,12 +216,13 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
     if alg not in ALGORITHMS:
         raise TfschedError(
             f"unknown mode {name!r}: expected baseline, {CROSS} or one of {', '.join(ALGORITHMS)} "
-            "[+pc][+pN][+cN][+host|+lockstep][+aN][+sent][+wN][+pool][+ready][+cross]"
+            "[+pc][+pN][+cN][+host|+lockstep][+aN][+gN][+sent][+wN][+pool][+ready][+cross]"
         )
     partition = credit = push_credit = 0
     host = False
     host_order = "steps"
     ack_share = None
+    ack_group = 1
     credit_return = "ack"
     inline_transfers = True
     cross = ready = False
@@ -236,8 +241,10 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
             inline_transfers = False
         elif k == "pc":
             partition, credit = link_sizes(bandwidth_bps, channel_params)
-        elif k[:1] in ("p", "c", "a", "w") and k[1:].isdigit() and int(k[1:]) > 0:
-            if k[0] == "p":
+        elif k[:1] in ("p", "c", "a", "w", "g") and k[1:].isdigit() and int(k[1:]) > 0:
+            if k[0] == "g":
+                ack_group = int(k[1:])
+            elif k[0] == "p":
                 partition = int(k[1:])
             elif k[0] == "c":
                 credit = int(k[1:])
@@ -248,13 +255,21 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
         else:
             raise TfschedError(
                 f"unknown mode {name!r}: {k!r} is not pc, pN, cN, wN (N parameters > 0), host, lockstep, "
-                "aN (N > 0), sent, pool, ready or cross"
+                "aN, gN (N > 0), sent, pool, ready or cross"
             )
     window = "+lockstep" if host_order == "priority" else "+host"
-    needs = ((window, host), ("+aN", ack_share), ("+sent", credit_return != "ack"), ("+wN", push_credit))
+    needs = (
+        (window, host),
+        ("+aN", ack_share),
+        ("+gN", ack_group > 1),
+        ("+sent", credit_return != "ack"),
+        ("+wN", push_credit),
+    )
     for knob, given in needs:
         if given and not credit:
             raise TfschedError(f"unknown mode {name!r}: {knob} needs a credit (+pc or +cN)")
+    if ack_group > 1 and credit_return != "ack":
+        raise TfschedError(f"unknown mode {name!r}: +gN groups acknowledgements, and +sent has none")
     share = DEFAULT_ACK_SHARE if ack_share is None else ack_share
     if push_credit and partition and partition * share < credit:
         # the pass acknowledges transfers of credit / share and more: no slice is one, and a
@@ -277,6 +292,7 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
         inline_transfers,
         cross,
         ready,
+        ack_group,
     )
 
 
@@ -651,6 +667,7 @@ def mode_configs(
             "host_order": spec.host_order,
             "ack_share": spec.ack_share,
             "credit_return": spec.credit_return,
+            "ack_group": spec.ack_group if spec.ack_group > 1 else None,
             "push_credit": spec.push_credit or None,
             "inline_transfers": spec.inline_transfers,
             "ready": spec.ready,

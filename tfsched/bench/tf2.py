@@ -148,6 +148,8 @@ def coordinate(args: dict) -> dict:
             kwargs["credit_return"] = mode.credit_return
             if mode.ack_share is not None:
                 kwargs["ack_share"] = mode.ack_share
+            if mode.ack_group > 1:
+                kwargs["ack_group"] = mode.ack_group
         tfsched.enable_functions(inline_transfers=mode.inline_transfers, **kwargs)
     spec = dict(args["spec"])
     if args.get("solo"):  # worker 0 alone, the other workers idle (left out of the coordinator's cluster)

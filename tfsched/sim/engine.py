@@ -57,7 +57,11 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   goes only if the bytes released and not yet acknowledged leave room for it, or nothing is in
   flight; the acknowledgement comes back one per-message overhead (plus latency) after arrival.
   As the pass (cc/scheduler.cc), messages under ``min_acked_bytes`` or under ``1/ack_share`` of
-  the credit (an eighth by default) are ordered but not acknowledged: they take no credit;
+  the credit (an eighth by default) are ordered but not acknowledged: they take no credit. With
+  ``ack_group`` N > 1 (the pass's), up to N consecutive acknowledged slices of a transfer on a
+  channel of counters share one acknowledgement (``ack_groups``): the first takes the credit of
+  them all, the others go in their turn without credit, and the last one's acknowledgement
+  returns it;
 * with ``race`` (what TensorFlow 2.21's gRPC does; ``tfsched analyze`` and the bench predict with
   it): the messages released on a channel and waiting for it go out in no fixed order (a seeded
   random one), not in the order of their release; the one on the wire finishes first. Each
@@ -188,6 +192,78 @@ def check_ack_share(ack_share) -> int:
     if not is_count(ack_share, least=1):
         raise TfschedError(f"ack_share must be a positive integer, got {ack_share!r}")
     return ack_share
+
+
+def pushing_gates(sg: SimGraph) -> set[tuple]:
+    """The gates (channels) that push, to a PS."""
+    return {
+        sg.gate[i]
+        for i in range(len(sg))
+        if sg.kind[i] == MESSAGE and sg.transfer[i] is not None and sg.transfer[i].kind == "push"
+    }
+
+
+def release_policies(sg: SimGraph, policy: str, pushing: set[tuple]) -> list[str]:
+    """Per node: how its message is released under ``policy`` (the module docstring), the
+    channels of ``pushing`` (``pushing_gates``) being the pushes'."""
+    n = len(sg)
+    how = [policy] * n
+    if policy == "ready":
+        how = ["queue"] * n
+    elif policy == "queue":
+        # By channel, as the pass's gates go: a channel that pushes (to a PS) is a queue, any
+        # other counts. Per message, a control edge on a channel of pulls (TensorFlow 2's
+        # GroupCrossDeviceControlEdges) was a queue's among counters, and their keys and ranks
+        # do not compare (a TypeError on VGG16's step function under the layer order).
+        for i in range(n):
+            if sg.kind[i] == MESSAGE:
+                queued = sg.gate[i] in pushing or sg.transfer[i] is None
+                how[i] = "queue" if queued else "counter"
+    return how
+
+
+def ack_groups(
+    sg: SimGraph, acked: list[bool], how: list[str], group: int, window_of
+) -> tuple[list[bool], list[int], list[bool], list[int]]:
+    """The acknowledgement groups of ``group`` slices at most (the pass's ``ack_group``,
+    cc/scheduler.cc): per message, whether it takes credit, how many bytes, whether it is
+    acknowledged, and how many bytes its acknowledgement returns. Ungrouped (``group`` 1, a
+    transfer whose slices share a priority, a channel that is not counted, or a window that holds
+    fewer than two slices): each acknowledged message takes and returns its own bytes.
+    ``window_of(gate)``: the bytes of that gate channel's window.
+
+    >>> sg = SimGraph()
+    >>> for s, size in enumerate((4, 4, 4, 2)):
+    ...     _ = sg.add(MESSAGE, "t", "ps->w", "w", 0, nbytes=size, key=(0, s), gate=("ps", "w", "w", 0))
+    >>> ack_groups(sg, [True, True, True, False], ["counter"] * 4, 2, lambda gate: 16)
+    ([True, False, True, False], [8, 0, 4, 0], [False, True, True, False], [0, 8, 4, 0])
+    """
+    n = len(sg)
+    taken = [sg.nbytes[i] if acked[i] else 0 for i in range(n)]
+    credited, acks, back = list(acked), list(acked), list(taken)
+    if group <= 1:
+        return credited, taken, acks, back
+    slices: dict[tuple, list[int]] = defaultdict(list)  # (gate, transfer) -> its counted slices
+    for i in range(n):
+        if acked[i] and how[i] == "counter":
+            slices[(sg.gate[i], id(sg.transfer[i]))].append(i)
+    for (gate, _), ids in slices.items():
+        ids.sort(key=lambda i: sg.key[i])
+        if len(ids) < 2 or len({sg.key[i] for i in ids}) < len(ids):  # one slice, or tied
+            continue
+        size = max(1, max(sg.nbytes[i] for i in ids))
+        per = max(1, min(group, window_of(gate) // size))
+        for start in range(0, len(ids), per):
+            members = ids[start : start + per]
+            if len(members) < 2:
+                continue
+            total = sum(sg.nbytes[i] for i in members)
+            for i in members:
+                credited[i] = acks[i] = False
+                taken[i] = back[i] = 0
+            credited[members[0]], taken[members[0]] = True, total
+            acks[members[-1]], back[members[-1]] = True, total
+    return credited, taken, acks, back
 
 
 @dataclass
@@ -366,6 +442,7 @@ def simulate(
     credit_return: str = "ack",
     ack_slot_s: float = 0.0,
     overlap: bool = True,
+    ack_group: int = 1,
     worker_weight: float = 1.0,
     push_credit_bytes: int | None = None,
     executor_threads: int | None = None,
@@ -386,7 +463,8 @@ def simulate(
     windows. ``benchmarks/arrival_order.py`` measured vanilla TensorFlow's largest pull arriving
     last in 20 of 26 traced steps, where a uniform order gives 1.8. ``handoff_s`` (a what-if, 0 by
     default): a credit returned when sent comes back this long after the last byte left where
-    ops hold the sender's cores (the module docstring)."""
+    ops hold the sender's cores (the module docstring). ``ack_group``: slices an acknowledgement
+    returns at most (``ack_groups``; with ``credit_return="ack"``)."""
     if not 0 < worker_weight <= 1:
         raise TfschedError(f"worker_weight must be in (0, 1], got {worker_weight!r}")
     check_credit_return(credit_return)
@@ -398,6 +476,8 @@ def simulate(
         raise TfschedError(f"unknown simulation policy {policy!r}; choose one of {', '.join(POLICIES)}")
     if credit_bytes is not None and credit_bytes <= 0:
         raise TfschedError(f"credit must be positive, got {credit_bytes}")
+    if not is_count(ack_group, least=1):
+        raise TfschedError(f"ack_group must be a positive integer (slices), got {ack_group!r}")
     if host_credit and credit_bytes is None:
         raise TfschedError("a window per sending task (host_credit) needs a credit")
     if executor_threads is not None and not (is_count(executor_threads) and executor_threads >= 1):
@@ -421,25 +501,8 @@ def simulate(
     sends = [math.nan] * n if record else []
     ends = [math.nan] * n if record else []
 
-    # the gates (channels) that push, to a PS
-    pushing = {
-        sg.gate[i]
-        for i in range(n)
-        if sg.kind[i] == MESSAGE and sg.transfer[i] is not None and sg.transfer[i].kind == "push"
-    }
-    # Per message: how it is released (see the module docstring).
-    how = [policy] * n
-    if policy == "ready":
-        how = ["queue"] * n
-    elif policy == "queue":
-        # By channel, as the pass's gates go: a channel that pushes (to a PS) is a queue, any
-        # other counts. Per message, a control edge on a channel of pulls (TensorFlow 2's
-        # GroupCrossDeviceControlEdges) was a queue's among counters, and their keys and ranks
-        # do not compare (a TypeError on VGG16's step function under the layer order).
-        for i in range(n):
-            if sg.kind[i] == MESSAGE:
-                queued = sg.gate[i] in pushing or sg.transfer[i] is None
-                how[i] = "queue" if queued else "counter"
+    pushing = pushing_gates(sg)
+    how = release_policies(sg, policy, pushing)
     # Per message: whether it takes credit and is acknowledged.
     acked = [
         credit_bytes is not None and how[i] in ("counter", "queue") and sg.nbytes[i] >= ack_from
@@ -467,11 +530,16 @@ def simulate(
     # (order, (step, worker), tiebreak, id)), and its bytes in flight
     host_waiting: dict[str, list] = defaultdict(list)
     host_inflight: dict[str, int] = defaultdict(int)
-    windowed = [host_credit and a for a in acked]  # messages the task's window takes
     # sending task -> its window: the pushing tasks' is push_credit_bytes where given
     window = defaultdict(lambda: credit_bytes)
     if push_credit_bytes is not None:
         window.update(dict.fromkeys((gate[0] for gate in pushing), push_credit_bytes))
+    # Per message: whether it takes credit and how much, whether it is acknowledged and what its
+    # acknowledgement returns (ack_groups); ``acked`` stays what the credit counts (kept in order)
+    credited, taken, acks, back = ack_groups(
+        sg, acked, how, ack_group if credit_return == "ack" else 1, lambda gate: window[gate[0]]
+    )
+    windowed = [host_credit and c for c in credited]  # messages the task's window takes
 
     ready_ops: dict[str, list] = defaultdict(list)  # resource -> heap of (ready time, tiebreak, id)
     # channel -> the released messages waiting for it: ``wire`` in the order of release (every
@@ -511,7 +579,7 @@ def simulate(
     host_load: dict[str, float] = {}  # with host_slots: task -> its share its bytes take now
     shared = sorted({sg.resource[i] for i in range(n) if sg.kind[i] == COMPUTE}) if sg.machine_slots else []
     # each acknowledgement's CPU: an op of its own on ACKS (id n + the message's), sharing the machine
-    charge_acks = credit_return == "ack" and ack_slot_s > 0 and bool(shared) and any(acked)
+    charge_acks = credit_return == "ack" and ack_slot_s > 0 and bool(shared) and any(acks)
     if charge_acks:
         shared.append(ACKS)
         version.extend([0] * n)
@@ -622,12 +690,13 @@ def simulate(
             push_event(now + sg.overhead[i] + latency_s, "ack", i)
 
     def give_back(i: int) -> None:
-        """Message ``i``'s credit is back: its window (the channel's, or its task's) lets more go."""
-        if windowed[i]:
-            host_inflight[sg.gate[i][0]] -= sg.nbytes[i]
+        """Message ``i``'s credit is back (its group's, ``back``): its window (the channel's, or
+        its task's) lets more go."""
+        if host_credit:  # every message a credit counts is its task window's then
+            host_inflight[sg.gate[i][0]] -= back[i]
             try_release(*pump_host(sg.gate[i][0]))
         else:
-            inflight[sg.gate[i]] -= sg.nbytes[i]
+            inflight[sg.gate[i]] -= back[i]
             try_release(sg.gate[i])
 
     def serve(ch: str) -> None:
@@ -666,9 +735,9 @@ def simulate(
         if how[i] == "counter":  # counters count gated transfers only, as the gates do
             released_count[gate] += 1
         if windowed[i]:
-            host_inflight[gate[0]] += sg.nbytes[i]
-        elif acked[i]:
-            inflight[gate] += sg.nbytes[i]
+            host_inflight[gate[0]] += taken[i]
+        elif credited[i]:
+            inflight[gate] += taken[i]
         if record:
             starts[i] = now
         if overlap:
@@ -682,7 +751,7 @@ def simulate(
         heap, moved = host_waiting[src], []
         while heap:
             i = heap[0][-1]
-            if host_inflight[src] > 0 and host_inflight[src] + sg.nbytes[i] > window[src]:
+            if host_inflight[src] > 0 and host_inflight[src] + taken[i] > window[src]:
                 break
             heapq.heappop(heap)
             release(i)
@@ -707,7 +776,7 @@ def simulate(
                     heapq.heappush(host_waiting[gate[0]], (*key, tiebreak[i], i))
                     todo.extend(pump_host(gate[0]))
                     continue
-                if acked[i] and inflight[gate] > 0 and inflight[gate] + sg.nbytes[i] > window[gate[0]]:
+                if credited[i] and inflight[gate] > 0 and inflight[gate] + taken[i] > window[gate[0]]:
                     break
                 heapq.heappop(heap)
                 release(i)
@@ -818,7 +887,7 @@ def simulate(
                 done(i)
             elif kind == "arrive":
                 done(i)
-                if acked[i] and credit_return == "ack":
+                if acks[i] and credit_return == "ack":
                     on_executor(sg.gate[i][1], acknowledge, _ACK_OP, i)
             elif kind == "acked":
                 acknowledge(i)
