@@ -55,7 +55,7 @@ class ModeSpec:
     for an inter-op thread (``enable(inline_transfers=False)``, how every mode ran until the
     fifty-fourth session); ``+gN`` gives up to N consecutive acknowledged slices of a tensor one
     acknowledgement (``enable(ack_group=N)``: ``tao+p1000000+c4000000+g2``, ByteScheduler's sizes
-    with half its acknowledgements). ``tfsched bench --tuned FILE`` turns the mode ``tuned`` into the best
+    with their slices acknowledged in pairs). ``tfsched bench --tuned FILE`` turns the mode ``tuned`` into the best
     setting of a ``tfsched tune`` file in this grammar (``tuned_mode``).
 
     ``cross``: vanilla TensorFlow's transfers with the steps across TensorFlow's barrier
