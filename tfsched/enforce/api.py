@@ -250,9 +250,9 @@ def enable(
         credit of all of them, the others go in their turn without waiting for credit, and the
         last one's arrival returns the whole group's. Each acknowledgement is an RPC of its own
         (about 0.4 ms of CPU at its two ends here): ResNet-50 with ByteScheduler's sizes sends 120
-        a step, 84 with ``ack_group=2`` and 68 with 4, which made 0.982x and 0.983x of vanilla
-        TensorFlow's throughput at 10 Gbit/s against 0.959x and 0.968x one each (an improvement
-        over ByteScheduler; BENCHMARKS.md, "Acknowledgement groups").
+        a step, 84 with ``ack_group=2`` and 68 with 4, which made 0.979x to 0.983x of vanilla
+        TensorFlow's throughput at 10 Gbit/s against 0.959x to 0.968x one each in the same runs
+        (an improvement over ByteScheduler; BENCHMARKS.md, "Acknowledgement groups").
         A group is never more slices than the credit holds, and only channels that keep their
         order group (not ``ready``, not a schedule's queued pushes). Needs ``credit`` and
         ``credit_return="ack"``.
