@@ -952,6 +952,9 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
   // little over the partition becomes two of about half of it).
   const int64_t least_acked = credit > 0 ? std::max(kMinAckedElements, credit / ack_share_) : 0;
   int64_t acked_gates = 0, cut_under = 0;
+  // with ack_group: the groups made, and the tensors of several counted slices left ungrouped
+  // because they share their priority (TIO's pushes, a layer's kernel and bias)
+  int64_t groups = 0, tied_ungrouped = 0;
   for (const Transfer& t : xfers) {
     const NodeDef& src = out.node(t.src);
     const std::string tensor = t.port ? absl::StrCat(src.name(), ":", t.port) : src.name();
@@ -1006,6 +1009,10 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
       group = std::max<int64_t>(1, std::min(ack_group_, window / t.slice_elements));
     int64_t counted_slices = 0;  // the counted slices are the first ones (only the last is short)
     while (counted_slices < t.slices && counted(counted_slices)) ++counted_slices;
+    if (ack_group_ > 1 && !sent && counted_slices > 1) {
+      if (group > 1) groups += (counted_slices + group - 1) / group;
+      if (t.tied && ordered) ++tied_ungrouped;
+    }
     for (int64_t i = 0; i < t.slices; ++i) {
       NodeDef gate;
       const std::string name =
@@ -1107,6 +1114,17 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
                  << " it acknowledges (credit / ack_share " << ack_share_
                  << "); so nothing is held. Raise the partition, lower the credit or raise "
                     "ack_share.";
+  if (ack_group_ > 1 && credit > 0 && !sent && groups == 0 && acked_gates > 0)
+    LOG(WARNING) << "tfsched: " << item.id << ": ack_group " << ack_group_
+                 << " groups none of its acknowledged slices: no tensor has two or more that keep "
+                    "their order on a channel and fit the credit of "
+                 << credit << " parameters together"
+                 << (tied_ungrouped > 0
+                         ? absl::StrCat(" (", tied_ungrouped,
+                                        " of them share their priority with another tensor of "
+                                        "their channel, so their slices go in any order)")
+                         : std::string())
+                 << "; each is acknowledged on its own.";
   if (VLOG_IS_ON(2)) {  // TF_CPP_VMODULE=scheduler=2: each channel's order, as gated
     for (const auto& [name, ids] : channels)
       for (int i : ids)
