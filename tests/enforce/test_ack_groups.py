@@ -7,6 +7,7 @@ import pytest
 
 from tests.enforce.conftest import assert_bitwise_equal, settled_stats, train, within
 from tests.enforce.test_partition_credit import _config, _nodes, _traced_step
+from tests.enforce.test_pass import seq32_through_the_pass
 from tfsched.errors import TfschedError
 from tfsched.models import build_graph
 
@@ -125,43 +126,20 @@ def test_pairs_that_fill_the_credit_do_not_deadlock(cluster, host):
         assert s["live_steps"] == 0
 
 
-_WARNED = """
-from tests.enforce.test_pass import optimize, only_tfsched
-from tfsched.models import build_graph
-
-built = build_graph("seq32", ps_tasks=1)
-out = optimize(built.graph_def(), built.fetches, only_tfsched(**{kwargs!r}))
-print(sum(n.op == "TfschedAck" for n in out.node))
-"""
-
-
 @pytest.mark.parametrize("credit", [2 * SLICE, 3 * SLICE // 2], ids=["grouped", "none"])
 def test_a_group_size_that_groups_nothing_is_warned_of(credit):
     """Asked for groups that none of a graph's slices can make, the pass says so in TensorFlow's
     log, once for the graph, with why: here the window holds no two slices, and the pushes share
     their priority under TIO."""
-    import os
-    import subprocess
-    import sys
-
     kwargs = {"partition": 20_000, "credit": credit, "ack_share": 2, "ack_group": 2}
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    p = subprocess.run(
-        [sys.executable, "-c", _WARNED.format(kwargs=kwargs)],
-        cwd=root,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert p.returncode == 0, p.stderr[-2000:]
-    acks = int(p.stdout.split()[-1])
-    warnings = [line for line in p.stderr.splitlines() if "groups none of its acknowledged slices" in line]
+    counts, log = seq32_through_the_pass(kwargs)
+    acks = counts["TfschedAck"]
+    warnings = [line for line in log.splitlines() if "groups none of its acknowledged slices" in line]
     # the 32 weights pulled and pushed, 4 slices each, every slice acknowledged (from SLICE / 2)
     if credit >= 2 * SLICE:  # a window of two slices: most pulls in pairs, the pushes (tied) alone
         assert 32 * 4 + 32 * 2 <= acks < 64 * 4 and not warnings, (acks, warnings)
     else:  # a window of one slice and a half: no pair fits
-        assert acks == 64 * 4 and len(warnings) == 1, (acks, p.stderr[-2000:])
+        assert acks == 64 * 4 and len(warnings) == 1, (acks, log[-2000:])
         tied = re.search(
             rf"fit the credit of {credit} parameters together \((\d+) of them share", warnings[0]
         )

@@ -363,8 +363,29 @@ from tfsched.models import build_graph
 
 built = build_graph("seq32", ps_tasks=1)
 out = optimize(built.graph_def(), built.fetches, only_tfsched(**{kwargs!r}))
-print(sum(n.op == "TfschedGate" for n in out.node), sum(n.op == "TfschedCredit" for n in out.node))
+print(*(sum(n.op == op for n in out.node) for op in ("TfschedGate", "TfschedCredit", "TfschedAck")))
 """
+
+
+def seq32_through_the_pass(kwargs: dict) -> tuple[dict[str, int], str]:
+    """Seq-32 (1 PS) through the pass alone with ``only_tfsched(**kwargs)``, in a process of its
+    own with TensorFlow's log on: its gates, credits and acknowledgements by op, and the log."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p = subprocess.run(
+        [sys.executable, "-c", _GATE_COUNTS.format(kwargs=kwargs)],
+        cwd=root,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    counts = map(int, p.stdout.split()[-3:])
+    return dict(zip(("TfschedGate", "TfschedCredit", "TfschedAck"), counts, strict=True)), p.stderr
 
 
 @pytest.mark.parametrize(
@@ -383,27 +404,14 @@ def test_a_credit_the_partition_leaves_nothing_to_acknowledge_is_warned_of(kwarg
     """A credit that acknowledges none of a graph's transfers because the partition cut every
     transfer big enough for it into slices under what it acknowledges holds nothing: the pass
     says so in TensorFlow's log, once for the graph, and gates the graph as asked."""
-    import os
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    p = subprocess.run(
-        [sys.executable, "-c", _GATE_COUNTS.format(kwargs=kwargs)],
-        cwd=root,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert p.returncode == 0, p.stderr[-2000:]
-    gated, acked = map(int, p.stdout.split())
+    counts, log = seq32_through_the_pass(kwargs)
+    gated, acked = counts["TfschedGate"], counts["TfschedCredit"]
     assert acked == credits and gated >= 64 + (3 * 64 if "partition" in kwargs else 0)
-    warnings = [line for line in p.stderr.splitlines() if "acknowledges none of its transfers" in line]
+    warnings = [line for line in log.splitlines() if "acknowledges none of its transfers" in line]
     if credits:
         assert not warnings, warnings
     else:
-        assert len(warnings) == 1, p.stderr[-2000:]
+        assert len(warnings) == 1, log[-2000:]
         assert "64 were big enough, but cut into equal slices of at most 20000 parameters" in warnings[0]
         assert "each came out under the 20000 it acknowledges (credit / ack_share 8)" in warnings[0]
 
