@@ -68,8 +68,9 @@ credit_return: "ack": a TfschedAck on the receiver returns the credit (ByteSched
   the credit comes back once this task's transport is done with the tensor (no acknowledgement
   RPC; plain data types only).
 group_elements: with `credit`, the parameters this gate takes of the credit: its own and those of
-  the slices after it whose one acknowledgement (the last one's TfschedAck, `elements`) returns
-  them all; they go in their turn without credit. 0: its own.
+  the gates after it on its channel (its tensor's next slices, or the next tensors') whose one
+  acknowledgement (the last one's TfschedAck, `elements`) returns them all; they go in their
+  turn without credit. 0: its own.
 )doc");
 
 REGISTER_OP("TfschedAck")

@@ -952,10 +952,99 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
   // little over the partition becomes two of about half of it).
   const int64_t least_acked = credit > 0 ? std::max(kMinAckedElements, credit / ack_share_) : 0;
   int64_t acked_gates = 0, cut_under = 0;
-  // with ack_group: the groups made, and the tensors of several counted slices left ungrouped
-  // because they share their priority (TIO's pushes, a layer's kernel and bias)
+  // Whether a transfer's gates keep their order on the channel (counters), its window, the
+  // parameters of its slice i (the last is the shortest; a size unknown here, 0, is acknowledged
+  // to be safe), and how many of its slices the credit counts: returned when sent (SentBuffer)
+  // only for plain data types, whose bytes gRPC sends as they are. The counted slices are the
+  // first ones (only the last is short).
+  const auto ordered_of = [this](const Transfer& t) {
+    return !(mode_ == "ready" || (mode_ == "queue" && t.kind == "push"));
+  };
+  // The pushes' own window, where one was given; the pulls keep the credit
+  const auto window_of = [&](const Transfer& t) {
+    return t.kind == "push" && push_credit_ > 0 ? push_credit_ : credit;
+  };
+  const auto size_of = [](const Transfer& t, int64_t i) {
+    return t.slices > 1 ? std::min(t.slice_elements, t.elements - i * t.slice_elements)
+                        : t.slice_elements;
+  };
+  const auto counted_slices_of = [&](const Transfer& t) {
+    int64_t n = 0;
+    for (; n < t.slices; ++n) {
+      const int64_t size = size_of(t, n);
+      if (!(credit > 0 && (size == 0 || size >= least_acked) &&
+            (!sent || tensorflow::DataTypeCanUseMemcpy(t.dtype))))
+        break;
+    }
+    return n;
+  };
+  // Acknowledgement groups (ack_group > 1; an improvement over ByteScheduler, which
+  // acknowledges every slice: each acknowledgement is an RPC of its own, about 0.4 ms of CPU
+  // at its two ends, BENCHMARKS.md). Up to ack_group consecutive counted slices on a channel, of
+  // one tensor or of several one after the other (since the ninety-sixth session; before, a
+  // group stayed within a tensor), share one: the first takes the credit of all of them, the
+  // others go in their turn without waiting for credit, and the last one's acknowledgement
+  // returns the whole group's. Only where the gates keep their order on the channel (counters,
+  // untied priorities), so that the first goes before the rest, and no more than the window
+  // holds, so that a group never waits for credit its members could not all have at once.
+  // What a group holds back until its last member arrives: only the credit of its own channel,
+  // whose later transfers wait for that member anyway; nothing on the way to it needs that
+  // credit (what lies between its members on the channel is a member or takes none). Under one
+  // window per sending task (host_credit) the credit is also other channels', which a later
+  // member's inputs may wait on: there a group stays within a tensor, whose slices are ready
+  // at once.
+  struct AckRole {
+    int64_t takes = 0;    // the first of a group: the credit of the whole group
+    int64_t returns = 0;  // the last: what its acknowledgement returns
+    bool later = false;   // not the first: takes no credit
+    bool waits = false;   // not the last: no acknowledgement of its own
+  };
+  std::vector<std::vector<AckRole>> roles(xfers.size());
+  for (size_t k = 0; k < xfers.size(); ++k) roles[k].resize(xfers[k].slices);
+  // with ack_group: the groups made, and the counted tensors left ungrouped because they share
+  // their priority (TIO's pushes, a layer's kernel and bias)
   int64_t groups = 0, tied_ungrouped = 0;
-  for (const Transfer& t : xfers) {
+  if (ack_group_ > 1 && credit > 0 && !sent) {
+    for (const auto& [name, ids] : channels) {
+      std::vector<std::pair<int, int64_t>> members;  // (transfer, slice) of the group being made
+      int64_t elements = 0, window = 0;
+      const auto close = [&]() {
+        if (members.size() > 1) {
+          ++groups;
+          for (const auto& [k, i] : members) roles[k][i] = {0, 0, true, true};
+          auto& first = roles[members.front().first][members.front().second];
+          first.later = false;
+          first.takes = elements;
+          auto& last = roles[members.back().first][members.back().second];
+          last.waits = false;
+          last.returns = elements;
+        }
+        members.clear();
+        elements = 0;
+      };
+      for (int k : ids) {
+        const Transfer& t = xfers[k];
+        const int64_t counted = counted_slices_of(t);
+        if (counted == 0) continue;  // takes no credit: it goes in its turn, within a group too
+        if (t.tied && ordered_of(t)) ++tied_ungrouped;
+        if (!ordered_of(t) || t.tied || t.slice_elements <= 0 || host_credit_ ||
+            window_of(t) != window)
+          close();
+        if (!ordered_of(t) || t.tied || t.slice_elements <= 0) continue;
+        window = window_of(t);
+        for (int64_t i = 0; i < counted; ++i) {
+          if (static_cast<int64_t>(members.size()) == ack_group_ ||
+              elements + size_of(t, i) > window)
+            close();
+          members.emplace_back(k, i);
+          elements += size_of(t, i);
+        }
+      }
+      close();
+    }
+  }
+  for (size_t k = 0; k < xfers.size(); ++k) {
+    const Transfer& t = xfers[k];
     const NodeDef& src = out.node(t.src);
     const std::string tensor = t.port ? absl::StrCat(src.name(), ":", t.port) : src.name();
     const std::string stem =
@@ -981,38 +1070,9 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
     }
     std::vector<std::string> gates;
     const int64_t acked_before = acked_gates;
-    const bool ordered = !(mode_ == "ready" || (mode_ == "queue" && t.kind == "push"));
-    // The pushes' own window, where one was given; the pulls keep the credit
-    const int64_t window = t.kind == "push" && push_credit_ > 0 ? push_credit_ : credit;
-    // The parameters of slice i (the last is the shortest; a size unknown here, 0, is
-    // acknowledged to be safe), and whether the credit counts it: returned when sent
-    // (SentBuffer) only for plain data types, whose bytes gRPC sends as they are.
-    const auto size_of = [&t](int64_t i) {
-      return t.slices > 1 ? std::min(t.slice_elements, t.elements - i * t.slice_elements)
-                          : t.slice_elements;
-    };
-    const auto counted = [&](int64_t i) {
-      const int64_t size = size_of(i);
-      return credit > 0 && (size == 0 || size >= least_acked) &&
-             (!sent || tensorflow::DataTypeCanUseMemcpy(t.dtype));
-    };
-    // Acknowledgement groups (ack_group > 1; an improvement over ByteScheduler, which
-    // acknowledges every slice: each acknowledgement is an RPC of its own, about 0.4 ms of CPU
-    // at its two ends, BENCHMARKS.md). Consecutive counted slices of this tensor, `group` at a
-    // time, share one: the first takes the credit of all of them, the others go in their turn
-    // without waiting for credit, and the last one's acknowledgement returns the whole group's.
-    // Only where the slices keep their order on the channel (untied priorities, counters), so
-    // that the first goes before the rest, and no more slices than the window holds, so that a
-    // group never waits where its slices one by one would not.
-    int64_t group = 1;
-    if (ack_group_ > 1 && !sent && ordered && !t.tied && t.slices > 1 && t.slice_elements > 0)
-      group = std::max<int64_t>(1, std::min(ack_group_, window / t.slice_elements));
-    int64_t counted_slices = 0;  // the counted slices are the first ones (only the last is short)
-    while (counted_slices < t.slices && counted(counted_slices)) ++counted_slices;
-    if (ack_group_ > 1 && !sent && counted_slices > 1) {
-      if (group > 1) groups += (counted_slices + group - 1) / group;
-      if (t.tied && ordered) ++tied_ungrouped;
-    }
+    const bool ordered = ordered_of(t);
+    const int64_t window = window_of(t);
+    const int64_t counted_slices = counted_slices_of(t);
     for (int64_t i = 0; i < t.slices; ++i) {
       NodeDef gate;
       const std::string name =
@@ -1033,29 +1093,25 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
       attr["timeout_ms"].set_i(timeout_ms_);
       const bool acked = i < counted_slices;
       acked_gates += acked;
-      // This slice's acknowledgement group: [first, last], and what it returns
-      const int64_t first = acked && group > 1 ? i - i % group : i;
-      const int64_t last = acked && group > 1 ? std::min(first + group, counted_slices) - 1 : i;
-      int64_t group_elements = 0;
-      for (int64_t j = first; last > first && j <= last; ++j) group_elements += size_of(j);
+      const AckRole& role = roles[k][i];  // in an acknowledgement group, if any
       attr["ordered"].set_b(ordered);
       // A group's later slices take no credit: its first took theirs
-      attr["credit"].set_i(acked && i == first ? window : 0);
-      if (acked && i == first && group_elements > 0) attr["group_elements"].set_i(group_elements);
+      attr["credit"].set_i(acked && !role.later ? window : 0);
+      if (role.takes > 0) attr["group_elements"].set_i(role.takes);
       attr["host"].set_b(host_credit_);
       if (host_credit_ && host_order_ != "steps") attr["host_order"].set_s(host_order_);
       if (acked && sent) attr["credit_return"].set_s("sent");
       if (!inline_transfers_) attr[kNotInline].set_b(true);
       gates.push_back(name);
       added.push_back(std::move(gate));
-      if (acked && !sent && i == last) {
+      if (acked && !sent && !role.waits) {
         NodeDef ack;
         ack.set_name(unique(absl::StrCat(name, "/ack")));
         ack.set_op("TfschedAck");
         ack.set_device(receiver_device);
         ack.add_input(name);
         (*ack.mutable_attr())["T"].set_type(t.dtype);
-        if (group_elements > 0) (*ack.mutable_attr())["elements"].set_i(group_elements);
+        if (role.returns > 0) (*ack.mutable_attr())["elements"].set_i(role.returns);
         if (!inline_transfers_) (*ack.mutable_attr())[kNotInline].set_b(true);
         NodeDef back;
         back.set_name(unique(absl::StrCat(name, "/credit")));
@@ -1116,12 +1172,12 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
                     "ack_share.";
   if (ack_group_ > 1 && credit > 0 && !sent && groups == 0 && acked_gates > 0)
     LOG(WARNING) << "tfsched: " << item.id << ": ack_group " << ack_group_
-                 << " groups none of its acknowledged slices: no tensor has two or more that keep "
-                    "their order on a channel and fit the credit of "
+                 << " groups none of its acknowledged slices: no two that follow each other on a "
+                    "channel keep their order there and fit the credit of "
                  << credit << " parameters together"
                  << (tied_ungrouped > 0
                          ? absl::StrCat(" (", tied_ungrouped,
-                                        " of them share their priority with another tensor of "
+                                        " tensors of them share their priority with another of "
                                         "their channel, so their slices go in any order)")
                          : std::string())
                  << "; each is acknowledged on its own.";

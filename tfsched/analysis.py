@@ -41,7 +41,7 @@ class Prediction:
     host_order: str = "steps"  # what that window serves first ("priority": the steps in lockstep)
     ack_share: int = DEFAULT_ACK_SHARE  # the credit acknowledges transfers of at least credit/ack_share
     credit_return: str = "ack"  # "sent": the credit comes back when the sender has sent a transfer
-    ack_group: int = 1  # slices of a transfer one acknowledgement returns at most
+    ack_group: int = 1  # slices on a channel one acknowledgement returns at most
     push_credit: int = 0  # the pushes' window in place of the credit (0: the credit)
     # each task's inter-op threads, for the acknowledgements' ops to wait for (None: a spare one)
     executor_threads: int | None = None
@@ -258,8 +258,8 @@ def predict(
     ``ack_share``: the credit acknowledges transfers of at least credit/ack_share parameters
     (``enable(..., ack_share=N)``). ``credit_return``: when the credit comes back
     (``enable(..., credit_return=...)``); each task has a machine of its own here, so an
-    acknowledgement costs its time on the wire, not the cores'. ``ack_group``: slices of a
-    transfer one acknowledgement returns at most (``enable(..., ack_group=N)``). ``push_credit``: the pushes' window
+    acknowledgement costs its time on the wire, not the cores'. ``ack_group``: slices on a
+    channel one acknowledgement returns at most (``enable(..., ack_group=N)``). ``push_credit``: the pushes' window
     (parameters) in place of ``credit``, which the pulls keep (``enable(..., push_credit=N)``).
     ``executor_threads``: each task's inter-op threads (``inter_op_parallelism_threads``), for a
     run with ``enable(..., inline_transfers=False)``: an acknowledgement's ops (the receiver's

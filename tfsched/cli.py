@@ -174,13 +174,14 @@ _ack_share_option = click.option(
     help="The credit acknowledges transfers of at least credit/N parameters, the smaller ones "
     "race for the wire (tfsched.enable(..., ack_share=N); default 8).",
 )
-# how many slices of a transfer one acknowledgement returns (analyze: needs --credit)
+# how many slices one acknowledgement returns (analyze: needs --credit)
 _ack_group_option = click.option(
     "--ack-group",
     type=click.IntRange(min=1),
     default=None,
-    help="Up to N consecutive acknowledged slices of a transfer share one acknowledgement, the "
-    "first taking the credit of all (tfsched.enable(..., ack_group=N); default 1, one each).",
+    help="Up to N consecutive acknowledged slices on a channel (of one tensor or of several) share "
+    "one acknowledgement, the first taking the credit of all (tfsched.enable(..., ack_group=N); "
+    "default 1, one each).",
 )
 # When a credit window's credit comes back (analyze: needs --credit; tune: its trials'); the
 # choices are sim.engine.CREDIT_RETURNS, listed here so that --help needs no import of it.

@@ -82,6 +82,54 @@ def test_two_slices_share_one_acknowledgement(cluster, host, inline):
     assert single_acks[1] - pairs[1] == 2 * 32  # a pulled weight's two pairs save two of its four
 
 
+@pytest.mark.parametrize("host", [False, True], ids=["channel", "window"])
+def test_a_group_goes_on_into_the_next_tensor_of_its_channel(cluster, host):
+    """ack_group=3 under a credit of four slices: on a channel of its own (host_credit off) a
+    group goes on from one pulled weight's last slices into the next weight's first, so each PS's
+    channel of 16 weights (64 slices) has ceil(64 / 3) acknowledgements, not 16 x 2 one tensor at
+    a time. Under one window per PS (host_credit) a group stays within its tensor: three slices
+    and one. Each group's first gate takes what its acknowledgement returns, and training stays
+    bitwise identical with no gate waiting out its timeout."""
+    import tfsched
+
+    target = cluster.target("worker", 0)
+    credit = 4 * SLICE + 100
+    cfg = _config(partition=20_000, credit=credit, ack_group=3, host_credit=host)
+    vanilla = train(target, build_graph("seq32", ps_tasks=2), 4, _config())
+    tfsched.enforce.set_credit(target, 0, DEVICES)  # resets the peak counters
+    assert_bitwise_equal(vanilla, train(target, build_graph("seq32", ps_tasks=2), 4, cfg))
+    for device in DEVICES:
+        s = settled_stats(target, device)
+        assert s["timeouts"] == 0 and s["live_steps"] == 0 and s["peak_in_flight"] <= credit
+
+    graphs, _ = _traced_step(target, build_graph("seq32", ps_tasks=2), cfg, steps=1)
+    acks = {a.name.removesuffix("/ack"): a.attr["elements"].i for a in _nodes(graphs, "TfschedAck")}
+    pulls = _groups(graphs, "ps")
+    for ps in ("/task:0/", "/task:1/"):
+        # the channel's pulled slices in its order (a weight's slices take consecutive priorities)
+        gates = sorted(
+            (
+                g
+                for g in _nodes(graphs, "TfschedGate")
+                if ps in g.device and g.input[0].split(":")[0] in pulls
+            ),
+            key=lambda g: g.attr["priority"].i,
+        )
+        assert len(gates) == 16 * 4
+        assert len([g for g in gates if g.name in acks]) == (16 * 2 if host else 22)
+        # each group: a gate that takes the credit of all, those that take none, and its ack
+        first = None
+        for g in gates:
+            if g.attr["credit"].i:
+                first = g
+            assert first is not None and g.attr["credit"].i in (0, credit)
+            if g.name in acks:
+                assert (acks[g.name] or SLICE) == (first.attr["group_elements"].i or SLICE)
+        # a weight's first slice (its split's output 0) that joined a group begun before it
+        joined = [g for g in gates if ":" not in g.input[0] and g.attr["credit"].i == 0]
+        assert len(joined) == (0 if host else 16 - 6), len(joined)
+
+
 def test_a_group_is_never_more_slices_than_the_credit_holds(cluster):
     """ack_group=4 under a credit of two slices groups them by two; under a credit of one slice,
     not at all (each slice its own acknowledgement, as without ack_group)."""
@@ -141,7 +189,7 @@ def test_a_group_size_that_groups_nothing_is_warned_of(credit):
     else:  # a window of one slice and a half: no pair fits
         assert acks == 64 * 4 and len(warnings) == 1, (acks, log[-2000:])
         tied = re.search(
-            rf"fit the credit of {credit} parameters together \((\d+) of them share", warnings[0]
+            rf"fit the credit of {credit} parameters together \((\d+) tensors of them share", warnings[0]
         )
         assert tied and int(tied.group(1)) >= 32, warnings[0]  # every push, under TIO
 

@@ -58,10 +58,10 @@ The model (what TicTac §3 and ByteScheduler §2 assume, and what TF-NOTES measu
   flight; the acknowledgement comes back one per-message overhead (plus latency) after arrival.
   As the pass (cc/scheduler.cc), messages under ``min_acked_bytes`` or under ``1/ack_share`` of
   the credit (an eighth by default) are ordered but not acknowledged: they take no credit. With
-  ``ack_group`` N > 1 (the pass's), up to N consecutive acknowledged slices of a transfer on a
-  channel of counters share one acknowledgement (``ack_groups``): the first takes the credit of
-  them all, the others go in their turn without credit, and the last one's acknowledgement
-  returns it;
+  ``ack_group`` N > 1 (the pass's), up to N consecutive acknowledged messages on a channel of
+  counters, slices of one transfer or of several, share one acknowledgement (``ack_groups``):
+  the first takes the credit of them all, the others go in their turn without credit, and the
+  last one's acknowledgement returns it;
 * with ``race`` (what TensorFlow 2.21's gRPC does; ``tfsched analyze`` and the bench predict with
   it): the messages released on a channel and waiting for it go out in no fixed order (a seeded
   random one), not in the order of their release; the one on the wire finishes first. Each
@@ -143,7 +143,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
@@ -223,40 +223,64 @@ def release_policies(sg: SimGraph, policy: str, pushing: set[tuple]) -> list[str
 
 
 def ack_groups(
-    sg: SimGraph, acked: list[bool], how: list[str], group: int, window_of
+    sg: SimGraph, acked: list[bool], how: list[str], group: int, window_of, within_transfers: bool = False
 ) -> tuple[list[bool], list[int], list[bool], list[int]]:
-    """The acknowledgement groups of ``group`` slices at most (the pass's ``ack_group``,
+    """The acknowledgement groups of ``group`` messages at most (the pass's ``ack_group``,
     cc/scheduler.cc): per message, whether it takes credit, how many bytes, whether it is
-    acknowledged, and how many bytes its acknowledgement returns. Ungrouped (``group`` 1, a
-    transfer whose slices share a priority, a channel that is not counted, or a window that holds
-    fewer than two slices): each acknowledged message takes and returns its own bytes.
-    ``window_of(gate)``: the bytes of that gate channel's window.
+    acknowledged, and how many bytes its acknowledgement returns. A group is made of consecutive
+    acknowledged messages of a gate channel of counters, in its order, of one transfer's slices
+    or of several transfers' (``within_transfers``: only of one, as under one window per sending
+    task), that together fit the channel's window (``window_of(gate)``: its bytes). A message
+    whose key it shares with another on its channel (its slices go in any order) stands alone and
+    ends the group before it; one not acknowledged, which takes no credit, goes in its turn and
+    ends none. Ungrouped (``group`` 1, or a group of one): each acknowledged message takes and
+    returns its own bytes.
 
     >>> sg = SimGraph()
     >>> for s, size in enumerate((4, 4, 4, 2)):
     ...     _ = sg.add(MESSAGE, "t", "ps->w", "w", 0, nbytes=size, key=(0, s), gate=("ps", "w", "w", 0))
     >>> ack_groups(sg, [True, True, True, False], ["counter"] * 4, 2, lambda gate: 16)
     ([True, False, True, False], [8, 0, 4, 0], [False, True, True, False], [0, 8, 4, 0])
+
+    Across transfers: a transfer after them joins the group its window holds, and two that tie
+    (key (7, 0) twice) stand alone:
+
+    >>> for p in (4, 7, 7):
+    ...     _ = sg.add(MESSAGE, "u", "ps->w", "w", 0, nbytes=4, key=(p, 0), gate=("ps", "w", "w", 0))
+    >>> ack_groups(sg, [True] * 7, ["counter"] * 7, 4, lambda gate: 12)[3]
+    [0, 0, 12, 0, 6, 4, 4]
     """
     n = len(sg)
     taken = [sg.nbytes[i] if acked[i] else 0 for i in range(n)]
     credited, acks, back = list(acked), list(acked), list(taken)
     if group <= 1:
         return credited, taken, acks, back
-    slices: dict[tuple, list[int]] = defaultdict(list)  # (gate, transfer) -> its counted slices
+    on_gate: dict[tuple, list[int]] = defaultdict(list)  # gate -> its messages released by counters
     for i in range(n):
-        if acked[i] and how[i] == "counter":
-            slices[(sg.gate[i], id(sg.transfer[i]))].append(i)
-    for (gate, _), ids in slices.items():
+        if sg.kind[i] == MESSAGE and how[i] == "counter":
+            on_gate[sg.gate[i]].append(i)
+    groups: list[list[int]] = [[]]  # the last one is being made
+    for gate, ids in on_gate.items():
         ids.sort(key=lambda i: sg.key[i])
-        if len(ids) < 2 or len({sg.key[i] for i in ids}) < len(ids):  # one slice, or tied
-            continue
-        size = max(1, max(sg.nbytes[i] for i in ids))
-        per = max(1, min(group, window_of(gate) // size))
-        for start in range(0, len(ids), per):
-            members = ids[start : start + per]
-            if len(members) < 2:
+        sharing = Counter(sg.key[i] for i in ids)
+        window = window_of(gate)
+        groups.append([])
+        for i in ids:
+            members = groups[-1]
+            if not acked[i]:
                 continue
+            if sharing[sg.key[i]] > 1:
+                groups.append([])
+            elif members and (
+                len(members) == group
+                or sum(sg.nbytes[j] for j in members) + sg.nbytes[i] > window
+                or (within_transfers and sg.transfer[i] is not sg.transfer[members[-1]])
+            ):
+                groups.append([i])
+            else:
+                members.append(i)
+    for members in groups:
+        if len(members) > 1:
             total = sum(sg.nbytes[i] for i in members)
             for i in members:
                 credited[i] = acks[i] = False
@@ -537,7 +561,12 @@ def simulate(
     # Per message: whether it takes credit and how much, whether it is acknowledged and what its
     # acknowledgement returns (ack_groups); ``acked`` stays what the credit counts (kept in order)
     credited, taken, acks, back = ack_groups(
-        sg, acked, how, ack_group if credit_return == "ack" else 1, lambda gate: window[gate[0]]
+        sg,
+        acked,
+        how,
+        ack_group if credit_return == "ack" else 1,
+        lambda gate: window[gate[0]],
+        within_transfers=host_credit,
     )
     windowed = [host_credit and c for c in credited]  # messages the task's window takes
 
