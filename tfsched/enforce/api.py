@@ -245,17 +245,19 @@ def enable(
         throughput with TIO so held against 1.05x with TIO alone,
         TAO 1.39x against 1.05x, and 1.26x against 1.17x through TensorFlow 2's functions
         (BENCHMARKS.md, "One tensor in flight").
-    ack_group : at most this many consecutive acknowledged slices of one tensor share one
-        acknowledgement (default 1: one each, ByteScheduler's). The group's first slice takes the
-        credit of all of them, the others go in their turn without waiting for credit, and the
-        last one's arrival returns the whole group's. Each acknowledgement is an RPC of its own
-        (about 0.4 ms of CPU at its two ends here): ResNet-50 with ByteScheduler's sizes sends 120
-        a step, 84 with ``ack_group=2`` and 68 with 4, which made 0.979x to 0.983x of vanilla
-        TensorFlow's throughput at 10 Gbit/s against 0.959x to 0.968x one each in the same runs
-        (an improvement over ByteScheduler; BENCHMARKS.md, "Acknowledgement groups").
-        A group is never more slices than the credit holds, and only channels that keep their
-        order group (not ``ready``, not a schedule's queued pushes). Needs ``credit`` and
-        ``credit_return="ack"``.
+    ack_group : at most this many consecutive acknowledged slices on a channel share one
+        acknowledgement (default 1: one each, ByteScheduler's): a tensor's slices, and after them
+        the next tensors' on the channel. The group's first slice takes the credit of all of
+        them, the others go in their turn without waiting for credit, and the last one's arrival
+        returns the whole group's. Each acknowledgement is an RPC of its own (about 0.4 ms of CPU
+        at its two ends here): ResNet-50 with ByteScheduler's sizes sends 120 a step, 32 with
+        ``ack_group=4`` and 22 with 8; at 10 Gbit/s, eight made 0.964x to 0.998x of vanilla
+        TensorFlow's throughput against 0.947x to 0.959x one each in the same four runs (an
+        improvement over ByteScheduler; BENCHMARKS.md, "Acknowledgement groups across
+        tensors"). A group is never more than the credit holds, only channels that keep their
+        order group (not ``ready``, not a schedule's queued pushes), a tensor that shares its
+        priority stands alone, and under ``host_credit`` a group stays within its tensor. Needs
+        ``credit`` and ``credit_return="ack"``.
     push_credit : the window of the pushes (a worker's gradients to a PS), in parameters, in place
         of ``credit``, which the PS's pulls keep; what is acknowledged is still ``credit /
         ack_share``'s, so give ``partition`` and ``ack_share`` that make the pushes' slices at
