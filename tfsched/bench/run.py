@@ -53,10 +53,11 @@ class ModeSpec:
     ``tfsched.set_credit`` on the worker tasks while the mode ran, the same window); ``+pool``
     leaves the gates' ``_Send`` and the acknowledgements' credit to TensorFlow's ops, which wait
     for an inter-op thread (``enable(inline_transfers=False)``, how every mode ran until the
-    fifty-fourth session); ``+gN`` gives up to N consecutive acknowledged slices on a channel (of a tensor, or of
-    several) one acknowledgement (``enable(ack_group=N)``: ``tao+p1000000+c4000000+g2``, ByteScheduler's sizes
-    with their slices acknowledged in pairs). ``tfsched bench --tuned FILE`` turns the mode ``tuned`` into the best
-    setting of a ``tfsched tune`` file in this grammar (``tuned_mode``).
+    fifty-fourth session); ``+gN`` gives up to N consecutive acknowledged slices on a channel
+    (of a tensor, or of several) one acknowledgement (``enable(ack_group=N)``:
+    ``tao+p1000000+c4000000+g2``, ByteScheduler's sizes with their slices acknowledged in
+    pairs). ``tfsched bench --tuned FILE`` turns the mode ``tuned`` into the best setting of a
+    ``tfsched tune`` file in this grammar (``tuned_mode``).
 
     ``cross``: vanilla TensorFlow's transfers with the steps across TensorFlow's barrier
     (``tfsched.enforce.crossing``: each step's pushes and updates run on while the next step's
