@@ -1026,11 +1026,11 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
         const Transfer& t = xfers[k];
         const int64_t counted = counted_slices_of(t);
         if (counted == 0) continue;  // takes no credit: it goes in its turn, within a group too
-        if (t.tied && ordered_of(t)) ++tied_ungrouped;
-        if (!ordered_of(t) || t.tied || t.slice_elements <= 0 || host_credit_ ||
-            window_of(t) != window)
-          close();
-        if (!ordered_of(t) || t.tied || t.slice_elements <= 0) continue;
+        const bool ordered = ordered_of(t);
+        if (t.tied && ordered) ++tied_ungrouped;
+        const bool groupable = ordered && !t.tied && t.slice_elements > 0;
+        if (!groupable || host_credit_ || window_of(t) != window) close();
+        if (!groupable) continue;
         window = window_of(t);
         for (int64_t i = 0; i < counted; ++i) {
           if (static_cast<int64_t>(members.size()) == ack_group_ ||

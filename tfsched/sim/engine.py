@@ -259,7 +259,7 @@ def ack_groups(
     for i in range(n):
         if sg.kind[i] == MESSAGE and how[i] == "counter":
             on_gate[sg.gate[i]].append(i)
-    groups: list[list[int]] = [[]]  # the last one is being made
+    groups: list[list[int]] = []  # per gate channel in turn; the last one is being made
     for gate, ids in on_gate.items():
         ids.sort(key=lambda i: sg.key[i])
         sharing = Counter(sg.key[i] for i in ids)
