@@ -251,10 +251,10 @@ def enable(
         them, the others go in their turn without waiting for credit, and the last one's arrival
         returns the whole group's. Each acknowledgement is an RPC of its own (about 0.4 ms of CPU
         at its two ends here): ResNet-50 with ByteScheduler's sizes sends 120 a step, 32 with
-        ``ack_group=4`` and 22 with 8; at 10 Gbit/s, eight made 0.964x to 0.998x of vanilla
-        TensorFlow's throughput against 0.947x to 0.959x one each in the same six runs (an
-        improvement over ByteScheduler; BENCHMARKS.md, "Acknowledgement groups across
-        tensors"). A group is never more than the credit holds, only channels that keep their
+        ``ack_group=4`` and 20 to 22 with 8; at 10 Gbit/s, eight made 0.964x to 1.013x of
+        vanilla TensorFlow's throughput, pooled 0.991x, against 0.945x to 0.987x one each in the
+        same twelve runs (an improvement over ByteScheduler; BENCHMARKS.md, "Acknowledgement
+        groups across tensors" and "Groups of eight decided"). A group is never more than the credit holds, only channels that keep their
         order group (not ``ready``, not a schedule's queued pushes), a tensor that shares its
         priority stands alone, and under ``host_credit`` a group stays within its tensor. Needs
         ``credit`` and ``credit_return="ack"``.
