@@ -68,7 +68,9 @@ _PS_PLACEMENT_OPTION = click.option(
     show_default=True,
     help="How the built-in model's variables are spread over the PS. bytes: by the bytes each moves a "
     "step, largest first; held: by bytes held, in creation order (TF1's greedy load balancing); "
-    "round-robin (replica_device_setter's default).",
+    "round-robin (replica_device_setter's default); min-size: each variable split first as TensorFlow "
+    "2's MinSizePartitioner splits it (a shard for each 256 KiB begun, at most one per PS), the shards "
+    "round-robin.",
 )
 
 
@@ -99,11 +101,11 @@ _BENCH_PS_PLACEMENT_OPTION = click.option(
     default="bytes",
     show_default=True,
     callback=_ps_placements,
-    help="How the built-in model's variables are spread over the PS (bytes, held or round-robin, as "
-    "trace's). Several, comma-separated (bytes,held), run every mode on each placement in the same "
-    "rounds: the first's modes under their names, the others' as MODE@PLACEMENT. --api tf2: "
-    "round-robin (the strategy's own, its default there), min-size (the strategy's "
-    "variable_partitioner: MinSizePartitioner, shards of at least 256 KiB, at most one per PS), or both.",
+    help="How the built-in model's variables are spread over the PS (bytes, held, round-robin or "
+    "min-size, as trace's). Several, comma-separated (bytes,min-size), run every mode on each placement "
+    "in the same rounds: the first's modes under their names, the others' as MODE@PLACEMENT. --api "
+    "tf2: round-robin (the strategy's own, its default there), min-size (the strategy's "
+    "variable_partitioner: MinSizePartitioner, a shard for each 256 KiB begun, at most one per PS), or both.",
 )
 
 
@@ -1028,11 +1030,6 @@ def bench(
                 "--no-moving-averages is for --api session: a TensorFlow 2 step of a Keras model "
                 "updates its batch normalization's moving statistics"
             )
-    elif any(p not in PS_PLACEMENTS for p in ps_placement):
-        raise click.UsageError(
-            "--ps-placement min-size is TensorFlow 2's variable_partitioner: for --api tf2 (here: "
-            f"{', '.join(PS_PLACEMENTS)})"
-        )
     _check_loopback(loopback, shaped_loopback, latency, queue)  # before a batch size is measured
     _check_host_cores(host_cores)
     if traces_dir:
@@ -1210,12 +1207,12 @@ def bench(
 @_PS_OPTION
 @click.option(
     "--ps-placement",
-    type=click.Choice((*PS_PLACEMENTS, "min-size")),
+    type=click.Choice(PS_PLACEMENTS),
     default="bytes",
     show_default=True,
     help="How the built-in model's variables are spread over the PS, as trace's (bytes, held, "
-    "round-robin). --api tf2: round-robin (the strategy's own, its default there) or min-size (the "
-    "strategy's variable_partitioner: MinSizePartitioner, as bench --api tf2).",
+    "round-robin, min-size). --api tf2: round-robin (the strategy's own, its default there) or "
+    "min-size (the strategy's variable_partitioner: MinSizePartitioner, as bench --api tf2).",
 )
 @click.option(
     "--bandwidth",
@@ -1397,10 +1394,6 @@ def tune(
     _check_ps_placement(graph_path)
     if api == "tf2":
         ps_placement = _check_tf2_tune(ps_placement)
-    elif ps_placement == "min-size":
-        raise click.UsageError(
-            "--ps-placement min-size is TensorFlow 2's variable_partitioner: for --api tf2"
-        )
     if graph_path is not None and run_mode != "train":
         raise click.UsageError("--mode is a built-in model's: a saved graph runs its --fetch")
     if partition and not credit_only:

@@ -133,9 +133,11 @@ def test_a_variable_the_plan_does_not_name_goes_to_the_ps_with_the_fewest_bytes(
 def test_trace_places_a_built_in_models_variables_as_asked(tmp_path):
     """``tfsched trace --ps 2 --ps-placement``: the Transformer's embedding table, held on one PS,
     moves only the rows a step needs, so TF1's placement by bytes held leaves that PS a fifth of
-    the traffic; placed by bytes moved, the traced PS exchange about half each."""
-    shares = {}
-    for placement in ("held", "bytes"):
+    the traffic; placed by bytes moved, the traced PS exchange about half each. Split first as
+    TensorFlow 2's ``MinSizePartitioner`` splits it (``min-size``), the table's rows come from
+    both PS, each shard's gathered where it lives."""
+    shares, embedding_from = {}, {}
+    for placement in ("held", "bytes", "min-size"):
         out = tmp_path / f"{placement}.json"
         p = run(
             "trace", "--model", "transformer", "--ps", "2", "--ps-placement", placement,
@@ -145,8 +147,14 @@ def test_trace_places_a_built_in_models_variables_as_asked(tmp_path):
         doc = json.loads(out.read_text())
         assert doc["meta"]["ps_placement"] == placement
         moved = [0, 0]
+        embedding_from[placement] = set()
         for t in doc["transfers"]:
             ps = next(e for e in (t["src"], t["dst"]) if "/job:ps/" in e)
-            moved[int(ps.split("/task:")[1].split("/")[0])] += t["bytes"]
+            task = int(ps.split("/task:")[1].split("/")[0])
+            moved[task] += t["bytes"]
+            if t["src"] == ps and t["tensor"].startswith("embedding/"):
+                embedding_from[placement].add(task)
         shares[placement] = max(moved) / sum(moved)
     assert shares["held"] > 0.7 and shares["bytes"] < 0.55, shares
+    assert len(embedding_from["held"]) == len(embedding_from["bytes"]) == 1, embedding_from
+    assert embedding_from["min-size"] == {0, 1}, embedding_from

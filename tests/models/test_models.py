@@ -219,11 +219,78 @@ def _devices(built):
         return [(v.op.name, v.device) for v in tf.compat.v1.global_variables()]
 
 
+def _variables(built) -> dict[str, tuple[list[int], str]]:
+    """name -> (shape, device) of every variable of ``built``, in creation order."""
+    import tensorflow as tf
+
+    with built.graph.as_default():
+        return {v.op.name: (v.shape.as_list(), v.device) for v in tf.compat.v1.global_variables()}
+
+
+def _losses(built, steps: int) -> list:
+    """``built``'s loss over ``steps`` steps in one local session, its devices cleared."""
+    import tensorflow as tf
+
+    graph_def = built.graph_def()
+    for node in graph_def.node:
+        node.device = ""
+    with tf.Graph().as_default() as g:
+        tf.compat.v1.import_graph_def(graph_def, name="")
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(built.init_op.name)
+            return [sess.run([built.loss.name, *built.fetches])[0] for _ in range(steps)]
+
+
+@pytest.mark.parametrize("model,split", [("vgg16", 13), ("transformer", 9)])
+def test_min_size_splits_as_tensorflow_2s_partitioner_and_keeps_the_weights(model, split):
+    """``ps_placement="min-size"``: each variable that TensorFlow 2's ``MinSizePartitioner``
+    splits over 2 PS (every one over 256 KiB) becomes two shards ``NAME/part_I`` of its rows, one
+    on each PS (the Transformer's embedding among them, read by ``embedding_lookup``); the rest
+    stay whole.
+    The model computes what it computes whole: the same losses, bit for bit, over three training
+    steps, momentum's slots following their shards."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tfsched.models.shards import MIN_SHARD_BYTES, min_size_partitioner, shard_rows
+
+    whole = build_graph(model, batch_size=2, ps_tasks=2, ps_placement="round-robin", optimizer="momentum")
+    sharded = build_graph(model, batch_size=2, ps_tasks=2, ps_placement="min-size", optimizer="momentum")
+    had, have, made = _variables(whole), _variables(sharded), 0
+    for name, (shape, _) in had.items():
+        if name.endswith("/Momentum"):  # a slot: checked with its variable's shards below
+            continue
+        rows = shard_rows(shape, tf.float32, min_size_partitioner(2))
+        assert (len(rows) > 1) == bool(np.prod(shape) * 4 > MIN_SHARD_BYTES and shape[0] > 1), name
+        if len(rows) == 1:
+            assert have[name][0] == shape, name
+            continue
+        made += 1
+        parts = [f"{name}/part_{i}" for i in range(len(rows))]
+        assert [have[p][0] for p in parts] == [[n, *shape[1:]] for n in rows], name
+        assert len(rows) == 2 and rows[0] - rows[1] in (0, 1) and name not in have, name
+        assert {have[p][1] for p in parts} == {"/job:ps/task:0", "/job:ps/task:1"}, name
+        if f"{name}/Momentum" in had:  # a trainable variable's slot follows its shards
+            assert [have[f"{p}/Momentum"] for p in parts] == [have[p] for p in parts], name
+    assert made == split
+    if model == "transformer":
+        assert "embedding/embeddings/part_1" in have
+    # the same weights and the same steps: the shards hold the whole variable's initial rows
+    assert np.array_equal(_losses(whole, 3), _losses(sharded, 3))
+    # one PS holds as much as the other, within the largest shard: VGG16's fc1 is split too
+    if model == "vgg16":
+        held = {}
+        for shape, device in have.values():
+            held[device] = held.get(device, 0) + int(np.prod(shape))
+        assert max(held.values()) / sum(held.values()) < 0.52, held
+
+
 def test_an_unknown_ps_placement_is_one_error():
     from tfsched.errors import TfschedError
 
     with pytest.raises(
-        TfschedError, match="unknown ps_placement 'random'; expected one of bytes, held, round-robin"
+        TfschedError,
+        match="unknown ps_placement 'random'; expected one of bytes, held, round-robin, min-size",
     ):
         build_graph("seq32", ps_tasks=2, ps_placement="random")
 

@@ -122,10 +122,8 @@ def test_tune_tf2_refuses_what_it_cannot_run_before_it_starts(tmp_path, args, ne
     assert not out.exists()
 
 
-def test_the_session_tuner_refuses_what_is_tensorflow_2s_or_a_built_in_models(tmp_path):
+def test_the_session_tuner_refuses_options_that_do_not_go_together(tmp_path):
     out = tmp_path / "t.json"
-    p = cli("tune", "--ps", "2", "--ps-placement", "min-size", "-o", str(out), timeout=120)
-    assert_one_line_error(p, "--ps-placement min-size is TensorFlow 2's variable_partitioner: for --api tf2")
     p = cli("tune", "--graph", "g.pb", "--fetch", "train", "--mode", "inference", "-o", str(out), timeout=120)
     assert_one_line_error(p, "--mode is a built-in model's: a saved graph runs its --fetch")
     p = cli("tune", "--host-order", "priority", "-o", str(out), timeout=120)

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import platform
 import re
@@ -50,6 +49,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 
 from tfsched.errors import TfschedError
+from tfsched.models.shards import MIN_SHARD_BYTES, min_size_partitioner, shard_sizes
 
 FIRST_ROUND_TIMEOUT_S = 1800.0  # a coordinator round, before any has been timed
 STEP_FUNCTION = re.compile(r"__inference_step_\d+\.worker_0\.pb")  # worker 0's step, as dumped
@@ -59,7 +59,6 @@ STEP_FUNCTION = re.compile(r"__inference_step_\d+\.worker_0\.pb")  # worker 0's 
 # variables, or every variable first split by TensorFlow 2's ``MinSizePartitioner`` (its shards then
 # round-robin): the strategy's ``variable_partitioner``, as TensorFlow's guide sets it.
 TF2_PS_PLACEMENTS = ("round-robin", "min-size")
-MIN_SHARD_BYTES = 256 << 10  # the guide's min_shard_bytes
 
 
 def variable_partitioner(ps_placement: str, ps: int):
@@ -71,35 +70,7 @@ def variable_partitioner(ps_placement: str, ps: int):
         )
     if ps_placement == "round-robin" or ps < 2:
         return None
-    import tensorflow as tf
-
-    return tf.distribute.experimental.partitioners.MinSizePartitioner(
-        min_shard_bytes=MIN_SHARD_BYTES, max_shards=ps
-    )
-
-
-def shard_sizes(shape, dtype, partitioner) -> list[int]:
-    """The parameters of each variable ``ParameterServerStrategy`` makes of one of ``shape`` and
-    ``dtype`` with ``partitioner`` (its ``_create_variable``: a scalar or a single partition stays
-    whole; otherwise at most one shard per row of the first axis, the rows dealt out evenly, the
-    first shards one row more).
-
-    >>> import tensorflow as tf
-    >>> shard_sizes((10, 3), tf.float32, tf.distribute.experimental.partitioners.FixedShardsPartitioner(4))
-    [9, 9, 6, 6]
-    """
-    dims = [int(d) for d in shape]
-    whole = [math.prod(dims)]
-    if partitioner is None or not dims:
-        return whole
-    import tensorflow as tf
-
-    parts = min(int(partitioner(shape=tf.TensorShape(dims), dtype=dtype)[0]), dims[0])
-    if parts <= 1:
-        return whole
-    row = math.prod(dims[1:])
-    base, extra = divmod(dims[0], parts)
-    return [(base + (1 if i < extra else 0)) * row for i in range(parts)]
+    return min_size_partitioner(ps)
 
 
 def channel_params(
@@ -968,8 +939,8 @@ def markdown(summary: dict) -> str:
     if c["ps"] > 1:  # runs before the option have no ps_placement: they were round-robin
         told = {
             "round-robin": "whole variables round-robin",
-            "min-size": f"each variable split by MinSizePartitioner, shards of at least "
-            f"{MIN_SHARD_BYTES // 1024} KiB and at most one per PS, the shards round-robin",
+            "min-size": f"each variable split by MinSizePartitioner, a shard for each "
+            f"{MIN_SHARD_BYTES // 1024} KiB begun and at most one per PS, the shards round-robin",
         }
         placed = c.get("ps_placement", "round-robin")
         if isinstance(placed, str):

@@ -4,7 +4,9 @@ Each graph is one worker's graph of between-graph replication (``worker_task`` p
 or, with ``in_graph_workers=N``, one graph holding N worker replicas that share the variables
 (in-graph replication). Variables are spread over ``ps_tasks`` PS tasks by
 ``replica_device_setter``, each to the least loaded PS by bytes (``ps_placement="bytes"``, the
-default) or round-robin (``"round-robin"``, the setter's own default).
+default), round-robin (``"round-robin"``, the setter's own default), or split first as TensorFlow
+2's ``MinSizePartitioner`` splits them, the shards round-robin (``"min-size"``,
+:mod:`tfsched.models.shards`).
 """
 
 from __future__ import annotations
@@ -197,7 +199,12 @@ def build_graph(
     ``GreedyLoadBalancingStrategy`` with ``byte_size_load_fn``, which TensorFlow 2 no longer
     ships: what ``"bytes"`` improves on); ``"round-robin"`` is ``replica_device_setter``'s
     default, which with two PS puts every kernel of a model whose layers alternate kernel and bias
-    on the first (VGG16: 33.6M parameters against 12,426).
+    on the first (VGG16: 33.6M parameters against 12,426); ``"min-size"`` splits every variable
+    over 256 KiB along its first axis first, a shard for each 256 KiB begun and at most one per
+    PS, and deals the shards and the other variables out round-robin in creation order: what
+    ``ParameterServerStrategy`` does with the ``MinSizePartitioner`` TensorFlow 2's guide gives
+    it (``tfsched bench --api tf2 --ps-placement min-size``), so the two APIs can be compared on
+    the same shards. The weights are the same as whole (each shard starts from its rows).
 
     ``cross_workers``: the number of workers of a training graph whose steps cross TensorFlow's
     barrier (``tfsched.enforce.crossing``: ``train_op`` is then the step's compute run and
@@ -223,6 +230,7 @@ def build_graph(
             f"unknown ps_placement {ps_placement!r}; expected one of {', '.join(PS_PLACEMENTS)}"
         )
     from tfsched.graph._tf import import_tensorflow, tf_submodule
+    from tfsched.models.shards import split_variables
 
     tf = import_tensorflow()
 
@@ -265,6 +273,9 @@ def build_graph(
             with (
                 g.device(setter),
                 tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=tf.compat.v1.AUTO_REUSE),
+                split_variables(ps_tasks)
+                if ps_placement == "min-size" and ps_tasks > 1
+                else contextlib.nullcontext(),
             ):
                 images = tf.random.stateless_uniform([batch_size, size, size, 3], seed=[seed, r])
                 labels = tf.random.stateless_uniform(
@@ -337,7 +348,7 @@ def build_graph(
     )
 
 
-PS_PLACEMENTS = ("bytes", "held", "round-robin")
+PS_PLACEMENTS = ("bytes", "held", "round-robin", "min-size")
 
 
 class _HeldBytes:
