@@ -79,13 +79,27 @@ def channel_params(
     """The parameters of the PS holding the most of ``model``'s variables, spread as
     ``ParameterServerStrategy`` spreads them with ``ps_placement``'s partitioner: each variable,
     or each of its shards, to the next PS round-robin in creation order. Every worker pulls them
-    all each step, so it is the busiest channel's share."""
+    all each step, so it is the busiest channel's share.
+
+    The variables are taken in the order they are made, which the strategy deals them out in, not
+    in the model's (``model.variables`` follows its layers, sorted: ResNet-50 makes a block's
+    shortcut convolution before the block's first, and lists it after)."""
+    import tensorflow as tf
+
     from tfsched.models.keras import keras_model
 
     partitioner = variable_partitioner(ps_placement, ps)
-    built, _ = keras_model(model, image_size=image_size)
+    made_in_order = []
+
+    def record(next_creator, **kwargs):
+        made_in_order.append(next_creator(**kwargs))
+        return made_in_order[-1]
+
+    with tf.variable_creator_scope(record):
+        built, _ = keras_model(model, image_size=image_size)
+    holds = {id(v) for v in built.variables}  # not Keras's counters (scalars the model makes last)
     held, made = [0] * ps, 0
-    for v in built.variables:
+    for v in (v for v in made_in_order if id(v) in holds):
         for size in shard_sizes(v.shape, v.dtype, partitioner):
             held[made % ps] += size
             made += 1
