@@ -84,10 +84,10 @@ def channel_params(
     The variables are taken in the order they are made, which the strategy deals them out in, not
     in the model's (``model.variables`` follows its layers, sorted: ResNet-50 makes a block's
     shortcut convolution before the block's first, and lists it after)."""
-    import tensorflow as tf
-
+    from tfsched.graph._tf import import_tensorflow
     from tfsched.models.keras import keras_model
 
+    tf = import_tensorflow()  # without its start-up chatter on the user's stderr
     partitioner = variable_partitioner(ps_placement, ps)
     made_in_order = []
 

@@ -21,7 +21,9 @@ MIN_SHARD_BYTES = 256 << 10  # TensorFlow 2's guide's min_shard_bytes
 
 def min_size_partitioner(ps: int):
     """TensorFlow 2's ``MinSizePartitioner`` over ``ps`` PS, as the guide sets it."""
-    import tensorflow as tf
+    from tfsched.graph._tf import import_tensorflow
+
+    tf = import_tensorflow()  # without its start-up chatter on the user's stderr
 
     return tf.distribute.experimental.partitioners.MinSizePartitioner(
         min_shard_bytes=MIN_SHARD_BYTES, max_shards=ps
@@ -40,7 +42,9 @@ def shard_rows(shape, dtype, partitioner) -> list[int]:
     >>> shard_rows((), tf.float32, min_size_partitioner(2))
     [1]
     """
-    import tensorflow as tf
+    from tfsched.graph._tf import import_tensorflow
+
+    tf = import_tensorflow()
 
     dims = [int(d) for d in shape]
     if partitioner is None or not dims:
@@ -87,9 +91,9 @@ def split_variables(ps: int):
     >>> [p.name for p in v], [p.shape.as_list() for p in v], isinstance(small, tf.Variable)
     (['w/part_0:0', 'w/part_1:0'], [[150, 512], [150, 512]], True)
     """
-    import tensorflow as tf
+    from tfsched.graph._tf import import_tensorflow, tf_submodule
 
-    from tfsched.graph._tf import tf_submodule
+    tf = import_tensorflow()
 
     variables = tf_submodule("python.ops.variables")
     partitioner = min_size_partitioner(ps)
