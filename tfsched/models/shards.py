@@ -3,12 +3,14 @@
 TensorFlow 2's guide gives ``ParameterServerStrategy`` a ``variable_partitioner``
 (``MinSizePartitioner``), whose shards the strategy then deals out round-robin. Despite its
 ``min_shard_bytes``, the partitioner makes a shard for each 256 KiB begun, at most one per PS and
-per row of the first axis: a variable of 288 KiB becomes two of 144 KiB. A TF1 graph partitions a variable with ``get_variable(...,
-partitioner=...)`` or a ``variable_scope`` partitioner, which Keras layers do not read: their
-weights are made through ``tf.compat.v1.Variable``. :func:`split_variables` splits them there, in
-the variable creators' stack, so a built-in model of Keras layers built the TF1 way
-(``build_graph(..., ps_placement="min-size")``) holds the same shards as under the strategy, and
-``replica_device_setter``'s round-robin deals them out in creation order as the strategy does.
+per row of the first axis: a variable of 288 KiB becomes two of 144 KiB. A TF1 graph partitions a
+variable with ``get_variable(..., partitioner=...)`` or a ``variable_scope`` partitioner, which
+Keras layers do not read: their weights are made through ``tf.compat.v1.Variable``.
+:func:`split_variables` splits them there, in the variable creators' stack, so a built-in model of
+Keras layers built the TF1 way (``build_graph(..., ps_placement="min-size")``) holds the same
+shards as under the strategy, and ``replica_device_setter``'s round-robin deals them out in the
+order they are made, as the strategy does: the global step aside, the busiest PS holds what
+``bench.tf2.channel_params`` says the strategy's busiest does.
 """
 
 from __future__ import annotations
