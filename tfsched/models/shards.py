@@ -44,13 +44,12 @@ def shard_rows(shape, dtype, partitioner) -> list[int]:
     >>> shard_rows((), tf.float32, min_size_partitioner(2))
     [1]
     """
-    from tfsched.graph._tf import import_tensorflow
-
-    tf = import_tensorflow()
-
     dims = [int(d) for d in shape]
     if partitioner is None or not dims:
         return [dims[0] if dims else 1]
+    from tfsched.graph._tf import import_tensorflow
+
+    tf = import_tensorflow()
     parts = min(int(partitioner(shape=tf.TensorShape(dims), dtype=dtype)[0]), dims[0])
     if parts <= 1:
         return [dims[0]]
