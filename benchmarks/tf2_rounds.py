@@ -1,5 +1,5 @@
 """A TensorFlow 2 bench's rounds with each coordinator forked from one process that imported
-TensorFlow (``bench.coordinators``, ``bench.tf2.forked_coordinators``) against each a process of
+TensorFlow (``bench.zygote.Forks``, ``bench.tf2.forked_coordinators``) against each a process of
 its own that imports it again, as until the eighty-seventh session.
 
 The same run of ``bench.tf2.side_by_side`` (the shaped cluster of the tests' TensorFlow 2 bench by

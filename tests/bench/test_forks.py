@@ -1,5 +1,6 @@
-"""``bench.forks``: one process imports what its programs import and forks a child for each (the
-TensorFlow 2 bench's coordinators, ``bench.tf2.forked_coordinators``)."""
+"""``bench.zygote.Forks``: programs run to their end, forked by a zygote that imported what they
+import (the TensorFlow 2 bench's coordinators, ``bench.tf2.forked_coordinators``, and the tests'
+clients), each this process's child, ending with it or with its run."""
 
 import json
 import os
@@ -12,21 +13,23 @@ import time
 import pytest
 
 from tests.helpers import shadow_module
-from tfsched.bench.forks import Forks
 from tfsched.bench.local import task_env
+from tfsched.bench.zygote import Forks
 
 PROGRAM = """
 import json, os, sys
 import random
 import numpy
-print(json.dumps({"argv": sys.argv, "name": __name__, "pid": os.getpid(), "env": os.environ.get("FORKS_TEST"),
+print(json.dumps({"argv": sys.argv, "name": __name__, "pid": os.getpid(), "ppid": os.getppid(),
+                  "env": os.environ.get("FORKS_TEST"), "stdin": os.readlink("/proc/self/fd/0"),
                   "preloaded": "email.mime.text" in sys.modules,
                   "random": [random.random(), numpy.random.random()]}))
 print("to stderr", file=sys.stderr)
 what = sys.argv[1]
-if what == "sleep":
+if what in ("sleep", "nap"):
     import time
-    time.sleep(600)
+    time.sleep(600 if what == "sleep" else 2)
+    sys.exit(4)
 if what == "raise":
     raise ValueError("as asked")
 sys.exit("said and failed" if what == "say" else int(what))
@@ -54,15 +57,29 @@ def _children(pid: int) -> list[int]:
         return [int(c) for c in f.read().split()]
 
 
+def _running(program: str, parent: int | None = None) -> list[int]:
+    """The processes running ``program`` (its command line's title names it) below ``parent``
+    (this process by default)."""
+    found = []
+    for pid in _children(os.getpid() if parent is None else parent):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if program.encode() in f.read():
+                    found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
 def _running_child(forks: Forks, argv: list[str]) -> tuple[threading.Thread, dict, int]:
     """``argv`` run on a thread of its own; the thread, where its result goes, and the child."""
     ran = {}
     waiting = threading.Thread(target=lambda: ran.update(r=forks.run(argv, 300)))
     waiting.start()
     deadline = time.monotonic() + 60
-    while not _children(forks.proc.pid) and time.monotonic() < deadline:
+    while not _running(argv[0]) and time.monotonic() < deadline:
         time.sleep(0.02)
-    (child,) = _children(forks.proc.pid)
+    (child,) = _running(argv[0])
     return waiting, ran, child
 
 
@@ -75,6 +92,8 @@ def test_a_forked_program_runs_as_python_runs_it(program):
         assert done.returncode == 3 and done.stderr == "to stderr\n"
         assert said["argv"] == [program, "3"] and said["name"] == "__main__" and said["env"] == "given"
         assert said["preloaded"] and said["pid"] not in (os.getpid(), forks.proc.pid)
+        # this process's child, as a task is, with no stdin
+        assert said["ppid"] == os.getpid() and said["stdin"] == os.devnull
         again = json.loads(forks.run([program, "0"], 60).stdout)
         # a child each, each with random states of its own (numpy's as Python's)
         assert again["pid"] != said["pid"] and all(
@@ -99,38 +118,62 @@ def test_a_child_past_its_timeout_is_killed_and_the_next_is_forked(program):
             forks.run([program, "sleep"], 1)
         assert 1 <= time.monotonic() - start < 30
         pid = int(str(hung.value.cmd).removeprefix("pid "))
-        assert not os.path.exists(f"/proc/{pid}") and _children(forks.proc.pid) == []  # reaped
+        assert not os.path.exists(f"/proc/{pid}") and _running(program) == []  # reaped
         assert forks.run([program, "5"], 60).returncode == 5
 
 
-def test_a_child_is_killed_when_its_caller_goes(program):
-    """The caller's end of the pipe closed (its process ended) with a child running: the child
-    is killed, then the forking process ends."""
-    forks = Forks([])
+def test_a_child_is_killed_when_its_caller_ends_however_it_ends(program, tmp_path):
+    """A coordinator whose cluster has gone would wait for it: killed with its caller, whose
+    end of its lifeline is the only one."""
+    caller = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from tfsched.bench.zygote import Forks; Forks([]).run([{program!r}, 'sleep'], 600)",
+        ],
+        env=task_env(),
+    )
     try:
-        waiting, ran, child = _running_child(forks, [program, "sleep"])
-        forks.proc.stdin.close()
-        waiting.join(60)
-        assert ran["r"].returncode == -signal.SIGKILL and not _alive(child)
-        assert forks.proc.wait(30) == 0
-    finally:
-        forks.close()
-
-
-def test_a_child_is_killed_when_the_forking_process_ends(program):
-    """A coordinator whose cluster has gone would wait for it: it ends with its parent."""
-    forks = Forks([])
-    try:
-        waiting, ran, child = _running_child(forks, [program, "sleep"])
-        forks.proc.kill()
-        waiting.join(60)
-        assert ran["r"].returncode == 1 and ran["r"].stderr.startswith("the forking process ended: ")
+        deadline = time.monotonic() + 60
+        while not _running(program, caller.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        (child,) = _running(program, caller.pid)
+        caller.kill()
+        caller.wait(30)
         deadline = time.monotonic() + 30
         while _alive(child) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _alive(child)
     finally:
+        caller.kill()
+        caller.wait(30)
+        for pid in _children(os.getpid()):  # the orphans that came to this process (a subreaper)
+            with open(f"/proc/{pid}/stat") as f:
+                zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+            if zombie:
+                os.waitpid(pid, 0)
+
+
+def test_a_child_still_running_is_killed_on_close(program):
+    forks = Forks([])
+    try:
+        waiting, ran, child = _running_child(forks, [program, "sleep"])
+    finally:
         forks.close()
+    waiting.join(60)
+    assert ran["r"].returncode == -signal.SIGKILL and not _alive(child)
+    assert forks.proc.returncode == 0 and not os.path.exists(forks.dir)
+
+
+def test_a_child_outlives_its_zygote_and_the_next_run_fails_in_one_line(program):
+    with Forks([]) as forks:
+        waiting, ran, child = _running_child(forks, [program, "nap"])
+        forks.proc.kill()
+        waiting.join(60)
+        assert ran["r"].returncode == 4  # it ran to its end: this process's child, not the zygote's
+        failed = forks.run([program, "0"], 60)
+        assert failed.returncode == 1 and failed.stderr.startswith("the forking process has ended: ")
+        assert "\n" not in failed.stderr
 
 
 def test_a_forking_process_that_cannot_start_is_a_failed_run_saying_why(program):
@@ -155,4 +198,5 @@ def test_a_forking_process_that_cannot_start_is_the_rounds_one_error(tmp_path, m
         with pytest.raises(TfschedError) as failed:
             tf2.run_round({"spec": {}}, "tio", timeout_s=60)
     assert str(failed.value) == f"mode tio's coordinator failed: the forking process did not start: {said}"
-    assert forks.proc.returncode == 1 and not os.path.exists(forks.dir)
+    # ended (killed, if it had not yet when its socket closed), its files gone
+    assert forks.proc.returncode is not None and not os.path.exists(forks.dir)

@@ -4,7 +4,7 @@ The same cluster (``--ps`` PS and ``--workers`` workers, each task its own host,
 each way, as the session bench's) serves every mode; the modes alternate in rounds (baseline,
 tio, ..., baseline, ...). A round of a mode is one coordinator process, since the pass goes into
 a process's eager context (``tfsched.enable_functions``), forked from one that has imported
-TensorFlow (``forked_coordinators``, ``bench.forks``): it builds the built-in model as a Keras
+TensorFlow (``forked_coordinators``, ``bench.zygote.Forks``): it builds the built-in model as a Keras
 model (``tfsched.models.keras``) under the strategy, runs a warm-up step per worker, then times
 ``steps`` steps per worker scheduled with a ``ClusterCoordinator``: asynchronous training, each
 worker pulls, computes and pushes at its own pace (``inference``: pulls and the forward pass).
@@ -190,8 +190,8 @@ def coordinate(args: dict) -> dict:
         # twice the first one's, which also instantiated the function: Par-32's solo round of 2
         # steps on 2 PS then profiled a window of 13 s for 0.04 s of steps
         window = 2 * run_steps(workers) * args["steps"] + 5
-    # the bench's task processes: the driver's children (this process's siblings, or where it was
-    # forked from bench.forks, its parent's)
+    # the bench's task processes: the driver's children (this process's siblings; forked by
+    # bench.zygote.Forks, it is the driver's child too)
     procs = task_processes(args.get("driver_pid") or os.getppid())
     cpu = cpu_seconds()  # the machine's, every task's: they all run on it
     tasks_at = tasks_cpu_s(procs)
@@ -314,7 +314,7 @@ def round_timeout(walls: list[float]) -> float:
     return 5 * max(walls) + 120 if walls else FIRST_ROUND_TIMEOUT_S
 
 
-_FORKS = None  # a bench.forks.Forks while forked_coordinators() is in force
+_FORKS = None  # a bench.zygote.Forks while forked_coordinators() is in force
 # what a coordinator imports: the forking process imports it once, before its first fork (the
 # strategy's and the coordinator's modules, which TensorFlow loads on their first use)
 COORDINATOR_IMPORTS = (
@@ -332,16 +332,22 @@ COORDINATOR_IMPORTS = (
 @contextlib.contextmanager
 def forked_coordinators():
     """While in force, ``run_round`` forks each coordinator, ``python -m tfsched.bench.tf2``,
-    from one process that has imported ``COORDINATOR_IMPORTS`` (``bench.forks``), where each
-    imported them again: 7 to 9 s of CPU a round on two cores. The process starts importing at
-    once, beside whatever the caller does next (a cluster's start-up), and ends on leaving."""
-    from tfsched.bench.forks import Forks
+    from a zygote that has imported ``COORDINATOR_IMPORTS`` (``bench.zygote.Forks``), where each
+    imported them again: 7 to 9 s of CPU a round on two cores. The zygote starts importing at
+    once, beside whatever the caller does next (a cluster's start-up), and ends on leaving.
+    Where the cluster's tasks are not forked (``TFSCHED_FORKED_TASKS=0``, or no subreaper here)
+    neither are the coordinators."""
+    from tfsched.bench.zygote import ENV_FLAG, Forks
 
     global _FORKS
-    if _FORKS is not None:  # already in force: the outer block's process serves
+    if _FORKS is not None or os.environ.get(ENV_FLAG, "1") == "0":  # the outer block's serves, or none
         yield
         return
-    _FORKS = Forks(COORDINATOR_IMPORTS)
+    try:
+        _FORKS = Forks(COORDINATOR_IMPORTS)
+    except OSError:  # no prctl or subreaper here: processes of their own
+        yield
+        return
     try:
         yield
     finally:

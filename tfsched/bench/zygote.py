@@ -22,7 +22,7 @@ the zygote's at the fork, is set to the one a process of its own has (``setproct
 
 The task then goes to its host (``TaskHost.enter``: its network namespace, its capped CPU group,
 its niceness), what the commands ``TaskHost.prefix`` gives did for a process of its own, and
-runs ``python -m tfsched.bench.server`` in itself (``bench.forks.run_python``). It holds the
+runs ``python -m tfsched.bench.server`` in itself (``run_python``). It holds the
 only read end of its stdin, so it ends with the process that started it, however that ends, as
 before. The zygote never made an eager context or a server: it has no thread of TensorFlow's
 when it forks, and ``OPENBLAS_NUM_THREADS=1`` in its environment leaves out numpy's idle BLAS
@@ -34,7 +34,21 @@ sets. A failed or interrupted exchange with it kills it, so that a late answer i
 another start's; every wait on it is bounded. Side effect: a process that starts forked tasks is a
 subreaper from then on, so a process orphaned below it (a task of a cluster started by a
 program it ran, whose launcher was killed) comes to it, and stays a zombie until it exits.
-``TFSCHED_FORKED_TASKS=0`` in the environment starts every task as a process of its own.
+
+Programs run to their end are forked the same way (``Forks``): TensorFlow 2's coordinators, one
+a round of ``tfsched bench --api tf2`` and ``tfsched tune --api tf2`` (``bench.tf2.run_round``),
+and the tests' clients, each from a zygote that imported what they import (7 to 9 s of CPU a
+round on two cores, imported afresh: ``benchmarks/results/tf2-rounds-s87.md``). Their stdout and
+stderr go to files, read as ``subprocess.run``'s were, and their stdin is ``/dev/null``; in its
+place the zygote hands each the read end of a lifeline, a pipe whose writer (this process)
+closing kills it. From the eighty-seventh session to the hundredth they had a forking process of
+their own (``bench.forks``), which forked each as its own child, waited for it and said its
+exit code; that process's death took its children with it (``PR_SET_PDEATHSIG``). One mechanism
+now serves both: the same start, environment, title and error path, and a program is this
+process's child, as a task is, whose end it reads itself.
+
+``TFSCHED_FORKED_TASKS=0`` in the environment starts every task and coordinator as a process
+of its own.
 """
 
 from __future__ import annotations
@@ -45,6 +59,7 @@ import ctypes
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -168,11 +183,13 @@ class Zygote:
     """The forking process for tasks of environment ``env`` (started at once, importing
     ``preload``): ``start`` a task, ``close`` it (its tasks are this process's and go on)."""
 
-    def __init__(self, env: dict, preload: tuple[str, ...] = PRELOAD) -> None:
+    def __init__(
+        self, env: dict, preload: tuple[str, ...] = PRELOAD, what: str = "the tasks' zygote"
+    ) -> None:
         # before any task is forked below it: an orphan goes to the nearest subreaper
         if _libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "cannot become a subreaper")
-        self.env = env
+        self.env, self.what = env, what  # ``what``: how its errors name it
         self.imports_set: dict = {}  # what its imports set in its environment, once it is ready
         self._lock = threading.Lock()
         self._ready = False
@@ -206,7 +223,7 @@ class Zygote:
             self.proc.kill()
         self._log.seek(0)
         tail = self._log.read().decode("utf-8", "replace").strip().splitlines()[-1:]
-        return TfschedError(f"the tasks' zygote {why}: {tail[0] if tail else '(nothing on its stderr)'}")
+        return TfschedError(f"{self.what} {why}: {tail[0] if tail else '(nothing on its stderr)'}")
 
     def start(self, argv: list[str], *, name: str, host: TaskHost, env: dict, stderr) -> ForkedTask:
         """``python ARGV`` (``["-m", MODULE, ...]`` or ``[SCRIPT, ...]``) forked as task
@@ -226,15 +243,26 @@ class Zygote:
                 os.close(fd)
         return ForkedTask(pid, argv, os.fdopen(stdin_w, "w"), os.fdopen(stdout_r, "r"))
 
-    def _spawn(self, argv: list[str], name: str, host: TaskHost, env: dict, fds: tuple[int, int, int]) -> int:
+    def _spawn(
+        self,
+        argv: list[str],
+        name: str,
+        host: TaskHost,
+        env: dict,
+        fds: tuple[int, int, int],
+        lifeline: bool = False,
+    ) -> int:
         """Fork task ``name`` with ``fds`` as its stdin, stdout and stderr (this process keeps
-        its own copies); its pid, this process's child."""
+        its own copies); its pid, this process's child. With ``lifeline`` the first is no stdin
+        (the task's is ``/dev/null``) but a pipe's read end whose writer's end closing kills
+        it."""
         request = {
             "argv": argv,
             "name": name,
             "host": dataclasses.asdict(host),
             "env": env,
             "cwd": os.getcwd(),
+            "lifeline": lifeline,
         }
         with self._lock:
             if not self._ready:
@@ -328,16 +356,111 @@ def close_zygote() -> None:
             _ZYGOTE = None
 
 
+class Forks:
+    """Programs run to their end (``subprocess.run``'s way), each forked by a zygote of its own
+    that imported ``preload`` (module names) in ``env`` (``bench.local.task_env()`` if None):
+    TensorFlow 2's coordinators (``bench.tf2.forked_coordinators``) and the tests' clients.
+    ``run(argv, timeout_s)``; ``close()`` (or leaving a ``with``) ends the zygote and kills a
+    program still running.
+
+    A program's stdout and stderr go to files of its own, read when it ends; its stdin is
+    ``/dev/null``. It is this process's child, and the write end of its lifeline (``_die_with``)
+    is this process's alone: it is killed when its run lets it go (past its timeout, or closed)
+    or this process ends, however that ends. The zygote ending does not end it."""
+
+    def __init__(self, preload: tuple[str, ...] | list[str], env: dict | None = None) -> None:
+        from tfsched.bench.local import task_env
+
+        # numpy's idle BLAS threads left out in the programs too, as they were in the zygote
+        self.env = dict(task_env() if env is None else env, OPENBLAS_NUM_THREADS="1")
+        self.zygote = Zygote(self.env, tuple(preload), what="the forking process")
+        self.proc = self.zygote.proc
+        self.dir = tempfile.mkdtemp(prefix="tfsched-forks-")
+        self._lock = threading.Lock()
+        self._runs = 0
+        self._lifelines: set = set()  # the write ends of the running programs' lifelines
+
+    def run(self, argv: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+        """``python ARGV`` (``["-m", MODULE, ...]`` or ``[SCRIPT, ...]``) forked: its exit code,
+        stdout and stderr. A program that outlives ``timeout_s`` is killed and raises
+        ``subprocess.TimeoutExpired`` (its ``cmd``: ``"pid N"``); a zygote that ended or never got
+        ready gives a failed run whose stderr says so with the zygote's last line of stderr."""
+        argv = list(argv)
+        with self._lock:
+            self._runs += 1
+            out, err = (os.path.join(self.dir, f"{self._runs}.{s}") for s in ("out", "err"))
+        # its name (``comm``): no "job:index", which the CPU sampler would take for a task's
+        name = os.path.basename(argv[1] if argv[0] == "-m" else argv[0]).replace(":", "_")
+        with open(out, "wb") as stdout, open(err, "wb") as stderr:
+            lifeline_r, lifeline_w = os.pipe()
+            try:
+                pid = self.zygote._spawn(
+                    argv,
+                    name,
+                    TaskHost(),
+                    self.env,
+                    (lifeline_r, stdout.fileno(), stderr.fileno()),
+                    lifeline=True,
+                )
+            except TfschedError as e:
+                os.close(lifeline_w)
+                return subprocess.CompletedProcess(argv, 1, "", str(e))
+            finally:
+                os.close(lifeline_r)
+        program = ForkedTask(pid, argv, os.fdopen(lifeline_w, "wb"), None)
+        with self._lock:
+            self._lifelines.add(program.stdin)
+        try:
+            program.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            program.kill()
+            program.wait()
+            raise subprocess.TimeoutExpired(f"pid {pid}", timeout_s) from None
+        finally:
+            with self._lock:
+                self._lifelines.discard(program.stdin)
+                program.stdin.close()
+        outputs = []
+        for path in (out, err):
+            try:  # (gone: closed meanwhile)
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    outputs.append(f.read())
+                os.unlink(path)
+            except OSError:
+                outputs.append("")
+        return subprocess.CompletedProcess(argv, program.returncode, *outputs)
+
+    def close(self) -> None:
+        """End the zygote, kill a program still running, and remove the files once it has
+        gone (its run returns it as killed)."""
+        with self._lock:
+            for lifeline in self._lifelines:
+                lifeline.close()
+            self._lifelines.clear()
+        self.zygote.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> Forks:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def _task(request: dict, fds: list[int], ctl: socket.socket, imports_set: dict) -> None:
     """In the forked task: its files, environment, name and host, then ``python ARGV``
     (``forks.run_python``); exits with its code, as the interpreter would, and never returns."""
     code = 1
     try:
         ctl.close()
+        if request.get("lifeline"):  # a program run to its end: its stdin is /dev/null
+            lifeline, fds[0] = fds[0], os.open(os.devnull, os.O_RDONLY)
         for fd, target in zip(fds, (0, 1, 2), strict=True):
             os.dup2(fd, target)
         for fd in fds:
             os.close(fd)
+        if request.get("lifeline"):
+            threading.Thread(target=_die_with, args=(lifeline,), name="tfsched-lifeline", daemon=True).start()
         # first: the title takes the room of the zygote's environment, which is still where it began
         _set_title([sys.executable, *request["argv"]], request["name"])
         os.environ.clear()  # as a process of its own has it once it has imported TensorFlow
@@ -350,8 +473,6 @@ def _task(request: dict, fds: list[int], ctl: socket.socket, imports_set: dict) 
         except OSError as e:
             print(f"tfsched task: cannot enter its host: {e}", file=sys.stderr)
             return
-        from tfsched.bench.forks import run_python
-
         code = run_python(request["argv"])
     except BaseException:  # in its own start: said as an uncaught error is
         import traceback
@@ -362,6 +483,50 @@ def _task(request: dict, fds: list[int], ctl: socket.socket, imports_set: dict) 
             with contextlib.suppress(Exception):
                 f.flush()
         os._exit(code or 0)
+
+
+def _die_with(lifeline: int) -> None:
+    """On a thread of the forked program's: read ``lifeline`` to its end, then kill the process.
+    Its writer's end is the launcher's alone, so the program ends when the launcher lets it go
+    or ends, however it ends (a coordinator whose cluster has gone would wait for it)."""
+    with contextlib.suppress(OSError):
+        while os.read(lifeline, 4096):
+            pass
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run_python(argv: list[str]) -> int:
+    """``python ARGV`` (``["-m", MODULE, ...]`` or ``[SCRIPT, ...]``) in this process, a fork's
+    child, as the interpreter runs it: its exit code, and an uncaught error's traceback on stderr
+    from the program's own first frame. numpy's random state is reseeded first, as a fresh
+    process has its own (``random`` reseeds itself at a fork)."""
+    import runpy
+    import traceback
+
+    if "numpy.random" in sys.modules:
+        sys.modules["numpy.random"].seed()
+
+    try:
+        if argv[0] == "-m":
+            sys.argv = argv[1:]
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(argv)
+            runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as e:  # as the interpreter reads it
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)
+        return 1
+    except BaseException as e:  # its traceback from the program's first frame, as the interpreter's
+        tb = e.__traceback__
+        while tb and (
+            tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename
+        ):
+            tb = tb.tb_next
+        traceback.print_exception(type(e), e, tb)
+        return 1
+    return 0
 
 
 def _set_title(argv: list[str], name: str) -> None:
@@ -404,6 +569,7 @@ def serve(preload: list[str]) -> int:
     does."""
     import gc
     import importlib
+    import warnings
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C ends the tasks; the launcher ends this
     ctl = socket.socket(fileno=os.dup(0))
@@ -414,6 +580,11 @@ def serve(preload: list[str]) -> int:
     for name in preload:
         importlib.import_module(name)
     imports_set = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    # runpy runs a module that is imported already (here, by ``preload``) as a fresh __main__, as
+    # ``python -m`` would: nothing to warn of
+    warnings.filterwarnings(
+        "ignore", message=".*found in sys.modules after import of package", category=RuntimeWarning
+    )
     gc.freeze()  # the tasks' collections leave the imported objects' pages shared
     ctl.send(READY + json.dumps(imports_set).encode())
     while True:
