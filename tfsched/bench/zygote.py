@@ -368,7 +368,9 @@ class Forks:
     A program's stdout and stderr go to files of its own, read when it ends; its stdin is
     ``/dev/null``. It is this process's child, and the write end of its lifeline (``_die_with``)
     is this process's alone: it is killed when its run lets it go (past its timeout, or closed)
-    or this process ends, however that ends. The zygote ending does not end it."""
+    or this process ends, however that ends. The zygote ending does not end it. It exits as a
+    task does, its stdout and stderr flushed and no ``atexit`` handler run (a process of its own,
+    and the forking process's child until the hundredth session, ran them)."""
 
     def __init__(self, preload: tuple[str, ...] | list[str], env: dict | None = None) -> None:
         from tfsched.bench.local import task_env
