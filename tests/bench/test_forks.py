@@ -164,6 +164,8 @@ def test_a_child_still_running_is_killed_on_close(program):
     waiting.join(60)
     assert ran["r"].returncode == -signal.SIGKILL and not _alive(child)
     assert forks.proc.returncode == 0 and not os.path.exists(forks.dir)
+    late = forks.run([program, "0"], 60)  # one line, as a zygote that ended gives
+    assert (late.returncode, late.stderr) == (1, "the forking process was closed")
 
 
 def test_a_child_outlives_its_zygote_and_the_next_run_fails_in_one_line(program):

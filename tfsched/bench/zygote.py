@@ -383,6 +383,7 @@ class Forks:
         self._lock = threading.Lock()
         self._runs = 0
         self._lifelines: set = set()  # the write ends of the running programs' lifelines
+        self._closed = False
 
     def run(self, argv: list[str], timeout_s: float) -> subprocess.CompletedProcess:
         """``python ARGV`` (``["-m", MODULE, ...]`` or ``[SCRIPT, ...]``) forked: its exit code,
@@ -391,6 +392,8 @@ class Forks:
         ready gives a failed run whose stderr says so with the zygote's last line of stderr."""
         argv = list(argv)
         with self._lock:
+            if self._closed:
+                return subprocess.CompletedProcess(argv, 1, "", "the forking process was closed")
             self._runs += 1
             out, err = (os.path.join(self.dir, f"{self._runs}.{s}") for s in ("out", "err"))
         # its name (``comm``): no "job:index", which the CPU sampler would take for a task's
@@ -416,7 +419,10 @@ class Forks:
                 os.close(lifeline_r)
         program = ForkedTask(pid, argv, os.fdopen(lifeline_w, "wb"), None)
         with self._lock:
-            self._lifelines.add(program.stdin)
+            if self._closed:  # closed while it was forked: let it go at once
+                program.stdin.close()
+            else:
+                self._lifelines.add(program.stdin)
         try:
             program.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -441,6 +447,7 @@ class Forks:
         """End the zygote, kill a program still running, and remove the files once it has
         gone (its run returns it as killed)."""
         with self._lock:
+            self._closed = True
             for lifeline in self._lifelines:
                 lifeline.close()
             self._lifelines.clear()
@@ -456,7 +463,7 @@ class Forks:
 
 def _task(request: dict, fds: list[int], ctl: socket.socket, imports_set: dict) -> None:
     """In the forked task: its files, environment, name and host, then ``python ARGV``
-    (``forks.run_python``); exits with its code, as the interpreter would, and never returns."""
+    (``run_python``); exits with its code, as the interpreter would, and never returns."""
     code = 1
     try:
         ctl.close()
