@@ -1,6 +1,5 @@
 """``tfsched bench --api tf2``: TensorFlow 2's ParameterServerStrategy on the emulated cluster."""
 
-import contextlib
 import json
 import os
 import re
@@ -214,12 +213,17 @@ def test_bench_tf2_refuses_what_it_cannot_run_before_it_starts(tmp_path, args, n
 
 
 @pytest.mark.parametrize("forked", [False, True], ids=["own-process", "forked"])
-def test_a_coordinator_that_fails_or_hangs_is_one_error_naming_its_mode(forked):
-    """In a process of its own, or forked from ``forked_coordinators()``'s (as the bench's are),
-    which has imported TensorFlow before the round's bound starts: a shorter one."""
-    from tfsched.bench.tf2 import forked_coordinators
+def test_a_coordinator_that_fails_or_hangs_is_one_error_naming_its_mode(forked, monkeypatch):
+    """Forked from ``forked_coordinators()``'s zygote (as the bench's are), which has imported
+    TensorFlow before the round's bound starts: a shorter one. Or, with the tasks' switch
+    ``TFSCHED_FORKED_TASKS=0``, a process of its own though the block is in force."""
+    from tfsched.bench import tf2
+    from tfsched.bench.zygote import ENV_FLAG
 
-    with forked_coordinators() if forked else contextlib.nullcontext():
+    if not forked:
+        monkeypatch.setenv(ENV_FLAG, "0")
+    with tf2.forked_coordinators():
+        assert (tf2._FORKS is not None) == forked
         _fails_and_hangs(bound_s=5 if forked else 20)
 
 
