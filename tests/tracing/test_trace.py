@@ -360,7 +360,9 @@ class TestIncompleteSteps:
             warn_incomplete(doctored, "t.json")
             warn_incomplete(doctored, "t.json", held=True)  # the hold was there: no advice
             warn_incomplete(again, "t.json")  # complete: nothing to say
-        assert [r.getMessage() for r in caplog.records] == [
+        # the tracer's own: a graph another test left may be collected meanwhile, and
+        # TensorFlow's tf_should_use then logs its "Object was never used" (a CI rehearsal)
+        assert [r.getMessage() for r in caplog.records if r.name == "tfsched.trace"] == [
             "t.json: 1 of 3 traced steps did not record 10 transfers their partition graphs send "
             "(TensorFlow turned RPC logging on after they had started); the oracle fits the complete "
             "steps. Give the tracer the cluster (tasks=, or $TF_CONFIG) to hold logging on in every task.",
