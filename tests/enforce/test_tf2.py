@@ -22,7 +22,8 @@ _FORKS: dict[str, Forks] = {}
 @pytest.fixture(scope="module", autouse=True)
 def _client_forks():
     """The module's clients forked from one process that imported what a client imports
-    (``bench.zygote.Forks``): a user's program once its imports are done, each a process of its own."""
+    (``bench.zygote.Forks``): a user's program once its imports are done, each a process of its
+    own."""
     with Forks(CLIENT_IMPORTS, env=task_env(legacy_keras=False)) as forks:
         _FORKS["clients"] = forks
         yield

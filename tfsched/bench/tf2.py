@@ -4,8 +4,8 @@ The same cluster (``--ps`` PS and ``--workers`` workers, each task its own host,
 each way, as the session bench's) serves every mode; the modes alternate in rounds (baseline,
 tio, ..., baseline, ...). A round of a mode is one coordinator process, since the pass goes into
 a process's eager context (``tfsched.enable_functions``), forked from one that has imported
-TensorFlow (``forked_coordinators``, ``bench.zygote.Forks``): it builds the built-in model as a Keras
-model (``tfsched.models.keras``) under the strategy, runs a warm-up step per worker, then times
+TensorFlow (``forked_coordinators``, ``bench.zygote.Forks``): it builds the built-in model as a
+Keras model (``tfsched.models.keras``) under the strategy, runs a warm-up step per worker, then times
 ``steps`` steps per worker scheduled with a ``ClusterCoordinator``: asynchronous training, each
 worker pulls, computes and pushes at its own pace (``inference``: pulls and the forward pass).
 Throughput is the steps over the wall time from the first ``schedule`` to ``join``; "vs

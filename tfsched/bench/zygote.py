@@ -467,13 +467,14 @@ def _task(request: dict, fds: list[int], ctl: socket.socket, imports_set: dict) 
     code = 1
     try:
         ctl.close()
+        lifeline = None
         if request.get("lifeline"):  # a program run to its end: its stdin is /dev/null
             lifeline, fds[0] = fds[0], os.open(os.devnull, os.O_RDONLY)
         for fd, target in zip(fds, (0, 1, 2), strict=True):
             os.dup2(fd, target)
         for fd in fds:
             os.close(fd)
-        if request.get("lifeline"):
+        if lifeline is not None:
             threading.Thread(target=_die_with, args=(lifeline,), name="tfsched-lifeline", daemon=True).start()
         # first: the title takes the room of the zygote's environment, which is still where it began
         _set_title([sys.executable, *request["argv"]], request["name"])
