@@ -1,23 +1,31 @@
 // The gates of a step across TensorFlow's barrier (tfsched.enforce.crossing): one count per
 // variable and side on the variable's PS, in the device's resource manager (it outlives a
-// session, as a shared queue does).
+// session, as a shared queue does). A count keeps each worker's arrivals apart.
 //
-// - TfschedCrossArrive adds one to its count: a worker's read of the variable in this step (the
-//   count its updates wait on), or a worker's update of it (the count its reads wait on).
-// - TfschedCrossWait passes its inputs through once the count reaches `workers` times the waits
-//   of its worker that went before it since the reset, plus `offset`: a read of step t waits for
-//   the W updates of every step before it (W t), an update of step t for the W reads of every
-//   step up to it (W (t + 1)). A worker's waits on one count go one at a time and in its steps'
-//   order (the crossing's turn queue for the reads, its one apply thread for the updates), so the
-//   waits gone before a wait are its step. No count can pass its target early: no update of step
-//   t lands before every read of step t, and no read of step t + 1 before every update of step t.
-// - TfschedCrossReset (the crossing's prime) sets the count to 0 and its worker's waits to none,
-//   and ends a wait of that worker still parked from a run before (Aborted).
+// - TfschedCrossArrive adds one to its worker's arrivals: the worker's read of the variable in
+//   this step (what its updates wait on), or its update of it (what its reads wait on).
+// - TfschedCrossWait passes its inputs through once every worker of the `workers` has arrived the
+//   waits of its worker that went before it since the reset, plus `offset`, times: a read of step
+//   t waits for every worker's t updates of the steps before it, an update of step t for every
+//   worker's t + 1 reads of the steps up to it. A worker's waits on one count go one at a time and
+//   in its steps' order (the crossing's turn queue for the reads, its one apply thread for the
+//   updates), so the waits gone before a wait are its step. No wait can pass early: no update of
+//   step t lands before every worker's read of step t, and no read of step t + 1 before every
+//   worker's update of step t.
+// - TfschedCrossRetire takes a worker whose input ended out of what the waits wait for: it has
+//   applied every step it took (CrossingRunner retires it once they are in), and the other
+//   workers' steps after it wait for one another only, as each worker's own steps go on behind the
+//   barrier once another's input has ended.
+// - TfschedCrossReset (the crossing's prime) sets its worker's arrivals and waits to none and
+//   takes it back in, and ends a wait of that worker still parked from a run before (Aborted).
 //
 // An improvement on the queues it replaces (until the eighty-fourth session): a token queue per
 // (variable, reader), each update putting a token in every reader's queue and each read taking one
 // per worker, W^2 queue ops a variable a step on its PS (4W+3 a worker's step, W = 4: 19; counted
-// by benchmarks/crossing_ops.py); here 4 a worker's step, whatever W.
+// by benchmarks/crossing_ops.py); here 4 a worker's step, whatever W. Until the hundred-and-second
+// session a count was one sum over the workers (a wait's target W t), which cannot tell which
+// worker's arrivals are missing: every worker had to meet its input's end at the same step, or
+// the others' next reads waited for its updates until their deadline.
 //
 // A wait holds no thread (an asynchronous kernel). It ends by its count, by its step's
 // cancellation (the run's deadline, RunOptions.timeout_in_ms, or its session closed: the master
@@ -28,6 +36,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,10 +62,12 @@ using tensorflow::OpKernelContext;
 
 REGISTER_OP("TfschedCrossArrive")
     .Attr("count: string")
+    .Attr("worker: int >= 0")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc(R"doc(
-Adds one to the count `count` on this device (a read or an update across the barrier).
+Adds one to `worker`'s arrivals on the count `count` on this device (a read or an update across
+the barrier).
 )doc");
 
 REGISTER_OP("TfschedCrossWait")
@@ -75,8 +86,19 @@ REGISTER_OP("TfschedCrossWait")
       return absl::OkStatus();
     })
     .Doc(R"doc(
-Passes `inputs` through once the count `count` on this device reaches
-workers * (the waits of `worker` on it since its reset + offset); `reached` is that target.
+Passes `inputs` through once every worker of `workers` (but those retired) has arrived on the
+count `count` on this device the waits of `worker` on it since its reset + offset times;
+`reached` is that number.
+)doc");
+
+REGISTER_OP("TfschedCrossRetire")
+    .Attr("count: string")
+    .Attr("worker: int >= 0")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Takes `worker` out of what the waits on the count `count` on this device wait for (its input
+ended, its steps applied) until its next reset; the waits it held go.
 )doc");
 
 REGISTER_OP("TfschedCrossReset")
@@ -85,13 +107,14 @@ REGISTER_OP("TfschedCrossReset")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc(R"doc(
-Sets the count `count` on this device to 0 and `worker`'s waits on it to none; a wait of
-`worker` still parked on it ends (Aborted).
+Sets `worker`'s arrivals and waits on the count `count` on this device to none, and takes it
+back in if it was retired; a wait of `worker` still parked on it ends (Aborted).
 )doc");
 
 struct Wait {
   int64_t worker = 0;
-  int64_t target = 0;
+  int64_t workers = 1;
+  int64_t target = 0;  // each worker's arrivals it waits for
   OpKernelContext* ctx = nullptr;
   AsyncOpKernel::DoneCallback done;
   CancellationManager* cm = nullptr;
@@ -106,8 +129,8 @@ class Count : public tensorflow::ResourceBase {
 
   // Parks `w` unless its target is met (returns true: it goes) or its step was cancelled
   // meanwhile (returns false, with *cancelled set). Sets its target.
-  bool ArriveOrPark(const std::shared_ptr<Wait>& w, int64_t workers, int64_t offset,
-                    bool* cancelled, tensorflow::Status* status) {
+  bool ArriveOrPark(const std::shared_ptr<Wait>& w, int64_t offset, bool* cancelled,
+                    tensorflow::Status* status) {
     mutex_lock l(mu_);
     *cancelled = w->cancelled;
     if (w->cancelled) return false;
@@ -119,8 +142,8 @@ class Count : public tensorflow::ResourceBase {
         return true;
       }
     }
-    w->target = workers * (waits_[w->worker] + offset);
-    if (count_ >= w->target) {
+    w->target = waits_[w->worker] + offset;
+    if (Met(*w)) {
       ++waits_[w->worker];
       return true;
     }
@@ -129,22 +152,18 @@ class Count : public tensorflow::ResourceBase {
     return false;
   }
 
-  // One more; the waits whose target it meets go.
-  std::vector<std::shared_ptr<Wait>> Add() {
-    std::vector<std::shared_ptr<Wait>> ready;
+  // One more of `worker`'s; the waits it meets go.
+  std::vector<std::shared_ptr<Wait>> Add(int64_t worker) {
     mutex_lock l(mu_);
-    ++count_;
-    for (auto it = parked_.begin(); it != parked_.end();) {
-      if (count_ >= (*it)->target) {
-        (*it)->parked = false;
-        ++waits_[(*it)->worker];
-        ready.push_back(*it);
-        it = parked_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    return ready;
+    ++arrived_[worker];
+    return Release();
+  }
+
+  // `worker` out of what the waits wait for; the waits that met everything else go.
+  std::vector<std::shared_ptr<Wait>> Retire(int64_t worker) {
+    mutex_lock l(mu_);
+    retired_.insert(worker);
+    return Release();
   }
 
   // The step's cancellation: true if `w` was parked (the caller ends it); before it was parked,
@@ -163,8 +182,9 @@ class Count : public tensorflow::ResourceBase {
   std::vector<std::shared_ptr<Wait>> Reset(int64_t worker) {
     std::vector<std::shared_ptr<Wait>> stale;
     mutex_lock l(mu_);
-    count_ = 0;
+    arrived_[worker] = 0;
     waits_[worker] = 0;
+    retired_.erase(worker);
     for (auto it = parked_.begin(); it != parked_.end();) {
       if ((*it)->worker == worker) {
         (*it)->parked = false;
@@ -178,9 +198,37 @@ class Count : public tensorflow::ResourceBase {
   }
 
  private:
+  // Every worker of w's but those retired has arrived w's target times.
+  bool Met(const Wait& w) {  // under mu_
+    for (int64_t u = 0; u < w.workers; ++u) {
+      if (retired_.count(u) == 0) {
+        auto it = arrived_.find(u);
+        if ((it == arrived_.end() ? 0 : it->second) < w.target) return false;
+      }
+    }
+    return true;
+  }
+
+  // The parked waits now met, out of the parked ones.
+  std::vector<std::shared_ptr<Wait>> Release() {  // under mu_
+    std::vector<std::shared_ptr<Wait>> ready;
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      if (Met(**it)) {
+        (*it)->parked = false;
+        ++waits_[(*it)->worker];
+        ready.push_back(*it);
+        it = parked_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return ready;
+  }
+
   mutex mu_;
-  int64_t count_ = 0;
-  std::map<int64_t, int64_t> waits_;  // worker -> its waits that went since its reset
+  std::map<int64_t, int64_t> arrived_;  // worker -> its arrivals since its reset
+  std::map<int64_t, int64_t> waits_;    // worker -> its waits that went since its reset
+  std::set<int64_t> retired_;           // the workers whose input ended, until their reset
   std::list<std::shared_ptr<Wait>> parked_;
 };
 
@@ -230,18 +278,25 @@ void End(const std::shared_ptr<Wait>& w, const absl::Status& status) {
   w->done();
 }
 
-class CrossArriveOp : public OpKernel {
+// Arrive and retire: one of a worker's on a count, whose waits that it meets go.
+template <bool kRetire>
+class CrossWorkerOp : public OpKernel {
  public:
-  explicit CrossArriveOp(OpKernelConstruction* ctx) : OpKernel(ctx), count_(ctx) {}
+  explicit CrossWorkerOp(OpKernelConstruction* ctx) : OpKernel(ctx), count_(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("worker", &worker_));
+  }
 
   void Compute(OpKernelContext* ctx) override {
     Count* count = nullptr;
     OP_REQUIRES_OK(ctx, count_.Get(ctx, &count));
-    for (const auto& w : count->Add()) End(w, absl::OkStatus());
+    for (const auto& w : kRetire ? count->Retire(worker_) : count->Add(worker_)) {
+      End(w, absl::OkStatus());
+    }
   }
 
  private:
   CountOfKernel count_;
+  int64_t worker_ = 0;
 };
 
 class CrossResetOp : public OpKernel {
@@ -279,6 +334,7 @@ class CrossWaitOp : public AsyncOpKernel {
     for (int i = 0; i < n; ++i) ctx->set_output(i, ctx->input(i));  // zero copy
     auto w = std::make_shared<Wait>();
     w->worker = worker_;
+    w->workers = workers_;
     w->ctx = ctx;
     // The reference taken above goes with the wait.
     w->done = [count, done, ctx, w_target = &w->target, n] {
@@ -319,7 +375,7 @@ class CrossWaitOp : public AsyncOpKernel {
     }
     bool cancelled = false;
     absl::Status status;
-    if (count->ArriveOrPark(w, workers_, offset_, &cancelled, &status)) {
+    if (count->ArriveOrPark(w, offset_, &cancelled, &status)) {
       End(w, status);
     } else if (cancelled) {
       End(w, absl::CancelledError("tfsched crossing: step cancelled"));
@@ -334,7 +390,10 @@ class CrossWaitOp : public AsyncOpKernel {
   int64_t offset_ = 0;
 };
 
-REGISTER_KERNEL_BUILDER(Name("TfschedCrossArrive").Device(tensorflow::DEVICE_CPU), CrossArriveOp);
+REGISTER_KERNEL_BUILDER(Name("TfschedCrossArrive").Device(tensorflow::DEVICE_CPU),
+                        CrossWorkerOp<false>);
+REGISTER_KERNEL_BUILDER(Name("TfschedCrossRetire").Device(tensorflow::DEVICE_CPU),
+                        CrossWorkerOp<true>);
 REGISTER_KERNEL_BUILDER(Name("TfschedCrossWait").Device(tensorflow::DEVICE_CPU), CrossWaitOp);
 REGISTER_KERNEL_BUILDER(Name("TfschedCrossReset").Device(tensorflow::DEVICE_CPU), CrossResetOp);
 

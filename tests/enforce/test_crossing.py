@@ -325,6 +325,99 @@ def test_an_input_iterators_batches_and_dropouts_draws_keep_their_order_to_the_i
     assert got[names.index("global_step")] == len(_BATCHES)  # every step's update, no more
 
 
+def _sharded_graph(worker: int, batches: int):
+    """A linear regression on two PS, worker ``worker`` of two, whose input (``tf.data``) has
+    ``batches`` batches of 4 rows: the shard of a dataset split unevenly. SGD, across the barrier."""
+    import tensorflow as tf
+
+    from tfsched.enforce.crossing import cross_barrier_step
+
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    rows = np.random.RandomState(10 + worker)
+    x = rows.uniform(-1, 1, (batches * 4, 3)).astype(np.float32)
+    y = rows.uniform(-1, 1, (batches * 4, 1)).astype(np.float32)
+    device = f"/job:worker/task:{worker}"
+    with graph.as_default(), graph.device(v1.train.replica_device_setter(ps_tasks=2, worker_device=device)):
+        iterator = v1.data.make_initializable_iterator(tf.data.Dataset.from_tensor_slices((x, y)).batch(4))
+        bx, by = iterator.get_next()
+        w = v1.get_variable("w", [3, 1], initializer=v1.glorot_uniform_initializer(seed=3), use_resource=True)
+        b = v1.get_variable("b", [1], initializer=v1.ones_initializer(), use_resource=True)
+        loss = tf.reduce_mean(tf.square(tf.matmul(bx, w) + b - by))
+        opt = v1.train.GradientDescentOptimizer(0.5)
+        step = v1.train.get_or_create_global_step()
+        crossing = cross_barrier_step(
+            opt, opt.compute_gradients(loss), worker=worker, workers=2, global_step=step
+        )
+        init = tf.group(v1.global_variables_initializer(), iterator.initializer)
+    return SimpleNamespace(
+        graph=graph, crossing=crossing, init_op=init, iterator=iterator, w=w, b=b, x=x, y=y
+    )
+
+
+def test_a_worker_whose_input_ends_first_is_retired_and_the_other_trains_on(cluster):
+    """Two workers' inputs end at different steps (a dataset sharded unevenly: 2 batches and 4).
+    The first's runner applies its 2 steps, retires it and raises the input's end; the second's
+    steps after them wait for its own updates only, and it trains its 4 steps well within the
+    runs' deadline (until the hundred-and-second session its third step's reads waited for the
+    first worker's updates until the deadline). Every read sees every update of the step before
+    by the workers still training: the values are a numpy SGD's that applies, each step, the
+    gradients of the workers with a batch left, all computed on the last step's values (a read
+    that missed an update would be off by much more than a rounding)."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    shards = [2, 4]
+    builts = [_sharded_graph(w, n) for w, n in enumerate(shards)]
+    sessions = [v1.Session(cluster.target("worker", w), graph=b.graph) for w, b in enumerate(builts)]
+    try:
+        sessions[0].run(builts[0].init_op)
+        sessions[1].run(builts[1].iterator.initializer)
+        w, b = sessions[0].run([builts[0].w, builts[0].b])
+        runners = [
+            CrossingRunner(s, bt.crossing, options=_options(30.0))
+            for s, bt in zip(sessions, builts, strict=True)
+        ]
+        for r in runners:
+            r.prime()
+        boxes: list = [None, None]
+
+        def work(k):
+            boxes[k] = within(60, lambda: runners[k].run(10))
+
+        started = time.perf_counter()
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(90)
+        took = time.perf_counter() - started
+        for box, runner, n in zip(boxes, runners, shards, strict=True):
+            assert isinstance(box.get("error"), tf.errors.OutOfRangeError), box
+            assert runner.applied == n
+        assert took < 20, took  # no wait for the retired worker's updates until a deadline (30 s)
+    finally:
+        for s in sessions:
+            s.close()
+    with v1.Session(cluster.target("worker", 1), graph=builts[1].graph) as sess:
+        got_w, got_b, step = sess.run([builts[1].w, builts[1].b, v1.train.get_global_step(builts[1].graph)])
+    assert step == sum(shards)
+    w, b = w.astype(np.float64), b.astype(np.float64)
+    start_w = w.copy()
+    for t in range(max(shards)):
+        dw, db = np.zeros_like(w), np.zeros_like(b)
+        for bt, n in zip(builts, shards, strict=True):
+            if t < n:
+                x, y = bt.x[4 * t : 4 * t + 4].astype(np.float64), bt.y[4 * t : 4 * t + 4].astype(np.float64)
+                r = x @ w + b - y
+                dw += 2 * x.T @ r / len(x)
+                db += 2 * r.sum(0) / len(x)
+        w, b = w - 0.5 * dw, b - 0.5 * db
+    assert np.linalg.norm(w - start_w) > 0.1  # the steps trained
+    np.testing.assert_allclose(got_w, w, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(got_b, b, rtol=0, atol=1e-5)
+
+
 def test_a_run_takes_its_batch_only_in_its_turn(cluster):
     """With the turn held here (where the run before would hold it), a run waits for its turn
     and leaves the input iterator alone: a batch taken meanwhile is the first. Given the turn,
@@ -570,9 +663,11 @@ def test_a_read_gate_waits_no_longer_than_the_runs_deadline(cluster):
 
 def test_a_count_lets_each_wait_go_at_its_step_and_a_reset_ends_a_stale_one(cluster):
     """The gates' counts (cc/crossing.cc) on a PS, as the crossing uses them for 2 workers: a
-    worker's n-th wait since the reset goes once the count reaches 2 (n + offset), passing its
-    tensors through as they are; a wait its run gave up (the deadline) is not counted; a second
-    wait of the same worker at once is an error; a reset ends a wait parked from before."""
+    worker's n-th wait since its reset goes once each worker has arrived n + offset times,
+    passing its tensors through as they are; a wait its run gave up (the deadline) is not
+    counted; a second wait of the same worker at once is an error; a reset ends a wait parked
+    from before and sets its worker's arrivals to none; a retired worker is waited for no longer
+    (its waits parked go), until its reset takes it back in."""
     import uuid
 
     import tensorflow as tf
@@ -585,11 +680,12 @@ def test_a_count_lets_each_wait_go_at_its_step_and_a_reset_ends_a_stale_one(clus
         value = tf.constant([1.5, -0.0, 3.25e-30], tf.float32)
         (passed,), reached = ops.tfsched_cross_wait([value], count=name, worker=0, workers=2, offset=0)
         _, other = ops.tfsched_cross_wait([], count=name, worker=1, workers=2, offset=1)
-        arrive = ops.tfsched_cross_arrive(count=name)
+        arrive = [ops.tfsched_cross_arrive(count=name, worker=w) for w in range(2)]
         reset = ops.tfsched_cross_reset(count=name, worker=0)
+        retire = ops.tfsched_cross_retire(count=name, worker=0)
         with tf.compat.v1.Session(cluster.target("worker", 0)) as sess:
             sess.run([reset, ops.tfsched_cross_reset(count=name, worker=1)])
-            got, at = sess.run([passed, reached])  # the first wait: a count of 0 will do
+            got, at = sess.run([passed, reached])  # the first wait: no arrival will do
             assert at == 0 and got.tobytes() == np.array([1.5, -0.0, 3.25e-30], np.float32).tobytes()
 
             def waiting(fetch, timeout_s=60.0):
@@ -605,31 +701,34 @@ def test_a_count_lets_each_wait_go_at_its_step_and_a_reset_ends_a_stale_one(clus
                 thread.start()
                 return thread, box
 
-            # given up at its deadline: not counted, the next wait of worker 0 still waits for 2
+            # given up at its deadline: not counted, the next wait of worker 0 still waits for one
+            # arrival of each worker
             with pytest.raises(tf.errors.DeadlineExceededError):
                 sess.run(reached, options=_options(1.0))
             second, box = waiting(reached)
             time.sleep(1.0)
-            sess.run(arrive)
+            sess.run(arrive[0])
+            sess.run(arrive[0])
             time.sleep(1.0)
-            assert second.is_alive()  # 1 of 2
+            assert second.is_alive()  # worker 0 twice, worker 1 not yet: not a sum
             # another wait of worker 0 meanwhile: its error at once, the first one left waiting
             with pytest.raises(tf.errors.FailedPreconditionError, match="two waits of worker 0"):
                 sess.run(reached, options=_options(30.0))
             assert second.is_alive()
-            sess.run(arrive)
+            sess.run(arrive[1])
             second.join(60)
-            assert box == {"value": 2}
-            # worker 1's first wait (offset 1) needs 2, which the count has; a reset of worker 0
-            # does not reset worker 1's waits, but sets the count to 0
-            assert sess.run(other) == 2
+            assert box == {"value": 1}
+            # worker 1's first wait (offset 1) needs one of each, which the count has; a reset of
+            # worker 0 does not reset worker 1's waits or arrivals, but sets worker 0's to none
+            assert sess.run(other) == 1
             sess.run(reset)
-            third, box = waiting(other)  # worker 1's second: 4
-            fourth, box0 = waiting(reached)  # worker 0's first again: 0
+            third, box = waiting(other)  # worker 1's second: two of each
+            fourth, box0 = waiting(reached)  # worker 0's first again: none
             fourth.join(60)
             assert box0 == {"value": 0}
+            sess.run(arrive[1])
             time.sleep(1.0)
-            assert third.is_alive()
+            assert third.is_alive()  # worker 1 twice, worker 0's reset: none
             # a wait of worker 0 parked when it is reset ends (its run is from before the prime)
             fifth, box0 = waiting(reached)
             time.sleep(1.0)
@@ -637,9 +736,24 @@ def test_a_count_lets_each_wait_go_at_its_step_and_a_reset_ends_a_stale_one(clus
             sess.run(reset)
             fifth.join(60)
             assert isinstance(box0.get("error"), tf.errors.AbortedError), box0
-            for _ in range(4):
-                sess.run(arrive)
+            # worker 0 retired (its input ended): worker 1's wait goes on its own arrivals, and
+            # so does its next, until worker 0's reset takes it back in
+            sess.run(arrive[0])
+            time.sleep(0.5)
+            assert third.is_alive()
+            sess.run(retire)
             third.join(60)
+            assert box == {"value": 2}
+            sess.run(arrive[1])
+            assert sess.run(other, options=_options(30.0)) == 3
+            sess.run(reset)
+            sixth, box = waiting(other)  # worker 1's fourth: four of each again
+            sess.run(arrive[1])
+            time.sleep(1.0)
+            assert sixth.is_alive()
+            for _ in range(4):
+                sess.run(arrive[0])
+            sixth.join(60)
             assert box == {"value": 4}
 
 
@@ -740,7 +854,7 @@ def test_what_cannot_cross():
             assert sess.run(w).tolist() == [0.75, 1.75, 2.75]
     # feed dicts for a step built without feeds
     with pytest.raises(TfschedError, match="feed_dicts for a step that takes no feeds"):
-        CrossingRunner(None, CrossingStep(None, None, None, None, [], 1, 0)).run(1, feed_dicts=[{}])
+        CrossingRunner(None, CrossingStep(None, None, None, None, None, [], 1, 0)).run(1, feed_dicts=[{}])
     with pytest.raises(TfschedError, match="depth must be 1 or 2"):
         CrossingRunner(None, None, depth=3)
     with pytest.raises(TfschedError, match="steps must be at least 1"):

@@ -12,14 +12,17 @@ variable's next read until its update is done. tfsched does it in the graph inst
   worker's ops. The **apply** run, on a thread of its own, takes each gradient as it is
   queued, pushes it, and updates its variable on the PS. The next compute run starts while
   the last apply run still pushes.
-* each variable has a **gate** on its PS before every read of it: a count of its updates
-  (``cc/crossing.cc``). Every worker's update of the variable adds one; a worker's read in its
-  step t waits for the count to reach W t. So a read waits for that variable's updates of the
-  last step by every worker, and no longer: the pulls of the layers updated first (the last
-  layers, whose gradients are out first) cross while the first layers' pushes still run.
-* the reverse: each worker's read adds one to the variable's count of reads, and an update in
-  step t waits for it to reach W (t + 1), so no update of a step lands before every worker's
-  read of it in that step. Each read sees what it sees behind the barrier (the simulator's
+* each variable has a **gate** on its PS before every read of it: a count of its updates by
+  each worker (``cc/crossing.cc``). A worker's update of the variable adds one to its own; a
+  worker's read in its step t waits for every worker's to reach t. So a read waits for that
+  variable's updates of the last step by every worker, and no longer: the pulls of the layers
+  updated first (the last layers, whose gradients are out first) cross while the first layers'
+  pushes still run.
+* the reverse: each worker's read adds one to its count of the variable's reads, and an update
+  in step t waits for every worker's to reach t + 1, so no update of a step lands before every
+  worker's read of it in that step.
+* a worker whose input ends (``CrossingRunner.run``) is **retired** once its steps are applied:
+  the counts' waits leave it out, and the other workers train on (an unevenly sharded dataset). Each read sees what it sees behind the barrier (the simulator's
   ``sim.build_sim_graph(cross_barrier=True)`` lays out the same two rules). Four ops a
   variable a worker's step on its PS, whatever W: the token queues they replace (a token put
   in each reader's queue by each update, until the eighty-fourth session) ran 4W+3, W^2 a
@@ -74,6 +77,9 @@ class CrossingStep:
     apply_op: object  # the pushes and the PS's updates of one step
     prime_op: object  # empties this worker's queues and sets its gates' counts to the first step
     pass_op: object  # gives the turn on for a run that met the input's end and took it
+    # takes this worker out of what the other workers' steps wait for, its input ended and its
+    # steps applied (until its next prime)
+    retire_op: object
     variables: list  # the variables gated, in the order of their gradients
     workers: int
     worker: int
@@ -303,7 +309,7 @@ def cross_barrier_step(
                         for op in readers:
                             edits.add_control_input(op, taken.op)
                     with tf.control_dependencies(readers):
-                        compute.append(ops.tfsched_cross_arrive(count=count(v, "read")))
+                        compute.append(ops.tfsched_cross_arrive(count=count(v, "read"), worker=worker))
                 parts = _parts(g)
                 with tf.device(worker_device or g.device):
                     # a sparse gradient of rows known only in the run (the lookup of a batch of
@@ -358,7 +364,7 @@ def cross_barrier_step(
             for (g, v), (_, read, _, _) in zip(applied, queued, strict=True):
                 if read:
                     with tf.device(v.device), tf.control_dependencies(_updates_of(v, g, made)):
-                        release.append(ops.tfsched_cross_arrive(count=count(v, "updated")))
+                        release.append(ops.tfsched_cross_arrive(count=count(v, "updated"), worker=worker))
             with tf.control_dependencies([update]):
                 apply_op = tf.group(*release, name="apply")
 
@@ -381,11 +387,12 @@ def cross_barrier_step(
                     compute.append(turns[1].enqueue(0))
             compute_op = tf.group(*compute, name="compute")
 
+            retires = []
             for _, read, v, _ in queued:
-                with tf.device(v.device):  # each count at 0, this worker's waits none
-                    resets.append(ops.tfsched_cross_reset(count=count(v, "read"), worker=worker))
-                    if read:
-                        resets.append(ops.tfsched_cross_reset(count=count(v, "updated"), worker=worker))
+                with tf.device(v.device):  # this worker's arrivals and waits none, and it is in
+                    for side in ("read", "updated") if read else ("read",):
+                        resets.append(ops.tfsched_cross_reset(count=count(v, side), worker=worker))
+                        retires.append(ops.tfsched_cross_retire(count=count(v, side), worker=worker))
             with tf.device(turns_at):
                 for q in turns:
                     with tf.control_dependencies([q.dequeue_many(q.size())]):
@@ -395,11 +402,13 @@ def cross_barrier_step(
             prime_op = tf.group(*resets, name="prime")
             with tf.device(turns_at):
                 pass_op = tf.group(*(q.enqueue(0) for q in turns), name="pass")
+            retire_op = tf.group(*retires, name="retire")
         return CrossingStep(
             compute_op=compute_op,
             apply_op=apply_op,
             prime_op=prime_op,
             pass_op=pass_op,
+            retire_op=retire_op,
             turn=my_turn,
             variables=[v for _, v in pairs],
             workers=workers,
@@ -559,8 +568,12 @@ class CrossingRunner:
         counts them), and then the session is closed and the error raised, as a failed run's
         is: the step that met the end has nothing to apply, and its apply run waits for its
         gradients until closed. The turn it took is given on (``pass_op``), so a run after it
-        meets the end too. Every worker must meet the end at the same step: a worker's next
-        reads wait for every worker's updates of the step before.
+        meets the end too. Once its steps are applied, the worker is retired (``retire_op``):
+        the other workers' steps wait for its reads and updates no longer, so a worker whose
+        input has more batches (a dataset sharded unevenly) trains on, its reads waiting for
+        the updates of the workers still training, as each worker's own steps go on behind the
+        barrier. Until the hundred-and-second session every worker had to meet the end at the
+        same step, or the others' next reads waited for its updates until their deadline.
 
         ``run_metadata``: a list, to trace the steps (``FULL_TRACE``, with the partition graphs):
         each step's ``RunMetadata`` is appended to it in order, its compute run's and its apply
@@ -677,6 +690,8 @@ class CrossingRunner:
                 t.join(0.1)
         while applier.is_alive() and not errors and not (ended and self.applied - first >= len(done)):
             applier.join(0.1)
+        if ended and not errors:  # every step it took applied: the other workers go on without it
+            guarded(self.sess.run, self.step.retire_op, None, self.options)
         if errors:
             self._fail(errors[0], [*runs, applier])
         # the steps' order: the turns the runs took (a run's return may come after the next
