@@ -325,9 +325,10 @@ def test_an_input_iterators_batches_and_dropouts_draws_keep_their_order_to_the_i
     assert got[names.index("global_step")] == len(_BATCHES)  # every step's update, no more
 
 
-def _sharded_graph(worker: int, batches: int):
-    """A linear regression on two PS, worker ``worker`` of two, whose input (``tf.data``) has
-    ``batches`` batches of 4 rows: the shard of a dataset split unevenly. SGD, across the barrier."""
+def _sharded_graph(worker: int, batches: int, fed: bool = False):
+    """A linear regression on two PS, worker ``worker`` of two, whose input (``tf.data``, or a
+    batch ``fed`` each step) has ``batches`` batches of 4 rows: the shard of a dataset split
+    unevenly. SGD, across the barrier."""
     import tensorflow as tf
 
     from tfsched.enforce.crossing import cross_barrier_step
@@ -340,35 +341,46 @@ def _sharded_graph(worker: int, batches: int):
     device = f"/job:worker/task:{worker}"
     with graph.as_default(), graph.device(v1.train.replica_device_setter(ps_tasks=2, worker_device=device)):
         iterator = v1.data.make_initializable_iterator(tf.data.Dataset.from_tensor_slices((x, y)).batch(4))
-        bx, by = iterator.get_next()
+        bx, by = (v1.placeholder(tf.float32, [None, n]) for n in (3, 1)) if fed else iterator.get_next()
         w = v1.get_variable("w", [3, 1], initializer=v1.glorot_uniform_initializer(seed=3), use_resource=True)
         b = v1.get_variable("b", [1], initializer=v1.ones_initializer(), use_resource=True)
         loss = tf.reduce_mean(tf.square(tf.matmul(bx, w) + b - by))
         opt = v1.train.GradientDescentOptimizer(0.5)
         step = v1.train.get_or_create_global_step()
-        crossing = cross_barrier_step(
-            opt, opt.compute_gradients(loss), worker=worker, workers=2, global_step=step
-        )
+        feeds = [bx, by] if fed else ()
+        grads = opt.compute_gradients(loss)
+        crossing = cross_barrier_step(opt, grads, worker=worker, workers=2, global_step=step, feeds=feeds)
         init = tf.group(v1.global_variables_initializer(), iterator.initializer)
+    feed_dicts = [{bx: x[k : k + 4], by: y[k : k + 4]} for k in range(0, len(x), 4)] if fed else None
     return SimpleNamespace(
-        graph=graph, crossing=crossing, init_op=init, iterator=iterator, w=w, b=b, x=x, y=y
+        graph=graph,
+        crossing=crossing,
+        init_op=init,
+        iterator=iterator,
+        w=w,
+        b=b,
+        x=x,
+        y=y,
+        feed_dicts=feed_dicts,
     )
 
 
-def test_a_worker_whose_input_ends_first_is_retired_and_the_other_trains_on(cluster):
+@pytest.mark.parametrize("fed", [False, True], ids=["iterator", "fed"])
+def test_a_worker_whose_input_ends_first_is_retired_and_the_other_trains_on(cluster, fed):
     """Two workers' inputs end at different steps (a dataset sharded unevenly: 2 batches and 4).
-    The first's runner applies its 2 steps, retires it and raises the input's end; the second's
-    steps after them wait for its own updates only, and it trains its 4 steps well within the
-    runs' deadline (until the hundred-and-second session its third step's reads waited for the
-    first worker's updates until the deadline). Every read sees every update of the step before
-    by the workers still training: the values are a numpy SGD's that applies, each step, the
-    gradients of the workers with a batch left, all computed on the last step's values (a read
-    that missed an update would be off by much more than a rounding)."""
+    The first's runner applies its 2 steps and retires it: at its iterator's end, before it
+    raises it, or, fed, once its feed dicts have ended (``retire``). The second's steps after
+    them wait for its own updates only, and it trains its 4 steps well within the runs' deadline
+    (until the hundred-and-second session its third step's reads waited for the first worker's
+    updates until the deadline). Every read sees every update of the step before by the workers
+    still training: the values are a numpy SGD's that applies, each step, the gradients of the
+    workers with a batch left, all computed on the last step's values (a read that missed an
+    update would be off by much more than a rounding)."""
     import tensorflow as tf
 
     v1 = tf.compat.v1
     shards = [2, 4]
-    builts = [_sharded_graph(w, n) for w, n in enumerate(shards)]
+    builts = [_sharded_graph(w, n, fed) for w, n in enumerate(shards)]
     sessions = [v1.Session(cluster.target("worker", w), graph=b.graph) for w, b in enumerate(builts)]
     try:
         sessions[0].run(builts[0].init_op)
@@ -383,7 +395,12 @@ def test_a_worker_whose_input_ends_first_is_retired_and_the_other_trains_on(clus
         boxes: list = [None, None]
 
         def work(k):
-            boxes[k] = within(60, lambda: runners[k].run(10))
+            def steps():
+                ends = runners[k].run(10, feed_dicts=builts[k].feed_dicts)
+                runners[k].retire()  # fed: the input's end is the caller's to say
+                return ends
+
+            boxes[k] = within(60, steps)
 
         started = time.perf_counter()
         threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
@@ -393,7 +410,13 @@ def test_a_worker_whose_input_ends_first_is_retired_and_the_other_trains_on(clus
             t.join(90)
         took = time.perf_counter() - started
         for box, runner, n in zip(boxes, runners, shards, strict=True):
-            assert isinstance(box.get("error"), tf.errors.OutOfRangeError), box
+            if fed:
+                assert len(box.get("value", ())) == n, box
+                assert runner.retired
+                with pytest.raises(TfschedError, match="this worker was retired"):
+                    runner.run(1, feed_dicts=[])
+            else:
+                assert isinstance(box.get("error"), tf.errors.OutOfRangeError), box
             assert runner.applied == n
         assert took < 20, took  # no wait for the retired worker's updates until a deadline (30 s)
     finally:

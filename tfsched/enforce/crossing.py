@@ -527,6 +527,7 @@ class CrossingRunner:
         self.failed: BaseException | None = None  # the failure that closed the session
         self.applied = 0  # the steps whose updates are all in, over the runner's life
         self.fetched: list = []  # the last call's ``fetches``, one value per step
+        self.retired = False  # this worker's input ended (``retire``) since the last prime
 
     def _usable(self) -> None:
         if self.failed is not None:
@@ -536,8 +537,23 @@ class CrossingRunner:
             )
 
     def prime(self) -> None:
+        """Reset this worker's gates (and take it back in if it was retired): on every worker,
+        before any of them steps."""
         self._usable()
         self.sess.run(self.step.prime_op, options=self.options)
+        self.retired = False
+
+    def retire(self) -> None:
+        """This worker's input has ended where ``run`` cannot see it (its last ``feed_dicts``, a
+        loop of the caller's): the other workers' steps wait for its reads and updates no
+        longer, and train on. ``run`` has applied every step it started when it returns, so
+        they have its updates; an input iterator's end retires the worker in ``run``.
+
+        Its steps would now wait for workers that went on without it: a ``run`` after it is an
+        error until every worker's runner is primed again."""
+        self._usable()
+        self.sess.run(self.step.retire_op, options=self.options)
+        self.retired = True
 
     def run(self, steps: int, run_metadata: list | None = None, fetches=None, feed_dicts=None) -> list[float]:
         """``steps`` steps; each one's end (``time.perf_counter``), in order: a compute run's,
@@ -555,7 +571,8 @@ class CrossingRunner:
         takes the next ones in its turn: the two runs in flight at the start of a call may take
         their turns in either order, and the steps go in the order of ``feed_dicts``. When it
         ends before ``steps``, the steps started are applied and their ends returned, fewer
-        than ``steps``; when it raises, or gives a feed dict that lacks a fed tensor, feeds
+        than ``steps`` (where that is the end of this worker's input and the others' has more,
+        ``retire`` it); when it raises, or gives a feed dict that lacks a fed tensor, feeds
         another or feeds a value the tensor cannot take (``Session.run``'s error), the steps
         started are applied and then the error raised (the runner goes on).
         A step's input can come from the graph too (``tf.data``): each run takes its next batch
@@ -582,6 +599,11 @@ class CrossingRunner:
         if steps < 1:
             raise TfschedError(f"crossing the barrier: steps must be at least 1, got {steps!r}")
         self._usable()
+        if self.retired:
+            raise TfschedError(
+                "crossing the barrier: this worker was retired (its input ended) and the others went "
+                "on without it: prime every worker's runner to step again"
+            )
         given = self._feeding(feed_dicts)
         options, computed, applied = self.options, [None] * steps, [None] * steps
         if run_metadata is not None:
