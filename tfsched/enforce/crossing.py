@@ -20,13 +20,14 @@ variable's next read until its update is done. tfsched does it in the graph inst
   pushes still run.
 * the reverse: each worker's read adds one to its count of the variable's reads, and an update
   in step t waits for every worker's to reach t + 1, so no update of a step lands before every
-  worker's read of it in that step.
-* a worker whose input ends (``CrossingRunner.run``) is **retired** once its steps are applied:
-  the counts' waits leave it out, and the other workers train on (an unevenly sharded dataset). Each read sees what it sees behind the barrier (the simulator's
-  ``sim.build_sim_graph(cross_barrier=True)`` lays out the same two rules). Four ops a
-  variable a worker's step on its PS, whatever W: the token queues they replace (a token put
-  in each reader's queue by each update, until the eighty-fourth session) ran 4W+3, W^2 a
+  worker's read of it in that step. Each read sees what it sees behind the barrier (the
+  simulator's ``sim.build_sim_graph(cross_barrier=True)`` lays out the same two rules). Four
+  ops a variable a worker's step on its PS, whatever W: the token queues they replace (a token
+  put in each reader's queue by each update, until the eighty-fourth session) ran 4W+3, W^2 a
   variable a step on the PS (``benchmarks/crossing_ops.py`` counts both).
+* a worker whose input ends (``CrossingRunner.run`` at an input iterator's end, ``retire``
+  for a worker fed its batches) is **retired** once its steps are applied: the counts' waits
+  leave it out, and the other workers train on (a dataset sharded unevenly).
 * two compute runs are in flight (``CrossingRunner``'s depth): the next step's reads wait on
   the PS for their variables' updates, not for this step's last op, so a pull goes as soon as
   its variable is updated, during this step's backward pass, as ByteScheduler's engine lets
