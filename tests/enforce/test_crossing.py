@@ -271,8 +271,9 @@ def test_an_input_iterators_batches_and_dropouts_draws_keep_their_order_to_the_i
     are applied in full, and the iterator's error is raised, with ``left`` batches when two runs
     start together (none: the second waits for the turn the first took when it met the end;
     ``within``: it is given it, and meets the end too), or in one call from the first batch
-    (``left`` None: steps applied while the call still starts runs count): every value is vanilla
-    TensorFlow's, trained until its iterator ended. (With an optimizer whose every update waits
+    (``left`` None: steps applied while the call still starts runs count). The session stays
+    open, and a second epoch follows in it, the iterator started again and the gates primed:
+    every value is vanilla TensorFlow's, trained for two epochs until its iterator ended. (With an optimizer whose every update waits
     for its gradient: Adam's sparse update scales its slots first, which a step that meets the
     end may have done, behind the barrier too, as its ops happen to run.)"""
     import tensorflow as tf
@@ -283,9 +284,11 @@ def test_an_input_iterators_batches_and_dropouts_draws_keep_their_order_to_the_i
     vanilla = _input_graph(cross=False, optimizer=momentum)
     with tf.compat.v1.Session(target, graph=vanilla.graph) as sess:
         sess.run(vanilla.init_op)
-        with pytest.raises(tf.errors.OutOfRangeError):
-            for _ in range(len(_BATCHES) + 1):
-                sess.run(vanilla.train_op)
+        for _ in range(2):  # two epochs
+            with pytest.raises(tf.errors.OutOfRangeError):
+                for _ in range(len(_BATCHES) + 1):
+                    sess.run(vanilla.train_op)
+            sess.run(vanilla.iterator.initializer)
         expected = sess.run(vanilla.graph.get_collection("variables"))
     crossed = _input_graph(cross=True, optimizer=momentum)
     ops = crossed.graph.get_operations()
@@ -298,6 +301,12 @@ def test_an_input_iterators_batches_and_dropouts_draws_keep_their_order_to_the_i
             c.inputs[0].op.get_attr("shared_name") for c in op.control_inputs if c.type == "QueueDequeueV2"
         ]
         assert queues == [b"tfsched_cross/order0of1"]
+    # the apply run's go is given once the batch is taken, not after dropout's draw: the apply
+    # run takes no gradient before it, so it starts no later than the gradients come
+    given = crossed.graph.get_operation_by_name("tfsched_cross/given")
+    assert given.inputs[0].op.get_attr("shared_name") == b"tfsched_cross/go0of1"
+    # the control input goes on the value the go enqueues, made in its context
+    assert [c.type for op in [given, given.inputs[1].op] for c in op.control_inputs] == ["IteratorGetNext"]
     # the embedding's gradient, of rows known only in the run, is held in a padding queue
     assert any(
         op.type == "PaddingFIFOQueueV2" and b"emb/held" in op.get_attr("shared_name")
@@ -316,13 +325,19 @@ def test_an_input_iterators_batches_and_dropouts_draws_keep_their_order_to_the_i
         assert isinstance(ran.get("error"), tf.errors.OutOfRangeError), ran
         assert runner.applied == len(_BATCHES)
         assert len(runner.fetched) == (len(_BATCHES) if left is None else left)  # the steps applied
-        with pytest.raises(TfschedError, match="a run failed \\(OutOfRangeError\\) and closed its session"):
+        with pytest.raises(TfschedError, match="this worker was retired"):
             runner.run(1)
+        # the next epoch in the same session: the iterator started again, the gates primed
+        sess.run(crossed.iterator.initializer)
+        runner.prime()
+        ran = within(30, lambda: runner.run(len(_BATCHES) + 3))
+        assert isinstance(ran.get("error"), tf.errors.OutOfRangeError), ran
+        assert runner.applied == 2 * len(_BATCHES)
     # the variables live on the PS (the same as vanilla's, whose values were read before)
     got = _values(target, crossed)
     assert_bitwise_equal(([], expected), ([], got))
     names = [v.op.name for v in crossed.graph.get_collection("variables")]
-    assert got[names.index("global_step")] == len(_BATCHES)  # every step's update, no more
+    assert got[names.index("global_step")] == 2 * len(_BATCHES)  # every step's update, no more
 
 
 def _sharded_graph(worker: int, batches: int, fed: bool = False):
@@ -375,7 +390,9 @@ def test_a_worker_whose_input_ends_first_is_retired_and_the_other_trains_on(clus
     updates until the deadline). Every read sees every update of the step before by the workers
     still training: the values are a numpy SGD's that applies, each step, the gradients of the
     workers with a batch left, all computed on the last step's values (a read that missed an
-    update would be off by much more than a rounding)."""
+    update would be off by much more than a rounding). A second epoch follows in the same
+    sessions, the inputs started again and every runner primed (until the hundred-and-third
+    session an iterator's end closed its runner's session)."""
     import tensorflow as tf
 
     v1 = tf.compat.v1
@@ -390,8 +407,6 @@ def test_a_worker_whose_input_ends_first_is_retired_and_the_other_trains_on(clus
             CrossingRunner(s, bt.crossing, options=_options(30.0))
             for s, bt in zip(sessions, builts, strict=True)
         ]
-        for r in runners:
-            r.prime()
         boxes: list = [None, None]
 
         def work(k):
@@ -402,32 +417,38 @@ def test_a_worker_whose_input_ends_first_is_retired_and_the_other_trains_on(clus
 
             boxes[k] = within(60, steps)
 
-        started = time.perf_counter()
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(90)
-        took = time.perf_counter() - started
-        for box, runner, n in zip(boxes, runners, shards, strict=True):
-            if fed:
-                assert len(box.get("value", ())) == n, box
-                assert runner.retired
+        for epoch in (1, 2):  # the second in the same sessions: inputs started again, gates primed
+            if epoch > 1 and not fed:
+                for sess, bt in zip(sessions, builts, strict=True):
+                    sess.run(bt.iterator.initializer)
+            for r in runners:
+                r.prime()
+            started = time.perf_counter()
+            threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(90)
+            took = time.perf_counter() - started
+            for box, runner, n in zip(boxes, runners, shards, strict=True):
+                if fed:
+                    assert len(box.get("value", ())) == n, box
+                else:
+                    assert isinstance(box.get("error"), tf.errors.OutOfRangeError), box
+                assert runner.retired and runner.failed is None
                 with pytest.raises(TfschedError, match="this worker was retired"):
-                    runner.run(1, feed_dicts=[])
-            else:
-                assert isinstance(box.get("error"), tf.errors.OutOfRangeError), box
-            assert runner.applied == n
-        assert took < 20, took  # no wait for the retired worker's updates until a deadline (30 s)
+                    runner.run(1, feed_dicts=[] if fed else None)
+                assert runner.applied == epoch * n
+            assert took < 20, took  # no wait for the retired worker's updates until a deadline (30 s)
     finally:
         for s in sessions:
             s.close()
     with v1.Session(cluster.target("worker", 1), graph=builts[1].graph) as sess:
         got_w, got_b, step = sess.run([builts[1].w, builts[1].b, v1.train.get_global_step(builts[1].graph)])
-    assert step == sum(shards)
+    assert step == 2 * sum(shards)
     w, b = w.astype(np.float64), b.astype(np.float64)
     start_w = w.copy()
-    for t in range(max(shards)):
+    for t in [*range(max(shards))] * 2:  # two epochs
         dw, db = np.zeros_like(w), np.zeros_like(b)
         for bt, n in zip(builts, shards, strict=True):
             if t < n:
@@ -877,7 +898,9 @@ def test_what_cannot_cross():
             assert sess.run(w).tolist() == [0.75, 1.75, 2.75]
     # feed dicts for a step built without feeds
     with pytest.raises(TfschedError, match="feed_dicts for a step that takes no feeds"):
-        CrossingRunner(None, CrossingStep(None, None, None, None, None, [], 1, 0)).run(1, feed_dicts=[{}])
+        CrossingRunner(None, CrossingStep(None, None, None, None, None, None, [], 1, 0)).run(
+            1, feed_dicts=[{}]
+        )
     with pytest.raises(TfschedError, match="depth must be 1 or 2"):
         CrossingRunner(None, None, depth=3)
     with pytest.raises(TfschedError, match="steps must be at least 1"):

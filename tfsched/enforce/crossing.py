@@ -27,7 +27,11 @@ variable's next read until its update is done. tfsched does it in the graph inst
   variable a step on the PS (``benchmarks/crossing_ops.py`` counts both).
 * a worker whose input ends (``CrossingRunner.run`` at an input iterator's end, ``retire``
   for a worker fed its batches) is **retired** once its steps are applied: the counts' waits
-  leave it out, and the other workers train on (a dataset sharded unevenly).
+  leave it out, and the other workers train on (a dataset sharded unevenly). Its session
+  stays open: once every worker's input has ended, each starts its input again and primes
+  its gates, and the next epoch goes on in the same sessions. An apply run takes its step's
+  **go** before any gradient, which the compute run gives once it has its batch; at the
+  input's end the runner's stop ends the apply run waiting for a step that met it.
 * two compute runs are in flight (``CrossingRunner``'s depth): the next step's reads wait on
   the PS for their variables' updates, not for this step's last op, so a pull goes as soon as
   its variable is updated, during this step's backward pass, as ByteScheduler's engine lets
@@ -65,6 +69,10 @@ from dataclasses import dataclass
 
 from tfsched.errors import TfschedError
 
+# what ends the apply run that waited for a step whose compute run met the input's end (its
+# error's message): the runner's stop (``CrossingStep.stop_op``), given once no compute run is left
+STOPPED = "tfsched crossing: no step left to apply (the input ended)"
+
 
 @dataclass
 class CrossingStep:
@@ -72,7 +80,8 @@ class CrossingStep:
 
     Run ``prime_op`` on every worker before any of them steps (it resets the gates: every
     read of the first step passes), then per step ``compute_op`` and, on another thread,
-    ``apply_op`` (``CrossingRunner`` does both)."""
+    ``apply_op`` (``CrossingRunner`` does both, and at the input's end ``pass_op``,
+    ``stop_op`` and ``retire_op``)."""
 
     compute_op: object  # the reads, forward, backward and the gradients queued on the worker
     apply_op: object  # the pushes and the PS's updates of one step
@@ -81,6 +90,8 @@ class CrossingStep:
     # takes this worker out of what the other workers' steps wait for, its input ended and its
     # steps applied (until its next prime)
     retire_op: object
+    # ends the apply run that waits for a step whose compute run met the input's end (``STOPPED``)
+    stop_op: object
     variables: list  # the variables gated, in the order of their gradients
     workers: int
     worker: int
@@ -338,10 +349,24 @@ def cross_barrier_step(
                     compute.append(turn.enqueue(my_turn + 1))
 
             # the apply run: each gradient pushed as it is queued, held on the PS until every
-            # worker has read the variable in this step, then the optimizer's own update
+            # worker has read the variable in this step, then the optimizer's own update. It
+            # first takes its step's go, which the compute run gives once it has its input (no
+            # gradient comes before it); a compute run that met the input's end gives none, and
+            # the runner's stop ends the apply run waiting for it (``STOPPED``), where a held
+            # gradient's dequeue could be ended only by closing the session
+            with tf.device(turns_at):
+                go = v1.FIFOQueue(
+                    capacity=-1,  # no bound: a compute run's go never waits for an apply run
+                    dtypes=[tf.bool],
+                    shapes=[[]],
+                    shared_name=_queue_name_of("go", worker, workers),
+                    name="go",
+                )
+                went = tf.debugging.Assert(go.dequeue(), [STOPPED], name="went")
             applied = []
             for held, _, v, g in queued:
-                got = held.dequeue()
+                with tf.control_dependencies([went]):
+                    got = held.dequeue()
                 with tf.device(v.device):
                     # every worker's reads of this step and the steps before it
                     released, _ = ops.tfsched_cross_wait(
@@ -386,6 +411,12 @@ def cross_barrier_step(
                     edits.add_control_input(op, order_turn.op)
                 with tf.device(turns_at), tf.control_dependencies(also + in_order):
                     compute.append(turns[1].enqueue(0))
+            with tf.device(turns_at):
+                # the step's go, once it has what may meet the input's end: its batch taken (the
+                # ops of the runs' order that no read of a variable leads to), or its feeds
+                has_input = _inputs(in_order, {op for rs in read_by for op in rs}, compute_side)
+                with tf.control_dependencies(has_input + ([fed] if feeds else []) or [my_turn]):
+                    compute.append(go.enqueue(True, name="given"))
             compute_op = tf.group(*compute, name="compute")
 
             retires = []
@@ -400,9 +431,11 @@ def cross_barrier_step(
                         resets.append(q.enqueue(0))
                 if feeds:  # what a run that met the input's end or failed left
                     resets.append(fed_queue.dequeue_many(fed_queue.size()))
+                resets.append(go.dequeue_many(go.size()))  # a stop no apply run took
             prime_op = tf.group(*resets, name="prime")
             with tf.device(turns_at):
                 pass_op = tf.group(*(q.enqueue(0) for q in turns), name="pass")
+                stop_op = go.enqueue(False, name="stop")
             retire_op = tf.group(*retires, name="retire")
         return CrossingStep(
             compute_op=compute_op,
@@ -410,6 +443,7 @@ def cross_barrier_step(
             prime_op=prime_op,
             pass_op=pass_op,
             retire_op=retire_op,
+            stop_op=stop_op,
             turn=my_turn,
             variables=[v for _, v in pairs],
             workers=workers,
@@ -473,6 +507,25 @@ def _in_order(compute_side: set, gated: set) -> list:
     )
 
 
+def _inputs(in_order: list, reads: set, compute_side: set) -> list:
+    """The ops of ``in_order`` (``_in_order``'s) that no op of ``reads`` leads to within
+    ``compute_side``: the step's input (an iterator's next element, a queue's dequeue), which
+    may meet the input's end, where a dropout's draw or a moving mean's update follows the
+    model's reads, and a stateful op of the backward pass its gradients: the go the apply run
+    waits for (``cross_barrier_step``) waits for the input alone."""
+    after: set = set()
+    stack = [c for op in reads for t in op.outputs for c in t.consumers()]
+    stack += [c for op in reads for c in op._control_outputs]
+    while stack:
+        op = stack.pop()
+        if op in after or op not in compute_side:
+            continue
+        after.add(op)
+        stack.extend(c for t in op.outputs for c in t.consumers())
+        stack.extend(op._control_outputs)
+    return [op for op in in_order if op not in after]
+
+
 def _updates_of(var, grad, made: list) -> list:
     """The ops among ``made`` (the optimizer's) that take ``grad`` and write ``var``: the ones
     its read gates must wait for."""
@@ -509,7 +562,8 @@ class CrossingRunner:
     leaves no run behind to take the gradients of a run after it. The runner is done then: a
     new session and runner, primed on every worker, go on (the queues and gates live in the
     tasks, and priming empties them). Until the seventy-eighth session the apply run was left
-    waiting until its deadline or until the caller closed the session.
+    waiting until its deadline or until the caller closed the session. The input's end is not
+    a failure: the session stays open, and the next epoch steps on it once primed (``run``).
     """
 
     def __init__(self, sess, step: CrossingStep, *, options=None, depth: int = 2):
@@ -583,15 +637,23 @@ class CrossingRunner:
 
         At the end of the input (a compute run's ``OutOfRangeError``: an iterator's last batch
         taken) no step starts after it, the steps before it are applied in full (``applied``
-        counts them), and then the session is closed and the error raised, as a failed run's
-        is: the step that met the end has nothing to apply, and its apply run waits for its
-        gradients until closed. The turn it took is given on (``pass_op``), so a run after it
-        meets the end too. Once its steps are applied, the worker is retired (``retire_op``):
-        the other workers' steps wait for its reads and updates no longer, so a worker whose
-        input has more batches (a dataset sharded unevenly) trains on, its reads waiting for
-        the updates of the workers still training, as each worker's own steps go on behind the
-        barrier. Until the hundred-and-second session every worker had to meet the end at the
-        same step, or the others' next reads waited for its updates until their deadline.
+        counts them), and then the error is raised. The turn the run that met it took is given
+        on (``pass_op``), so a run after it meets the end too. That step has nothing to apply:
+        its compute run gave no go, and once no compute run is left the stop (``stop_op``) ends
+        the apply run that waits for one, before it takes a gradient. Once its steps are
+        applied, the worker is retired (``retire_op``): the other workers' steps wait for its
+        reads and updates no longer, so a worker whose input has more batches (a dataset sharded
+        unevenly) trains on, its reads waiting for the updates of the workers still training, as
+        each worker's own steps go on behind the barrier. Until the hundred-and-second session
+        every worker had to meet the end at the same step, or the others' next reads waited for
+        its updates until their deadline.
+
+        The session stays open. The next epoch: once every worker's input has ended (their
+        ``run`` raised, or ``retire`` returned), each worker starts its input again (its
+        iterator's initializer) and primes its runner, and then every worker steps; a ``run``
+        before the prime is an error. Until the hundred-and-third session the input's end closed
+        the session, as a failure does (the apply run waiting for the gradients of the step that
+        met it could be ended no other way), and the next epoch needed a new session and runner.
 
         ``run_metadata``: a list, to trace the steps (``FULL_TRACE``, with the partition graphs):
         each step's ``RunMetadata`` is appended to it in order, its compute run's and its apply
@@ -622,8 +684,9 @@ class CrossingRunner:
         slots = threading.Semaphore(self.depth)
         started: list = []  # each step started, its apply run's feed dict (None: none)
         no_more = threading.Event()  # no step starts after those started
+        stopped = threading.Event()  # the input ended: the apply run waiting for a go is stopped
         wake = threading.Condition()
-        self.fetched, first = [], self.applied  # before any apply run of this call
+        self.fetched = []
 
         def traced(op, into: list, k: int, feed=None):
             if run_metadata is None:
@@ -644,7 +707,12 @@ class CrossingRunner:
                         wake.wait(0.1)
                     if errors or k >= len(started):
                         return
-                traced(self.step.apply_op, applied, k, started[k])
+                try:
+                    traced(self.step.apply_op, applied, k, started[k])
+                except tf.errors.InvalidArgumentError as e:
+                    if stopped.is_set() and STOPPED in e.message:
+                        return  # the step that met the input's end: nothing to apply
+                    raise
                 self.applied += 1
 
         def compute(k: int) -> None:
@@ -702,8 +770,8 @@ class CrossingRunner:
             wake.notify_all()
         # each run ends by its deadline; at the input's end, every compute run (a run after the
         # one that met it waits for the turn that one took: given it, it meets the end too), and
-        # the updates of those that ended well (the next apply run waits for gradients that
-        # never come, until the session is closed)
+        # then the updates of those that ended well: the apply run after them waits for a go
+        # that no compute run is left to give, and the stop ends it
         passed = False
         for t in runs:
             while t.is_alive() and not errors:
@@ -711,7 +779,10 @@ class CrossingRunner:
                     passed = True
                     guarded(self.sess.run, self.step.pass_op, None, self.options)
                 t.join(0.1)
-        while applier.is_alive() and not errors and not (ended and self.applied - first >= len(done)):
+        if ended and not errors:
+            stopped.set()
+            guarded(self.sess.run, self.step.stop_op, None, self.options)
+        while applier.is_alive() and not errors:
             applier.join(0.1)
         if ended and not errors:  # every step it took applied: the other workers go on without it
             guarded(self.sess.run, self.step.retire_op, None, self.options)
@@ -723,7 +794,8 @@ class CrossingRunner:
         if fetches is not None:  # at the input's end too: the values of the steps applied
             self.fetched = [done[k][2] for k in order]
         if ended:
-            self._fail(ended[0], [*runs, applier])
+            self.retired = True
+            raise ended[0]
         if bad:
             raise bad[0]
         ends = sorted(end for end, _, _ in done.values())  # the i-th step to end, the i-th end
