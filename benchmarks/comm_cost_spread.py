@@ -1,8 +1,8 @@
 """How steady the bench's measured CPU cost of a byte and of a message is, run after run.
 
 ``tfsched bench`` measures, after its rounds, what moving a byte and sending a message cost the
-machine, and the shares of a byte's CPU the sender's and the receiver's processes spent
-(``bench.run._comm_cpu_costs``). The simulator charges the bytes' CPU to the machine, or on
+machine, and the shares of a byte's CPU (and of a message's) the sender's and the receiver's
+processes spent (``bench.run._comm_cpu_costs``). The simulator charges the bytes' CPU to the machine, or on
 hosts with cores of their own each end's share to its own cores, and each acknowledgement the
 cost of a message. This runs one short bench command (the baseline only, one round) ``--runs``
 times and reports each run's costs and shares, and their spread. ``--load N`` keeps N more
@@ -58,11 +58,14 @@ def _measured(bench_args: list[str]) -> dict:
         with open(out) as f:
             base = json.load(f)["modes"][0]
     shares = base.get("comm_cpu_shares") or [None, None]
+    parts = base.get("comm_cpu_message_shares") or [None, None]
     return {
         "per_byte_s": base.get("comm_cpu_s_per_byte", 0.0),
         "per_message_s": base.get("comm_cpu_s_per_message", 0.0),
         "send_share": shares[0],
         "recv_share": shares[1],
+        "message_send_share": parts[0],
+        "message_recv_share": parts[1],
     }
 
 
@@ -85,7 +88,14 @@ def main() -> None:
     bench_args = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
     runs = [one_run(bench_args, args.load) for _ in range(args.runs)]
     spread = {}
-    for key in ("per_byte_s", "per_message_s", "send_share", "recv_share"):
+    for key in (
+        "per_byte_s",
+        "per_message_s",
+        "send_share",
+        "recv_share",
+        "message_send_share",
+        "message_recv_share",
+    ):
         values = [r[key] for r in runs if r[key] is not None]
         if not values:  # shares not measured (a run of a bench before the sixty-fourth session)
             continue
@@ -109,24 +119,30 @@ def main() -> None:
         ),
         "",
         "| run | CPU s per byte | CPU s per message | the sending PS's share of a byte's | the receiving "
-        "worker's |",
-        "|---|---|---|---|---|",
+        "worker's | the PS's share of a message's | worker 0's |",
+        "|---|---|---|---|---|---|---|",
         *(
             f"| {k + 1} | {r['per_byte_s']:.3g} | {r['per_message_s']:.3g} | {_share(r['send_share'])} "
-            f"| {_share(r['recv_share'])} |"
+            f"| {_share(r['recv_share'])} | {_share(r.get('message_send_share'))} "
+            f"| {_share(r.get('message_recv_share'))} |"
             for k, r in enumerate(runs)
         ),
         "",
-        "| | per byte | per message | sender's share | receiver's share |",
-        "|---|---|---|---|---|",
+        "| | per byte | per message | sender's share | receiver's share | the PS's of a message | "
+        "worker 0's of a message |",
+        "|---|---|---|---|---|---|---|",
         *(
             f"| {what} | {spread['per_byte_s'][what]:.3g} | {spread['per_message_s'][what]:.3g} "
-            f"| {_share(spread.get('send_share', {}).get(what))} | {_share(spread.get('recv_share', {}).get(what))} |"
+            f"| {_share(spread.get('send_share', {}).get(what))} | {_share(spread.get('recv_share', {}).get(what))} "
+            f"| {_share(spread.get('message_send_share', {}).get(what))} "
+            f"| {_share(spread.get('message_recv_share', {}).get(what))} |"
             for what in ("min", "max", "mean")
         ),
         "",
         "The shares: of the machine's extra CPU for the extra bytes, what the PS's process and worker "
-        "0's spent (`/proc/<pid>/stat`); the rest was the kernel's.",
+        "0's spent (`/proc/<pid>/stat`); the rest was the kernel's. A message's (since the "
+        "hundred-and-third session): of its cost, the cut call's CPU past the empty call's in the two "
+        "processes, what each spent.",
         "",
         "```bash",
         command,

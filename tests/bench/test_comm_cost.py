@@ -45,7 +45,7 @@ def machine(monkeypatch):
 
 def test_a_message_costs_what_the_cut_call_spends_past_an_empty_one(machine):
     run, state = machine
-    per_byte, per_message, shares = bench_run.whole_and_cut_costs(
+    per_byte, per_message, shares, message_shares = bench_run.whole_and_cut_costs(
         run, {"send": [1], "recv": [2]}, extra_bytes=EXTRA_BYTES, messages=MESSAGES
     )
     assert per_byte == pytest.approx(BYTE_S)
@@ -54,6 +54,9 @@ def test_a_message_costs_what_the_cut_call_spends_past_an_empty_one(machine):
     # the call, the kernel's part outside them left out
     assert per_message == pytest.approx(SEND_M + RECV_M)
     assert shares == pytest.approx((SEND, RECV))
+    # where a message's cost is spent: the PS's part and worker 0's, its part of the call left out
+    total = SEND_M + RECV_M
+    assert message_shares == pytest.approx((SEND_M / total, RECV_M / total), abs=1e-4)
     calls = state["calls"]
     # each warmed up alone, then the three in turn, the whole pulls until they took a CPU second
     steps = max(bench_run.COMM_STEPS, -(-bench_run.COMM_MIN_CPU_S // (EXTRA_BYTES * BYTE_S)))
@@ -70,7 +73,7 @@ def test_a_message_costs_what_the_cut_call_spends_past_an_empty_one(machine):
 def test_the_calls_to_tell_a_message_apart_are_bounded(machine, monkeypatch):
     run, state = machine
     monkeypatch.setattr(bench_run, "COMM_MIN_MESSAGE_CPU_S", 1e9)  # never reached
-    _, per_message, _ = bench_run.whole_and_cut_costs(
+    _, per_message, _, _ = bench_run.whole_and_cut_costs(
         run, {"send": [1], "recv": [2]}, extra_bytes=EXTRA_BYTES, messages=MESSAGES
     )
     assert state["calls"].count("cut") == 1 + bench_run.COMM_MAX_MESSAGE_STEPS
@@ -83,6 +86,7 @@ def test_no_cost_where_the_machine_cannot_be_read(machine, monkeypatch):
     assert bench_run.whole_and_cut_costs(run, {"send": [], "recv": []}, extra_bytes=1, messages=1) == (
         0.0,
         0.0,
+        None,
         None,
     )
     assert state["calls"] == ["none", "cut", "whole", "none"]  # warmed up, then one try
@@ -100,7 +104,7 @@ def test_a_pair_measured_in_part_counts_for_neither(machine, monkeypatch):
         return None if len(calls) == 3 + 3 * steps + 4 else readable()
 
     monkeypatch.setattr(bench_run, "cpu_seconds", cpu_seconds)
-    per_byte, per_message, _ = bench_run.whole_and_cut_costs(
+    per_byte, per_message, _, _ = bench_run.whole_and_cut_costs(
         run, {"send": [1], "recv": [2]}, extra_bytes=EXTRA_BYTES, messages=MESSAGES
     )
     assert state["calls"][-2:] == ["none", "cut"] and state["calls"].count("cut") == 1 + steps + 2
@@ -113,16 +117,17 @@ def test_what_else_runs_on_the_machine_is_no_part_of_a_messages_cost(machine):
     run, state = machine
     state["other"] = 0.01  # more than the cut's messages cost the machine
     ends = {"send": [1], "recv": [2]}
-    per_byte, per_message, shares = bench_run.whole_and_cut_costs(
+    per_byte, per_message, shares, message_shares = bench_run.whole_and_cut_costs(
         run, ends, extra_bytes=EXTRA_BYTES, messages=MESSAGES
     )
     assert per_message == pytest.approx(SEND_M + RECV_M)
+    assert message_shares == pytest.approx((1 / 3, 2 / 3), abs=1e-4)
     # a byte's cost is the machine's: the load fell in no whole pull or cut one here
     assert per_byte == pytest.approx(BYTE_S) and shares == pytest.approx((SEND, RECV))
     # where the processes cannot be read, the machine's counts are all there is
     state["other"] = 0.0
-    per_byte, per_message, shares = bench_run.whole_and_cut_costs(
+    per_byte, per_message, shares, message_shares = bench_run.whole_and_cut_costs(
         run, {"send": [], "recv": [2]}, extra_bytes=EXTRA_BYTES, messages=MESSAGES
     )
     assert per_byte == pytest.approx(BYTE_S) and per_message == pytest.approx(MESSAGE_S)
-    assert shares is None
+    assert shares is None and message_shares is None

@@ -401,6 +401,9 @@ def test_bench_command_writes_every_field(tmp_path, monkeypatch):
     # and the shares of it the sending PS's process and the receiving worker's spent
     send, recv = data["modes"][0]["comm_cpu_shares"]
     assert 0 <= send and 0 <= recv and 0 < send + recv <= 1 and "comm_cpu_shares" not in data["modes"][1]
+    # and where a message's is spent: the PS's part and worker 0's, all of it
+    send, recv = data["modes"][0]["comm_cpu_message_shares"]
+    assert 0 <= send and 0 <= recv and send + recv == pytest.approx(1, abs=1e-3)
     # the sizes in force are in the file
     assert "partition" not in data["modes"][0]
     assert (data["modes"][2]["partition"], data["modes"][2]["credit"]) == (20_000, 40_000)

@@ -104,6 +104,9 @@ def test_a_tf2_bench_run_fills_every_field_from_real_calls(tmp_path, monkeypatch
     assert base["comm_cpu_s_per_byte"] > 0 and 0 < base["comm_cpu_s_per_message"] < 1
     send, recv = base["comm_cpu_shares"]
     assert 0 <= send and 0 <= recv and 0 < send + recv <= 1
+    # and where a message's is spent: the PS's part and worker 0's, all of it
+    send, recv = base["comm_cpu_message_shares"]
+    assert 0 <= send and 0 <= recv and send + recv == pytest.approx(1, abs=1e-3)
     assert not any(k.startswith("comm_cpu") for r in (tio, tao) for k in r)
     # +pc sized for the busiest channel: here the one PS's every variable
     assert c["channel_params"] * 4 == _model_bytes("seq32")

@@ -496,6 +496,9 @@ class ModeResult:
     # baseline: the shares of a byte's CPU (comm_cpu_s_per_byte) the sending PS's process and the
     # receiving worker's spent, the rest the kernel's (None: not measured)
     comm_cpu_shares: tuple[float, float] | None = None
+    # baseline: the shares of a message's CPU (comm_cpu_s_per_message) the sending PS's process and
+    # worker 0's spent (None: not measured; since the hundred-and-third session)
+    comm_cpu_message_shares: tuple[float, float] | None = None
     # CPU seconds each task's process spent during the timed rounds ("job:index" -> seconds;
     # empty where the processes could not be read): what its ops cost where it has cores of its
     # own (predict.machine_slots_from_task_cpu)
@@ -583,6 +586,11 @@ class ModeResult:
                 {"comm_cpu_s_per_message": self.comm_cpu_s_per_message} if self.comm_cpu_s_per_message else {}
             ),
             **({"comm_cpu_shares": list(self.comm_cpu_shares)} if self.comm_cpu_shares else {}),
+            **(
+                {"comm_cpu_message_shares": list(self.comm_cpu_message_shares)}
+                if self.comm_cpu_message_shares
+                else {}
+            ),
             **({"copy_cpu_s_per_byte": self.copy_cpu_s_per_byte} if self.copy_cpu_s_per_byte else {}),
             **({"ack_cpu_s": self.ack_cpu_s} if self.ack_cpu_s else {}),
             **({"task_cpu_s_per_step": per_task} if (per_task := self.task_cpu_per_step) else {}),
@@ -697,11 +705,13 @@ COMM_MAX_MESSAGE_STEPS = 60  # calls of the cut and of the empty call in turn, u
 COMM_MIN_MESSAGE_CPU_S = 0.3  # the cut took this much CPU (a message's cost is their difference)
 
 
-def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tuple[float, float] | None]:
+def _comm_cpu_costs(
+    tf, target: str, built, options
+) -> tuple[float, float, tuple[float, float] | None, tuple[float, float] | None]:
     """CPU seconds this machine spends per byte moved between two tasks past each message's own
     cost, and per message (a tensor sent with almost no bytes, past the step's own cost); and the
     shares of a byte's CPU the senders' processes (the PS tasks) and the receiver's (worker 0)
-    spent (``byte_shares``), None where their processes cannot be read.
+    spent (``byte_shares``), and of a message's, None where their processes cannot be read.
 
     Worker 0 alone (a fresh copy of ``built``'s graph, sharing the variables) runs three steps in
     turn, at least ``COMM_STEPS`` times each and more for small models, until the CPU is
@@ -754,7 +764,7 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tupl
                 nbytes += v.shape.num_elements() * v.dtype.size
                 small += v.dtype.size
     if nbytes <= small:
-        return 0.0, 0.0, None
+        return 0.0, 0.0, None, None
     from tfsched.bench.profile import task_processes
 
     try:
@@ -767,7 +777,7 @@ def _comm_cpu_costs(tf, target: str, built, options) -> tuple[float, float, tupl
                 messages=len(cut),
             )
     except tf.errors.OpError:
-        return 0.0, 0.0, None
+        return 0.0, 0.0, None, None
 
 
 def pull_ends(tasks: dict[int, str]) -> dict[str, list[int]]:
@@ -786,7 +796,7 @@ def pull_ends(tasks: dict[int, str]) -> dict[str, list[int]]:
 
 def whole_and_cut_costs(
     run: Callable[[str], object], ends: dict[str, list[int]], *, extra_bytes: int, messages: int
-) -> tuple[float, float, tuple[float, float] | None]:
+) -> tuple[float, float, tuple[float, float] | None, tuple[float, float] | None]:
     """``_comm_cpu_costs``' measurement, whatever runs the pulls (a session's, or TensorFlow 2's
     coordinator, ``bench.tf2.comm_cost_round``): ``run("whole")`` pulls every PS variable whole
     to worker 0, ``run("cut")`` the same ``messages`` with one element each (``extra_bytes``
@@ -795,8 +805,18 @@ def whole_and_cut_costs(
     task), then all three in turn, as ``_comm_cpu_costs`` says, the machine's CPU and that of
     ``ends``' processes (``pull_ends``) read around each; then the cut and the empty call alone
     in turn until the cut took ``COMM_MIN_MESSAGE_CPU_S`` (at most ``COMM_MAX_MESSAGE_STEPS``
-    in all). The cost of a byte, of a message and the ends' shares of a byte's; (0, 0, None)
-    where /proc/stat cannot be read. What ``run`` raises goes through.
+    in all). The cost of a byte, of a message, the ends' shares of a byte's and of a message's
+    (``byte_shares``: the PS's and worker 0's parts; None where the ends' processes cannot be
+    read or a message cost nothing measurable); (0, 0, None, None) where /proc/stat cannot be
+    read. What ``run`` raises goes through.
+
+    A message's shares (since the hundred-and-third session) tell where its cost is spent: a
+    TensorFlow 2 message cost two to three times a session's, and the PS's part of a call (a
+    component function the coordinator's call runs there, which no empty call does) was the
+    likely cause, not measured apart. Measured on VGG16 inference (2 workers, three runs each,
+    ``benchmarks/comm_cost_spread.py``, ``results/comm-cost-spread-{tf2,session}-s103.md``): the
+    PS spent 0.26 to 0.67 of a TensorFlow 2 message's 2.1e-4 to 2.8e-4 s, and 0.46 to 0.56 of a
+    session's 0.8e-4 to 1.3e-4 s. Both ends spend more in TensorFlow 2, not the PS alone.
 
     A byte's cost counts the machine's CPU (the kernel moves the bytes too, in interrupts and
     in threads of its own). A message's is the cut's CPU past the empty call's (``per_message``)
@@ -846,7 +866,7 @@ def whole_and_cut_costs(
     steps = 0
     while steps < COMM_STEPS or (busy["whole"] < COMM_MIN_CPU_S and steps < COMM_MAX_STEPS):
         if not all(measure(name) for name in names):
-            return 0.0, 0.0, None
+            return 0.0, 0.0, None, None
         steps += 1
     shares = None
     if own:
@@ -865,7 +885,11 @@ def whole_and_cut_costs(
             break
         calls += 1
     message = per_message(message_cpu("cut"), message_cpu("none"), messages, calls)
-    return cost, message, shares if cost else None
+    parts = None
+    if own and message:
+        send, recv = (spent[("cut", end)] - spent[("none", end)] for end in ("send", "recv"))
+        parts = byte_shares(send + recv, send, recv)
+    return cost, message, shares if cost else None, parts
 
 
 def per_message(busy_cut_s: float, busy_none_s: float, messages: int, calls: int) -> float:
@@ -1376,13 +1400,17 @@ def run_side_by_side(
                 if progress:
                     progress("measuring what moving a byte costs the machine")
                 first = results[bases[0]]
-                first.comm_cpu_s_per_byte, first.comm_cpu_s_per_message, first.comm_cpu_shares = (
-                    _comm_cpu_costs(tf, targets[0], builder_of(bases[0])(0), run_options)
-                )
+                (
+                    first.comm_cpu_s_per_byte,
+                    first.comm_cpu_s_per_message,
+                    first.comm_cpu_shares,
+                    first.comm_cpu_message_shares,
+                ) = _comm_cpu_costs(tf, targets[0], builder_of(bases[0])(0), run_options)
                 for base_mode in bases[1:]:  # the machine's, whatever PS holds a variable
                     results[base_mode].comm_cpu_s_per_byte = first.comm_cpu_s_per_byte
                     results[base_mode].comm_cpu_s_per_message = first.comm_cpu_s_per_message
                     results[base_mode].comm_cpu_shares = first.comm_cpu_shares
+                    results[base_mode].comm_cpu_message_shares = first.comm_cpu_message_shares
     finally:
         close_sessions([sess for sess, _ in sessions.values()])
     return results

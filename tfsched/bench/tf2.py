@@ -224,9 +224,9 @@ def comm_cost_round(tf, coordinator, variables, driver_pid: int) -> dict:
     its messages the cost of a message (``bench.run.whole_and_cut_costs``). Until the
     seventy-third session the coordinator's own cost of a call (0.6 to 2.5 ms a message, against
     the sessions' 0.1 ms) counted as its messages'. Its record: ``comm_cpu_s_per_byte``,
-    ``comm_cpu_s_per_message`` and ``comm_cpu_shares`` (the sending PS's and worker 0's shares of
-    a byte's CPU, None where their processes cannot be read), all 0 or None where nothing is on
-    a PS.
+    ``comm_cpu_s_per_message``, ``comm_cpu_shares`` (the sending PS's and worker 0's shares of
+    a byte's CPU, None where their processes cannot be read) and ``comm_cpu_message_shares``
+    (theirs of a message's), all 0 or None where nothing is on a PS.
 
     ``driver_pid``: the bench's process, whose children the task processes are.
 
@@ -244,6 +244,7 @@ def comm_cost_round(tf, coordinator, variables, driver_pid: int) -> dict:
         "comm_cpu_s_per_byte": 0.0,
         "comm_cpu_s_per_message": 0.0,
         "comm_cpu_shares": None,
+        "comm_cpu_message_shares": None,
     }
     if nbytes <= small:
         return record
@@ -271,7 +272,7 @@ def comm_cost_round(tf, coordinator, variables, driver_pid: int) -> dict:
         coordinator.schedule(functions[name])
         coordinator.join()
 
-    per_byte, per_message, shares = whole_and_cut_costs(
+    per_byte, per_message, shares, message_shares = whole_and_cut_costs(
         run, pull_ends(task_processes(driver_pid)), extra_bytes=nbytes - small, messages=len(parts)
     )
     return dict(
@@ -279,13 +280,15 @@ def comm_cost_round(tf, coordinator, variables, driver_pid: int) -> dict:
         comm_cpu_s_per_byte=per_byte,
         comm_cpu_s_per_message=per_message,
         comm_cpu_shares=list(shares) if shares else None,
+        comm_cpu_message_shares=list(message_shares) if message_shares else None,
     )
 
 
 def comm_costs(args: dict, timeout_s: float, dead_tasks=None, progress=None) -> dict:
     """``comm_cost_round`` in a coordinator of its own, worker 0 alone: the baseline row's
-    ``comm_cpu_s_per_byte``, ``comm_cpu_s_per_message`` and ``comm_cpu_shares`` where they were
-    measured (a byte that cost nothing measurable leaves the shares out). A round that fails is
+    ``comm_cpu_s_per_byte``, ``comm_cpu_s_per_message``, ``comm_cpu_shares`` and
+    ``comm_cpu_message_shares`` where they were measured (a byte or a message that cost nothing
+    measurable leaves its shares out). A round that fails is
     said to ``progress`` and leaves them out: the prediction then keeps the bytes' CPU in the
     ops' share, as before they were measured (the session bench's ``_comm_cpu_costs`` does the
     same)."""
@@ -298,6 +301,8 @@ def comm_costs(args: dict, timeout_s: float, dead_tasks=None, progress=None) -> 
     kept = {k: rec[k] for k in ("comm_cpu_s_per_byte", "comm_cpu_s_per_message") if rec.get(k)}
     if rec.get("comm_cpu_shares") and kept.get("comm_cpu_s_per_byte"):
         kept["comm_cpu_shares"] = rec["comm_cpu_shares"]
+    if rec.get("comm_cpu_message_shares") and kept.get("comm_cpu_s_per_message"):
+        kept["comm_cpu_message_shares"] = rec["comm_cpu_message_shares"]
     return kept
 
 
@@ -1030,9 +1035,9 @@ def comm_cost_lines(summary: dict) -> list[str]:
     which the simulator charges; nothing for a run that measured none.
 
     >>> base = {"mode": "baseline", "comm_cpu_s_per_byte": 1.1e-9, "comm_cpu_s_per_message": 2.5e-4,
-    ...         "comm_cpu_shares": [0.3, 0.55]}
+    ...         "comm_cpu_shares": [0.3, 0.55], "comm_cpu_message_shares": [0.6, 0.4]}
     >>> print(comm_cost_lines({"modes": [base]})[1])
-    Moving a byte cost the machine 1.10 ns of CPU and a message 0.250 ms (worker 0's pulls alone, each variable whole against one element of it; the PS spent 30% of a byte's CPU, worker 0 55%, the rest in no task's process). The simulator charges both.
+    Moving a byte cost the machine 1.10 ns of CPU and a message 0.250 ms (worker 0's pulls alone, each variable whole against one element of it; the PS spent 30% of a byte's CPU, worker 0 55%, the rest in no task's process; of a message's, the PS 60%, worker 0 40%). The simulator charges both.
     >>> comm_cost_lines({"modes": [{"mode": "baseline"}]})
     []
     """
@@ -1050,6 +1055,9 @@ def comm_cost_lines(summary: dict) -> list[str]:
             f"; the PS spent {shares[0]:.0%} of a byte's CPU, worker 0 {shares[1]:.0%}, "
             "the rest in no task's process"
         )
+    parts = base.get("comm_cpu_message_shares")
+    if parts:
+        text += f"; of a message's, the PS {parts[0]:.0%}, worker 0 {parts[1]:.0%}"
     return ["", text + "). The simulator charges both."]
 
 
