@@ -896,11 +896,14 @@ def test_what_cannot_cross():
             sess.run(w.assign([1.0, 2.0, 3.0]))
             sess.run(train, {rate: 0.5})
             assert sess.run(w).tolist() == [0.75, 1.75, 2.75]
+    runner = CrossingRunner(None, CrossingStep(None, None, None, None, None, None, [], 1, 0))
+    # a run before the prime: the counts it would wait on are a session's before
+    with pytest.raises(TfschedError, match="prime the runner before its first run"):
+        runner.run(1)
     # feed dicts for a step built without feeds
+    runner.primed = True  # as after its prime
     with pytest.raises(TfschedError, match="feed_dicts for a step that takes no feeds"):
-        CrossingRunner(None, CrossingStep(None, None, None, None, None, None, [], 1, 0)).run(
-            1, feed_dicts=[{}]
-        )
+        runner.run(1, feed_dicts=[{}])
     with pytest.raises(TfschedError, match="depth must be 1 or 2"):
         CrossingRunner(None, None, depth=3)
     with pytest.raises(TfschedError, match="steps must be at least 1"):

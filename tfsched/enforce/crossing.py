@@ -583,6 +583,7 @@ class CrossingRunner:
         self.applied = 0  # the steps whose updates are all in, over the runner's life
         self.fetched: list = []  # the last call's ``fetches``, one value per step
         self.retired = False  # this worker's input ended (``retire``) since the last prime
+        self.primed = False  # ``prime`` ran: the gates' counts are this runner's, not stale ones
 
     def _usable(self) -> None:
         if self.failed is not None:
@@ -593,10 +594,12 @@ class CrossingRunner:
 
     def prime(self) -> None:
         """Reset this worker's gates (and take it back in if it was retired): on every worker,
-        before any of them steps."""
+        before any of them steps. A ``run`` before a runner's first prime is an error: the
+        counts and queues live in the tasks, and would be a session's before."""
         self._usable()
         self.sess.run(self.step.prime_op, options=self.options)
         self.retired = False
+        self.primed = True
 
     def retire(self) -> None:
         """This worker's input has ended where ``run`` cannot see it (its last ``feed_dicts``, a
@@ -662,6 +665,13 @@ class CrossingRunner:
         if steps < 1:
             raise TfschedError(f"crossing the barrier: steps must be at least 1, got {steps!r}")
         self._usable()
+        if not self.primed:
+            # the counts and queues live in the tasks: a run before the prime would step on what
+            # a session before left there (a count at its last step, a held gradient)
+            raise TfschedError(
+                "crossing the barrier: prime the runner before its first run (runner.prime(), on "
+                "every worker before any of them steps)"
+            )
         if self.retired:
             raise TfschedError(
                 "crossing the barrier: this worker was retired (its input ended) and the others went "
