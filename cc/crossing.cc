@@ -18,6 +18,16 @@
 //   barrier once another's input has ended.
 // - TfschedCrossReset (the crossing's prime) sets its worker's arrivals and waits to none and
 //   takes it back in, and ends a wait of that worker still parked from a run before (Aborted).
+//   It also moves the worker into its next generation (an epoch: each prime is one). A wait goes
+//   only once every worker is in its worker's generation, so a worker primed for the next epoch
+//   waits at its first reads for the others to be primed too, with no barrier of the caller's;
+//   and a worker that left the wait's generation retired (its input ended, then its prime) is
+//   waited for no longer there, so the others finish their epoch without it. One that left it
+//   without retiring (a failed run, then a new session's prime) is still waited for, until the
+//   waits' deadline: every worker primes again after a failure. Until the hundred-and-third
+//   session a worker primed before the others had ended their epoch stepped on with them in
+//   lockstep no longer (its counts none, theirs at their last step), and the caller had to hold
+//   every prime until every worker's input had ended.
 //
 // An improvement on the queues it replaces (until the eighty-fourth session): a token queue per
 // (variable, reader), each update putting a token in every reader's queue and each read taking one
@@ -87,8 +97,9 @@ REGISTER_OP("TfschedCrossWait")
     })
     .Doc(R"doc(
 Passes `inputs` through once every worker of `workers` (but those retired) has arrived on the
-count `count` on this device the waits of `worker` on it since its reset + offset times;
-`reached` is that number.
+count `count` on this device the waits of `worker` on it since its reset + offset times, each in
+`worker`'s generation (its resets), or has left that generation retired; `reached` is that
+number.
 )doc");
 
 REGISTER_OP("TfschedCrossRetire")
@@ -107,8 +118,9 @@ REGISTER_OP("TfschedCrossReset")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc(R"doc(
-Sets `worker`'s arrivals and waits on the count `count` on this device to none, and takes it
-back in if it was retired; a wait of `worker` still parked on it ends (Aborted).
+Moves `worker` into its next generation on the count `count` on this device, its arrivals and
+waits none, and takes it back in if it was retired; a wait of `worker` still parked on it ends
+(Aborted), and the other workers' waits its new generation meets go.
 )doc");
 
 struct Wait {
@@ -179,34 +191,48 @@ class Count : public tensorflow::ResourceBase {
     return true;
   }
 
-  std::vector<std::shared_ptr<Wait>> Reset(int64_t worker) {
-    std::vector<std::shared_ptr<Wait>> stale;
+  // `worker` into its next generation, arrivals and waits none; its waits still parked are
+  // stale (*stale), and the other workers' waits that its new generation meets go (returned).
+  std::vector<std::shared_ptr<Wait>> Reset(int64_t worker,
+                                           std::vector<std::shared_ptr<Wait>>* stale) {
     mutex_lock l(mu_);
+    if (retired_.erase(worker) > 0) done_[worker].insert(gen_[worker]);
+    ++gen_[worker];
     arrived_[worker] = 0;
     waits_[worker] = 0;
-    retired_.erase(worker);
     for (auto it = parked_.begin(); it != parked_.end();) {
       if ((*it)->worker == worker) {
         (*it)->parked = false;
-        stale.push_back(*it);
+        stale->push_back(*it);
         it = parked_.erase(it);
       } else {
         ++it;
       }
     }
-    return stale;
+    return Release();
   }
 
  private:
-  // Every worker of w's but those retired has arrived w's target times.
+  // Every worker of w's, in w's worker's generation, has arrived w's target times or is retired;
+  // a worker in a generation after it has left that one retired; none is in a generation before.
   bool Met(const Wait& w) {  // under mu_
+    const int64_t gen = Of(gen_, w.worker);
     for (int64_t u = 0; u < w.workers; ++u) {
-      if (retired_.count(u) == 0) {
-        auto it = arrived_.find(u);
-        if ((it == arrived_.end() ? 0 : it->second) < w.target) return false;
+      const int64_t at = Of(gen_, u);
+      if (at < gen) return false;  // not primed for this generation yet
+      if (at > gen) {              // gone on to the next epoch: only once its input ended here
+        auto done = done_.find(u);
+        if (done == done_.end() || done->second.count(gen) == 0) return false;
+      } else if (retired_.count(u) == 0 && Of(arrived_, u) < w.target) {
+        return false;
       }
     }
     return true;
+  }
+
+  static int64_t Of(const std::map<int64_t, int64_t>& m, int64_t worker) {
+    auto it = m.find(worker);
+    return it == m.end() ? 0 : it->second;
   }
 
   // The parked waits now met, out of the parked ones.
@@ -228,7 +254,10 @@ class Count : public tensorflow::ResourceBase {
   mutex mu_;
   std::map<int64_t, int64_t> arrived_;  // worker -> its arrivals since its reset
   std::map<int64_t, int64_t> waits_;    // worker -> its waits that went since its reset
+  std::map<int64_t, int64_t> gen_;      // worker -> its resets (its generation; 0: none yet)
   std::set<int64_t> retired_;           // the workers whose input ended, until their reset
+  // worker -> the generations it left retired (its input ended, then its reset: the next epoch)
+  std::map<int64_t, std::set<int64_t>> done_;
   std::list<std::shared_ptr<Wait>> parked_;
 };
 
@@ -308,7 +337,9 @@ class CrossResetOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     Count* count = nullptr;
     OP_REQUIRES_OK(ctx, count_.Get(ctx, &count));
-    for (const auto& w : count->Reset(worker_)) {
+    std::vector<std::shared_ptr<Wait>> stale;
+    for (const auto& w : count->Reset(worker_, &stale)) End(w, absl::OkStatus());
+    for (const auto& w : stale) {
       End(w, absl::AbortedError("tfsched crossing: the count was reset (primed) under this wait"));
     }
   }

@@ -391,8 +391,11 @@ def test_a_worker_whose_input_ends_first_is_retired_and_the_other_trains_on(clus
     still training: the values are a numpy SGD's that applies, each step, the gradients of the
     workers with a batch left, all computed on the last step's values (a read that missed an
     update would be off by much more than a rounding). A second epoch follows in the same
-    sessions, the inputs started again and every runner primed (until the hundred-and-third
-    session an iterator's end closed its runner's session)."""
+    sessions, each worker's input started again and its runner primed as soon as its own epoch
+    ends: the first worker's first reads of it wait for the second to end its epoch and be
+    primed too (the counts' generations), so the second epoch's steps go in lockstep again
+    (until the hundred-and-third session an iterator's end closed its runner's session, and the
+    caller had to hold every prime until every worker's input had ended)."""
     import tensorflow as tf
 
     v1 = tf.compat.v1
@@ -407,39 +410,46 @@ def test_a_worker_whose_input_ends_first_is_retired_and_the_other_trains_on(clus
             CrossingRunner(s, bt.crossing, options=_options(30.0))
             for s, bt in zip(sessions, builts, strict=True)
         ]
-        boxes: list = [None, None]
+        boxes: list = [[], []]  # each worker's epochs
+        refused: list = [[], []]  # each epoch's end: a run before the next prime was refused
 
         def work(k):
+            runner = runners[k]
+
             def steps():
-                ends = runners[k].run(10, feed_dicts=builts[k].feed_dicts)
-                runners[k].retire()  # fed: the input's end is the caller's to say
+                ends = runner.run(10, feed_dicts=builts[k].feed_dicts)
+                runner.retire()  # fed: the input's end is the caller's to say
                 return ends
 
-            boxes[k] = within(60, steps)
+            # each worker's next epoch at once, in the same session: its input started again and
+            # its runner primed, with no wait for the other's epoch to end (the counts' generations)
+            for epoch in (1, 2):
+                if epoch > 1 and not fed:
+                    sessions[k].run(builts[k].iterator.initializer)
+                runner.prime()
+                boxes[k].append(within(60, steps))
+                try:
+                    runner.run(1, feed_dicts=[] if fed else None)
+                except TfschedError as e:
+                    refused[k].append(runner.retired and runner.failed is None and "was retired" in str(e))
 
-        for epoch in (1, 2):  # the second in the same sessions: inputs started again, gates primed
-            if epoch > 1 and not fed:
-                for sess, bt in zip(sessions, builts, strict=True):
-                    sess.run(bt.iterator.initializer)
-            for r in runners:
-                r.prime()
-            started = time.perf_counter()
-            threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(90)
-            took = time.perf_counter() - started
-            for box, runner, n in zip(boxes, runners, shards, strict=True):
+        started = time.perf_counter()
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(150)
+        took = time.perf_counter() - started
+        for epochs, runner, n, ends in zip(boxes, runners, shards, refused, strict=True):
+            assert len(epochs) == 2, epochs
+            for box in epochs:
                 if fed:
                     assert len(box.get("value", ())) == n, box
                 else:
                     assert isinstance(box.get("error"), tf.errors.OutOfRangeError), box
-                assert runner.retired and runner.failed is None
-                with pytest.raises(TfschedError, match="this worker was retired"):
-                    runner.run(1, feed_dicts=[] if fed else None)
-                assert runner.applied == epoch * n
-            assert took < 20, took  # no wait for the retired worker's updates until a deadline (30 s)
+            assert ends == [True, True]
+            assert runner.applied == 2 * n
+        assert took < 40, took  # no wait for a retired worker's updates until a deadline (30 s)
     finally:
         for s in sessions:
             s.close()
@@ -710,8 +720,11 @@ def test_a_count_lets_each_wait_go_at_its_step_and_a_reset_ends_a_stale_one(clus
     worker's n-th wait since its reset goes once each worker has arrived n + offset times,
     passing its tensors through as they are; a wait its run gave up (the deadline) is not
     counted; a second wait of the same worker at once is an error; a reset ends a wait parked
-    from before and sets its worker's arrivals to none; a retired worker is waited for no longer
-    (its waits parked go), until its reset takes it back in."""
+    from before and moves its worker into its next generation, its arrivals none. A wait goes
+    once every worker is in its worker's generation: a worker that left it without retiring (a
+    failure's prime) is still waited for, one not yet primed into it too; a retired worker is
+    waited for no longer (its waits parked go), nor after it left the generation retired (its
+    input ended, and it was primed for the next epoch at once)."""
     import uuid
 
     import tensorflow as tf
@@ -725,12 +738,9 @@ def test_a_count_lets_each_wait_go_at_its_step_and_a_reset_ends_a_stale_one(clus
         (passed,), reached = ops.tfsched_cross_wait([value], count=name, worker=0, workers=2, offset=0)
         _, other = ops.tfsched_cross_wait([], count=name, worker=1, workers=2, offset=1)
         arrive = [ops.tfsched_cross_arrive(count=name, worker=w) for w in range(2)]
-        reset = ops.tfsched_cross_reset(count=name, worker=0)
-        retire = ops.tfsched_cross_retire(count=name, worker=0)
+        reset = [ops.tfsched_cross_reset(count=name, worker=w) for w in range(2)]
+        retire = [ops.tfsched_cross_retire(count=name, worker=w) for w in range(2)]
         with tf.compat.v1.Session(cluster.target("worker", 0)) as sess:
-            sess.run([reset, ops.tfsched_cross_reset(count=name, worker=1)])
-            got, at = sess.run([passed, reached])  # the first wait: no arrival will do
-            assert at == 0 and got.tobytes() == np.array([1.5, -0.0, 3.25e-30], np.float32).tobytes()
 
             def waiting(fetch, timeout_s=60.0):
                 box: dict = {}
@@ -745,60 +755,85 @@ def test_a_count_lets_each_wait_go_at_its_step_and_a_reset_ends_a_stale_one(clus
                 thread.start()
                 return thread, box
 
+            def held(thread) -> bool:
+                time.sleep(1.0)
+                return thread.is_alive()
+
+            # worker 0 primed, worker 1 not yet: worker 0's first wait waits for it
+            sess.run(reset[0])
+            first, box0 = waiting([passed, reached])
+            assert held(first)
+            sess.run(reset[1])
+            first.join(60)
+            got, at = box0["value"]  # no arrival needed
+            assert at == 0 and got.tobytes() == np.array([1.5, -0.0, 3.25e-30], np.float32).tobytes()
             # given up at its deadline: not counted, the next wait of worker 0 still waits for one
             # arrival of each worker
             with pytest.raises(tf.errors.DeadlineExceededError):
                 sess.run(reached, options=_options(1.0))
-            second, box = waiting(reached)
+            second, box0 = waiting(reached)
             time.sleep(1.0)
             sess.run(arrive[0])
             sess.run(arrive[0])
-            time.sleep(1.0)
-            assert second.is_alive()  # worker 0 twice, worker 1 not yet: not a sum
+            assert held(second)  # worker 0 twice, worker 1 not yet: not a sum
             # another wait of worker 0 meanwhile: its error at once, the first one left waiting
             with pytest.raises(tf.errors.FailedPreconditionError, match="two waits of worker 0"):
                 sess.run(reached, options=_options(30.0))
             assert second.is_alive()
             sess.run(arrive[1])
             second.join(60)
-            assert box == {"value": 1}
-            # worker 1's first wait (offset 1) needs one of each, which the count has; a reset of
-            # worker 0 does not reset worker 1's waits or arrivals, but sets worker 0's to none
-            assert sess.run(other) == 1
-            sess.run(reset)
-            third, box = waiting(other)  # worker 1's second: two of each
-            fourth, box0 = waiting(reached)  # worker 0's first again: none
-            fourth.join(60)
-            assert box0 == {"value": 0}
-            sess.run(arrive[1])
-            time.sleep(1.0)
-            assert third.is_alive()  # worker 1 twice, worker 0's reset: none
+            assert box0 == {"value": 1}
+            # worker 1's first wait (offset 1) needs one of each, which the count has
+            assert sess.run(other, options=_options(30.0)) == 1
             # a wait of worker 0 parked when it is reset ends (its run is from before the prime)
-            fifth, box0 = waiting(reached)
-            time.sleep(1.0)
-            assert fifth.is_alive()
-            sess.run(reset)
-            fifth.join(60)
-            assert isinstance(box0.get("error"), tf.errors.AbortedError), box0
-            # worker 0 retired (its input ended): worker 1's wait goes on its own arrivals, and
-            # so does its next, until worker 0's reset takes it back in
-            sess.run(arrive[0])
-            time.sleep(0.5)
-            assert third.is_alive()
-            sess.run(retire)
+            third, box0 = waiting(reached)
+            assert held(third)
+            sess.run(reset[0])  # a failed run's worker, primed again: its next generation
             third.join(60)
-            assert box == {"value": 2}
+            assert isinstance(box0.get("error"), tf.errors.AbortedError), box0
+            # it left worker 1's generation without retiring: worker 1 still waits for its
+            # arrivals there, which do not come; and its own first wait in the next generation
+            # waits for worker 1 to be primed into it
+            fourth, box1 = waiting(other)  # worker 1's second: two of each
+            sess.run(arrive[1])
+            fifth, box0 = waiting(reached)
+            assert held(fourth) and held(fifth)
+            sess.run(reset[1])  # worker 1 primed too: its stale wait ends, worker 0's goes
+            fourth.join(60)
+            fifth.join(60)
+            assert isinstance(box1.get("error"), tf.errors.AbortedError), box1
+            assert box0 == {"value": 0}
+            # worker 0 retired (its input ended): worker 1's parked wait goes on its own arrivals
+            sess.run(arrive[0])
+            sess.run(arrive[1])
+            assert sess.run(other, options=_options(30.0)) == 1
+            sixth, box1 = waiting(other)  # two of each
+            sess.run(arrive[1])
+            assert held(sixth)
+            sess.run(retire[0])
+            sixth.join(60)
+            assert box1 == {"value": 2}
+            # worker 0 primed for the next epoch at once, worker 1 still in this one: it left
+            # this generation retired, so worker 1 trains on without it
+            sess.run(reset[0])
             sess.run(arrive[1])
             assert sess.run(other, options=_options(30.0)) == 3
-            sess.run(reset)
-            sixth, box = waiting(other)  # worker 1's fourth: four of each again
+            # and worker 0's first wait in its new generation waits for worker 1's epoch to end
+            # and its prime, not for its retire alone
+            seventh, box0 = waiting(reached)
+            assert held(seventh)
+            sess.run(retire[1])
+            assert held(seventh)
+            sess.run(reset[1])
+            seventh.join(60)
+            assert box0 == {"value": 0}
+            # both in the new generation, none retired: one arrival of each again
+            eighth, box1 = waiting(other)
             sess.run(arrive[1])
-            time.sleep(1.0)
-            assert sixth.is_alive()
-            for _ in range(4):
-                sess.run(arrive[0])
-            sixth.join(60)
-            assert box == {"value": 4}
+            assert held(eighth)
+            sess.run(arrive[0])
+            eighth.join(60)
+            assert box1 == {"value": 1}
 
 
 def test_a_traced_step_across_the_barrier_holds_both_of_its_runs(cluster):

@@ -28,8 +28,11 @@ variable's next read until its update is done. tfsched does it in the graph inst
 * a worker whose input ends (``CrossingRunner.run`` at an input iterator's end, ``retire``
   for a worker fed its batches) is **retired** once its steps are applied: the counts' waits
   leave it out, and the other workers train on (a dataset sharded unevenly). Its session
-  stays open: once every worker's input has ended, each starts its input again and primes
-  its gates, and the next epoch goes on in the same sessions. An apply run takes its step's
+  stays open: it starts its input again and primes its gates, and the next epoch goes on in
+  the same sessions. Each prime moves the worker into its next **generation** on the counts: a
+  wait goes only once every worker is in its generation (or left it retired), so a worker
+  primed for the next epoch waits at its first reads for the others to end theirs and be
+  primed too, with no barrier of the caller's. An apply run takes its step's
   **go** before any gradient, which the compute run gives once it has its batch; at the
   input's end the runner's stop ends the apply run waiting for a step that met it.
 * two compute runs are in flight (``CrossingRunner``'s depth): the next step's reads wait on
@@ -78,8 +81,8 @@ STOPPED = "tfsched crossing: no step left to apply (the input ended)"
 class CrossingStep:
     """One worker's step split across TensorFlow's barrier (``cross_barrier_step``).
 
-    Run ``prime_op`` on every worker before any of them steps (it resets the gates: every
-    read of the first step passes), then per step ``compute_op`` and, on another thread,
+    Run ``prime_op`` on every worker (it resets the gates and moves the worker into its next
+    generation: every read of the first step passes once every worker is primed), then per step ``compute_op`` and, on another thread,
     ``apply_op`` (``CrossingRunner`` does both, and at the input's end ``pass_op``,
     ``stop_op`` and ``retire_op``)."""
 
@@ -546,7 +549,7 @@ class CrossingRunner:
     their variables' updates only), and the apply runs on a thread of their own, one per step.
 
     >>> runner = CrossingRunner(sess, step, options=tf.compat.v1.RunOptions(timeout_in_ms=60000))  # doctest: +SKIP
-    >>> runner.prime()  # on every worker, before any of them steps  # doctest: +SKIP
+    >>> runner.prime()  # on every worker: its first reads wait for every worker's  # doctest: +SKIP
     >>> ends = runner.run(100)  # doctest: +SKIP
 
     ByteScheduler's engine change lets the next step's pulls go once their update is done;
@@ -593,9 +596,12 @@ class CrossingRunner:
             )
 
     def prime(self) -> None:
-        """Reset this worker's gates (and take it back in if it was retired): on every worker,
-        before any of them steps. A ``run`` before a runner's first prime is an error: the
-        counts and queues live in the tasks, and would be a session's before."""
+        """Reset this worker's gates (and take it back in if it was retired), into their next
+        generation: on every worker, each before its first run of an epoch. Its first reads
+        wait for every other worker to be primed into the same generation (or to have left it
+        retired), so no caller's barrier is needed between the primes and the runs. A ``run``
+        before a runner's first prime is an error: the counts and queues live in the tasks,
+        and would be a session's before."""
         self._usable()
         self.sess.run(self.step.prime_op, options=self.options)
         self.retired = False
@@ -651,12 +657,16 @@ class CrossingRunner:
         every worker had to meet the end at the same step, or the others' next reads waited for
         its updates until their deadline.
 
-        The session stays open. The next epoch: once every worker's input has ended (their
-        ``run`` raised, or ``retire`` returned), each worker starts its input again (its
-        iterator's initializer) and primes its runner, and then every worker steps; a ``run``
-        before the prime is an error. Until the hundred-and-third session the input's end closed
+        The session stays open. The next epoch: each worker, once its ``run`` has raised (or its
+        ``retire`` returned), starts its input again (its iterator's initializer), primes its
+        runner and steps on; a ``run`` before the prime is an error. It need not wait for the
+        others: its first reads wait on the PS until every worker has ended the epoch and been
+        primed (the counts' generations, ``cc/crossing.cc``), and the workers still in the last
+        epoch finish it without it. Until the hundred-and-third session the input's end closed
         the session, as a failure does (the apply run waiting for the gradients of the step that
-        met it could be ended no other way), and the next epoch needed a new session and runner.
+        met it could be ended no other way), the next epoch needed a new session and runner, and
+        the caller had to hold every prime until every worker's input had ended (a worker primed
+        early stepped on out of lockstep).
 
         ``run_metadata``: a list, to trace the steps (``FULL_TRACE``, with the partition graphs):
         each step's ``RunMetadata`` is appended to it in order, its compute run's and its apply
@@ -670,12 +680,12 @@ class CrossingRunner:
             # a session before left there (a count at its last step, a held gradient)
             raise TfschedError(
                 "crossing the barrier: prime the runner before its first run (runner.prime(), on "
-                "every worker before any of them steps)"
+                "every worker)"
             )
         if self.retired:
             raise TfschedError(
                 "crossing the barrier: this worker was retired (its input ended) and the others went "
-                "on without it: prime every worker's runner to step again"
+                "on without it: prime its runner to step again (the next epoch)"
             )
         given = self._feeding(feed_dicts)
         options, computed, applied = self.options, [None] * steps, [None] * steps
