@@ -662,7 +662,9 @@ class CrossingRunner:
         runner and steps on; a ``run`` before the prime is an error. It need not wait for the
         others: its first reads wait on the PS until every worker has ended the epoch and been
         primed (the counts' generations, ``cc/crossing.cc``), and the workers still in the last
-        epoch finish it without it. Until the hundred-and-third session the input's end closed
+        epoch finish it without it. That wait is its first run's, within the run's deadline
+        (``options``): a worker whose epoch may end longer than that before the others' should
+        wait for them itself before it steps, or its run fails at the deadline. Until the hundred-and-third session the input's end closed
         the session, as a failure does (the apply run waiting for the gradients of the step that
         met it could be ended no other way), the next epoch needed a new session and runner, and
         the caller had to hold every prime until every worker's input had ended (a worker primed
