@@ -32,9 +32,9 @@ variable's next read until its update is done. tfsched does it in the graph inst
   the same sessions. Each prime moves the worker into its next **generation** on the counts: a
   wait goes only once every worker is in its generation (or left it retired), so a worker
   primed for the next epoch waits at its first reads for the others to end theirs and be
-  primed too, with no barrier of the caller's. An apply run takes its step's
-  **go** before any gradient, which the compute run gives once it has its batch; at the
-  input's end the runner's stop ends the apply run waiting for a step that met it.
+  primed too, with no barrier of the caller's. An apply run takes its step's **go** before
+  any gradient, which the compute run gives once it has its batch; at the input's end the
+  runner's stop ends the apply run waiting for a step that met it.
 * two compute runs are in flight (``CrossingRunner``'s depth): the next step's reads wait on
   the PS for their variables' updates, not for this step's last op, so a pull goes as soon as
   its variable is updated, during this step's backward pass, as ByteScheduler's engine lets
@@ -82,13 +82,15 @@ class CrossingStep:
     """One worker's step split across TensorFlow's barrier (``cross_barrier_step``).
 
     Run ``prime_op`` on every worker (it resets the gates and moves the worker into its next
-    generation: every read of the first step passes once every worker is primed), then per step ``compute_op`` and, on another thread,
-    ``apply_op`` (``CrossingRunner`` does both, and at the input's end ``pass_op``,
-    ``stop_op`` and ``retire_op``)."""
+    generation: every read of the first step passes once every worker is primed), then per
+    step ``compute_op`` and, on another thread, ``apply_op`` (``CrossingRunner`` does both, and
+    at the input's end ``pass_op``, ``stop_op`` and ``retire_op``)."""
 
     compute_op: object  # the reads, forward, backward and the gradients queued on the worker
     apply_op: object  # the pushes and the PS's updates of one step
-    prime_op: object  # empties this worker's queues and sets its gates' counts to the first step
+    # empties this worker's queues and sets its gates' counts to the first step of its next
+    # generation (cc/crossing.cc)
+    prime_op: object
     pass_op: object  # gives the turn on for a run that met the input's end and took it
     # takes this worker out of what the other workers' steps wait for, its input ended and its
     # steps applied (until its next prime)
@@ -614,7 +616,7 @@ class CrossingRunner:
         they have its updates; an input iterator's end retires the worker in ``run``.
 
         Its steps would now wait for workers that went on without it: a ``run`` after it is an
-        error until every worker's runner is primed again."""
+        error until its runner is primed again (the next epoch, ``run``)."""
         self._usable()
         self.sess.run(self.step.retire_op, options=self.options)
         self.retired = True
@@ -667,11 +669,12 @@ class CrossingRunner:
         primed (the counts' generations, ``cc/crossing.cc``), and the workers still in the last
         epoch finish it without it. That wait is its first run's, within the run's deadline
         (``options``): a worker whose epoch may end longer than that before the others' should
-        wait for them itself before it steps, or its run fails at the deadline. Until the hundred-and-third session the input's end closed
-        the session, as a failure does (the apply run waiting for the gradients of the step that
-        met it could be ended no other way), the next epoch needed a new session and runner, and
-        the caller had to hold every prime until every worker's input had ended (a worker primed
-        early stepped on out of lockstep).
+        wait for them itself before it steps, or its run fails at the deadline. Until the
+        hundred-and-third session the input's end closed the session, as a failure does (the
+        apply run waiting for the gradients of the step that met it could be ended no other
+        way), the next epoch needed a new session and runner, and the caller had to hold every
+        prime until every worker's input had ended (a worker primed early stepped on out of
+        lockstep).
 
         ``run_metadata``: a list, to trace the steps (``FULL_TRACE``, with the partition graphs):
         each step's ``RunMetadata`` is appended to it in order, its compute run's and its apply
