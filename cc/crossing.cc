@@ -28,6 +28,11 @@
 //   session a worker primed before the others had ended their epoch stepped on with them in
 //   lockstep no longer (its counts none, theirs at their last step), and the caller had to hold
 //   every prime until every worker's input had ended.
+// - A TfschedCrossWait with `join` (CrossingRunner.join) waits for that alone: every worker in
+//   its worker's generation, or gone from it retired. It is not one of its worker's waits (those
+//   count its steps), and it runs in a run of its own, with a deadline of its own: a worker whose
+//   epoch ends long before the others' waits there, not in its first step's run, whose deadline
+//   is a step's.
 //
 // An improvement on the queues it replaces (until the eighty-fourth session): a token queue per
 // (variable, reader), each update putting a token in every reader's queue and each read taking one
@@ -89,6 +94,7 @@ REGISTER_OP("TfschedCrossWait")
     .Attr("worker: int >= 0")
     .Attr("workers: int >= 1")
     .Attr("offset: int >= 0")
+    .Attr("join: bool = false")
     .SetIsStateful()
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
       for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
@@ -99,7 +105,8 @@ REGISTER_OP("TfschedCrossWait")
 Passes `inputs` through once every worker of `workers` (but those retired) has arrived on the
 count `count` on this device the waits of `worker` on it since its reset + offset times, each in
 `worker`'s generation (its resets), or has left that generation retired; `reached` is that
-number.
+number. A `join` waits for every worker to be in `worker`'s generation (or to have left it
+retired) only: its target is none, and it is not one of `worker`'s waits.
 )doc");
 
 REGISTER_OP("TfschedCrossRetire")
@@ -127,6 +134,7 @@ struct Wait {
   int64_t worker = 0;
   int64_t workers = 1;
   int64_t target = 0;  // each worker's arrivals it waits for
+  bool join = false;   // waits for the generation only, and is not counted in its worker's waits
   OpKernelContext* ctx = nullptr;
   AsyncOpKernel::DoneCallback done;
   CancellationManager* cm = nullptr;
@@ -154,9 +162,9 @@ class Count : public tensorflow::ResourceBase {
         return true;
       }
     }
-    w->target = waits_[w->worker] + offset;
+    w->target = w->join ? 0 : waits_[w->worker] + offset;
     if (Met(*w)) {
-      ++waits_[w->worker];
+      if (!w->join) ++waits_[w->worker];
       return true;
     }
     w->parked = true;
@@ -241,7 +249,7 @@ class Count : public tensorflow::ResourceBase {
     for (auto it = parked_.begin(); it != parked_.end();) {
       if (Met(**it)) {
         (*it)->parked = false;
-        ++waits_[(*it)->worker];
+        if (!(*it)->join) ++waits_[(*it)->worker];
         ready.push_back(*it);
         it = parked_.erase(it);
       } else {
@@ -355,6 +363,7 @@ class CrossWaitOp : public AsyncOpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("worker", &worker_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("workers", &workers_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("offset", &offset_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("join", &join_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -366,6 +375,7 @@ class CrossWaitOp : public AsyncOpKernel {
     auto w = std::make_shared<Wait>();
     w->worker = worker_;
     w->workers = workers_;
+    w->join = join_;
     w->ctx = ctx;
     // The reference taken above goes with the wait.
     w->done = [count, done, ctx, w_target = &w->target, n] {
@@ -419,6 +429,7 @@ class CrossWaitOp : public AsyncOpKernel {
   int64_t worker_ = 0;
   int64_t workers_ = 1;
   int64_t offset_ = 0;
+  bool join_ = false;
 };
 
 REGISTER_KERNEL_BUILDER(Name("TfschedCrossArrive").Device(tensorflow::DEVICE_CPU),

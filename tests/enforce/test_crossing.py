@@ -380,6 +380,33 @@ def _sharded_graph(worker: int, batches: int, fed: bool = False):
     )
 
 
+def _assert_two_epochs_in_lockstep(cluster, builts, shards, w, b) -> None:
+    """The variables after two epochs of ``_sharded_graph``'s workers (``shards`` batches each,
+    from ``w`` and ``b``) are a numpy SGD's that applies, each step, the gradients of the workers
+    with a batch left, all computed on the last step's values (a read that missed an update
+    would be off by much more than a rounding)."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    with v1.Session(cluster.target("worker", 1), graph=builts[1].graph) as sess:
+        got_w, got_b, step = sess.run([builts[1].w, builts[1].b, v1.train.get_global_step(builts[1].graph)])
+    assert step == 2 * sum(shards)
+    start_w = w = w.astype(np.float64)
+    b = b.astype(np.float64)
+    for t in [*range(max(shards))] * 2:
+        dw, db = np.zeros_like(w), np.zeros_like(b)
+        for bt, n in zip(builts, shards, strict=True):
+            if t < n:
+                x, y = bt.x[4 * t : 4 * t + 4].astype(np.float64), bt.y[4 * t : 4 * t + 4].astype(np.float64)
+                r = x @ w + b - y
+                dw += 2 * x.T @ r / len(x)
+                db += 2 * r.sum(0) / len(x)
+        w, b = w - 0.5 * dw, b - 0.5 * db
+    assert np.linalg.norm(w - start_w) > 0.1  # the steps trained
+    np.testing.assert_allclose(got_w, w, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(got_b, b, rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("fed", [False, True], ids=["iterator", "fed"])
 def test_a_worker_whose_input_ends_first_is_retired_and_the_other_trains_on(cluster, fed):
     """Two workers' inputs end at different steps (a dataset sharded unevenly: 2 batches and 4).
@@ -453,23 +480,80 @@ def test_a_worker_whose_input_ends_first_is_retired_and_the_other_trains_on(clus
     finally:
         for s in sessions:
             s.close()
-    with v1.Session(cluster.target("worker", 1), graph=builts[1].graph) as sess:
-        got_w, got_b, step = sess.run([builts[1].w, builts[1].b, v1.train.get_global_step(builts[1].graph)])
-    assert step == 2 * sum(shards)
-    w, b = w.astype(np.float64), b.astype(np.float64)
-    start_w = w.copy()
-    for t in [*range(max(shards))] * 2:  # two epochs
-        dw, db = np.zeros_like(w), np.zeros_like(b)
-        for bt, n in zip(builts, shards, strict=True):
-            if t < n:
-                x, y = bt.x[4 * t : 4 * t + 4].astype(np.float64), bt.y[4 * t : 4 * t + 4].astype(np.float64)
-                r = x @ w + b - y
-                dw += 2 * x.T @ r / len(x)
-                db += 2 * r.sum(0) / len(x)
-        w, b = w - 0.5 * dw, b - 0.5 * db
-    assert np.linalg.norm(w - start_w) > 0.1  # the steps trained
-    np.testing.assert_allclose(got_w, w, rtol=0, atol=1e-5)
-    np.testing.assert_allclose(got_b, b, rtol=0, atol=1e-5)
+    _assert_two_epochs_in_lockstep(cluster, builts, shards, w, b)
+
+
+def test_a_worker_whose_epoch_ends_long_before_the_others_joins_them_past_a_runs_deadline(cluster):
+    """Worker 0's epoch is 1 fed batch, worker 1's 6 batches read slowly (0.8 s each): worker 1
+    ends its epoch some 4 s after worker 0, longer than the runs' deadline (3 s). Worker 0 primes
+    for its next epoch and joins: a join of 0.5 s fails with one ``TfschedError`` and leaves the
+    runner usable; one of 30 s returns once worker 1 is primed too, and worker 0's next epoch
+    steps within its runs' deadline (its first reads would otherwise wait on the PS for worker 1
+    until that deadline, and the run fail). The values are the lockstep SGD's over both epochs."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    shards = [1, 6]
+    builts = [_sharded_graph(w, n, fed=True) for w, n in enumerate(shards)]
+    sessions = [v1.Session(cluster.target("worker", w), graph=b.graph) for w, b in enumerate(builts)]
+    try:
+        sessions[0].run(builts[0].init_op)
+        w, b = sessions[0].run([builts[0].w, builts[0].b])
+        runners = [
+            CrossingRunner(s, bt.crossing, options=_options(3.0))
+            for s, bt in zip(sessions, builts, strict=True)
+        ]
+        primed: list = [[], []]  # when each worker was primed for its second epoch
+        joined: list = []  # worker 0's joins: (a short one's error, the long one's end)
+        applied: list = [[], []]
+
+        def slowly(feed_dicts):
+            for feed in feed_dicts:
+                time.sleep(0.8)
+                yield feed
+
+        def work(k):
+            runner = runners[k]
+            for epoch in (1, 2):
+                runner.prime()
+                primed[k].append(time.perf_counter())
+                if epoch == 2:
+                    if k == 0:
+                        with pytest.raises(
+                            TfschedError, match="worker 0's join: the other workers were not"
+                        ) as e:
+                            runner.join(0.5)
+                        joined.append(runner.failed is None and not runner.sess._closed and bool(e))
+                    runner.join(30)
+                    if k == 0:
+                        joined.append(time.perf_counter())
+                feeds = builts[k].feed_dicts
+                applied[k].append(
+                    len(runner.run(10, feed_dicts=slowly(feeds) if epoch == 1 and k else feeds))
+                )
+                runner.retire()
+
+        boxes = [{}, {}]
+
+        def guarded(k):
+            boxes[k].update(within(60, lambda: work(k)))
+
+        threads = [threading.Thread(target=guarded, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(90)
+        assert boxes == [{"value": None}, {"value": None}], boxes
+        assert applied == [[1, 1], [6, 6]]
+        # worker 0 was primed for its second epoch well before worker 1, and its join returned
+        # only once worker 1 was primed too
+        assert primed[1][1] - primed[0][1] > 3.0, primed
+        assert joined[0] is True
+        assert joined[1] >= primed[1][1] - 0.05, (joined, primed)
+    finally:
+        for s in sessions:
+            s.close()
+    _assert_two_epochs_in_lockstep(cluster, builts, shards, w, b)
 
 
 def test_a_run_takes_its_batch_only_in_its_turn(cluster):
@@ -724,7 +808,8 @@ def test_a_count_lets_each_wait_go_at_its_step_and_a_reset_ends_a_stale_one(clus
     once every worker is in its worker's generation: a worker that left it without retiring (a
     failure's prime) is still waited for, one not yet primed into it too; a retired worker is
     waited for no longer (its waits parked go), nor after it left the generation retired (its
-    input ended, and it was primed for the next epoch at once)."""
+    input ended, and it was primed for the next epoch at once). A join waits for the generation
+    alone, and is not one of its worker's waits."""
     import uuid
 
     import tensorflow as tf
@@ -740,6 +825,7 @@ def test_a_count_lets_each_wait_go_at_its_step_and_a_reset_ends_a_stale_one(clus
         arrive = [ops.tfsched_cross_arrive(count=name, worker=w) for w in range(2)]
         reset = [ops.tfsched_cross_reset(count=name, worker=w) for w in range(2)]
         retire = [ops.tfsched_cross_retire(count=name, worker=w) for w in range(2)]
+        _, join1 = ops.tfsched_cross_wait([], count=name, worker=1, workers=2, offset=0, join=True)
         with tf.compat.v1.Session(cluster.target("worker", 0)) as sess:
 
             def waiting(fetch, timeout_s=60.0):
@@ -827,13 +913,33 @@ def test_a_count_lets_each_wait_go_at_its_step_and_a_reset_ends_a_stale_one(clus
             sess.run(reset[1])
             seventh.join(60)
             assert box0 == {"value": 0}
+
+            def on_one_of_each(fetch) -> dict:
+                """``fetch``'s wait: held past worker 1's arrival, gone on worker 0's."""
+                thread, box = waiting(fetch)
+                sess.run(arrive[1])
+                assert held(thread)
+                sess.run(arrive[0])
+                thread.join(60)
+                return box
+
             # both in the new generation, none retired: one arrival of each again
-            eighth, box1 = waiting(other)
-            sess.run(arrive[1])
-            assert held(eighth)
-            sess.run(arrive[0])
-            eighth.join(60)
-            assert box1 == {"value": 1}
+            assert on_one_of_each(other) == {"value": 1}
+            # worker 1 primed again (not retired: a failure's prime), a generation ahead of
+            # worker 0: its join waits for worker 0, and one given up at its deadline leaves
+            # nothing parked; worker 0's epoch ends and it is primed: the join goes
+            sess.run(reset[1])
+            with pytest.raises(tf.errors.DeadlineExceededError):
+                sess.run(join1, options=_options(1.0))
+            joining, box1 = waiting(join1)
+            assert held(joining)
+            sess.run(retire[0])
+            sess.run(reset[0])
+            joining.join(60)
+            assert box1 == {"value": 0}
+            # the joins were not worker 1's waits: its first wait after them still waits for
+            # one arrival of each (its target 1, not 2 or 3)
+            assert on_one_of_each(other) == {"value": 1}
 
 
 def test_a_traced_step_across_the_barrier_holds_both_of_its_runs(cluster):
@@ -931,7 +1037,7 @@ def test_what_cannot_cross():
             sess.run(w.assign([1.0, 2.0, 3.0]))
             sess.run(train, {rate: 0.5})
             assert sess.run(w).tolist() == [0.75, 1.75, 2.75]
-    runner = CrossingRunner(None, CrossingStep(None, None, None, None, None, None, [], 1, 0))
+    runner = CrossingRunner(None, CrossingStep(None, None, None, None, None, None, None, [], 1, 0))
     # a run before the prime: the counts it would wait on are a session's before
     with pytest.raises(TfschedError, match="prime the runner before its first run"):
         runner.run(1)

@@ -32,7 +32,8 @@ variable's next read until its update is done. tfsched does it in the graph inst
   the same sessions. Each prime moves the worker into its next **generation** on the counts: a
   wait goes only once every worker is in its generation (or left it retired), so a worker
   primed for the next epoch waits at its first reads for the others to end theirs and be
-  primed too, with no barrier of the caller's. An apply run takes its step's **go** before
+  primed too, with no barrier of the caller's (or, where that may take longer than a run's
+  deadline, in ``CrossingRunner.join``, a run of its own with a deadline of its own). An apply run takes its step's **go** before
   any gradient, which the compute run gives once it has its batch; at the input's end the
   runner's stop ends the apply run waiting for a step that met it.
 * two compute runs are in flight (``CrossingRunner``'s depth): the next step's reads wait on
@@ -66,6 +67,7 @@ without it). An optimizer made with ``use_locking=True`` whose sparse update tak
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -84,7 +86,7 @@ class CrossingStep:
     Run ``prime_op`` on every worker (it resets the gates and moves the worker into its next
     generation: every read of the first step passes once every worker is primed), then per
     step ``compute_op`` and, on another thread, ``apply_op`` (``CrossingRunner`` does both, and
-    at the input's end ``pass_op``, ``stop_op`` and ``retire_op``)."""
+    at the input's end ``pass_op``, ``stop_op`` and ``retire_op``; ``join_op`` in ``join``)."""
 
     compute_op: object  # the reads, forward, backward and the gradients queued on the worker
     apply_op: object  # the pushes and the PS's updates of one step
@@ -97,6 +99,8 @@ class CrossingStep:
     retire_op: object
     # ends the apply run that waits for a step whose compute run met the input's end (``STOPPED``)
     stop_op: object
+    # waits until every worker is in this one's generation, or left it retired (``CrossingRunner.join``)
+    join_op: object
     variables: list  # the variables gated, in the order of their gradients
     workers: int
     worker: int
@@ -424,12 +428,19 @@ def cross_barrier_step(
                     compute.append(go.enqueue(True, name="given"))
             compute_op = tf.group(*compute, name="compute")
 
-            retires = []
+            retires, joins = [], []
             for _, read, v, _ in queued:
                 with tf.device(v.device):  # this worker's arrivals and waits none, and it is in
                     for side in ("read", "updated") if read else ("read",):
                         resets.append(ops.tfsched_cross_reset(count=count(v, side), worker=worker))
                         retires.append(ops.tfsched_cross_retire(count=count(v, side), worker=worker))
+                    # every worker in this one's generation (``CrossingRunner.join``): its prime
+                    # resets the read count of every variable, so each shows it
+                    joins.append(
+                        ops.tfsched_cross_wait(
+                            [], count=count(v, "read"), worker=worker, workers=workers, offset=0, join=True
+                        )[1]
+                    )
             with tf.device(turns_at):
                 for q in turns:
                     with tf.control_dependencies([q.dequeue_many(q.size())]):
@@ -442,6 +453,7 @@ def cross_barrier_step(
                 pass_op = tf.group(*(q.enqueue(0) for q in turns), name="pass")
                 stop_op = go.enqueue(False, name="stop")
             retire_op = tf.group(*retires, name="retire")
+            join_op = tf.group(*joins, name="join")
         return CrossingStep(
             compute_op=compute_op,
             apply_op=apply_op,
@@ -449,6 +461,7 @@ def cross_barrier_step(
             pass_op=pass_op,
             retire_op=retire_op,
             stop_op=stop_op,
+            join_op=join_op,
             turn=my_turn,
             variables=[v for _, v in pairs],
             workers=workers,
@@ -609,6 +622,37 @@ class CrossingRunner:
         self.retired = False
         self.primed = True
 
+    def join(self, timeout_s: float) -> None:
+        """Wait, up to ``timeout_s`` seconds, until every worker is primed into this worker's
+        generation or has left it retired: after ``prime``, on a worker whose epoch may end
+        longer than a run's deadline before the others'. Without it, that worker's first run's
+        reads wait for them on the PS, within the run's deadline (``options``), and the run
+        fails there, closing the session. The join is a run of its own, whose deadline is
+        ``timeout_s``: past it one ``TfschedError`` says so, and the runner goes on (its session
+        open, nothing of the join left in the counts), to ``join`` again or ``run``. It costs no
+        step anything: its waits (one a variable, on its PS's count of its reads) are a run of
+        their own, and are not counted as a step's. Until the hundred-and-fourth session such a
+        worker had to wait for the others itself, with a barrier of the caller's."""
+        self._usable()
+        if not self.primed or self.retired:
+            raise TfschedError(
+                "crossing the barrier: prime the runner before it joins (runner.prime(), then join)"
+            )
+        if not timeout_s > 0:
+            raise TfschedError(f"crossing the barrier: a join's timeout must be above 0 s, got {timeout_s!r}")
+        import tensorflow as tf
+
+        options = type(self.options)()
+        options.CopyFrom(self.options)
+        options.timeout_in_ms = max(1, math.ceil(timeout_s * 1000))
+        try:
+            self.sess.run(self.step.join_op, options=options)
+        except tf.errors.DeadlineExceededError:
+            raise TfschedError(
+                f"crossing the barrier: worker {self.step.worker}'s join: the other workers were not all "
+                f"primed into its generation within {timeout_s:g} s (their epoch goes on, or one stopped)"
+            ) from None
+
     def retire(self) -> None:
         """This worker's input has ended where ``run`` cannot see it (its last ``feed_dicts``, a
         loop of the caller's): the other workers' steps wait for its reads and updates no
@@ -668,8 +712,8 @@ class CrossingRunner:
         others: its first reads wait on the PS until every worker has ended the epoch and been
         primed (the counts' generations, ``cc/crossing.cc``), and the workers still in the last
         epoch finish it without it. That wait is its first run's, within the run's deadline
-        (``options``): a worker whose epoch may end longer than that before the others' should
-        wait for them itself before it steps, or its run fails at the deadline. Until the
+        (``options``): a worker whose epoch may end longer than that before the others' joins
+        them first (``join``, with a deadline of its own), or its run fails at the deadline. Until the
         hundred-and-third session the input's end closed the session, as a failure does (the
         apply run waiting for the gradients of the step that met it could be ended no other
         way), the next epoch needed a new session and runner, and the caller had to hold every
