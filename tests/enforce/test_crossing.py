@@ -1041,8 +1041,17 @@ def test_what_cannot_cross():
     # a run before the prime: the counts it would wait on are a session's before
     with pytest.raises(TfschedError, match="prime the runner before its first run"):
         runner.run(1)
+    with pytest.raises(TfschedError, match="prime the runner before it joins"):
+        runner.join(30)
     # feed dicts for a step built without feeds
     runner.primed = True  # as after its prime
+    for timeout_s in (0, -1, float("nan")):
+        with pytest.raises(TfschedError, match="a join's timeout must be above 0 s"):
+            runner.join(timeout_s)
+    runner.retired = True  # its input ended: the next epoch's prime first
+    with pytest.raises(TfschedError, match="prime the runner before it joins"):
+        runner.join(30)
+    runner.retired = False
     with pytest.raises(TfschedError, match="feed_dicts for a step that takes no feeds"):
         runner.run(1, feed_dicts=[{}])
     with pytest.raises(TfschedError, match="depth must be 1 or 2"):

@@ -33,9 +33,10 @@ variable's next read until its update is done. tfsched does it in the graph inst
   wait goes only once every worker is in its generation (or left it retired), so a worker
   primed for the next epoch waits at its first reads for the others to end theirs and be
   primed too, with no barrier of the caller's (or, where that may take longer than a run's
-  deadline, in ``CrossingRunner.join``, a run of its own with a deadline of its own). An apply run takes its step's **go** before
-  any gradient, which the compute run gives once it has its batch; at the input's end the
-  runner's stop ends the apply run waiting for a step that met it.
+  deadline, in ``CrossingRunner.join``, a run of its own with a deadline of its own). An
+  apply run takes its step's **go** before any gradient, which the compute run gives once it
+  has its batch; at the input's end the runner's stop ends the apply run waiting for a step
+  that met it.
 * two compute runs are in flight (``CrossingRunner``'s depth): the next step's reads wait on
   the PS for their variables' updates, not for this step's last op, so a pull goes as soon as
   its variable is updated, during this step's backward pass, as ByteScheduler's engine lets
