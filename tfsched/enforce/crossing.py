@@ -615,7 +615,8 @@ class CrossingRunner:
         """Reset this worker's gates (and take it back in if it was retired), into their next
         generation: on every worker, each before its first run of an epoch. Its first reads
         wait for every other worker to be primed into the same generation (or to have left it
-        retired), so no caller's barrier is needed between the primes and the runs. A ``run``
+        retired), so no caller's barrier is needed between the primes and the runs (where that
+        wait may outlast a run's deadline, ``join`` holds it instead). A ``run``
         before a runner's first prime is an error: the counts and queues live in the tasks,
         and would be a session's before."""
         self._usable()
