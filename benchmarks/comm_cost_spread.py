@@ -2,9 +2,9 @@
 
 ``tfsched bench`` measures, after its rounds, what moving a byte and sending a message cost the
 machine, and the shares of a byte's CPU (and of a message's) the sender's and the receiver's
-processes spent (``bench.run._comm_cpu_costs``). The simulator charges the bytes' CPU to the machine, or on
-hosts with cores of their own each end's share to its own cores, and each acknowledgement the
-cost of a message. This runs one short bench command (the baseline only, one round) ``--runs``
+processes spent (``bench.run._comm_cpu_costs``). The simulator charges the bytes' CPU to the
+machine, or on hosts with cores of their own each end's share to its own cores, and each
+acknowledgement the cost of a message. This runs one short bench command (the baseline only, one round) ``--runs``
 times and reports each run's costs and shares, and their spread. ``--load N`` keeps N more
 processes spinning on the machine through every run (as another test does in CI, ``pytest -n
 2``): the costs should not take their CPU in.
