@@ -1041,18 +1041,24 @@ def test_what_cannot_cross():
         runner.run(1)
     with pytest.raises(TfschedError, match="prime the runner before it joins"):
         runner.join(30)
-    # feed dicts for a step built without feeds
     runner.primed = True  # as after its prime
-    for timeout_s in (0, -1, float("nan")):
-        with pytest.raises(TfschedError, match="a join's timeout must be above 0 s"):
+    # not above 0, not a number, for ever, or past what a run's deadline can hold
+    for timeout_s in (0, -1, float("nan"), float("inf"), 1e300, "30", None, True):
+        with pytest.raises(TfschedError, match="a join's timeout must be a finite number of seconds above 0"):
             runner.join(timeout_s)
     runner.retired = True  # its input ended: the next epoch's prime first
     with pytest.raises(TfschedError, match="prime the runner before it joins"):
         runner.join(30)
     runner.retired = False
+    # feed dicts for a step built without feeds
     with pytest.raises(TfschedError, match="feed_dicts for a step that takes no feeds"):
         runner.run(1, feed_dicts=[{}])
     with pytest.raises(TfschedError, match="depth must be 1 or 2"):
         CrossingRunner(None, None, depth=3)
-    with pytest.raises(TfschedError, match="steps must be at least 1"):
-        CrossingRunner(None, None).run(0)
+    # not a whole number of steps at least 1 (10**9, to run to the input's end, is one)
+    for steps in (0, -1, 1e9, 2.0, "3", None, True):
+        with pytest.raises(TfschedError, match="steps must be a whole number at least 1"):
+            CrossingRunner(None, None).run(steps)
+    # numpy's integers are steps: past that check, the run wants its prime
+    with pytest.raises(TfschedError, match="prime the runner before its first run"):
+        CrossingRunner(None, None).run(np.int64(2))

@@ -69,6 +69,7 @@ without it). An optimizer made with ``use_locking=True`` whose sparse update tak
 from __future__ import annotations
 
 import math
+import operator
 import threading
 import time
 from dataclasses import dataclass
@@ -78,6 +79,21 @@ from tfsched.errors import TfschedError
 # what ends the apply run that waited for a step whose compute run met the input's end (its
 # error's message): the runner's stop (``CrossingStep.stop_op``), given once no compute run is left
 STOPPED = "tfsched crossing: no step left to apply (the input ended)"
+
+# a join's longest timeout: 2**53 ms (about 285,000 years), so that its milliseconds fit
+# RunOptions' int64 ``timeout_in_ms`` with room for a deadline's microseconds past the clock's now
+_MAX_TIMEOUT_S = 2**53 / 1000
+
+
+def _is_steps(steps) -> bool:
+    """Whether ``steps`` is a whole number of steps, at least 1: an int or what indexes as one
+    (numpy's), not a bool or a float."""
+    if isinstance(steps, bool):
+        return False
+    try:
+        return operator.index(steps) >= 1
+    except TypeError:
+        return False
 
 
 @dataclass
@@ -640,8 +656,17 @@ class CrossingRunner:
             raise TfschedError(
                 "crossing the barrier: prime the runner before it joins (runner.prime(), then join)"
             )
-        if not timeout_s > 0:
-            raise TfschedError(f"crossing the barrier: a join's timeout must be above 0 s, got {timeout_s!r}")
+        # a number of seconds above 0 whose milliseconds fit RunOptions' int64 deadline (not NaN,
+        # not infinity: a join waits no longer than it is told, and never for ever)
+        if not (
+            isinstance(timeout_s, (int, float))
+            and not isinstance(timeout_s, bool)
+            and 0 < timeout_s < _MAX_TIMEOUT_S
+        ):
+            raise TfschedError(
+                f"crossing the barrier: a join's timeout must be a finite number of seconds above 0 "
+                f"(below {_MAX_TIMEOUT_S:.3g}), got {timeout_s!r}"
+            )
         import tensorflow as tf
 
         options = type(self.options)()
@@ -726,8 +751,11 @@ class CrossingRunner:
         each step's ``RunMetadata`` is appended to it in order, its compute run's and its apply
         run's merged into one (``tracing.collector.trace_of`` reads it as one step, from its first
         op to its last update: a step's records overlap the next one's)."""
-        if steps < 1:
-            raise TfschedError(f"crossing the barrier: steps must be at least 1, got {steps!r}")
+        if not _is_steps(steps):
+            raise TfschedError(
+                f"crossing the barrier: steps must be a whole number at least 1, got {steps!r}"
+            )
+        steps = operator.index(steps)
         self._usable()
         if not self.primed:
             # the counts and queues live in the tasks: a run before the prime would step on what
