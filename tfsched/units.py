@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 import re
 
 from tfsched.errors import TfschedError
@@ -29,6 +30,24 @@ def is_count(x, least: int = 0) -> bool:
     (True, True, False, False, False)
     """
     return isinstance(x, int) and not isinstance(x, bool) and x >= least
+
+
+def is_steps(x, least: int = 1) -> bool:
+    """Whether ``x`` is a whole number of steps of at least ``least``: an int or what indexes as
+    one (numpy's, as a loop over ``np.arange`` gives), not a bool or a float. Only for counts
+    that go no further than this process (``range``, a modulo); what goes into JSON or a proto
+    is an ``is_count``.
+
+    >>> import numpy as np
+    >>> is_steps(3), is_steps(np.int64(3)), is_steps(0), is_steps(True), is_steps(3.0), is_steps("3")
+    (True, True, False, False, False, False)
+    """
+    if isinstance(x, bool):
+        return False
+    try:
+        return operator.index(x) >= least
+    except TypeError:
+        return False
 
 
 _NUM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Zµ/]*)\s*$")

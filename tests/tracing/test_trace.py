@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tfsched.errors import TfschedError
@@ -687,8 +688,23 @@ def test_trace_hook_rejects_bad_settings():
 
     with pytest.raises(TfschedError, match="either every_n_steps or steps"):
         TraceHook("x.json")
-    with pytest.raises(TfschedError, match="every_n_steps must be positive"):
-        TraceHook("x.json", every_n_steps=0)
+    # a count a hook could not keep: nothing but a positive whole number (NaN would never trace)
+    for every in (0, -1, 2.5, float("nan"), "5", True):
+        with pytest.raises(TfschedError, match="every_n_steps must be a positive whole number"):
+            TraceHook("x.json", every_n_steps=every)
+    for steps in ((3, 3), (-1, 2), (0, 2.5), (0,), "0,2", (0, None)):
+        with pytest.raises(TfschedError, match=r"steps must be \(first, last\), whole numbers"):
+            TraceHook("x.json", steps=steps)
+    assert TraceHook("x.json", steps=(np.int64(2), 4), tasks=())._wanted(3)  # numpy's count too
+    from tfsched.tracing import collect
+
+    # refused before the session is touched (None here)
+    for steps in (0, 1.5, float("nan"), "3", None, False):
+        with pytest.raises(TfschedError, match="steps must be a positive whole number"):
+            collect(None, [], steps=steps, tasks=())
+    for warmup in (-1, 0.5, None):
+        with pytest.raises(TfschedError, match="warmup must be a whole number, not negative"):
+            collect(None, [], steps=1, warmup=warmup, tasks=())
 
 
 def test_the_tracers_take_the_cluster_from_tf_config(monkeypatch):

@@ -75,6 +75,7 @@ import time
 from dataclasses import dataclass
 
 from tfsched.errors import TfschedError
+from tfsched.units import is_steps
 
 # what ends the apply run that waited for a step whose compute run met the input's end (its
 # error's message): the runner's stop (``CrossingStep.stop_op``), given once no compute run is left
@@ -83,17 +84,6 @@ STOPPED = "tfsched crossing: no step left to apply (the input ended)"
 # a join's longest timeout: 2**53 ms (about 285,000 years), so that its milliseconds fit
 # RunOptions' int64 ``timeout_in_ms`` with room for a deadline's microseconds past the clock's now
 _MAX_TIMEOUT_S = 2**53 / 1000
-
-
-def _is_steps(steps) -> bool:
-    """Whether ``steps`` is a whole number of steps, at least 1: an int or what indexes as one
-    (numpy's), not a bool or a float."""
-    if isinstance(steps, bool):
-        return False
-    try:
-        return operator.index(steps) >= 1
-    except TypeError:
-        return False
 
 
 @dataclass
@@ -751,7 +741,7 @@ class CrossingRunner:
         each step's ``RunMetadata`` is appended to it in order, its compute run's and its apply
         run's merged into one (``tracing.collector.trace_of`` reads it as one step, from its first
         op to its last update: a step's records overlap the next one's)."""
-        if not _is_steps(steps):
+        if not is_steps(steps):
             raise TfschedError(
                 f"crossing the barrier: steps must be a whole number at least 1, got {steps!r}"
             )

@@ -22,6 +22,7 @@ from tfsched.errors import TfschedError
 from tfsched.graph.devices import task_of
 from tfsched.graph.model import DTYPE_SIZES
 from tfsched.tracing.trace import MISSING, OpRecord, Trace, TransferRecord
+from tfsched.units import is_steps
 
 _RECV = re.compile(
     r"^\[(?P<size>[0-9.]+)(?P<unit>B|KB|MB|GB)\] \[[^\]]*\] (?P<edge>\S+) from (?P<src>\S+) to (?P<dst>\S+)$"
@@ -253,10 +254,10 @@ def collect(
 
     from tfsched.tracing.rpclog import RpcLogging, tf_config_tasks
 
-    if steps <= 0:
-        raise TfschedError(f"steps must be positive, got {steps}")
-    if warmup < 0:
-        raise TfschedError(f"warmup must not be negative, got {warmup}")
+    if not is_steps(steps):
+        raise TfschedError(f"steps must be a positive whole number, got {steps!r}")
+    if not is_steps(warmup, least=0):
+        raise TfschedError(f"warmup must be a whole number, not negative, got {warmup!r}")
     tasks = tf_config_tasks() if tasks is None else tasks
     for _ in range(warmup):
         sess.run(fetches, feed_dict=feed_dict)

@@ -8,6 +8,7 @@ from tfsched.errors import TfschedError
 from tfsched.tracing.collector import add_step, warn_incomplete
 from tfsched.tracing.rpclog import RpcLogging, task_addresses, tf_config_tasks
 from tfsched.tracing.trace import Trace
+from tfsched.units import is_steps
 
 
 class TraceHook(tf.compat.v1.train.SessionRunHook):
@@ -37,10 +38,20 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
     ) -> None:
         if (every_n_steps is None) == (steps is None):
             raise TfschedError("TraceHook: give either every_n_steps or steps=(first, last)")
-        if every_n_steps is not None and every_n_steps <= 0:
-            raise TfschedError(f"TraceHook: every_n_steps must be positive, got {every_n_steps}")
-        if steps is not None and not (0 <= steps[0] < steps[1]):
-            raise TfschedError(f"TraceHook: steps must be (first, last) with 0 <= first < last, got {steps}")
+        if every_n_steps is not None and not is_steps(every_n_steps):
+            raise TfschedError(
+                f"TraceHook: every_n_steps must be a positive whole number, got {every_n_steps!r}"
+            )
+        if steps is not None and not (
+            isinstance(steps, (tuple, list))
+            and len(steps) == 2
+            and is_steps(steps[0], least=0)
+            and is_steps(steps[1], least=0)
+            and steps[0] < steps[1]
+        ):
+            raise TfschedError(
+                f"TraceHook: steps must be (first, last), whole numbers with 0 <= first < last, got {steps!r}"
+            )
         self.output = output
         self._every = every_n_steps
         self._range = steps
