@@ -38,6 +38,12 @@ namespace tfsched {
 
 using Clock = std::chrono::steady_clock;
 
+// A gate's longest timeout, 10^12 ms (about 31.7 years): a deadline is the clock's now plus it in
+// the clock's nanoseconds, which overflow an int64 past about 9.2 * 10^12 ms. Before the
+// hundred-and-sixth session a timeout of sys.maxsize ms ("no limit", meant as 0) wrapped round
+// to a deadline in the past, and every gate that waited let its tensor go at once, unordered.
+constexpr int64_t kMaxTimeoutMs = 1000000000000;
+
 // How a wait ended.
 enum class Outcome { kTurn, kTimeout, kCancelled };
 

@@ -54,7 +54,8 @@ channel: "<sender task>-><receiver task>".
 priority: number of gates of this channel that go before this one (ties share a number).
 channel_size: number of gates of this channel in the graph.
 sender_channels: number of gated channels leaving the sending task in the graph (0: not known).
-timeout_ms: longest wait; then the tensor goes anyway and the event is counted (0: no limit).
+timeout_ms: longest wait; then the tensor goes anyway and the event is counted (0: no limit; at
+  most 10^12).
 ordered: true: wait until `priority` gates of the channel were released (TicTac's per-step
   counters); false: the highest-priority gate that has arrived goes first (ByteScheduler's queue).
 credit: at most this many parameters released and not acknowledged on the channel (TfschedAck /
@@ -333,6 +334,10 @@ class TfschedGateOp : public AsyncOpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("channel_size", &channel_size_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("sender_channels", &sender_channels_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("timeout_ms", &timeout_ms_));
+    OP_REQUIRES(ctx, timeout_ms_ <= kMaxTimeoutMs,
+                absl::InvalidArgumentError(absl::StrCat("TfschedGate: timeout_ms ", timeout_ms_,
+                                                        " is more than ", kMaxTimeoutMs,
+                                                        " (about 31.7 years); 0 is no limit")));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("ordered", &ordered_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("credit", &credit_));
     bool host = false;

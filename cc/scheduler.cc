@@ -563,7 +563,9 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
   if (config == nullptr) return absl::OkStatus();
   const auto& params = config->parameter_map();
   if (auto it = params.find("timeout_ms"); it != params.end()) timeout_ms_ = it->second.i();
-  if (timeout_ms_ < 0) return absl::InvalidArgumentError("tfsched: timeout_ms must be >= 0");
+  if (timeout_ms_ < 0 || timeout_ms_ > kMaxTimeoutMs)
+    return absl::InvalidArgumentError(
+        absl::StrCat("tfsched: timeout_ms must be from 0 (no limit) to ", kMaxTimeoutMs));
   if (auto it = params.find("ps_job"); it != params.end() && !it->second.s().empty())
     ps_job_ = it->second.s();
   if (auto it = params.find("mode"); it != params.end() && !it->second.s().empty())

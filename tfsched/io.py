@@ -17,8 +17,29 @@ def _umask() -> int:
     return mask
 
 
+def as_path(path, what: str) -> str:
+    """``path`` as a str: a file's path given in Python must be a str or an ``os.PathLike``
+    (pathlib's), not empty. Anything else is one TfschedError line naming ``what``; above all an
+    int, which ``open`` and ``os.path.exists`` take for a file descriptor: reading a schedule
+    "from" 3 closed the process's descriptor 3 (perhaps one of gRPC's sockets) when it was done.
+
+    >>> import pathlib
+    >>> as_path(pathlib.Path("a") / "b.json", "schedule")
+    'a/b.json'
+    >>> as_path(3, "schedule")
+    Traceback (most recent call last):
+    tfsched.errors.TfschedError: a schedule file must be a path (a str or os.PathLike), got 3
+    """
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str) or not path:
+        raise TfschedError(f"a {what} file must be a path (a str or os.PathLike), got {path!r}")
+    return path
+
+
 def write_atomic(path: str, write: Callable[[IO], None], *, binary: bool = False) -> None:
     """Write a file so that a failure leaves nothing half-written behind."""
+    path = as_path(path, "result")
     directory = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".tfsched-", dir=directory)
@@ -37,6 +58,7 @@ def write_atomic(path: str, write: Callable[[IO], None], *, binary: bool = False
 def check_writable(path: str) -> None:
     """Fail now, with the line ``write_atomic`` would give at the end, if ``path`` cannot be
     written (its directory missing or read-only): a run of minutes must not end in it."""
+    path = as_path(path, "result")
     directory = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".tfsched-", dir=directory)
@@ -59,6 +81,7 @@ def check_directory(path: str) -> None:
 
 def read_json(path: str, what: str, schema: str):
     """Load a ``schema`` JSON document; a missing, truncated or foreign file is a TfschedError."""
+    path = as_path(path, what)
     try:
         with open(path) as f:
             data = json.load(f)

@@ -22,14 +22,19 @@ _BW = {
 _TIME = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 
-def is_count(x, least: int = 0) -> bool:
-    """Whether ``x`` is a whole number (an int, not a bool) of at least ``least``: what a number of
-    parameters, bytes, workers or milliseconds given in Python or JSON must be.
+# the largest count a proto's int64 (an attribute of the pass, a RunOptions field) holds
+INT64_MAX = 2**63 - 1
 
-    >>> is_count(3), is_count(0), is_count(True), is_count(2.0), is_count(0, least=1)
-    (True, True, False, False, False)
+
+def is_count(x, least: int = 0, most: int = INT64_MAX) -> bool:
+    """Whether ``x`` is a whole number (an int, not a bool) from ``least`` to ``most``: what a
+    number of parameters, bytes, workers or milliseconds given in Python or JSON must be. The
+    default ``most`` is what an int64 holds: protobuf refuses more with a ValueError.
+
+    >>> is_count(3), is_count(0), is_count(True), is_count(2.0), is_count(0, least=1), is_count(2**63)
+    (True, True, False, False, False, False)
     """
-    return isinstance(x, int) and not isinstance(x, bool) and x >= least
+    return isinstance(x, int) and not isinstance(x, bool) and least <= x <= most
 
 
 def is_steps(x, least: int = 1) -> bool:

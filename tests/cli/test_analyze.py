@@ -622,6 +622,44 @@ class TestBadInput:
         with pytest.raises(TfschedError, match=re.escape(message)):
             analyze(seq_graph_file["pb"], fetches=["train"], **kwargs)
 
+    def test_a_file_descriptor_is_not_a_path(self, seq_graph_file, tmp_path):
+        """A path given in Python must be a str or an os.PathLike. ``open`` takes an int for a
+        file descriptor: a schedule, trace or placement read "from" 3 closed the caller's
+        descriptor 3 when done (and a graph was an AttributeError, a pathlib.Path one too)."""
+        import pathlib
+
+        from tfsched.analysis import analyze
+        from tfsched.errors import TfschedError
+        from tfsched.io import check_writable, write_atomic
+        from tfsched.ordering.schedule import load_schedule
+        from tfsched.placement import load_placement
+        from tfsched.tracing.trace import Trace
+        from tfsched.tune.run import read_tune_file
+
+        r, w = os.pipe()
+        os.write(w, b'{"schema": "tfsched.schedule/1"}')
+        calls = {
+            "graph": lambda p: analyze(p, fetches=["train"]),
+            "schedule": load_schedule,
+            "trace": Trace.load,
+            "placement": load_placement,
+            "tune result": read_tune_file,
+            "result": check_writable,
+        }
+        try:
+            for what, call in calls.items():
+                with pytest.raises(TfschedError, match=re.escape(f"a {what} file must be a path")):
+                    call(r)
+                os.fstat(r)  # still the caller's
+            with pytest.raises(TfschedError, match="a result file must be a path"):
+                write_atomic(w, lambda f: f.write("x"))
+            os.fstat(w)
+        finally:
+            os.close(r)
+            os.close(w)
+        assert analyze(pathlib.Path(seq_graph_file["pb"]), fetches=["train"]).schedule.priorities
+        assert not list(tmp_path.iterdir())  # nothing written
+
     def test_output_not_written_on_error(self, tmp_path):
         out = tmp_path / "s.json"
         p = run("analyze", str(tmp_path / "missing.pb"), "-o", str(out))

@@ -202,7 +202,7 @@ def test_ack_group_is_checked():
     with pytest.raises(TfschedError, match="ack_group groups acknowledgements"):
         tfsched.enable(ack_group=2, credit=1000, credit_return="sent")
     for bad in (0, -1, 2.5, "2", True):
-        with pytest.raises(TfschedError, match="ack_group must be a positive integer"):
+        with pytest.raises(TfschedError, match="ack_group must be a whole number of slices"):
             tfsched.enable(ack_group=bad, credit=1000)
     opt = tfsched.enable(credit=1000).graph_options.rewrite_options.custom_optimizers[0]
     assert opt.parameter_map["ack_group"].i == 1

@@ -2,6 +2,7 @@
 
 import json
 import re
+import sys
 
 import pytest
 
@@ -156,6 +157,22 @@ class TestPass:
         assert total == total_off > 0 and inline == 0 and off == total
         with pytest.raises(TfschedError, match="inline_transfers must be True or False"):
             tfsched.enable(inline_transfers="no")
+
+    def test_a_timeout_past_the_gates_clock_is_refused(self):
+        """The pass gives its gates its timeout; one past ``MAX_TIMEOUT_MS`` in a config made by
+        hand (``enable`` refuses it) is the pass's error, not gates whose deadlines wrap round."""
+        from tfsched.enforce.api import MAX_TIMEOUT_MS
+
+        built = build_graph("seq32", ps_tasks=2)
+        config = only_tfsched(timeout_ms=MAX_TIMEOUT_MS)
+        gated = optimize(built.graph_def(), built.fetches, config)
+        assert {n.attr["timeout_ms"].i for n in gated.node if n.op == "TfschedGate"} == {MAX_TIMEOUT_MS}
+        for opt in config.graph_options.rewrite_options.custom_optimizers:
+            opt.parameter_map["timeout_ms"].i = sys.maxsize
+        with pytest.raises(
+            Exception, match=re.escape(f"timeout_ms must be from 0 (no limit) to {MAX_TIMEOUT_MS}")
+        ):
+            optimize(built.graph_def(), built.fetches, config)
 
     def test_idempotent(self):
         built = build_graph("seq32", ps_tasks=2)
@@ -512,7 +529,7 @@ class TestEnableChecks:
     def test_negative_timeout(self):
         import tfsched
 
-        with pytest.raises(TfschedError, match="timeout_ms must be a non-negative"):
+        with pytest.raises(TfschedError, match="timeout_ms must be a whole number of milliseconds from 0"):
             tfsched.enable(timeout_ms=-5)
 
     def test_tao_needs_a_schedule(self):
@@ -533,16 +550,26 @@ class TestEnableChecks:
             (dict(push_credit=20_000), "push_credit needs a credit"),
             (
                 dict(credit=80_000, push_credit=0),
-                "push_credit must be a positive integer (parameters), got 0",
+                "push_credit must be a whole number of parameters (1 to 2**63-1), got 0",
             ),
             (
                 dict(credit=80_000, push_credit=True),
-                "push_credit must be a positive integer (parameters), got True",
+                "push_credit must be a whole number of parameters (1 to 2**63-1), got True",
             ),
             (
                 dict(credit=80_000, push_credit="1e6"),
-                "push_credit must be a positive integer (parameters), got '1e6'",
+                "push_credit must be a whole number of parameters (1 to 2**63-1), got '1e6'",
             ),
+            # what an int64 does not hold was protobuf's ValueError; a gate's deadline of
+            # sys.maxsize ms wrapped round to the past (test_a_timeout_past_the_gates_clock)
+            (dict(partition=2**63), "partition must be a whole number of parameters (0 to 2**63-1)"),
+            (dict(credit=2**63), "credit must be a whole number of parameters (0 to 2**63-1)"),
+            (dict(credit=10, ack_share=2**63), "ack_share must be a whole number from 1 to 2**63-1"),
+            (dict(credit=10, ack_group=2**63), "ack_group must be a whole number of slices (1 to 2**63-1)"),
+            (dict(timeout_ms=sys.maxsize), "to 1e+12 (about 31.7 years), got 9223372036854775807"),
+            (dict(timeout_ms=10**12 + 1), "to 1e+12 (about 31.7 years), got 1000000000001"),
+            # an int was taken for a file descriptor: read, then closed (test_an_int_is_not_a_path)
+            (dict(schedule=3), "a schedule file must be a path (a str or os.PathLike), got 3"),
         ],
     )
     def test_a_wrong_argument_is_one_error(self, kwargs, message):

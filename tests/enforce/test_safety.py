@@ -4,6 +4,7 @@ These build TfschedGate ops by hand (no pass), so that a gate is made to wait fo
 never comes: the only ways out are the mechanisms under test.
 """
 
+import functools
 import threading
 import time
 
@@ -102,6 +103,38 @@ def test_a_short_timeout_queued_after_a_long_one_fires_on_time(cluster):
     long_sess.close()
     assert isinstance(box["r"], tf.errors.DeadlineExceededError)
     assert ps_stats(cluster)["timeouts"] == before["timeouts"] + 1
+
+
+def test_the_longest_timeout_waits_and_a_longer_one_is_refused(cluster):
+    """A gate's deadline is the clock's now plus its timeout, in the clock's nanoseconds. Until
+    the hundred-and-sixth session a timeout past about 9.2e12 ms (sys.maxsize, meant as "no
+    limit") wrapped round to a deadline in the past: the gate let its tensor go at once, out of
+    turn, and counted a timeout. The longest allowed waits, here until the run's deadline
+    cancels it; one past it fails the step with one line."""
+    import tensorflow as tf
+
+    from tfsched.enforce.api import MAX_TIMEOUT_MS
+
+    g, y, init = stranded_gate(timeout_ms=MAX_TIMEOUT_MS)
+    before = ps_stats(cluster)
+    with tf.compat.v1.Session(cluster.target("worker", 0), graph=g) as sess:
+        sess.run(init)
+        t = time.monotonic()
+        out = within(60, lambda: sess.run(y, options=tf.compat.v1.RunOptions(timeout_in_ms=1500)))
+        assert 1.4 <= time.monotonic() - t < 30
+    assert isinstance(out.get("error"), tf.errors.DeadlineExceededError), out
+    assert wait_until(lambda: ps_stats(cluster)["cancelled"] == before["cancelled"] + 1, 20)
+    after = settled_ps_stats(cluster)
+    assert after["timeouts"] == before["timeouts"] and after["live_steps"] == 0
+
+    for timeout_ms in (MAX_TIMEOUT_MS + 1, 2**63 - 1):
+        g, y, init = stranded_gate(timeout_ms=timeout_ms)
+        with tf.compat.v1.Session(cluster.target("worker", 0), graph=g) as sess:
+            sess.run(init)
+            out = within(30, functools.partial(sess.run, y))
+        assert isinstance(out.get("error"), tf.errors.InvalidArgumentError), out
+        assert f"timeout_ms {timeout_ms} is more than {MAX_TIMEOUT_MS}" in str(out["error"])
+    assert settled_ps_stats(cluster)["timeouts"] == before["timeouts"]
 
 
 def test_run_options_timeout_cancels_the_wait(cluster):

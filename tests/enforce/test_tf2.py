@@ -491,7 +491,7 @@ def test_worker_0s_schedule_orders_every_workers_calls(tmp_path):
         ({"graph": object()}, "takes no graph"),
         ({"algorithm": "tao"}, "needs a schedule file"),
         ({"dump_graphs": 3}, "dump_graphs must be a directory's path"),
-        ({"credit": -5}, "credit must be a non-negative integer"),
+        ({"credit": -5}, "credit must be a whole number of parameters"),
         ({"host_credit": True}, "host_credit needs a credit"),
     ],
 )

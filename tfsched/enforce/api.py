@@ -15,6 +15,9 @@ from tfsched.units import is_count
 
 OPTIMIZER_NAME = "TfschedScheduler"
 DEFAULT_TIMEOUT_MS = 60_000
+# a gate's longest timeout (cc/gate.h kMaxTimeoutMs, about 31.7 years): its deadline in the
+# clock's nanoseconds must fit an int64; 0 is no limit
+MAX_TIMEOUT_MS = 10**12
 STAT_NAMES = (
     "released",
     "waited",
@@ -68,7 +71,9 @@ def _knob(name: str, value, env: str) -> int:
     if value == "auto":
         return AUTO
     if not is_count(value):
-        raise TfschedError(f"{source} must be a non-negative integer (parameters) or 'auto', got {value!r}")
+        raise TfschedError(
+            f"{source} must be a whole number of parameters (0 to 2**63-1) or 'auto', got {value!r}"
+        )
     return value
 
 
@@ -200,7 +205,8 @@ def enable(
     config : tf.compat.v1.ConfigProto to extend (it is modified and returned).
     schedule : a ``tfsched analyze -o`` file; without one the pass orders by TIO itself.
     algorithm : ``tio`` (no schedule needed) or the algorithm of the schedule file.
-    timeout_ms : the longest a gate waits before it lets its tensor go (0: no limit).
+    timeout_ms : the longest a gate waits before it lets its tensor go (0: no limit; at most
+        ``MAX_TIMEOUT_MS``, about 31.7 years).
     graph : optionally the tf.Graph or GraphDef the session will run: the schedule is checked
         against it now, and a schedule made for another graph is an error here, not at run time.
     strict : make any error of the pass fail the session (default: TensorFlow logs it and runs the
@@ -327,7 +333,9 @@ def enable(
         raise TfschedError("credit_return needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
     if ack_group is not None:
         if not is_count(ack_group, least=1):
-            raise TfschedError(f"ack_group must be a positive integer (slices), got {ack_group!r}")
+            raise TfschedError(
+                f"ack_group must be a whole number of slices (1 to 2**63-1), got {ack_group!r}"
+            )
         if not credit or credit_return != "ack":
             raise TfschedError(
                 "ack_group groups acknowledgements: it needs a credit (credit=N parameters or "
@@ -335,15 +343,20 @@ def enable(
             )
     if push_credit is not None:
         if not is_count(push_credit, least=1):
-            raise TfschedError(f"push_credit must be a positive integer (parameters), got {push_credit!r}")
+            raise TfschedError(
+                f"push_credit must be a whole number of parameters (1 to 2**63-1), got {push_credit!r}"
+            )
         if not credit:
             raise TfschedError(
                 "push_credit needs a credit (credit=N parameters or $TFSCHED_CREDIT): it says what is acknowledged"
             )
     if dump_graphs is not None and not (isinstance(dump_graphs, str | os.PathLike) and str(dump_graphs)):
         raise TfschedError(f"dump_graphs must be a directory's path, got {dump_graphs!r}")
-    if not is_count(timeout_ms):
-        raise TfschedError(f"timeout_ms must be a non-negative integer (milliseconds), got {timeout_ms!r}")
+    if not is_count(timeout_ms, most=MAX_TIMEOUT_MS):
+        raise TfschedError(
+            f"timeout_ms must be a whole number of milliseconds from 0 (no limit) to {MAX_TIMEOUT_MS:.0e} "
+            f"(about 31.7 years), got {timeout_ms!r}"
+        )
     lines: list[str] = []
     mode = "counter"
     if schedule is not None:
@@ -523,7 +536,7 @@ class CreditSetter:
 
     def __call__(self, credit: int) -> None:
         if not is_count(credit):
-            raise TfschedError(f"credit must be a non-negative integer (parameters), got {credit!r}")
+            raise TfschedError(f"credit must be a whole number of parameters (0 to 2**63-1), got {credit!r}")
         self._sess.run(self._ops, {self._value: credit or -1}, options=_side_run_options())
 
     def close(self) -> None:

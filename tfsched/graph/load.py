@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from tfsched.errors import TfschedError
 from tfsched.graph._tf import op_def, tf_submodule
 from tfsched.graph.model import RawNode
+from tfsched.io import as_path
 
 GRAPH_FORMATS = ("graphdef", "metagraph", "runmeta", "savedmodel")
 _NAMES = {
@@ -129,6 +130,7 @@ def read_graph_file(path: str, fmt: str | None = None, tag_set: str | None = Non
     """
     if fmt is not None and fmt not in GRAPH_FORMATS:
         raise TfschedError(f"unknown graph format {fmt!r}; expected one of {', '.join(GRAPH_FORMATS)}")
+    path = as_path(path, "graph")
     if not os.path.exists(path):
         raise TfschedError(f"{path}: no such file")
     if os.path.isdir(path):

@@ -190,7 +190,7 @@ def check_host_order(host_order, host_credit: bool) -> str:
 def check_ack_share(ack_share) -> int:
     """``ack_share`` if it is a positive integer (not a bool), else one TfschedError line."""
     if not is_count(ack_share, least=1):
-        raise TfschedError(f"ack_share must be a positive integer, got {ack_share!r}")
+        raise TfschedError(f"ack_share must be a whole number from 1 to 2**63-1, got {ack_share!r}")
     return ack_share
 
 

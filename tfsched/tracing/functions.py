@@ -44,6 +44,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
+from tfsched.io import check_writable
 from tfsched.tracing.replay import GRAPH_TAG, scheduled_tensor
 from tfsched.tracing.trace import FUNCTIONS_API, MISSING, OpRecord, Trace, TransferRecord, send_node
 
@@ -444,6 +445,8 @@ class FunctionTracer:
                 raise TfschedError(
                     f"functions: {type(f).__name__} is not a tf.function, a ConcreteFunction or a tf.Graph"
                 )
+        if path is not None:
+            check_writable(path)  # now, not after the block's steps
         self.path, self.seconds, self.functions = path, float(seconds), list(functions)
         self.meta = dict(meta or {})
         self.trace: Trace | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfsched.errors import TfschedError
+from tfsched.io import check_writable
 from tfsched.tracing.collector import add_step, warn_incomplete
 from tfsched.tracing.rpclog import RpcLogging, task_addresses, tf_config_tasks
 from tfsched.tracing.trace import Trace
@@ -52,6 +53,7 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
             raise TfschedError(
                 f"TraceHook: steps must be (first, last), whole numbers with 0 <= first < last, got {steps!r}"
             )
+        check_writable(output)  # now, not after the steps it traces
         self.output = output
         self._every = every_n_steps
         self._range = steps

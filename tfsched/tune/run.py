@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError, cause_line
+from tfsched.io import as_path
 from tfsched.tune.coordinator import OBJECTIVES, THROUGHPUT
 from tfsched.tune.search import SEARCHES, Setting, Space, confirm_order, judged_on_repeats
 from tfsched.units import is_count
@@ -78,6 +79,8 @@ def read_tune_file(path: str) -> dict:
     >= 0 where given, in parameters)
     and the configuration it was tuned in. Anything else is one TfschedError line naming the file.
     """
+
+    path = as_path(path, "tune result")
 
     def bad(why: str) -> TfschedError:
         return TfschedError(f"{path}: not a tfsched tune result ({why})")
