@@ -144,7 +144,11 @@ def load_placement(path: str, ps_tasks: int | None = None) -> Placement:
     """Read a placement file (``analyze --placement``); one TfschedError line when it is not one,
     or when it was planned for another number of PS than ``ps_tasks``."""
     from tfsched.io import read_json
+    from tfsched.units import is_count
 
+    if ps_tasks is not None and not is_count(ps_tasks, least=1):
+        # True and 2.0 compared equal to a plan's 1 and 2, and went on to the device setter
+        raise TfschedError(f"ps_tasks must be a whole number of PS tasks, at least 1, got {ps_tasks!r}")
     data = read_json(path, "placement", SCHEMA)
     try:
         n = data["ps_tasks"]

@@ -83,6 +83,10 @@ def test_a_placement_for_three_ps(tmp_path):
     assert {r["ps"] for r in json.loads(plan.read_text())["variables"].values()} == {0, 1, 2}
     with pytest.raises(TfschedError, match=r"p3.json: a placement over 3 PS tasks, used with ps_tasks=2"):
         tfsched.ps_strategy(str(plan), ps_tasks=2)
+    for bad in (True, 3.0, 0, "3"):  # True and 3.0 compared equal to the plan's 1 and 3
+        with pytest.raises(TfschedError, match="ps_tasks must be a whole number of PS tasks, at least 1"):
+            tfsched.ps_strategy(str(plan), ps_tasks=bad)
+    assert tfsched.ps_strategy(str(plan), ps_tasks=3).ps_tasks == 3
 
 
 def test_bad_placement_files_and_flags_are_one_line(tmp_path):

@@ -2,6 +2,7 @@
 
 import concurrent.futures
 import itertools
+import re
 import statistics
 import time
 
@@ -633,3 +634,23 @@ def test_steps_run_at_once_by_threads_of_one_session_share_the_window(cluster, h
         assert s["live_steps"] == 0 and s["timeouts"] == before[device]["timeouts"], (device, s)
         assert s["cancelled"] == before[device]["cancelled"], (device, s)
         assert 0 < s["peak_in_flight"] <= credit, (device, s)
+
+
+def test_set_credit_refuses_what_it_cannot_set(cluster):
+    """``set_credit``'s devices are a list of tasks' devices and its credit what an int64 holds,
+    checked before its side session is made: a lone device string was taken letter by letter
+    (TensorFlow's ValueError on ``tf.device("j")``), and a credit of 2**63 was numpy's
+    OverflowError. ``stats`` with a device and no session gave this process's counters."""
+    import tfsched
+
+    target = cluster.target("worker", 0)
+    for devices in ("/job:ps/task:0", [], ["ps:0"], [b"/job:ps/task:0"], None):
+        with pytest.raises(TfschedError, match=re.escape("devices must be a list of task devices such as")):
+            tfsched.enforce.set_credit(target, 1000, devices)
+    for credit in (-1, 2**63, 1.5, True, "1000"):
+        with pytest.raises(TfschedError, match="credit must be a whole number of parameters"):
+            tfsched.enforce.set_credit(target, credit, ["/job:ps/task:0"])
+    with pytest.raises(TfschedError, match="give session= too"):
+        tfsched.enforce.stats(device="/job:ps/task:0")
+    tfsched.enforce.set_credit(target, 0, ("/job:ps/task:0", "/job:worker/task:1"))
+    assert set(tfsched.enforce.stats(target, "/job:ps/task:0")) == set(tfsched.enforce.api.STAT_NAMES)

@@ -6,7 +6,7 @@ import math
 import os
 
 from tfsched.errors import TfschedError
-from tfsched.graph.devices import check_job_name
+from tfsched.graph.devices import check_job_name, check_task_devices
 
 # the pass's defaults (scheduler.h) and how the credit comes back (the pass's credit_return): the
 # receiver's acknowledgement, or the sender's transport done with the tensor
@@ -511,6 +511,13 @@ def _side_run_options():
     return tf.compat.v1.RunOptions(timeout_in_ms=SIDE_RUN_TIMEOUT_MS)
 
 
+def check_live_credit(credit) -> int:
+    """``credit`` if it is a credit ``set_credit`` takes (0: the pass's), else one TfschedError."""
+    if not is_count(credit):
+        raise TfschedError(f"credit must be a whole number of parameters (0 to 2**63-1), got {credit!r}")
+    return credit
+
+
 class CreditSetter:
     """Sets the live credit on some tasks, again and again, through one side session.
 
@@ -521,6 +528,8 @@ class CreditSetter:
 
     def __init__(self, target, devices: list[str]):
         from tfsched.enforce._loader import load_ops
+
+        devices = check_task_devices(devices)
 
         ops = load_ops()
         import tensorflow as tf
@@ -535,8 +544,7 @@ class CreditSetter:
         self._sess = tf.compat.v1.Session(_session_target(target), graph=self._graph)
 
     def __call__(self, credit: int) -> None:
-        if not is_count(credit):
-            raise TfschedError(f"credit must be a whole number of parameters (0 to 2**63-1), got {credit!r}")
+        check_live_credit(credit)
         self._sess.run(self._ops, {self._value: credit or -1}, options=_side_run_options())
 
     def close(self) -> None:
@@ -557,6 +565,7 @@ def set_credit(target, credit: int, devices: list[str]) -> None:
     channel of those tasks; ``credit=0`` returns to the setting the pass was given. Channels the
     pass gave no credit (no acknowledgements) are not affected.
     """
+    check_live_credit(credit)  # before the side session is made
     with CreditSetter(target, devices) as setter:
         setter(credit)
 
@@ -568,6 +577,10 @@ def stats(session=None, device: str | None = None) -> dict[str, int]:
     """
     from tfsched.enforce._loader import load_ops
 
+    if session is None and device is not None:
+        raise TfschedError(
+            f"stats: device {device!r} is a task's, asked through a session: give session= too"
+        )
     ops = load_ops()
     if session is None:
         values = ops.tfsched_stats().numpy()

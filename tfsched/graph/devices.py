@@ -122,3 +122,26 @@ def check_job_name(name, what: str = "ps_job") -> str:
     if not isinstance(name, str) or not _JOB_NAME.fullmatch(name):
         raise TfschedError(f"{what} must be a job name such as 'ps', got {name!r}")
     return name
+
+
+def check_task_devices(devices, what: str = "devices") -> list[str]:
+    """``devices`` as a list if it is a non-empty list or tuple of device strings that each name
+    a job, such as ``["/job:ps/task:0"]``; else one error naming ``what``. A lone string was taken
+    letter by letter (``tf.device("j")``: TensorFlow's ValueError).
+
+    >>> check_task_devices(("/job:ps/task:0", "/job:worker/task:1"))
+    ['/job:ps/task:0', '/job:worker/task:1']
+    >>> check_task_devices("/job:ps/task:0")
+    Traceback (most recent call last):
+    ...
+    tfsched.errors.TfschedError: devices must be a list of task devices such as ['/job:ps/task:0'], got '/job:ps/task:0'
+    """
+    bad = TfschedError(f"{what} must be a list of task devices such as ['/job:ps/task:0'], got {devices!r}")
+    if not isinstance(devices, (list, tuple)) or not devices or not all(isinstance(d, str) for d in devices):
+        raise bad
+    for d in devices:
+        try:
+            check_job_name(parse_device(d).job, what)
+        except TfschedError:
+            raise bad from None
+    return list(devices)
