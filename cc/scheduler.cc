@@ -244,6 +244,9 @@ struct Transfer {
 // Slices for a tensor of `elements` parameters of `dtype` and a partition size: (count, size).
 // The size is rounded up to 64 bytes so that every slice of the sender's buffer stays aligned
 // (and TfschedSplit needs no copy); a tensor within one partition is not split.
+// More slices than this in one graph is warned of (TfschedScheduler::Optimize).
+constexpr int64_t kManySlices = 10000;
+
 std::pair<int64_t, int64_t> Slicing(int64_t elements, DataType dtype, int64_t partition) {
   const int64_t bytes = tensorflow::DataTypeSize(dtype);
   if (partition <= 0 || elements <= partition || bytes <= 0 || 64 % bytes != 0 ||
@@ -876,10 +879,26 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
       VLOG(1) << "tfsched: the busiest channel carries " << busiest
               << " parameters a step: partition " << partition << ", credit " << credit_setting;
     }
-    if (partition > 0)
-      for (Transfer& t : xfers)
+    if (partition > 0) {
+      int64_t slices = 0, cut = 0;
+      for (Transfer& t : xfers) {
         if (t.elements > 0)
           std::tie(t.slices, t.slice_elements) = Slicing(t.elements, t.dtype, partition);
+        if (t.slices > 1) {
+          slices += t.slices;
+          ++cut;
+        }
+      }
+      // A partition far under the tensors' sizes (parameters taken for bytes or kilobytes) makes
+      // thousands of gates and messages a step: Seq-32 (1 PS, 1 worker) cut by 1,000 ran its steps in
+      // 0.35 s against 0.03 s uncut, by 16 in 20 s and its first in 250 s. It is gated as asked; the log says why it is slow.
+      if (slices > kManySlices)
+        LOG(WARNING) << "tfsched: " << item.id << ": the partition of " << partition
+                     << " parameters cuts " << cut << " of its transfers into " << slices
+                     << " slices, each gated and sent as a message of its own: a step spends "
+                        "their CPU before the order gains anything. A partition of 'auto' sizes it "
+                        "for the graph and the link.";
+    }
   }
 
   // Competition ranks per channel over the transfers present (TicTac §5.1's 0..n-1); the slices

@@ -433,6 +433,31 @@ def test_a_credit_the_partition_leaves_nothing_to_acknowledge_is_warned_of(kwarg
         assert "each came out under the 20000 it acknowledges (credit / ack_share 8)" in warnings[0]
 
 
+@pytest.mark.parametrize("partition,warned", [(256, True), (20_000, False)])
+def test_a_partition_that_makes_thousands_of_slices_is_warned_of(partition, warned):
+    """Seq-32's 64 weights of 65,536 parameters, pulled and pushed, cut by 256 are 16,384 slices
+    (and its two small transfers a few more), each a gate and a message: the pass gates them as
+    asked and says in TensorFlow's log, once, why the steps will be slow (a partition given in
+    bytes or kilobytes for parameters ran Seq-32's steps in 20 s). By 20,000 they are 256
+    slices, and nothing is said."""
+    counts, log = seq32_through_the_pass({"partition": partition})
+    weights = 64 * -(-65_536 // partition)
+    warnings = [line for line in log.splitlines() if "slices, each gated and sent as a message" in line]
+    if warned:
+        assert len(warnings) == 1, log[-2000:]
+        said = re.search(
+            rf"the partition of {partition} parameters cuts (\d+) of its transfers into (\d+) slices",
+            warnings[0],
+        )
+        assert said, warnings[0]
+        cut, slices = map(int, said.groups())
+        assert 64 <= cut <= 66 and weights <= slices < weights + 64 and counts["TfschedGate"] >= slices
+        assert "A partition of 'auto' sizes it for the graph and the link." in warnings[0]
+    else:
+        assert not warnings, warnings
+        assert counts["TfschedGate"] >= weights
+
+
 def _saved(built, tmp_path) -> str:
     path = tmp_path / "saved.pb"
     path.write_bytes(built.graph_def().SerializeToString())
