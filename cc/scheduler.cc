@@ -890,8 +890,9 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
         }
       }
       // A partition far under the tensors' sizes (parameters taken for bytes or kilobytes) makes
-      // thousands of gates and messages a step: Seq-32 (1 PS, 1 worker) cut by 1,000 ran its steps in
-      // 0.35 s against 0.03 s uncut, by 16 in 20 s and its first in 250 s. It is gated as asked; the log says why it is slow.
+      // thousands of gates and messages a step: Seq-32 (1 PS, 1 worker) cut by 1,000 ran its steps
+      // in 0.35 s against 0.03 s uncut, by 16 in 20 s and its first in 250 s. It is gated as asked;
+      // the log says why it is slow.
       if (slices > kManySlices)
         LOG(WARNING) << "tfsched: " << item.id << ": the partition of " << partition
                      << " parameters cuts " << cut << " of its transfers into " << slices
