@@ -241,12 +241,12 @@ struct Transfer {
   tensorflow::TensorShapeProto shape;
 };
 
+// More slices than this in one graph are warned of (TfschedScheduler::Gate).
+constexpr int64_t kManySlices = 10000;
+
 // Slices for a tensor of `elements` parameters of `dtype` and a partition size: (count, size).
 // The size is rounded up to 64 bytes so that every slice of the sender's buffer stays aligned
 // (and TfschedSplit needs no copy); a tensor within one partition is not split.
-// More slices than this in one graph is warned of (TfschedScheduler::Optimize).
-constexpr int64_t kManySlices = 10000;
-
 std::pair<int64_t, int64_t> Slicing(int64_t elements, DataType dtype, int64_t partition) {
   const int64_t bytes = tensorflow::DataTypeSize(dtype);
   if (partition <= 0 || elements <= partition || bytes <= 0 || 64 % bytes != 0 ||
