@@ -437,9 +437,9 @@ def test_a_credit_the_partition_leaves_nothing_to_acknowledge_is_warned_of(kwarg
 def test_a_partition_that_makes_thousands_of_slices_is_warned_of(partition, warned):
     """Seq-32's 64 weights of 65,536 parameters, pulled and pushed, cut by 256 are 16,384 slices
     (and its two small transfers a few more), each a gate and a message: the pass gates them as
-    asked and says in TensorFlow's log, once, why the steps will be slow (a partition given in
-    bytes or kilobytes for parameters ran Seq-32's steps in 20 s). By 20,000 they are 256
-    slices, and nothing is said."""
+    asked and says in TensorFlow's log, once, why the steps will be slow (on a local cluster,
+    cut by 1,000 Seq-32 stepped in 0.35 s against 0.03 s uncut, by 16 in 20 s). By 20,000 they
+    are 256 slices, and nothing is said."""
     counts, log = seq32_through_the_pass({"partition": partition})
     weights = 64 * -(-65_536 // partition)
     warnings = [line for line in log.splitlines() if "slices, each gated and sent as a message" in line]
@@ -586,14 +586,14 @@ class TestEnableChecks:
                 "push_credit must be a whole number of parameters (1 to 2**63-1), got '1e6'",
             ),
             # what an int64 does not hold was protobuf's ValueError; a gate's deadline of
-            # sys.maxsize ms wrapped round to the past (test_a_timeout_past_the_gates_clock)
+            # sys.maxsize ms wrapped round to the past (test_a_timeout_past_the_gates_clock_is_refused)
             (dict(partition=2**63), "partition must be a whole number of parameters (0 to 2**63-1)"),
             (dict(credit=2**63), "credit must be a whole number of parameters (0 to 2**63-1)"),
             (dict(credit=10, ack_share=2**63), "ack_share must be a whole number from 1 to 2**63-1"),
             (dict(credit=10, ack_group=2**63), "ack_group must be a whole number of slices (1 to 2**63-1)"),
             (dict(timeout_ms=sys.maxsize), "to 1e+12 (about 31.7 years), got 9223372036854775807"),
             (dict(timeout_ms=10**12 + 1), "to 1e+12 (about 31.7 years), got 1000000000001"),
-            # an int was taken for a file descriptor: read, then closed (test_an_int_is_not_a_path)
+            # an int was taken for a file descriptor: read, then closed (test_a_file_descriptor_is_not_a_path)
             (dict(schedule=3), "a schedule file must be a path (a str or os.PathLike), got 3"),
         ],
     )
