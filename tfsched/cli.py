@@ -19,6 +19,7 @@ from tfsched.demo import DEMO_MODES
 from tfsched.errors import TfschedError
 from tfsched.models.build import PS_PLACEMENTS
 from tfsched.tune.coordinator import OBJECTIVES
+from tfsched.tune.search import MAX_SEED
 
 # The built-in models (tfsched.models.MODELS), listed here so that --help needs no import of them.
 BUILTIN_MODELS = [
@@ -1312,7 +1313,7 @@ def bench(
     "cluster (asynchronous training, as bench --api tf2), vanilla TensorFlow measured before and after.",
 )
 @_host_cores_option
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True)
 @click.option(
     "-o",
     "--output",

@@ -582,6 +582,10 @@ class TestBadInput:
                 p, "--ps-placement", "'even' is not one of 'bytes', 'held', 'round-robin', 'min-size'"
             )
         assert_one_line_error(run("tune", "--partition", "1000", "-o", str(out)), "add it")
+        # a seed the Bayesian search cannot take (it was numpy's traceback, after the graphs)
+        for seed in ("-1", str(2**32)):
+            p = run("tune", "--model", "seq32", "--loopback", "--seed", seed, "-o", str(out))
+            assert_one_line_error(p, "--seed", "is not in the range 0<=x<=4294967295")
         # bench takes several placements, each once, on 2 PS or more (before any cluster starts)
         bench = ("bench", "--model", "seq32", "--loopback", "--batch-size", "2", "-o", str(out))
         p = run(*bench, "--ps", "2", "--ps-placement", "bytes,even")

@@ -179,6 +179,38 @@ def test_a_repeat_does_not_take_the_place_of_the_models_suggestion(capsys):
     assert capsys.readouterr().out == ""  # the library's line about repeated points is kept off stdout
 
 
+@pytest.mark.parametrize("kind", [BayesSearch, RandomSearch])
+def test_both_searches_take_the_same_seeds_and_refuse_the_rest(kind):
+    """A seed numpy's RandomState cannot take (bayes_opt seeds it) was its ValueError, after the
+    tuner had built every worker's graph; both searches now refuse it with one error, and take
+    the largest seed there is."""
+    from tfsched.tune.search import MAX_SEED
+
+    for seed in (0, MAX_SEED):
+        first = kind(Space(), seed=seed).next_setting()
+        assert kind(Space(), seed=seed).next_setting() == first  # the seed says what is tried
+        assert kind(Space(), seed=seed).in_bounds(first)
+    for bad in (-1, MAX_SEED + 1, 2**63, 1.5, True, "7", None):
+        with pytest.raises(TfschedError, match=r"the seed must be a whole number from 0 to 2\*\*32-1"):
+            kind(Space(), seed=bad)
+
+
+@pytest.mark.parametrize("where", ["session", "tf2"])
+def test_a_tuning_run_refuses_a_bad_seed_before_it_builds_anything(where, monkeypatch):
+    """Both tuners make their search first: a seed it refuses is one error before any graph is
+    built or any channel sized (the session tuner's came after every worker's graph)."""
+    from tfsched.tune import run, tf2
+
+    def built(*args, **kwargs):
+        raise AssertionError("built before the seed was checked")
+
+    monkeypatch.setattr("tfsched.graph._tf.import_tensorflow", built)
+    monkeypatch.setattr("tfsched.bench.tf2.channel_params", built)
+    tune = run.tune_cluster if where == "session" else tf2.tune_tf2
+    with pytest.raises(TfschedError, match="the seed must be a whole number"):
+        tune("seq32", seed=2**32)
+
+
 def test_in_bounds():
     space = Space(partition_log2=(16.0, 20.0), credit_log2=(18.0, 22.0))
     search = RandomSearch(space)

@@ -288,6 +288,7 @@ def tune_cluster(
         raise TfschedError(
             "the pushes' window evens out the workers, not the throughput: search it with the balanced objective"
         )
+    found = SEARCHES[search](space, seed=seed)  # a bad seed: its error line, before a graph is built
     tf = import_tensorflow()  # after the arguments' checks: an error in them comes at once
     started = time.monotonic()
 
@@ -325,7 +326,6 @@ def tune_cluster(
         enable_kwargs["ack_share"] = ack_share
     if credit_return != "ack":
         enable_kwargs["credit_return"] = credit_return
-    found = SEARCHES[search](space, seed=seed)
     defaults = None
     pre: list[tuple[Setting, float]] = []
     with tempfile.TemporaryDirectory(prefix="tfsched-tune-") as d:

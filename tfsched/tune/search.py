@@ -21,6 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
+from tfsched.units import is_count
+
+# The largest seed the Bayesian search takes: numpy's RandomState, which bayes_opt seeds with it,
+# takes 0 to 2**32 - 1 and refuses the rest with its ValueError.
+MAX_SEED = 2**32 - 1
 
 
 @dataclass(frozen=True)
@@ -167,6 +172,11 @@ class _Search:
     seed: int = 0
     history: list[Trial] = field(default_factory=list)
     _queue: list[Setting] = field(default_factory=list)  # probed settings, measured first
+
+    def __post_init__(self) -> None:
+        # Both searches take the same seeds, so a tune file's seed reruns with either.
+        if not is_count(self.seed, most=MAX_SEED):
+            raise TfschedError(f"the seed must be a whole number from 0 to 2**32-1, got {self.seed!r}")
 
     def best(self, among: list[Setting] | None = None, *, repeats_only: bool = False) -> Trial | None:
         """The setting with the highest mean over its measurements, with that mean.

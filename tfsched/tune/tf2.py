@@ -105,10 +105,10 @@ def tune_tf2(
     }
     parse_mode(setting_mode(knobs, {"partition": 1, "credit": 1}))  # an unknown algorithm: one line
 
+    found = SEARCHES[search](space, seed=seed)  # a bad seed: its error line, before the sizing
     if progress:
         progress(f"sizing {model}'s channels")
     params = tf2.channel_params(model, ps, image_size, ps_placement)  # an unknown placement: one line
-    found = SEARCHES[search](space, seed=seed)
     defaults = None
     if from_defaults:  # ByteScheduler's setting for this link and model, on the search's grid
         defaults = space.setting(space.params(Setting(*link_sizes(bandwidth_bps, params))))
