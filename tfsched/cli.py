@@ -264,9 +264,25 @@ def _check_ps_placement(graph_path: str | None) -> None:
         )
 
 
-def _check_loopback(loopback: bool, shaped_loopback: bool, latency: float = 0.0, queue: float | None = None):
+def _shaped_bandwidth(bandwidth: float, queue: float | None = None) -> None:
+    """--bandwidth, where a link is shaped to it: one the relays can shape, or (with the
+    namespaces' shaper's ``queue``, seconds) tc."""
+    from tfsched.bench.netns import DEFAULT_QUEUE_S, check_shaping
+    from tfsched.units import check_link_bandwidth
+
+    try:
+        check_link_bandwidth(bandwidth) if queue is None else check_shaping(bandwidth, queue)
+    except TfschedError as e:
+        hint = "--bandwidth" if queue in (None, DEFAULT_QUEUE_S) else "--bandwidth with --queue"
+        raise click.BadParameter(str(e), param_hint=hint) from None
+
+
+def _check_loopback(
+    loopback: bool, shaped_loopback: bool, bandwidth: float, latency: float = 0.0, queue: float | None = None
+):
     """--loopback and --shaped-loopback: at most one; --loopback has no latency and neither has a
-    shaper's queue; on namespaces, latency needs the kernel's netem (checked before any work)."""
+    shaper's queue; on namespaces, latency needs the kernel's netem; a shaped link's --bandwidth
+    is one it can be shaped to (checked before any work)."""
     from tfsched.bench.netns import DEFAULT_QUEUE_S, check_latency
 
     if loopback and shaped_loopback:
@@ -278,6 +294,8 @@ def _check_loopback(loopback: bool, shaped_loopback: bool, latency: float = 0.0,
         raise click.UsageError(
             "--queue is the emulated links' shaper's; --shaped-loopback's relays have none"
         )
+    if not loopback:
+        _shaped_bandwidth(bandwidth, None if shaped_loopback else (queue or DEFAULT_QUEUE_S))
     if not (loopback or shaped_loopback):
         check_latency(latency)
 
@@ -611,6 +629,11 @@ def demo(model, bandwidth, workers, steps, rounds, modes, batch_size, loopback, 
     if no_train and given:
         verb = "is" if len(given) == 1 else "are"
         raise click.UsageError(f"{' and '.join(given)} {verb} for the training, which --no-train leaves out")
+    if not (no_train or loopback):
+        from tfsched.bench.netns import DEFAULT_QUEUE_S, available
+
+        # before the analysis, for the links the training shapes: tc's, else the relays'
+        _shaped_bandwidth(bandwidth, DEFAULT_QUEUE_S if available() is None else None)
     run_demo(
         model=model,
         bandwidth_bps=bandwidth,
@@ -1031,7 +1054,7 @@ def bench(
                 "--no-moving-averages is for --api session: a TensorFlow 2 step of a Keras model "
                 "updates its batch normalization's moving statistics"
             )
-    _check_loopback(loopback, shaped_loopback, latency, queue)  # before a batch size is measured
+    _check_loopback(loopback, shaped_loopback, bandwidth, latency, queue)  # before a batch size is measured
     _check_host_cores(host_cores)
     if traces_dir:
         check_directory(traces_dir)
@@ -1389,7 +1412,7 @@ def tune(
     from tfsched.tune.run import tune_cluster
     from tfsched.tune.search import PUSH_CREDIT_LOG2, Space
 
-    _check_loopback(loopback, shaped_loopback, latency)
+    _check_loopback(loopback, shaped_loopback, bandwidth, latency)
     if model is not None and graph_path is not None:
         raise click.UsageError("give either --model or --graph")
     _check_ps_placement(graph_path)

@@ -81,6 +81,31 @@ def parse_bandwidth(text: str) -> float:
     return value
 
 
+# What an emulated host's link can be shaped to, in bits/s. tc's tbf (``bench.netns.shape``) keeps
+# its burst (4 ms of the rate, at least 32 KiB) from a kilobit a second up; below, its clock no
+# longer holds the burst's time, and it came out at 1,981 bytes at 64 bit/s and 57 at 8 (less than
+# a packet: a link that passes nothing), and a rate under a byte a second is refused. Above
+# 8 Tbit/s the burst no longer fits tbf's 32 bits. The relays (``bench.relay``) take the same.
+LINK_BPS_RANGE = (1e3, 8e12)
+
+
+def check_link_bandwidth(bps: float) -> float:
+    """``bps``, if an emulated link can be shaped to it (``LINK_BPS_RANGE``); else one error.
+    Only where a link is shaped: a prediction takes any bandwidth above 0.
+
+    >>> check_link_bandwidth(1e9)
+    1000000000.0
+    >>> check_link_bandwidth(1.0)
+    Traceback (most recent call last):
+    ...
+    tfsched.errors.TfschedError: an emulated link is shaped to 1 kbit/s to 8 Tbit/s, got 1 bit/s
+    """
+    lo, hi = LINK_BPS_RANGE
+    if not lo <= bps <= hi:
+        raise TfschedError(f"an emulated link is shaped to 1 kbit/s to 8 Tbit/s, got {bps:g} bit/s")
+    return bps
+
+
 def parse_duration(text: str) -> float:
     """Seconds from ``300us``, ``1.5ms``, ``0.002`` (seconds).
 

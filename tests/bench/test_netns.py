@@ -180,6 +180,52 @@ def test_each_links_shaper_queues_what_was_asked(queue_s, shown):
         assert p.returncode != 0 and why in p.stderr and "Traceback" not in p.stderr
 
 
+def test_a_link_tc_cannot_shape_as_asked_is_refused_before_anything_is_made():
+    """tc takes a rate under a kilobit, or a queue of more bytes than tbf's 32 bits, without a
+    word and shapes another link: at 100 Gbit/s the 400 ms queue came out at 56.4 ms, at 8 bit/s
+    the burst at 57 bytes (no packet passes). The edges that hold are shaped as asked; past them,
+    one error, and no namespace is made."""
+    from tfsched.units import LINK_BPS_RANGE
+
+    def uplink(**kw) -> str:
+        with netns.EmulatedCluster(ps=1, workers=1, start_tasks=False, **kw) as c:
+            ns, _ = c.hosts[("worker", 0)]
+            return subprocess.run(
+                ["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", "eth0"],
+                capture_output=True,
+                text=True,
+            ).stdout
+
+    assert "rate 1Kbit burst 32Kb lat 400ms" in uplink(bandwidth_bps=LINK_BPS_RANGE[0])
+    # the longest queue a gigabit link holds, as the refusal below says it
+    with pytest.raises(netns.TfschedError, match="at this bandwidth it holds at most 34.3 s"):
+        netns.check_shaping(1e9, 35.0)
+    assert "rate 1Gbit burst 500000b lat 34.3s" in uplink(bandwidth_bps=1e9, queue_s=34.3)
+    before = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for kw, why in (
+        (dict(bandwidth_bps=100e9), "more than tc's tbf holds"),
+        (dict(bandwidth_bps=1e9, queue_s=35.0), "more than tc's tbf holds"),
+        (dict(bandwidth_bps=999.0), "an emulated link is shaped to 1 kbit/s to 8 Tbit/s, got 999 bit/s"),
+    ):
+        with pytest.raises(netns.TfschedError, match=why):
+            uplink(**kw)
+    assert subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout == before
+    # from the commands: one line, at once (bench before its batch size is measured, tune before a
+    # graph is built, demo before its analysis)
+    for command, args, why in (
+        ("bench", ("--bandwidth", "100Gbit"), "Invalid value for --bandwidth: a link's queue of 0.4 s"),
+        ("bench", ("--queue", "35s"), "Invalid value for --bandwidth with --queue: a link's queue of 35 s"),
+        ("bench", ("--bandwidth", "1bit", "--shaped-loopback"), "shaped to 1 kbit/s to 8 Tbit/s"),
+        ("tune", ("--bandwidth", "100Gbit"), "more than tc's tbf holds"),
+        ("demo", ("--bandwidth", "1bit"), "shaped to 1 kbit/s to 8 Tbit/s, got 1 bit/s"),
+    ):
+        p = cli(command, "--model", "seq32", *args, timeout=30)
+        assert p.returncode == 2 and p.stderr.count("\n") == 1 and why in p.stderr, p.stderr
+    # a prediction takes any bandwidth: only a shaped link is bounded
+    p = cli("demo", "--model", "seq32", "--bandwidth", "1bit", "--no-train", timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+
+
 @pytest.mark.tf
 def test_bench_tuned_mode_needs_a_tune_file_of_this_run(tmp_path):
     tune = _tune_file(tmp_path, partition=0, credit=9)

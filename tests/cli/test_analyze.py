@@ -586,6 +586,9 @@ class TestBadInput:
         for seed in ("-1", str(2**32)):
             p = run("tune", "--model", "seq32", "--loopback", "--seed", seed, "-o", str(out))
             assert_one_line_error(p, "--seed", "is not in the range 0<=x<=4294967295")
+        # a fixed partition no int64 holds (it was a worker's failure, once the cluster ran)
+        p = run("tune", "--credit-only", "--partition", str(2**64), "--loopback", "-o", str(out))
+        assert_one_line_error(p, "the fixed partition must be a whole number of parameters")
         # bench takes several placements, each once, on 2 PS or more (before any cluster starts)
         bench = ("bench", "--model", "seq32", "--loopback", "--batch-size", "2", "-o", str(out))
         p = run(*bench, "--ps", "2", "--ps-placement", "bytes,even")

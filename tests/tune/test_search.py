@@ -43,6 +43,10 @@ def test_space_rounds_partition_to_its_grid_and_fixes_it_when_asked():
     assert fixed.setting({"log2_credit": 20.0}) == Setting(1000, 2**20)
     with pytest.raises(TfschedError):
         Space(credit_log2=(30.0, 20.0))
+    # a fixed partition the pass could not take: refused here, before any cluster starts
+    for bad in (-1, 2**63, 1.5, True, "1000"):
+        with pytest.raises(TfschedError, match="the fixed partition must be a whole number of parameters"):
+            Space(partition=bad)
 
 
 def test_the_pushes_window_is_a_third_knob_and_zero_is_the_credits():

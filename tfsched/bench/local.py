@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from tfsched.bench.server import INTER_OP_FLAG
 from tfsched.bench.zygote import TaskHost, start_python, zygote
 from tfsched.errors import TfschedError
+from tfsched.units import check_link_bandwidth
 
 # how much lower than this process the tasks of a relayed LocalCluster run (nice)
 RELAYED_TASKS_NICE = 5
@@ -333,8 +334,8 @@ class LocalCluster(TaskHandles):
     relays: object | None = None  # bench.relay.RelayedSpec, with bandwidth_bps
 
     def __enter__(self) -> LocalCluster:
-        if self.bandwidth_bps is not None and not self.bandwidth_bps > 0:
-            raise TfschedError(f"bandwidth must be positive, got {self.bandwidth_bps!r}")
+        if self.bandwidth_bps is not None:
+            check_link_bandwidth(self.bandwidth_bps)  # what the relays shape (units.LINK_BPS_RANGE)
         if self.latency_s and (self.bandwidth_bps is None or not self.latency_s > 0):
             raise TfschedError(f"latency is a positive time on shaped links, got {self.latency_s!r} s")
         self.spec = {

@@ -13,6 +13,7 @@ Addresses are in 10.213.<n>.0/24, on this machine only (TF-NOTES: keep traffic t
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from tfsched.bench.local import TaskHandles
 from tfsched.bench.zygote import TaskHost
 from tfsched.errors import TfschedError
+from tfsched.units import check_link_bandwidth
 
 PREFIX = "tfs"  # every namespace, veth and bridge this module makes starts with it
 
@@ -168,12 +170,46 @@ def cleanup_stale() -> int:
 DEFAULT_QUEUE_S = 0.4
 
 
+# The most bytes tbf's burst and queue (its ``limit``) hold: 32 bits each. tc takes a larger queue
+# without a word and keeps what is left past 2**32: 100 Gbit/s with the 400 ms queue showed "lat
+# 56.4ms", 1 Gbit/s with a 35 s queue "lat 640ms".
+TBF_MAX_BYTES = 2**32 - 1
+
+
+def _burst(rate_bps: float) -> int:
+    return max(int(rate_bps / 8 / 250), 32 * 1024)  # 4 ms worth, never below two jumbo frames
+
+
+def check_shaping(rate_bps: float, queue_s: float = DEFAULT_QUEUE_S) -> None:
+    """One error unless tc's tbf can shape a link to ``rate_bps`` with a queue of ``queue_s``
+    (``units.LINK_BPS_RANGE``, and the queue's bytes within ``TBF_MAX_BYTES``): before any
+    namespace is made, not a link other than the one asked for.
+
+    >>> check_shaping(1e9), check_shaping(10e9)
+    (None, None)
+    >>> check_shaping(100e9)
+    Traceback (most recent call last):
+    ...
+    tfsched.errors.TfschedError: a link's queue of 0.4 s at 1e+11 bit/s is 5.05e+09 bytes, more than tc's tbf holds (2**32-1); at this bandwidth it holds at most 0.339 s
+    """
+    check_link_bandwidth(rate_bps)
+    held = rate_bps / 8 * queue_s + _burst(rate_bps)
+    if held > TBF_MAX_BYTES:
+        most = (TBF_MAX_BYTES - _burst(rate_bps)) * 8 / rate_bps
+        unit = 10 ** (math.floor(math.log10(most)) - 2)  # three figures, rounded down: it holds
+        most = math.floor(most / unit) * unit
+        raise TfschedError(
+            f"a link's queue of {queue_s:g} s at {rate_bps:g} bit/s is {held:.3g} bytes, more than "
+            f"tc's tbf holds (2**32-1); at this bandwidth it holds at most {most:.3g} s"
+        )
+
+
 def shape(
     dev: str, rate_bps: float, latency_s: float, ns: str | None = None, queue_s: float = DEFAULT_QUEUE_S
 ) -> None:
     """tbf at ``rate_bps`` (burst above the MTU: TF-NOTES) queueing at most ``queue_s`` of the
     link's time, behind netem when there is latency."""
-    burst = max(int(rate_bps / 8 / 250), 32 * 1024)  # 4 ms worth, never below two jumbo frames
+    burst = _burst(rate_bps)
     tbf = ["tbf", "rate", f"{int(rate_bps)}bit", "burst", str(burst), "latency", f"{queue_s * 1e3:.3f}ms"]
     if latency_s > 0:
         delay = f"{latency_s * 1e3:.3f}ms"
@@ -216,6 +252,7 @@ class EmulatedCluster(TaskHandles):
         check_latency(self.latency_s)
         if not self.queue_s > 0:
             raise TfschedError(f"the links' queue must be a positive time, got {self.queue_s!r} s")
+        check_shaping(self.bandwidth_bps, self.queue_s)
         reap_orphans()  # a dead run's bridge could hold this run's subnet
         self._tag = run_tag()
         subnet = _subnet(os.getpid())

@@ -116,6 +116,11 @@ class Space:
         for lo, hi in ranges:
             if not (0 <= lo < hi <= 40):
                 raise TfschedError(f"bad search range 2^{lo} .. 2^{hi} parameters")
+        if self.partition is not None and not is_count(self.partition):
+            # before any cluster starts (it was a worker's failure, once every task had started)
+            raise TfschedError(
+                f"the fixed partition must be a whole number of parameters (0 to 2**63-1), got {self.partition!r}"
+            )
 
     def one_in_flight(self) -> Setting:
         """One tensor in flight a channel (``ONE_IN_FLIGHT``), with the partition this space
