@@ -16,7 +16,7 @@ from tfsched.ordering import order
 from tfsched.ordering.schedule import Schedule
 from tfsched.sim import POLICY_OF_MODE, build_sim_graph, mean_step_time, seeded_runs, step_bounds
 from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_credit_return, check_host_order
-from tfsched.units import is_count
+from tfsched.units import check_link_times, is_count
 
 
 @dataclass
@@ -435,6 +435,7 @@ def analyze(
         raise TfschedError(f"workers must be a positive number, got {workers!r}")
     if statistic != "min" and trace is None:
         raise TfschedError("statistic needs a trace (the traced steps it summarizes)")
+    check_link_times(bandwidth_bps, overhead_s)  # what the simulator's sums stay finite with
     graph = load_comm_graph(
         path, fetches=fetches, fmt=fmt, default_device=default_device, ps_jobs=ps_jobs, tag_set=tag_set
     )

@@ -39,6 +39,9 @@ def run_demo(
     from tfsched.graph import load_comm_graph
     from tfsched.models import build_graph
     from tfsched.oracle import LinkModel, TimeOracle
+    from tfsched.units import check_link_times
+
+    check_link_times(bandwidth_bps)  # before the graph is built
 
     console = Console()
     if not console.is_terminal:  # a file or a pipe (Rich's 80 columns): the tables' rows whole

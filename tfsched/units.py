@@ -25,6 +25,30 @@ _TIME = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 # the largest count a proto's int64 (an attribute of the pass, a RunOptions field) holds
 INT64_MAX = 2**63 - 1
 
+# What a prediction's link can be (a bandwidth typed, a per-message overhead, a latency, a queue):
+# a bit a second at the least, a day at the most. Past them the simulator's sums of a step's
+# transfers overflowed (``analyze --bandwidth 1e-300bit`` was an OverflowError), and no link
+# is either.
+MIN_BANDWIDTH_BPS = 1.0
+MAX_DURATION_S = 86400.0
+
+
+def check_link_times(bandwidth_bps: float | None = None, overhead_s: float | None = None) -> None:
+    """One error unless ``bandwidth_bps`` (None: not given) is at least ``MIN_BANDWIDTH_BPS``
+    and ``overhead_s`` from 0 to ``MAX_DURATION_S``.
+
+    >>> check_link_times(1e9, 300e-6), check_link_times(1.0, 86400.0)
+    (None, None)
+    >>> check_link_times(1e-300)
+    Traceback (most recent call last):
+    ...
+    tfsched.errors.TfschedError: a bandwidth must be at least 1 bit/s, got 1e-300
+    """
+    if bandwidth_bps is not None and not bandwidth_bps >= MIN_BANDWIDTH_BPS:
+        raise TfschedError(f"a bandwidth must be at least 1 bit/s, got {bandwidth_bps!r}")
+    if overhead_s is not None and not 0 <= overhead_s <= MAX_DURATION_S:
+        raise TfschedError(f"an overhead must be from 0 to a day (86400 s), got {overhead_s!r} s")
+
 
 def is_count(x, least: int = 0, most: int = INT64_MAX) -> bool:
     """Whether ``x`` is a whole number (an int, not a bool) from ``least`` to ``most``: what a
@@ -76,8 +100,8 @@ def parse_bandwidth(text: str) -> float:
     (1000000000.0, 100000000.0)
     """
     value = _parse(text, _BW, "bandwidth", "1Gbit or 100Mbit")
-    if value <= 0:
-        raise TfschedError(f"bandwidth {text!r} must be positive")
+    if value < MIN_BANDWIDTH_BPS:
+        raise TfschedError(f"bandwidth {text!r} must be at least 1 bit/s")
     return value
 
 
@@ -113,6 +137,6 @@ def parse_duration(text: str) -> float:
     0.0003
     """
     value = _parse(text, _TIME, "duration", "300us or 1ms")
-    if value < 0:
-        raise TfschedError(f"duration {text!r} must not be negative")
+    if not 0 <= value <= MAX_DURATION_S:
+        raise TfschedError(f"duration {text!r} must be from 0 to a day (86400s)")
     return value

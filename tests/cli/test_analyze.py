@@ -541,6 +541,13 @@ class TestBadInput:
     def test_bad_option_value(self, seq_graph_file):
         assert_one_line_error(run("analyze", seq_graph_file["pb"], "--bandwidth", "fast"), "--bandwidth")
         assert_one_line_error(run("analyze", seq_graph_file["pb"], "--algorithm", "magic"), "magic")
+        # a link no prediction can sum (1e-300 bit/s was the simulator's OverflowError)
+        for option, value, needle in (
+            ("--bandwidth", "1e-300bit", "must be at least 1 bit/s"),
+            ("--bandwidth", "0", "must be at least 1 bit/s"),
+            ("--overhead", "1e300s", "must be from 0 to a day (86400s)"),
+        ):
+            assert_one_line_error(run("analyze", seq_graph_file["pb"], option, value), option, needle)
         # an empty or spelled-as-a-device PS job (taken until the thirty-first session: with no
         # task on it, a fallback made the variables' holders the PS)
         for job in ("", "/job:ps", "ps:0"):
@@ -618,6 +625,8 @@ class TestBadInput:
                 dict(credit=1000, executor_threads=0),
                 "executor_threads must be a positive number of threads, got 0",
             ),
+            (dict(bandwidth_bps=1e-300), "a bandwidth must be at least 1 bit/s, got 1e-300"),
+            (dict(overhead_s=1e300), "an overhead must be from 0 to a day (86400 s), got 1e+300 s"),
         ],
     )
     def test_the_library_call_checks_its_arguments(self, seq_graph_file, kwargs, message):

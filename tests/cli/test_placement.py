@@ -114,6 +114,24 @@ def test_bad_placement_files_and_flags_are_one_line(tmp_path):
         run("analyze", graph, "--fetch", "train", "--placement", str(missing)), str(missing)
     )
     assert not missing.parent.exists()
+    # more PS than variables: some would serve nothing (the report listed each, 1.9 MB for 100,000)
+    plan, schedule = tmp_path / "p.json", tmp_path / "s.json"
+    p = run(
+        "analyze",
+        graph,
+        "--fetch",
+        "train",
+        "--placement",
+        str(plan),
+        "--placement-ps",
+        "1000",
+        "-o",
+        str(schedule),
+    )
+    assert_one_line_error(
+        p, "rr.pb: a placement over 1000 PS tasks would leave", "without a variable: the graph has"
+    )
+    assert not plan.exists() and not schedule.exists()  # nothing written half-way
 
 
 def test_a_variable_the_plan_does_not_name_goes_to_the_ps_with_the_fewest_bytes():
