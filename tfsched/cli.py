@@ -20,6 +20,7 @@ from tfsched.errors import TfschedError
 from tfsched.models.build import PS_PLACEMENTS
 from tfsched.tune.coordinator import OBJECTIVES
 from tfsched.tune.search import MAX_SEED
+from tfsched.units import INT32_MAX
 
 # The built-in models (tfsched.models.MODELS), listed here so that --help needs no import of them.
 BUILTIN_MODELS = [
@@ -908,7 +909,7 @@ def _bench_tf2(console, *, output, traces_dir, balance, tuned, **run) -> None:
 )
 @click.option(
     "--inter-op-threads",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=INT32_MAX),  # ConfigProto's int32: a task refused more as it started
     default=0,
     show_default=True,
     help="Kernels each task runs at a time (inter_op_parallelism_threads; 0: TensorFlow's default, "

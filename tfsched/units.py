@@ -24,6 +24,8 @@ _TIME = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 # the largest count a proto's int64 (an attribute of the pass, a RunOptions field) holds
 INT64_MAX = 2**63 - 1
+# and an int32's (ConfigProto's inter_op_parallelism_threads)
+INT32_MAX = 2**31 - 1
 
 # What a prediction's link can be (a bandwidth typed, a per-message overhead, a latency, a queue):
 # a bit a second at the least, a day at the most. Past them the simulator's sums of a step's

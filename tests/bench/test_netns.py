@@ -221,6 +221,13 @@ def test_a_link_tc_cannot_shape_as_asked_is_refused_before_anything_is_made():
     ):
         p = cli(command, "--model", "seq32", *args, timeout=30)
         assert p.returncode == 2 and p.stderr.count("\n") == 1 and why in p.stderr, p.stderr
+    # a run's hosts share a /24: a 254th task's address (10.213.<n>.256) failed once 253 were made
+    p = cli("bench", "--model", "seq32", "--workers", "253", "--batch-size", "2", timeout=60)
+    assert (
+        p.returncode == 1
+        and "Error: the emulated hosts share one /24 subnet: at most 253 tasks, got 254" in p.stderr
+    )
+    assert subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout == before
     # a prediction takes any bandwidth: only a shaped link is bounded
     p = cli("demo", "--model", "seq32", "--bandwidth", "1bit", "--no-train", timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]

@@ -33,6 +33,48 @@ def test_a_relay_reads_about_two_ms_of_its_link_at_a_time():
     assert Links(1e9).chunk == 256 * 1024
 
 
+RELAYS_UNDER_LIMITS = """
+import resource, sys
+from tfsched.bench.relay import RelayedSpec
+from tfsched.errors import TfschedError
+soft, hard = int(sys.argv[1]), int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+spec = {"ps": ["127.0.0.1:1"], "worker": [f"127.0.0.1:{2 + i}" for i in range(16)]}
+try:
+    relays = RelayedSpec(spec, 1e9)
+except TfschedError as e:
+    print("refused:", e)
+else:
+    print("relays", len(relays.relays), "soft", resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    relays.close()
+"""
+
+
+@pytest.mark.parametrize("soft,hard", [(1024, 20000), (1024, 4096)])
+def test_the_relays_have_the_open_files_they_need_or_refuse_before_they_start(soft, hard):
+    """Relays are a listener each, and each connection two sockets and two pipes: at the common
+    soft limit of 1,024, 16 workers' 306 relays started, and failed threads and a step once their
+    connections came. The soft limit is raised as far as the relays need; where the hard limit
+    is lower, one error before any relay starts."""
+    import subprocess
+    import sys
+
+    from tfsched.bench.relay import FILES_BESIDE, FILES_PER_RELAY
+
+    p = subprocess.run(
+        [sys.executable, "-c", RELAYS_UNDER_LIMITS, str(soft), str(hard)], capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    need = FILES_PER_RELAY * 17 * 18 + FILES_BESIDE  # a relay to each of 17 tasks from 18 ways
+    if hard >= need:
+        assert p.stdout.split() == ["relays", "306", "soft", str(need)], p.stdout
+    else:
+        assert p.stdout.startswith(f"refused: the relays on loopback need about {need:,} open files"), (
+            p.stdout
+        )
+        assert f"the hard limit, ulimit -Hn, is {hard:,}" in p.stdout
+
+
 def test_the_drivers_side_is_unshaped():
     from tfsched.bench.relay import CLIENT
 

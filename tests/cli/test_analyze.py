@@ -593,6 +593,9 @@ class TestBadInput:
         for seed in ("-1", str(2**32)):
             p = run("tune", "--model", "seq32", "--loopback", "--seed", seed, "-o", str(out))
             assert_one_line_error(p, "--seed", "is not in the range 0<=x<=4294967295")
+        # more kernels at a time than ConfigProto's int32 holds (each task refused it as it started)
+        p = run("bench", "--model", "seq32", "--inter-op-threads", str(2**31), "-o", str(out))
+        assert_one_line_error(p, "--inter-op-threads", "is not in the range 0<=x<=2147483647")
         # a fixed partition no int64 holds (it was a worker's failure, once the cluster ran)
         p = run("tune", "--credit-only", "--partition", str(2**64), "--loopback", "-o", str(out))
         assert_one_line_error(p, "the fixed partition must be a whole number of parameters")

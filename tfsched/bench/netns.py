@@ -180,6 +180,28 @@ def _burst(rate_bps: float) -> int:
     return max(int(rate_bps / 8 / 250), 32 * 1024)  # 4 ms worth, never below two jumbo frames
 
 
+# A run's hosts are 10.213.<n>.1 to .253 of its subnet (.254 is the bridge's): 253 tasks at most.
+MAX_HOSTS = 253
+
+
+def check_hosts(ps: int, workers: int) -> None:
+    """One error unless ``ps`` PS and ``workers`` workers fit a run's subnet (``MAX_HOSTS``):
+    before any namespace is made (a 254th host's address, 10.213.<n>.256, failed once 253
+    namespaces had been made).
+
+    >>> check_hosts(1, 252)
+    >>> check_hosts(1, 253)
+    Traceback (most recent call last):
+    ...
+    tfsched.errors.TfschedError: the emulated hosts share one /24 subnet: at most 253 tasks, got 254 (1 PS and 253 workers)
+    """
+    if ps + workers > MAX_HOSTS:
+        raise TfschedError(
+            f"the emulated hosts share one /24 subnet: at most {MAX_HOSTS} tasks, got {ps + workers} "
+            f"({ps} PS and {workers} workers)"
+        )
+
+
 def check_shaping(rate_bps: float, queue_s: float = DEFAULT_QUEUE_S) -> None:
     """One error unless tc's tbf can shape a link to ``rate_bps`` with a queue of ``queue_s``
     (``units.LINK_BPS_RANGE``, and the queue's bytes within ``TBF_MAX_BYTES``): before any
@@ -253,6 +275,7 @@ class EmulatedCluster(TaskHandles):
         if not self.queue_s > 0:
             raise TfschedError(f"the links' queue must be a positive time, got {self.queue_s!r} s")
         check_shaping(self.bandwidth_bps, self.queue_s)
+        check_hosts(self.ps, self.workers)
         reap_orphans()  # a dead run's bridge could hold this run's subnet
         self._tag = run_tag()
         subnet = _subnet(os.getpid())

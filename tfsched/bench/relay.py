@@ -50,6 +50,8 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 
+from tfsched.errors import TfschedError
+
 # A relay reads and paces about CHUNK_S of its link's time at a time, from MIN_CHUNK to
 # MAX_CHUNK bytes: 64 KiB below about 370 Mbit/s, 256 KiB at 1 Gbit/s, 1 MiB from about
 # 3 Gbit/s. Each chunk costs the relay a few system calls and a wake-up whatever its size, so
@@ -69,6 +71,44 @@ BURST_S = 0.004
 # not shaped, as the namespaces' bridge is not, so what it sends and receives crosses only the
 # task's link
 CLIENT = ("client", 0)
+
+# Open files a relay takes: its listener, and each connection's two sockets and two pipes. Measured
+# on Seq-32: 5.75 a relay with 2 workers and 5.97 with 4 (two steps from each worker), and the bench
+# process's most, sampled every 0.2 s, 2,096 for 16 workers' 306 relays (6.8 a relay, the
+# driver's own beside them); yet at a soft limit of 2,398 (7 a relay and 256 more) that run ran
+# out between samples, and at 4,490 (room for two connections a relay, and 512 more) it ran.
+FILES_PER_RELAY = 13
+FILES_BESIDE = 512
+
+
+def open_files_for(relays: int) -> None:
+    """Lets this process open the files ``relays`` relays take (``FILES_PER_RELAY``), raising its
+    soft limit (``ulimit -n``) where it must; one error, before any relay starts, where the hard
+    limit is lower. At the common soft limit of 1,024, 16 workers' 306 relays started, then each
+    relay that ran out when connections came failed a thread, and the bench a step, with a gRPC
+    timeout.
+
+    >>> open_files_for(10)
+    >>> open_files_for(10**12)
+    Traceback (most recent call last):
+    ...
+    tfsched.errors.TfschedError: the relays on loopback need about 13,000,000,000,512 open files, more than this process may open (...): raise the limit, or run fewer tasks (each pair of tasks is a relay)
+    """
+    import resource
+
+    need = FILES_PER_RELAY * relays + FILES_BESIDE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    try:
+        if hard != resource.RLIM_INFINITY and hard < need:
+            raise ValueError(f"the hard limit, ulimit -Hn, is {hard:,}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    except (ValueError, OSError) as e:  # past the hard limit, or the kernel's (fs.nr_open)
+        raise TfschedError(
+            f"the relays on loopback need about {need:,} open files, more than this process may "
+            f"open ({e}): raise the limit, or run fewer tasks (each pair of tasks is a relay)"
+        ) from None
 
 
 def chunk_bytes(bandwidth_bps: float) -> int:
@@ -370,6 +410,8 @@ class RelayedSpec:
         self.spec = spec
         self.links = Links(bandwidth_bps, latency_s, unshaped=(CLIENT,))
         tasks = [(job, i) for job, addrs in spec.items() for i in range(len(addrs))]
+        # a relay to each task from the driver, from each other task and from all (shared_spec)
+        open_files_for(len(tasks) * (len(tasks) + 1))
         self.relays: dict = {}
         self.pids = pids
         try:

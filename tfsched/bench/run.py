@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tfsched.bench.netns import DEFAULT_QUEUE_S, check_shaping
+from tfsched.bench.netns import DEFAULT_QUEUE_S, check_hosts, check_shaping
 from tfsched.bench.stagger import traced_spreads
 from tfsched.errors import TfschedError, cause_line
 from tfsched.sim.engine import DEFAULT_ACK_SHARE
@@ -1478,8 +1478,11 @@ def host_cluster(
         from tfsched.bench.hostcpu import check
 
         check(host_cores)
-    if bandwidth_bps:  # as the cluster would, but before the progress line says it starts
-        check_link_bandwidth(bandwidth_bps) if relays else check_shaping(bandwidth_bps, queue_s)
+    if bandwidth_bps and relays:  # as the cluster would, but before the progress line says it starts
+        check_link_bandwidth(bandwidth_bps)
+    elif bandwidth_bps:
+        check_shaping(bandwidth_bps, queue_s)
+        check_hosts(ps, workers)
     if progress:
         where = f"hosts shaped to {bandwidth_bps / 1e9:g} Gbit/s" if bandwidth_bps else "loopback"
         where += " by relays on loopback" if bandwidth_bps and relays else ""
