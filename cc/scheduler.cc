@@ -69,6 +69,9 @@ constexpr int64_t kMinAckedElements = 16384;
 constexpr int64_t kDefaultPartition = 1000000;
 constexpr int64_t kDefaultCredit = 4000000;
 constexpr double kReferenceBandwidthBps = 1e9;
+// The fastest link they are sized for (tfsched.enforce.api MAX_SIZES_BANDWIDTH_BPS): past it
+// the sizes outgrow an int64 (llround's result is then unspecified).
+constexpr double kMaxSizesBandwidthBps = 1e15;
 // The credit at 1 Gbit/s is at most this share of what the busiest channel carries in a step.
 constexpr int64_t kChannelCreditShare = 4;
 
@@ -600,8 +603,9 @@ absl::Status TfschedScheduler::Init(const tensorflow::RewriterConfig_CustomGraph
   if (partition_ < -1 || credit_ < -1)
     return absl::InvalidArgumentError(
         "tfsched: partition and credit must be >= 0 (parameters) or -1 (sized for the graph)");
-  if (!(sizes_bandwidth_bps_ >= 0) || std::isinf(sizes_bandwidth_bps_))
-    return absl::InvalidArgumentError("tfsched: sizes_bandwidth_bps must be a finite number >= 0");
+  if (!(sizes_bandwidth_bps_ >= 0 && sizes_bandwidth_bps_ <= kMaxSizesBandwidthBps))
+    return absl::InvalidArgumentError(
+        "tfsched: sizes_bandwidth_bps must be from 0 (not known) to 1e15 (a petabit a second)");
   if (ack_share_ < 1) return absl::InvalidArgumentError("tfsched: ack_share must be >= 1");
   if (ack_group_ < 1) return absl::InvalidArgumentError("tfsched: ack_group must be >= 1");
   if (push_credit_ < 0)

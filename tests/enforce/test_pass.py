@@ -174,6 +174,25 @@ class TestPass:
         ):
             optimize(built.graph_def(), built.fetches, config)
 
+    def test_a_link_too_fast_to_size_is_refused(self):
+        """The pass sizes a partition or credit of "auto" for its config's link; one faster than
+        a petabit a second in a config made by hand (``enable`` refuses it) outgrew an int64 (1e30
+        bit/s: a partition of 10^27) or was infinite in the config's float (1e300), and is now the
+        pass's error."""
+        from tfsched.enforce.api import MAX_SIZES_BANDWIDTH_BPS
+
+        built = build_graph("seq32", ps_tasks=2)
+        config = only_tfsched(partition="auto", credit="auto", bandwidth_bps=MAX_SIZES_BANDWIDTH_BPS)
+        gated = optimize(built.graph_def(), built.fetches, config)
+        assert gates(gated)  # the fastest it sizes for: gated, its tensors whole (sizes past them)
+        for bandwidth in (1e30, 1e300):
+            for opt in config.graph_options.rewrite_options.custom_optimizers:
+                opt.parameter_map["sizes_bandwidth_bps"].f = bandwidth
+            with pytest.raises(
+                Exception, match=re.escape("sizes_bandwidth_bps must be from 0 (not known) to 1e15")
+            ):
+                optimize(built.graph_def(), built.fetches, config)
+
     def test_idempotent(self):
         built = build_graph("seq32", ps_tasks=2)
         cfg = only_tfsched()
@@ -595,6 +614,8 @@ class TestEnableChecks:
             (dict(timeout_ms=10**12 + 1), "to 1e+12 (about 31.7 years), got 1000000000001"),
             # an int was taken for a file descriptor: read, then closed (test_a_file_descriptor_is_not_a_path)
             (dict(schedule=3), "a schedule file must be a path (a str or os.PathLike), got 3"),
+            # a link faster than a petabit made sizes past an int64 (test_a_link_too_fast_to_size_is_refused)
+            (dict(partition="auto", bandwidth_bps=1e300), "at most 1e15 (a petabit a second), got 1e+300"),
         ],
     )
     def test_a_wrong_argument_is_one_error(self, kwargs, message):

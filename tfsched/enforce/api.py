@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 
 from tfsched.errors import TfschedError
@@ -36,6 +35,11 @@ DEFAULT_PARTITION = 1_000_000
 DEFAULT_CREDIT = 4_000_000
 # The link those defaults are kept for: on a faster one, link_sizes scales them.
 REFERENCE_BANDWIDTH_BPS = 1e9
+# The fastest link they are sized for, a petabit a second (cc/scheduler.cc kMaxSizesBandwidthBps):
+# past it the sizes outgrow an int64 (from about 9.2e21 bit/s) and the pass's float (3.4e38),
+# and no link is that fast. Until the hundred-and-seventh session 1e300 made sizes of 300 digits
+# here and an infinite bandwidth in the pass's config.
+MAX_SIZES_BANDWIDTH_BPS = 1e15
 # link_sizes keeps the credit at 1 Gbit/s to at most this share of what a channel carries in a step
 CHANNEL_CREDIT_SHARE = 4
 # and never under this (cc/scheduler.cc kMinAckedElements: smaller tensors are not acknowledged)
@@ -113,10 +117,11 @@ def link_sizes(bandwidth_bps: float | None = None, channel_params: int | None = 
     if bandwidth_bps is not None and (
         isinstance(bandwidth_bps, bool)
         or not isinstance(bandwidth_bps, (int, float))
-        or not math.isfinite(bandwidth_bps)
-        or bandwidth_bps <= 0
+        or not 0 < bandwidth_bps <= MAX_SIZES_BANDWIDTH_BPS
     ):
-        raise TfschedError(f"bandwidth must be a positive number of bits/s, got {bandwidth_bps!r}")
+        raise TfschedError(
+            f"bandwidth must be a positive number of bits/s, at most 1e15 (a petabit a second), got {bandwidth_bps!r}"
+        )
     if channel_params is not None and not is_count(channel_params):
         raise TfschedError(
             f"channel_params must be a non-negative integer (parameters), got {channel_params!r}"
