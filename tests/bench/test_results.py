@@ -1,5 +1,6 @@
 """Benchmark bookkeeping: modes, and TicTac's straggler effect from synchronized steps."""
 
+import re
 import statistics
 
 import pytest
@@ -102,6 +103,22 @@ def test_mode_grammar():
     assert (m.partition, m.credit) == (16_384, 16_384)
     m = parse_mode("tao+pc+c2000000", 1e9, 3_210_762)  # an explicit size wins
     assert (m.partition, m.credit) == (802_690, 2_000_000)
+    # wherever it stands; and each knob once (p1000+p2000 ran as p2000 under a name with both),
+    # its digits ASCII ('p٣' ran as a partition of 3)
+    m = parse_mode("tao+p2000000+pc", 10e9)
+    assert (m.partition, m.credit) == (2_000_000, 40_000_000)
+    for bad, message in (
+        ("tio+p1000+p2000+c1", "+p2000 sets the partition a second time"),
+        ("tio+pc+c1+c2", "+c2 sets the credit a second time"),
+        ("tio+pc+g2+g8", "+g8 sets the acknowledgement group a second time"),
+        ("tio+pc+pc", "+pc is given twice"),
+        ("tio+pc+sent+sent", "+sent is given twice"),
+        ("tio+pc+host+host", "+host is given twice"),
+        ("tio+pc+host+lockstep", "+host and +lockstep are two orders of one window"),
+        ("tio+p\u0663+c1", "is not pc, pN, cN"),
+    ):
+        with pytest.raises(TfschedError, match=re.escape(message)):
+            parse_mode(bad)
     for bad in (-1, 2.5, True):
         with pytest.raises(TfschedError, match="channel_params"):
             link_sizes(1e9, bad)

@@ -207,6 +207,16 @@ def steady_spread(iterations: list[list[float]], rounds: int) -> float | None:
     return round(spread(middle), 6) if middle else None
 
 
+# A mode's knobs that take a number, and what each sets
+_SIZES = {
+    "p": "the partition",
+    "c": "the credit",
+    "a": "the acknowledged share",
+    "w": "the pushes' window",
+    "g": "the acknowledgement group",
+}
+
+
 def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: int | None = None) -> ModeSpec:
     from tfsched.enforce.api import link_sizes
 
@@ -227,8 +237,17 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
     ack_group = 1
     credit_return = "ack"
     inline_transfers = True
-    cross = ready = False
+    cross = ready = sized = False
+    seen: set[str] = set()
     for k in knobs:
+        # each knob once (p1000+p2000 took the last, under a name that gives both); +pc's sizes
+        # give way to a pN or cN wherever they stand
+        numeric = k[:1] in _SIZES and k[1:].isascii() and k[1:].isdigit()
+        key = k[0] if numeric else k
+        if key in seen:
+            again = f"sets {_SIZES[key]} a second time" if numeric else "is given twice"
+            raise TfschedError(f"unknown mode {name!r}: +{k} {again}")
+        seen.add(key)
         if k == CROSS:
             cross = True
         elif k == "ready":
@@ -242,8 +261,8 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
         elif k == "pool":
             inline_transfers = False
         elif k == "pc":
-            partition, credit = link_sizes(bandwidth_bps, channel_params)
-        elif k[:1] in ("p", "c", "a", "w", "g") and k[1:].isdigit() and int(k[1:]) > 0:
+            sized = True
+        elif numeric and int(k[1:]) > 0:
             if k[0] == "g":
                 ack_group = int(k[1:])
             elif k[0] == "p":
@@ -259,6 +278,9 @@ def parse_mode(name: str, bandwidth_bps: float | None = None, channel_params: in
                 f"unknown mode {name!r}: {k!r} is not pc, pN, cN, wN (N parameters > 0), host, lockstep, "
                 "aN, gN (N > 0), sent, pool, ready or cross"
             )
+    if sized:
+        sized_partition, sized_credit = link_sizes(bandwidth_bps, channel_params)
+        partition, credit = partition or sized_partition, credit or sized_credit
     window = "+lockstep" if host_order == "priority" else "+host"
     needs = (
         (window, host),
