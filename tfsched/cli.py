@@ -665,7 +665,13 @@ def demo(model, bandwidth, workers, steps, rounds, modes, batch_size, loopback, 
 @click.option("--fetch", "fetches", multiple=True, help="With --graph: what a step runs (repeatable).")
 @click.option("--init", default=None, help="With --graph: the initializer op to run once.")
 @_tag_set_option
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker tasks; with --graph, by default as many as its ops are placed on.",
+)
 @_PS_OPTION
 @_PS_PLACEMENT_OPTION
 @click.option("--steps", type=int, default=5, show_default=True, help="Traced steps.")
@@ -680,6 +686,9 @@ def trace(model, graph_path, fetches, init, tag_set, workers, ps, ps_placement, 
     Examples:
       tfsched trace --model seq32 --workers 2 --steps 5 -o trace.json
       tfsched trace --graph train.pb --fetch train --init init -o trace.json
+
+    A saved graph runs on as many PS and workers as its ops are placed on, unless --ps and
+    --workers say more.
     """
     from rich.console import Console
 
@@ -688,6 +697,10 @@ def trace(model, graph_path, fetches, init, tag_set, workers, ps, ps_placement, 
 
     _check_ps_placement(graph_path)
     check_writable(output)  # not after the steps
+    if graph_path is not None:  # a user's graph: the tasks its ops are placed on, unless given
+        ctx = click.get_current_context()
+        given = {p: ctx.get_parameter_source(p) != ParameterSource.DEFAULT for p in ("workers", "ps")}
+        workers, ps = (workers if given["workers"] else None), (ps if given["ps"] else None)
     console = Console(stderr=True)
     with console.status("tracing") as status:
         result = trace_local(
@@ -1435,6 +1448,11 @@ def tune(
 
     if model is None and graph_path is None:
         model = "seq32"
+    if (
+        graph_path is not None
+        and click.get_current_context().get_parameter_source("ps") == ParameterSource.DEFAULT
+    ):
+        ps = None  # the PS tasks the graph's ops are placed on
     space = Space(
         partition=partition if credit_only else None,
         push_credit_log2=PUSH_CREDIT_LOG2 if push_credit else None,

@@ -316,6 +316,57 @@ class TestAnalyze:
         assert_one_line_error(p, "seq32.pb: a step failed: variable", "is not initialized", "(--init OP)")
         assert not out.exists()
 
+    @pytest.mark.cluster
+    def test_a_saved_graph_runs_on_the_tasks_its_ops_are_placed_on(self, tmp_path):
+        """A saved graph on two PS ran on one unless --ps 2 was given, and failed its first run
+        ("was explicitly assigned to /job:ps/task:1"). trace and tune now start as many PS as its
+        ops are placed on, and say at once when fewer are given."""
+        from tfsched.models import build_graph
+        from tfsched.tracing.trace import Trace
+
+        graph = tmp_path / "two-ps.pb"
+        graph.write_bytes(build_graph("seq32", ps_tasks=2, batch_size=2).graph_def().SerializeToString())
+        out = tmp_path / "t.json"
+        p = run(
+            "trace",
+            "--graph",
+            str(graph),
+            "--fetch",
+            "train",
+            "--init",
+            "init",
+            "--steps",
+            "1",
+            "-o",
+            str(out),
+        )
+        assert p.returncode == 0, p.stderr[-2000:]
+        trace = Trace.load(str(out))
+        assert (trace.meta["ps"], trace.meta["workers"]) == (2, 1)
+        assert {t.src.split("/device:")[0] for t in trace.transfers if t.src.startswith("/job:ps")} == {
+            "/job:ps/replica:0/task:0",
+            "/job:ps/replica:0/task:1",
+        }
+        for command, extra in (("trace", ()), ("tune", ("--workers", "1", "--loopback"))):
+            p = run(
+                command,
+                "--graph",
+                str(graph),
+                "--fetch",
+                "train",
+                "--init",
+                "init",
+                "--ps",
+                "1",
+                *extra,
+                "-o",
+                str(tmp_path / "x.json"),
+            )
+            assert_one_line_error(
+                p, "two-ps.pb: its ops are placed on 2 ps tasks (up to /job:ps/task:1); give --ps 2"
+            )
+        assert not (tmp_path / "x.json").exists()
+
     def test_help_has_examples(self):
         for cmd in ("analyze", "demo"):
             p = run(cmd, "--help")

@@ -145,3 +145,19 @@ def check_task_devices(devices, what: str = "devices") -> list[str]:
         except TfschedError:
             raise bad from None
     return list(devices)
+
+
+def tasks_needed(devices, jobs: tuple[str, ...] = ("ps", "worker")) -> dict[str, int]:
+    """How many tasks of each of ``jobs`` a graph whose ops are placed on ``devices`` runs on: one
+    more than the highest task index it names (a device without a task is task 0), 0 for a job
+    it does not name.
+
+    >>> tasks_needed(["/job:ps/task:1", "/job:worker/replica:0/task:0/device:CPU:0", "", "/cpu:0"])
+    {'ps': 2, 'worker': 1}
+    """
+    needed = dict.fromkeys(jobs, 0)
+    for device in devices:
+        spec = parse_device(device) if device else DeviceSpec()
+        if spec.job in needed:
+            needed[spec.job] = max(needed[spec.job], (spec.task or 0) + 1)
+    return needed

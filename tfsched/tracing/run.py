@@ -34,6 +34,26 @@ def load_user_graph(graph_path: str, fetches: list[str] | None, init: str | None
     return graph, run_fetches, (graph.as_graph_element(init) if init else None)
 
 
+def tasks_for_graph(graph, graph_path: str, ps: int | None, workers: int | None) -> tuple[int, int]:
+    """(PS, workers) of a cluster that runs a user's ``graph`` (a tf.Graph): as given, else as
+    many as its ops are placed on (at least one each). Fewer than that is one error, before any
+    task starts: the first run failed, for an op placed on a task the cluster did not have."""
+    from tfsched.graph.devices import tasks_needed
+
+    needed = tasks_needed(op.device for op in graph.get_operations())
+    for job, given in (("ps", ps), ("worker", workers)):
+        if given is not None and given < needed[job]:
+            option = "--ps" if job == "ps" else "--workers"
+            raise TfschedError(
+                f"{graph_path}: its ops are placed on {needed[job]} {job} tasks (up to "
+                f"/job:{job}/task:{needed[job] - 1}); give {option} {needed[job]} or leave it out"
+            )
+    return (
+        ps if ps is not None else max(needed["ps"], 1),
+        workers if workers is not None else max(needed["worker"], 1),
+    )
+
+
 def trace_local(
     *,
     model: str | None = None,
@@ -41,8 +61,8 @@ def trace_local(
     fetches: list[str] | None = None,
     init: str | None = None,
     tag_set: str | None = None,
-    workers: int = 1,
-    ps: int = 1,
+    workers: int | None = None,
+    ps: int | None = None,
     ps_placement: str = "bytes",
     steps: int = 5,
     warmup: int = 2,
@@ -55,7 +75,9 @@ def trace_local(
     traced step covers every worker. A user's graph (GraphDef, MetaGraphDef or SavedModel, whose
     meta graph ``tag_set`` chooses) runs as saved, with ``fetches`` and, once before, ``init``.
     ``ps_placement``: ``build_graph``'s, how a built-in model's variables are spread over ``ps``
-    PS tasks.
+    PS tasks. ``ps`` and ``workers`` (None: 1 for a built-in model) are the cluster's tasks; for
+    a user's graph, by default as many as its ops are placed on, and never fewer (the first run
+    failed, for an op placed on a task the cluster did not have).
     """
     if steps <= 0:
         raise TfschedError(f"--steps must be positive, got {steps}")
@@ -70,6 +92,8 @@ def trace_local(
     if model is not None:
         from tfsched.models import build_graph
 
+        ps = 1 if ps is None else ps
+        workers = 1 if workers is None else workers
         built = build_graph(
             model,
             ps_tasks=ps,
@@ -84,6 +108,7 @@ def trace_local(
         meta = {"graph": graph_path, "fetches": [f.name for f in run_fetches]}
         if tag_set:
             meta["tag_set"] = tag_set
+        ps, workers = tasks_for_graph(graph, graph_path, ps, workers)
     meta.update({"workers": workers, "ps": ps})
     if model is not None and ps > 1:
         meta["ps_placement"] = ps_placement

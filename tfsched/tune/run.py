@@ -171,7 +171,7 @@ def tune_cluster(
     init: str | None = None,
     tag_set: str | None = None,
     workers: int = 2,
-    ps: int = 1,
+    ps: int | None = None,
     ps_placement: str = "bytes",
     bandwidth_bps: float | None = None,
     relays: bool = False,
@@ -205,6 +205,7 @@ def tune_cluster(
 
     The hosts' links are ``bandwidth_bps`` each way, emulated with namespaces (root), or with
     ``relays`` shaped on loopback in this process (``bench.relay``); None: loopback unshaped.
+    ``ps``: the PS tasks (None: 1, or for a user's graph as many as its ops are placed on).
     ``ps_placement``: ``build_graph``'s, how a built-in model's variables are spread over ``ps``
     PS tasks. ``run_mode``: a built-in model's training steps, or its forward passes
     (``inference``: pulls only).
@@ -295,6 +296,8 @@ def tune_cluster(
     if model is not None:
         from tfsched.models import build_graph
 
+        ps = 1 if ps is None else ps
+
         def builder(w: int):
             b = build_graph(
                 model,
@@ -319,6 +322,15 @@ def tune_cluster(
             return g, f, i, None
 
     built = [builder(w) for w in range(workers)]
+    if graph_path is not None:
+        from tfsched.tracing.run import tasks_for_graph
+
+        ps, placed = tasks_for_graph(built[0][0], graph_path, ps, None)
+        if placed > 1:
+            raise TfschedError(
+                f"{graph_path}: its ops are placed on {placed} worker tasks; the tuner runs a user's "
+                "graph as one worker's step (--workers 1), which can place ops on worker 0 only"
+            )
     enable_kwargs: dict = {"host_credit": True} if host_credit else {}
     if host_order != "steps":
         enable_kwargs["host_order"] = host_order
