@@ -326,20 +326,8 @@ class TestAnalyze:
 
         graph = tmp_path / "two-ps.pb"
         graph.write_bytes(build_graph("seq32", ps_tasks=2, batch_size=2).graph_def().SerializeToString())
-        out = tmp_path / "t.json"
-        p = run(
-            "trace",
-            "--graph",
-            str(graph),
-            "--fetch",
-            "train",
-            "--init",
-            "init",
-            "--steps",
-            "1",
-            "-o",
-            str(out),
-        )
+        out, saved = tmp_path / "t.json", ("--graph", str(graph), "--fetch", "train", "--init", "init")
+        p = run("trace", *saved, "--steps", "1", "-o", str(out))
         assert p.returncode == 0, p.stderr[-2000:]
         trace = Trace.load(str(out))
         assert (trace.meta["ps"], trace.meta["workers"]) == (2, 1)
@@ -348,20 +336,7 @@ class TestAnalyze:
             "/job:ps/replica:0/task:1",
         }
         for command, extra in (("trace", ()), ("tune", ("--workers", "1", "--loopback"))):
-            p = run(
-                command,
-                "--graph",
-                str(graph),
-                "--fetch",
-                "train",
-                "--init",
-                "init",
-                "--ps",
-                "1",
-                *extra,
-                "-o",
-                str(tmp_path / "x.json"),
-            )
+            p = run(command, *saved, "--ps", "1", *extra, "-o", str(tmp_path / "x.json"))
             assert_one_line_error(
                 p, "two-ps.pb: its ops are placed on 2 ps tasks (up to /job:ps/task:1); give --ps 2"
             )
