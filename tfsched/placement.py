@@ -93,7 +93,7 @@ class Placement:
         n = ps_tasks or len(graph.ps_tasks)
         if ps_tasks and moved and ps_tasks > len(moved):
             # a PS with no variable serves nothing (and the report listed every one of them: a
-            # line of 1.9 MB for 100,000 PS and Seq-32's 33 variables)
+            # line of 1.9 MB for 100,000 PS and Seq-32's 34 variables)
             raise TfschedError(
                 f"{graph.source}: a placement over {ps_tasks} PS tasks would leave "
                 f"{ps_tasks - len(moved)} of them without a variable: the graph has {len(moved)}"

@@ -515,6 +515,25 @@ class TestBadInput:
         path.write_bytes(gd.SerializeToString())
         assert_one_line_error(run("analyze", str(path)), "cycle.pb", "cycle outside control flow")
 
+    def test_a_node_placed_on_no_device(self, seq_graph_file, tmp_path):
+        """A device string that is none ('/job:ps/task:x'): analyze named neither the file nor the
+        node when it was on a job's first node, and trace and tune gave TensorFlow's ValueError and
+        its traceback from importing the graph."""
+        gd = type(seq_graph_file["graph_def"])()
+        gd.CopyFrom(seq_graph_file["graph_def"])
+        victim = next(n for n in gd.node if n.device.startswith("/job:ps"))
+        victim.device = "/job:ps/task:x"
+        path = tmp_path / "baddevice.pb"
+        path.write_bytes(gd.SerializeToString())
+        assert_one_line_error(
+            run("analyze", str(path), "--fetch", "train"),
+            f"baddevice.pb: node '{victim.name}': cannot parse device string '/job:ps/task:x'",
+        )
+        for command, extra in (("trace", ()), ("tune", ("--workers", "1", "--loopback"))):
+            p = run(command, "--graph", str(path), "--fetch", "train", *extra, "-o", str(tmp_path / "x.json"))
+            assert_one_line_error(p, "baddevice.pb: TensorFlow cannot import the graph")
+        assert not (tmp_path / "x.json").exists()
+
     def test_saved_model_without_the_meta_graph_asked_for(self, seq_graph_file, seq_saved_model, tmp_path):
         from tensorflow.core.protobuf import saved_model_pb2
 

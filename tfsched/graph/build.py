@@ -175,6 +175,14 @@ def _is_resource_output(node: RawNode, index: int) -> bool:
     return isinstance(t, str) and (t == "RESOURCE" or t.endswith("_REF"))
 
 
+def _device_of(name: str, node: RawNode, source: str) -> DeviceSpec:
+    """``node``'s device as given; one error naming the file and the node if it is no device."""
+    try:
+        return parse_device(node.device)
+    except TfschedError as e:
+        raise TfschedError(f"{source}: node {name!r}: {e}") from None
+
+
 def place(
     nodes: dict[str, RawNode],
     inputs: dict[str, list[tuple[str, int, bool]]],
@@ -197,12 +205,7 @@ def place(
     for name in nodes:
         members[uf.find(name)].append(name)
 
-    specs: dict[str, DeviceSpec] = {}
-    for name, node in nodes.items():
-        try:
-            specs[name] = parse_device(node.device)
-        except TfschedError as e:
-            raise TfschedError(f"{source}: node {name!r}: {e}") from None
+    specs = {name: _device_of(name, node, source) for name, node in nodes.items()}
 
     group_spec: dict[str, DeviceSpec] = {}
     for root, names in members.items():
@@ -329,7 +332,7 @@ def build_comm_graph(
 
     if default_device is None:
         jobs = sorted(
-            {parse_device(n.device).job for n in nodes.values() if n.device} - {None} - set(ps_jobs)
+            {_device_of(name, n, source).job for name, n in nodes.items() if n.device} - {None} - set(ps_jobs)
         )
         default_device = f"/job:{jobs[0] if jobs else 'worker'}/replica:0/task:0/device:CPU:0"
     devices = place(nodes, inputs, consumers, default_device, source)

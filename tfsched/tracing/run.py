@@ -25,7 +25,10 @@ def load_user_graph(graph_path: str, fetches: list[str] | None, init: str | None
         raise TfschedError(f"{graph_path}: name what a step runs with --fetch")
     graph = tf.Graph()
     with graph.as_default():
-        tf.compat.v1.import_graph_def(loaded.graph_def, name="")
+        try:
+            tf.compat.v1.import_graph_def(loaded.graph_def, name="")
+        except (ValueError, tf.errors.OpError) as e:  # a device that is none, an unknown op, ...
+            raise TfschedError(f"{graph_path}: TensorFlow cannot import the graph: {cause_line(e)}") from None
     names = {op.name for op in graph.get_operations()}
     for f in fetches + ([init] if init else []):
         if f.split(":")[0] not in names:
