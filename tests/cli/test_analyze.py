@@ -517,8 +517,8 @@ class TestBadInput:
 
     def test_a_node_placed_on_no_device(self, seq_graph_file, tmp_path):
         """A device string that is none ('/job:ps/task:x'): analyze named neither the file nor the
-        node when it was on a job's first node, and trace and tune gave TensorFlow's ValueError and
-        its traceback from importing the graph."""
+        node (the default job was sought among every node's device first), and trace and tune gave
+        TensorFlow's ValueError and its traceback from importing the graph."""
         gd = type(seq_graph_file["graph_def"])()
         gd.CopyFrom(seq_graph_file["graph_def"])
         victim = next(n for n in gd.node if n.device.startswith("/job:ps"))
