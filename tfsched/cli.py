@@ -547,6 +547,7 @@ def analyze(
         from tfsched.placement import Placement
 
         placement = Placement.of_graph(result.graph, placement_ps)
+        placement.check_every_ps_serves()
     if output:
         result.schedule.save(output)
     if placement:
