@@ -215,9 +215,10 @@ def check_shaping(rate_bps: float, queue_s: float = DEFAULT_QUEUE_S) -> None:
     tfsched.errors.TfschedError: a link's queue of 0.4 s at 1e+11 bit/s is 5.05e+09 bytes, more than tc's tbf holds (2**32-1); at this bandwidth it holds at most 0.339 s
     """
     check_link_bandwidth(rate_bps)
-    held = rate_bps / 8 * queue_s + _burst(rate_bps)
+    burst = _burst(rate_bps)
+    held = rate_bps / 8 * queue_s + burst
     if held > TBF_MAX_BYTES:
-        most = (TBF_MAX_BYTES - _burst(rate_bps)) * 8 / rate_bps
+        most = (TBF_MAX_BYTES - burst) * 8 / rate_bps
         unit = 10 ** (math.floor(math.log10(most)) - 2)  # three figures, rounded down: it holds
         most = math.floor(most / unit) * unit
         raise TfschedError(
