@@ -79,3 +79,20 @@ def seq_saved_model(tmp_path_factory):
             builder.add_meta_graph(["serve"], clear_devices=True)
             builder.save()
     return export
+
+
+@pytest.fixture
+def entered_clusters(monkeypatch):
+    """Every ``LocalCluster`` entered during the test, in order: a test reaches the cluster that
+    a command starts inside (to kill one of its tasks) through it."""
+    from tfsched.bench.local import LocalCluster
+
+    clusters = []
+    enter = LocalCluster.__enter__
+
+    def keep(self):
+        clusters.append(self)
+        return enter(self)
+
+    monkeypatch.setattr(LocalCluster, "__enter__", keep)
+    return clusters

@@ -647,6 +647,45 @@ def test_trace_hook_traces_exactly_the_steps_asked_for(tmp_path, monkeypatch, kw
     )
 
 
+@pytest.mark.timeout(120)  # a regression waits for good
+def test_a_dead_worker_0_ends_the_trace_naming_it(entered_clusters):
+    """Worker 0 is the trace session's master. A session whose master has died does not fail its
+    step: the call waits for the master to come back, for good without a deadline (the trace
+    went on waiting 3 minutes after its worker 0 was killed). The steps' deadline ends it, and
+    the error names the task that died."""
+    import threading
+    import time
+
+    from tfsched.tracing.run import trace_local
+
+    clusters = entered_clusters
+    killer = []
+
+    def kill_worker_0_once_tracing(message: str) -> None:
+        if message.startswith("tracing"):
+            killer.append(threading.Timer(1.0, clusters[0].kill, ("worker", 0)))
+            killer[0].start()
+
+    started = time.monotonic()
+    with pytest.raises(TfschedError) as e:
+        trace_local(
+            model="seq32", steps=10**6, warmup=1, progress=kill_worker_0_once_tracing, step_timeout_s=10
+        )
+    took = time.monotonic() - started
+    killer[0].join(30)
+    assert str(e.value).startswith("seq32: cluster task /job:worker/task:0 killed by SIGKILL")
+    # the traced step's deadline (10 s) and the close's (10 s) after the start and the kill
+    assert took < 45, took
+    assert clusters[0].procs == {} or all(p.poll() is not None for p in clusters[0].procs.values())
+
+
+def test_collect_rejects_a_deadline_that_is_not_positive():
+    with pytest.raises(TfschedError, match="timeout_s must be positive, got 0"):
+        from tfsched.tracing import collect
+
+        collect(None, [], steps=1, timeout_s=0)
+
+
 def test_rpc_logging_names_a_task_it_cannot_reach():
     pytest.importorskip("grpc")
     from tfsched.bench.local import free_port

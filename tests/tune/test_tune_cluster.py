@@ -331,3 +331,38 @@ def test_synchronous_steps_last_as_long_as_the_slowest_worker():
         waits_fast, waits_slow = measure.waits
         assert len(waits_fast) == len(waits_slow) == 4
         assert all(1 > f > 0.2 > s >= 0 for f, s in zip(waits_fast, waits_slow, strict=True))
+
+
+@pytest.mark.timeout(300)  # a regression waits for the tuning's own deadline
+def test_a_dead_worker_ends_the_tuning_naming_it(entered_clusters):
+    """Worker 1 is the master of its own tuned sessions. Killed mid-tuning, its step waits for it
+    to come back, for good without a deadline: the tuning could only end when its budget ran
+    out (``timeout_s``), and then blamed the trials. A step's deadline fits the steps run so
+    far: the run fails soon, naming the task that died."""
+    import threading
+    import time
+
+    from tfsched.deadlines import STEP_FLOOR_S
+    from tfsched.errors import TfschedError
+    from tfsched.tune.run import tune_cluster
+
+    clusters = entered_clusters
+    killer = []
+
+    def kill_worker_1_at_the_first_trial(message: str) -> None:
+        if message.startswith("trial") and not killer:
+            killer.append(threading.Thread(target=clusters[0].kill, args=("worker", 1)))
+            killer[0].start()
+
+    started = time.monotonic()
+    with pytest.raises(TfschedError) as e:
+        tune_cluster(
+            "seq32", workers=2, ps=1, trials=50, confirm=0, progress=kill_worker_1_at_the_first_trial, **SHORT
+        )
+    took = time.monotonic() - started
+    killer[0].join(30)
+    assert str(e.value).startswith("tuning: cluster task /job:worker/task:1 killed by SIGKILL"), e.value
+    # the start, the trial, a step's deadline (Seq-32's steps are short: the floor), and the
+    # closes of worker 1's sessions, each waiting its deadline (in all, at most
+    # ``SESSION_CLOSE_TIMEOUT_S``)
+    assert took < 60 + STEP_FLOOR_S + 60, took

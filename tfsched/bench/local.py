@@ -19,6 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tfsched.bench.server import INTER_OP_FLAG
@@ -234,6 +235,18 @@ def stop_processes(procs) -> None:
             p.wait(timeout=10)
         if p.stdin is not None:
             p.stdin.close()
+
+
+def dead_tasks_named(dead_tasks: Callable[[], list[str]] | None, grace_s: float = 2.0) -> list[str]:
+    """``dead_tasks()``, asked again for up to ``grace_s``: a step can fail on a peer's closed
+    connection a moment before the peer's process can be reaped."""
+    deadline = time.monotonic() + grace_s
+    while dead_tasks is not None:
+        dead = dead_tasks()
+        if dead or time.monotonic() >= deadline:
+            return dead
+        time.sleep(0.1)
+    return []
 
 
 class TaskHandles:

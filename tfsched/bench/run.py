@@ -16,8 +16,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tfsched.bench.local import dead_tasks_named
 from tfsched.bench.netns import DEFAULT_QUEUE_S, check_hosts, check_shaping
 from tfsched.bench.stagger import traced_spreads
+from tfsched.deadlines import deadline_ms, session_config, step_deadline_s
 from tfsched.errors import TfschedError, cause_line
 from tfsched.sim.engine import DEFAULT_ACK_SHARE
 from tfsched.tracing.collector import trace_of
@@ -791,7 +793,7 @@ def _comm_cpu_costs(
     from tfsched.bench.profile import task_processes
 
     try:
-        with tf.compat.v1.Session(target, graph=built.graph) as sess:
+        with tf.compat.v1.Session(target, graph=built.graph, config=session_config()) as sess:
             fetches = {"whole": whole, "cut": cut, "none": none}
             return whole_and_cut_costs(
                 lambda name: sess.run(fetches[name], options=options),
@@ -1071,7 +1073,7 @@ def ack_cpu_s(tf, target: str, ends: dict[str, list[int]]) -> float:
     try:
         for way in spent:
             sessions[way] = tf.compat.v1.Session(
-                target, graph=g, config=tfsched.enable(credit_return=way, **window)
+                target, graph=g, config=session_config(tfsched.enable(credit_return=way, **window))
             )
             sessions[way].run(total, options=options)  # its graph set up on every task
         for _ in range(ACK_ROUNDS):
@@ -1115,7 +1117,7 @@ def _trace_alone(
     own = (baseline, 0) not in sessions
     if own:
         built = builder(0)
-        sess = tf.compat.v1.Session(target, graph=built.graph)
+        sess = tf.compat.v1.Session(target, graph=built.graph, config=session_config())
     else:
         sess, built = sessions[(baseline, 0)]
     try:
@@ -1165,7 +1167,9 @@ def run_side_by_side(
     times without the other workers on the machine's cores), and then pulls every variable alone
     to measure what moving a byte and sending a tensor cost the machine
     (``ModeResult.comm_cpu_s_per_byte``, ``comm_cpu_s_per_message``). Every step has a deadline
-    (``step_timeout_s``): a stuck cluster fails the run, never hangs it. ``dead_tasks`` (the
+    (``step_timeout_s``; a mode's step behind the barrier, once a step of its round has run,
+    ``step_deadline_s`` of the slowest before it): a stuck cluster or a dead task fails the
+    run, never hangs it. ``dead_tasks`` (the
     cluster's ``TaskHandles.dead_tasks``) names the tasks that exited, for a failed step's error:
     a worker's step only sees that a peer went away. Closing the sessions is bounded too (a
     session whose PS died can wait on it forever): what has not closed in
@@ -1211,6 +1215,16 @@ def run_side_by_side(
     sessions = {}
     runners = {}  # (mode, worker) -> CrossingRunner, for the modes across the barrier
 
+    slowest_step: dict[tuple[str, int], float] = {}  # (mode, worker) -> its slowest step so far
+
+    def fitted(options, slowest: float | None):
+        """``options`` with a step's deadline fitted to the slowest step before it
+        (``step_deadline_s``; ``step_timeout_s`` for the first)."""
+        out = tf.compat.v1.RunOptions()
+        out.CopyFrom(options)
+        out.timeout_in_ms = deadline_ms(step_deadline_s(step_timeout_s, slowest))
+        return out
+
     def builder_of(mode: str):
         where = split_placed(mode)[1]
         return builder if where is None else (builders or {})[where]
@@ -1236,8 +1250,12 @@ def run_side_by_side(
                 if runner is not None:
                     crossing(w, runner)
                     return
+                # each step's deadline fits the mode's steps before it: a dead task fails the run soon
+                slowest = slowest_step.get((mode, w))
                 for _ in range(warm):
-                    sess.run(built.train_op, options=run_options)
+                    t = time.perf_counter()
+                    sess.run(built.train_op, options=fitted(run_options, slowest))
+                    slowest = slowest_step[(mode, w)] = max(slowest or 0.0, time.perf_counter() - t)
                 for k in range(n):
                     if barrier.wait(timeout=step_timeout_s) == 0 and k == 0:
                         started.append(time.perf_counter())
@@ -1245,8 +1263,10 @@ def run_side_by_side(
                         task_cpu.append(tasks_cpu_s(procs))
                     md = tf.compat.v1.RunMetadata() if traced else None
                     t, mono = time.perf_counter(), time.monotonic()
-                    sess.run(built.train_op, options=trace_options if md else run_options, run_metadata=md)
+                    options = fitted(trace_options if md else run_options, slowest)
+                    sess.run(built.train_op, options=options, run_metadata=md)
                     dt = time.perf_counter() - t
+                    slowest = slowest_step[(mode, w)] = max(slowest or 0.0, dt)
                     with lock:
                         times.append((w, k, dt))
                         if step_log is not None and round_ is not None:
@@ -1317,7 +1337,7 @@ def run_side_by_side(
         cross = crosses(mode)
         for w, target in enumerate(targets):
             built = builder_of(mode)(w, cross=True) if cross else builder_of(mode)(w)
-            sess = tf.compat.v1.Session(target, graph=built.graph, config=config)
+            sess = tf.compat.v1.Session(target, graph=built.graph, config=session_config(config))
             sessions[(mode, w)] = (sess, built)
             if cross:
                 from tfsched.enforce.crossing import CrossingRunner
@@ -1442,36 +1462,27 @@ def run_side_by_side(
 SESSION_CLOSE_TIMEOUT_S = 60.0
 
 
-def dead_tasks_named(dead_tasks: Callable[[], list[str]] | None, grace_s: float = 2.0) -> list[str]:
-    """``dead_tasks()``, asked again for up to ``grace_s``: a step can fail on a peer's closed
-    connection a moment before the peer's process can be reaped."""
-    deadline = time.monotonic() + grace_s
-    while dead_tasks is not None:
-        dead = dead_tasks()
-        if dead or time.monotonic() >= deadline:
-            return dead
-        time.sleep(0.1)
-    return []
-
-
 def close_sessions(sessions: list) -> None:
-    """Close ``sessions``, waiting at most ``SESSION_CLOSE_TIMEOUT_S`` in all."""
+    """Close ``sessions`` all at once, waiting at most ``SESSION_CLOSE_TIMEOUT_S`` in all: a
+    session whose master task has died waits out its close's deadline (``tfsched.deadlines``),
+    and one after another they added up (two of them took 60 s)."""
 
-    def close_all() -> None:
-        for sess in sessions:
-            try:
-                sess.close()
-            except Exception:  # noqa: BLE001 - a session of a failed cluster may not close cleanly
-                pass
+    def close(sess) -> None:
+        try:
+            sess.close()
+        except Exception:  # noqa: BLE001 - a session of a failed cluster may not close cleanly
+            pass
 
-    closer = threading.Thread(target=close_all, daemon=True)
-    closer.start()
-    closer.join(SESSION_CLOSE_TIMEOUT_S)
-    if closer.is_alive():
-        # Its close returns once the cluster's tasks are stopped; it must return before the
-        # interpreter finalizes: a thread that takes the GIL back then is unwound through
-        # TensorFlow's bindings, and the process aborts.
-        atexit.register(closer.join, SESSION_CLOSE_TIMEOUT_S)
+    closers = [threading.Thread(target=close, args=(sess,), daemon=True) for sess in sessions]
+    for closer in closers:
+        closer.start()
+    deadline = time.monotonic() + SESSION_CLOSE_TIMEOUT_S
+    for closer in closers:
+        closer.join(max(0.0, deadline - time.monotonic()))
+        if closer.is_alive():
+            # it must return before the interpreter finalizes: a thread that takes the GIL back
+            # then is unwound through TensorFlow's bindings, and the process aborts
+            atexit.register(closer.join, SESSION_CLOSE_TIMEOUT_S)
 
 
 def host_cluster(

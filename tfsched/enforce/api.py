@@ -507,13 +507,14 @@ def _session_target(target) -> str:
     return target.sess_str if hasattr(target, "sess_str") else target
 
 
-SIDE_RUN_TIMEOUT_MS = 30_000  # a side session's call to a task that does not answer fails, never hangs
-
-
-def _side_run_options():
+def _side_session(target, graph):
+    """A session on ``target`` every call of which (run, create, close) has a deadline
+    (``tfsched.deadlines``): one to a task that does not answer fails, never hangs."""
     import tensorflow as tf
 
-    return tf.compat.v1.RunOptions(timeout_in_ms=SIDE_RUN_TIMEOUT_MS)
+    from tfsched.deadlines import session_config
+
+    return tf.compat.v1.Session(_session_target(target), graph=graph, config=session_config())
 
 
 def check_live_credit(credit) -> int:
@@ -546,11 +547,11 @@ class CreditSetter:
             for d in devices:
                 with tf.device(d):
                     self._ops.append(ops.tfsched_set_credit(self._value))
-        self._sess = tf.compat.v1.Session(_session_target(target), graph=self._graph)
+        self._sess = _side_session(target, self._graph)
 
     def __call__(self, credit: int) -> None:
         check_live_credit(credit)
-        self._sess.run(self._ops, {self._value: credit or -1}, options=_side_run_options())
+        self._sess.run(self._ops, {self._value: credit or -1})
 
     def close(self) -> None:
         self._sess.close()
@@ -595,6 +596,6 @@ def stats(session=None, device: str | None = None) -> dict[str, int]:
         g = tf.Graph()
         with g.as_default(), g.device(device):
             t = ops.tfsched_stats()
-        with tf.compat.v1.Session(_session_target(session), graph=g) as s:
-            values = s.run(t, options=_side_run_options())
+        with _side_session(session, g) as s:
+            values = s.run(t)
     return dict(zip(STAT_NAMES, (int(v) for v in values), strict=True))

@@ -17,7 +17,9 @@ from __future__ import annotations
 import base64
 import logging
 import re
+import time
 
+from tfsched.deadlines import deadline_ms, step_deadline_s
 from tfsched.errors import TfschedError
 from tfsched.graph.devices import task_of
 from tfsched.graph.model import DTYPE_SIZES
@@ -243,12 +245,17 @@ def collect(
     feed_dict=None,
     meta: dict | None = None,
     tasks=None,
+    timeout_s: float | None = None,
 ) -> Trace:
     """Run ``warmup`` untraced and ``steps`` traced steps of ``fetches``; returns the Trace.
 
     ``tasks``: the cluster (a ``tf.train.ClusterSpec``, its dict, or every task's "host:port"),
     whose RPC logging is held on across the traced steps so that every transfer is recorded
     (``rpclog``); by default the cluster of ``$TF_CONFIG`` if it is set, ``()`` for none.
+
+    ``timeout_s``: each step's deadline (``RunOptions.timeout_in_ms``; none by default, as the
+    session's own runs); a traced step's is shorter once the warm-up steps have shown what a
+    step takes (``step_deadline_s``), so that a dead task ends the trace soon.
     """
     import tensorflow as tf
 
@@ -258,11 +265,19 @@ def collect(
         raise TfschedError(f"steps must be a positive whole number, got {steps!r}")
     if not is_steps(warmup, least=0):
         raise TfschedError(f"warmup must be a whole number, not negative, got {warmup!r}")
+    if timeout_s is not None and not timeout_s > 0:
+        raise TfschedError(f"timeout_s must be positive, got {timeout_s!r}")
     tasks = tf_config_tasks() if tasks is None else tasks
+    warm = tf.compat.v1.RunOptions(timeout_in_ms=deadline_ms(timeout_s))
+    slowest = 0.0
     for _ in range(warmup):
-        sess.run(fetches, feed_dict=feed_dict)
+        started = time.perf_counter()
+        sess.run(fetches, feed_dict=feed_dict, options=warm)
+        slowest = max(slowest, time.perf_counter() - started)
     options = tf.compat.v1.RunOptions(
-        trace_level=tf.compat.v1.RunOptions.FULL_TRACE, output_partition_graphs=True
+        trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
+        output_partition_graphs=True,
+        timeout_in_ms=deadline_ms(step_deadline_s(timeout_s, slowest if warmup else None)),
     )
     mds = []
     with RpcLogging(tasks) as logging_held:

@@ -71,6 +71,7 @@ def trace_local(
     warmup: int = 2,
     batch_size: int = 4,
     progress: Callable[[str], None] | None = None,
+    step_timeout_s: float = 600.0,
 ) -> Trace:
     """Start PS and worker processes, run ``steps`` traced steps, return the trace.
 
@@ -81,6 +82,10 @@ def trace_local(
     PS tasks. ``ps`` and ``workers`` (None: 1 for a built-in model) are the cluster's tasks; for
     a user's graph, by default as many as its ops are placed on, and never fewer (the first run
     failed, for an op placed on a task the cluster did not have).
+
+    ``step_timeout_s``: the deadline of the init run and of each warm-up step; a traced step's
+    is shorter once the warm-up steps have shown what a step takes (``collect``). A step that
+    fails or runs out of time names the cluster's tasks that died, if any did.
     """
     if steps <= 0:
         raise TfschedError(f"--steps must be positive, got {steps}")
@@ -88,7 +93,7 @@ def trace_local(
         raise TfschedError("give either --model or --graph")
     if model is not None and (fetches or init or tag_set):
         raise TfschedError("--fetch, --init and --tag-set go with --graph; a built-in model has its own")
-    from tfsched.bench.local import LocalCluster
+    from tfsched.bench.local import LocalCluster, dead_tasks_named
     from tfsched.graph._tf import import_tensorflow
 
     tf = import_tensorflow()  # after the arguments' checks: an error in them comes at once
@@ -117,15 +122,34 @@ def trace_local(
         meta["ps_placement"] = ps_placement
     if progress:
         progress(f"starting {ps} PS and {workers} worker processes")
+    from tfsched.deadlines import SESSION_CALL_TIMEOUT_S, deadline_ms, session_config
     from tfsched.tracing.collector import collect
 
+    # every call has a deadline: the steps' own, and the session's (creating and closing it)
+    config = session_config(timeout_s=min(step_timeout_s, SESSION_CALL_TIMEOUT_S))
     with LocalCluster(ps=ps, workers=workers, vanilla=True) as cluster:
-        with tf.compat.v1.Session(cluster.target("worker", 0), graph=graph) as sess:
+        sess = tf.compat.v1.Session(cluster.target("worker", 0), graph=graph, config=config)
+        try:
+            if init_op is not None:
+                sess.run(init_op, options=tf.compat.v1.RunOptions(timeout_in_ms=deadline_ms(step_timeout_s)))
+            if progress:
+                progress(f"tracing {steps} steps after {warmup} warm-up steps")
+            return collect(
+                sess,
+                run_fetches,
+                steps=steps,
+                warmup=warmup,
+                meta=meta,
+                tasks=cluster.spec,
+                timeout_s=step_timeout_s,
+            )
+        except tf.errors.OpError as e:
+            dead = dead_tasks_named(cluster.dead_tasks)
+            if dead:
+                raise TfschedError(f"{graph_path or model}: cluster task {'; '.join(dead)}") from None
+            raise TfschedError(f"{graph_path or model}: a step failed: {cause_line(e)}") from None
+        finally:
             try:
-                if init_op is not None:
-                    sess.run(init_op)
-                if progress:
-                    progress(f"tracing {steps} steps after {warmup} warm-up steps")
-                return collect(sess, run_fetches, steps=steps, warmup=warmup, meta=meta, tasks=cluster.spec)
-            except tf.errors.OpError as e:
-                raise TfschedError(f"{graph_path or model}: a step failed: {cause_line(e)}") from None
+                sess.close()
+            except tf.errors.OpError:
+                pass  # its master is gone: the deadline ended the close

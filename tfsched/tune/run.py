@@ -258,7 +258,9 @@ def tune_cluster(
     import tempfile
 
     from tfsched.analysis import least_acknowledged
-    from tfsched.bench.run import close_sessions, dead_tasks_named, host_cluster
+    from tfsched.bench.local import dead_tasks_named
+    from tfsched.bench.run import close_sessions, host_cluster
+    from tfsched.deadlines import SESSION_CALL_TIMEOUT_S, deadline_ms, session_config, step_deadline_s
     from tfsched.graph._tf import import_tensorflow
     from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_host_order
     from tfsched.tune.coordinator import Coordinator, CoordinatorClient
@@ -439,6 +441,7 @@ def tune_cluster(
                     measure=measure,
                     step_barrier=barrier,
                     barrier_timeout_s=timeout_s,
+                    operation_timeout_ms=deadline_ms(SESSION_CALL_TIMEOUT_S),
                     **enable_kwargs,
                 )
                 for w in range(workers)
@@ -447,18 +450,27 @@ def tune_cluster(
             stop = threading.Event()
             deadline = time.monotonic() + timeout_s
 
+            def step_options(slowest: float | None):
+                left_s = max(1.0, deadline - time.monotonic())
+                return tf.compat.v1.RunOptions(timeout_in_ms=deadline_ms(step_deadline_s(left_s, slowest)))
+
             def loop(w: int) -> None:
                 graph, run_fetches, init_op, _ = built[w]
                 sess = sessions[w]
                 try:
                     if w == 0 and init_op is not None:
-                        with tf.compat.v1.Session(cluster.target("worker", 0), graph=graph) as s0:
-                            s0.run(init_op)
+                        with tf.compat.v1.Session(
+                            cluster.target("worker", 0), graph=graph, config=session_config()
+                        ) as s0:
+                            s0.run(init_op, options=step_options(None))
                         inited.set()
                     inited.wait(timeout_s)
                     after_final = 0
+                    slowest = None  # every step has a deadline: a dead task ends the tuning soon
                     while not stop.is_set() and time.monotonic() < deadline:
-                        sess.run(run_fetches)
+                        started = time.perf_counter()
+                        sess.run(run_fetches, options=step_options(slowest))
+                        slowest = max(slowest or 0.0, time.perf_counter() - started)
                         if sess.follower.final:
                             after_final += 1
                             if after_final >= final_steps:

@@ -107,7 +107,9 @@ class TunedSession:
     the PS, so training carries on: no checkpoint, no restart), as does one tensor in flight
     (``pass_credit``). Up to ``max_sessions`` are kept open for sizes seen again.
     ``push_devices``: the tasks that push (the worker's own), whose gates take the setting's
-    pushes' window, live too (the credit where it has none).
+    pushes' window, live too (the credit where it has none). ``operation_timeout_ms``: its
+    sessions' ``ConfigProto.operation_timeout_in_ms`` (0: none), the deadline of every call
+    not given one, creating and closing them too.
     """
 
     def __init__(
@@ -123,6 +125,7 @@ class TunedSession:
         max_sessions: int = 3,
         step_barrier=None,
         barrier_timeout_s: float = 600.0,
+        operation_timeout_ms: int = 0,
         **enable_kwargs,
     ):
         from tfsched.enforce.api import CreditSetter
@@ -133,6 +136,7 @@ class TunedSession:
         self.target, self.graph = target, graph
         self.follower = Follower(client, settle=settle, measure=measure)
         self._enable = enable_kwargs
+        self._operation_timeout_ms = operation_timeout_ms
         self._sessions: OrderedDict[tuple[int, int], object] = OrderedDict()  # (partition, credit)
         self._max = max_sessions
         self._credit = CreditSetter(target, devices)
@@ -150,6 +154,7 @@ class TunedSession:
             self._sessions.move_to_end(key)
             return self._sessions[key]
         config = tfsched.enable(partition=partition, credit=credit, **self._enable)
+        config.operation_timeout_in_ms = self._operation_timeout_ms
         sess = tf.compat.v1.Session(self.target, graph=self.graph, config=config)
         self._sessions[key] = sess
         while len(self._sessions) > self._max:
