@@ -63,7 +63,9 @@ def busy_worker_steps(
     opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     out = []
     tries = 0
-    with tf.compat.v1.Session(target, graph=g, config=config) as sess:
+    from tfsched.deadlines import session_config
+
+    with tf.compat.v1.Session(target, graph=g, config=session_config(config)) as sess:
         sess.run([sums, x])  # warm-up: kernels made, connections open
         while len(out) < steps:
             if tries == 2 * steps:

@@ -1167,9 +1167,9 @@ def run_side_by_side(
     times without the other workers on the machine's cores), and then pulls every variable alone
     to measure what moving a byte and sending a tensor cost the machine
     (``ModeResult.comm_cpu_s_per_byte``, ``comm_cpu_s_per_message``). Every step has a deadline
-    (``step_timeout_s``; a mode's step behind the barrier, once a step of its round has run,
-    ``step_deadline_s`` of the slowest before it): a stuck cluster or a dead task fails the
-    run, never hangs it. ``dead_tasks`` (the
+    (``step_timeout_s``; a step behind the barrier, once the worker has run one of its mode,
+    ``step_deadline_s`` of the slowest of them): a stuck cluster or a dead task fails the run,
+    never hangs it. ``dead_tasks`` (the
     cluster's ``TaskHandles.dead_tasks``) names the tasks that exited, for a failed step's error:
     a worker's step only sees that a peer went away. Closing the sessions is bounded too (a
     session whose PS died can wait on it forever): what has not closed in
