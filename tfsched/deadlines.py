@@ -10,7 +10,10 @@ the session's other calls, creating and closing it, the config's ``operation_tim
 
 from __future__ import annotations
 
+import atexit
 import math
+import threading
+import time
 
 # A step's deadline, once earlier steps have shown what a step takes (``step_deadline_s``): this
 # many times the slowest of them, and never less than the floor. Tracing (FULL_TRACE, the RPC
@@ -54,3 +57,29 @@ def session_config(config=None, timeout_s: float = SESSION_CALL_TIMEOUT_S):
     if not out.operation_timeout_in_ms:
         out.operation_timeout_in_ms = deadline_ms(timeout_s)
     return out
+
+
+SESSION_CLOSE_TIMEOUT_S = 60.0
+
+
+def close_sessions(sessions: list) -> None:
+    """Close ``sessions`` all at once, waiting at most ``SESSION_CLOSE_TIMEOUT_S`` in all: a
+    session whose master task has died waits out its close's deadline (``session_config``),
+    and one after another they added up (two of them took 60 s)."""
+
+    def close(sess) -> None:
+        try:
+            sess.close()
+        except Exception:  # noqa: BLE001 - a session of a failed cluster may not close cleanly
+            pass
+
+    closers = [threading.Thread(target=close, args=(sess,), daemon=True) for sess in sessions]
+    for closer in closers:
+        closer.start()
+    deadline = time.monotonic() + SESSION_CLOSE_TIMEOUT_S
+    for closer in closers:
+        closer.join(max(0.0, deadline - time.monotonic()))
+        if closer.is_alive():
+            # it must return before the interpreter finalizes: a thread that takes the GIL back
+            # then is unwound through TensorFlow's bindings, and the process aborts
+            atexit.register(closer.join, SESSION_CLOSE_TIMEOUT_S)

@@ -7,7 +7,6 @@ modes alternate in rounds (baseline, tio, baseline, tio, ...) after a warm-up, s
 
 from __future__ import annotations
 
-import atexit
 import os
 import statistics
 import tempfile
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from tfsched.bench.local import dead_tasks_named
 from tfsched.bench.netns import DEFAULT_QUEUE_S, check_hosts, check_shaping
 from tfsched.bench.stagger import traced_spreads
-from tfsched.deadlines import deadline_ms, session_config, step_deadline_s
+from tfsched.deadlines import close_sessions, deadline_ms, session_config, step_deadline_s
 from tfsched.errors import TfschedError, cause_line
 from tfsched.sim.engine import DEFAULT_ACK_SHARE
 from tfsched.tracing.collector import trace_of
@@ -1173,7 +1172,7 @@ def run_side_by_side(
     cluster's ``TaskHandles.dead_tasks``) names the tasks that exited, for a failed step's error:
     a worker's step only sees that a peer went away. Closing the sessions is bounded too (a
     session whose PS died can wait on it forever): what has not closed in
-    ``SESSION_CLOSE_TIMEOUT_S`` is left to the cluster's exit, which stops every task.
+    ``deadlines.SESSION_CLOSE_TIMEOUT_S`` is left to the cluster's exit, which stops every task.
     ``step_log``: each worker's part of every timed step is appended to it (``StepRecord``), to
     line the steps up with what else was measured meanwhile (``bench.profile``). ``log_tasks``:
     the cluster spec or every task's address (``rpclog.task_addresses``), whose RPC logging is
@@ -1457,32 +1456,6 @@ def run_side_by_side(
     finally:
         close_sessions([sess for sess, _ in sessions.values()])
     return results
-
-
-SESSION_CLOSE_TIMEOUT_S = 60.0
-
-
-def close_sessions(sessions: list) -> None:
-    """Close ``sessions`` all at once, waiting at most ``SESSION_CLOSE_TIMEOUT_S`` in all: a
-    session whose master task has died waits out its close's deadline (``tfsched.deadlines``),
-    and one after another they added up (two of them took 60 s)."""
-
-    def close(sess) -> None:
-        try:
-            sess.close()
-        except Exception:  # noqa: BLE001 - a session of a failed cluster may not close cleanly
-            pass
-
-    closers = [threading.Thread(target=close, args=(sess,), daemon=True) for sess in sessions]
-    for closer in closers:
-        closer.start()
-    deadline = time.monotonic() + SESSION_CLOSE_TIMEOUT_S
-    for closer in closers:
-        closer.join(max(0.0, deadline - time.monotonic()))
-        if closer.is_alive():
-            # it must return before the interpreter finalizes: a thread that takes the GIL back
-            # then is unwound through TensorFlow's bindings, and the process aborts
-            atexit.register(closer.join, SESSION_CLOSE_TIMEOUT_S)
 
 
 def host_cluster(

@@ -259,8 +259,14 @@ def tune_cluster(
 
     from tfsched.analysis import least_acknowledged
     from tfsched.bench.local import dead_tasks_named
-    from tfsched.bench.run import close_sessions, host_cluster
-    from tfsched.deadlines import SESSION_CALL_TIMEOUT_S, deadline_ms, session_config, step_deadline_s
+    from tfsched.bench.run import host_cluster
+    from tfsched.deadlines import (
+        SESSION_CALL_TIMEOUT_S,
+        close_sessions,
+        deadline_ms,
+        session_config,
+        step_deadline_s,
+    )
     from tfsched.graph._tf import import_tensorflow
     from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_host_order
     from tfsched.tune.coordinator import Coordinator, CoordinatorClient

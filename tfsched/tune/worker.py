@@ -186,12 +186,14 @@ class TunedSession:
         return out
 
     def close(self) -> None:
-        for sess in self._sessions.values():
-            sess.close()
+        from tfsched.deadlines import close_sessions
+
+        # all at once, the credit setters' side sessions too: each waits out its deadline if the
+        # worker (their master) has died
+        close_sessions(
+            [*self._sessions.values(), self._credit, *([self._push] if self._push is not None else [])]
+        )
         self._sessions.clear()
-        self._credit.close()
-        if self._push is not None:
-            self._push.close()
         self.follower.client.close()
 
 
