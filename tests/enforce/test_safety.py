@@ -332,12 +332,14 @@ def test_a_gate_cancelled_on_its_way_to_its_window_does_not_wait_there(monkeypat
     window must not park it afterwards: here nothing else would ever end its wait (no timeout,
     and the credit it waits for is held by a tensor whose acknowledgement never comes), and the
     step would hang, as it did until the fifty-seventh session. The tasks delay that passage by
-    12 s (fault injection) and the step is cancelled 5 s in, while g1 is on its way: the PS's
-    step must end once g1 reaches the window, with g1 cancelled and the step's state freed. (Until
-    the sixty-first session: 3 s and 1 s, and products of 3.4 times the work before g0, which took
-    more than the 1 s on a loaded CI machine once: the step was cancelled before g1 left. Until
-    the ninety-third: 6 s and 2.5 s, which a CI rehearsal beside the bench tests missed once
-    the same way.)"""
+    12 s (fault injection). The test moves the step on by what the PS reports, not by the clock:
+    g1 parks (the step's state is made), g0 is let go (released), and while g1 is on its way an
+    op of the PS's step fails, which cancels the step there. The PS's step must end once g1
+    reaches the window, with g1 cancelled and the step's state freed.
+
+    Until the hundred-and-tenth session the step was cancelled by its run's timeout (1, 2.5, then
+    5 s in) and g0 let go after products of a fixed size: on a loaded CI machine the timeout came
+    before g0 went, three times, and the test missed what it is for."""
     import tensorflow as tf
 
     from tfsched.enforce._loader import load_ops
@@ -350,23 +352,42 @@ def test_a_gate_cancelled_on_its_way_to_its_window_does_not_wait_there(monkeypat
         with g.device("/job:ps/task:0"):
             big = tf.compat.v1.get_variable("big", initializer=tf.zeros([1000]))
             small = tf.compat.v1.get_variable("small", initializer=tf.ones([3]))
-            m = tf.compat.v1.get_variable("m", initializer=tf.ones([800, 800]))
-            # g1 arrives first and parks (not its turn); g0 comes after the products, goes at once
-            # (the window is empty) and brings g1 its turn: g1 then passes to the window, which
-            # g0's 1,000 parameters fill beyond the credit of 10 for good
+            go = tf.queue.FIFOQueue(1, tf.float32, shared_name="transit_go")
+            fail = tf.queue.FIFOQueue(1, tf.float32, shared_name="transit_fail")
+            # g1 arrives first and parks (not its turn); g0 waits for the test's token, goes at
+            # once (the window is empty) and brings g1 its turn: g1 then passes to the window,
+            # which g0's 1,000 parameters fill beyond the credit of 10 for good
             g1 = ops.tfsched_gate(small.read_value(), priority=1, name="g1", **kw)
-            with tf.control_dependencies([tf.matmul(tf.matmul(m, m), m)]):
+            with tf.control_dependencies([go.dequeue()]):
                 g0 = ops.tfsched_gate(tf.identity(big.read_value()), priority=0, name="g0", **kw)
+            # fails the PS's step once the test closes its queue
+            failed = fail.dequeue()
         with g.device("/job:worker/task:0"):
-            y = tf.reduce_sum(g0) + tf.reduce_sum(g1)
+            y = tf.reduce_sum(g0) + tf.reduce_sum(g1) + failed
+        let_go = go.enqueue(1.0)
+        make_fail = fail.close()
         init = tf.compat.v1.global_variables_initializer()
     with LocalCluster(ps=1, workers=1) as c:
         before = ps_stats(c)
-        with tf.compat.v1.Session(c.target("worker", 0), graph=g) as sess:
+        with (
+            tf.compat.v1.Session(c.target("worker", 0), graph=g) as sess,
+            tf.compat.v1.Session(c.target("worker", 0), graph=g) as control,
+        ):
             sess.run(init)
-            out = within(60, lambda: sess.run(y, options=tf.compat.v1.RunOptions(timeout_in_ms=5000)))
+            step = {}
+            thread = threading.Thread(
+                target=lambda: step.update(within(90, lambda: sess.run(y))), daemon=True
+            )
+            thread.start()
+            # g1 has parked: it is the only gate that can run before the token
+            assert wait_until(lambda: ps_stats(c)["live_steps"] == before["live_steps"] + 1, 60)
+            control.run(let_go)
+            assert wait_until(lambda: ps_stats(c)["released"] == before["released"] + 1, 60)
+            control.run(make_fail)  # g1 is on its way to the window for 12 s
+            thread.join(60)
+            assert not thread.is_alive()
+            assert isinstance(step.get("error"), tf.errors.OutOfRangeError), step
             # the client has its error at once; on the PS, g1 is still on its way
-            assert isinstance(out.get("error"), tf.errors.DeadlineExceededError), out
             assert ps_stats(c)["live_steps"] == before["live_steps"] + 1
         after = settled_ps_stats(c)  # up to 20 s: g1 reaches the window about 12 s in
         assert after["live_steps"] == before["live_steps"], after
