@@ -120,6 +120,9 @@ def test_inference_has_no_barrier_to_cross():
         # without a deadline; 600 s, the bench's, before it was fitted to the steps), and so
         # does its session's close, which has a deadline too (``tfsched.deadlines``)
         ("baseline", "worker", 1, 90),
+        # the same across the barrier, where a round's runs fit the rounds before (their
+        # deadline was 600 s until the hundred-and-tenth session)
+        ("cross", "worker", 1, 90),
     ],
 )
 def test_a_task_that_dies_mid_run_fails_the_run_by_name_and_never_hangs_it(first, job, index, within_s):

@@ -1166,9 +1166,9 @@ def run_side_by_side(
     times without the other workers on the machine's cores), and then pulls every variable alone
     to measure what moving a byte and sending a tensor cost the machine
     (``ModeResult.comm_cpu_s_per_byte``, ``comm_cpu_s_per_message``). Every step has a deadline
-    (``step_timeout_s``; a step behind the barrier, once the worker has run one of its mode,
-    ``step_deadline_s`` of the slowest of them): a stuck cluster or a dead task fails the run,
-    never hangs it. ``dead_tasks`` (the
+    (``step_timeout_s``; once the worker has run steps of its mode, ``step_deadline_s`` of the
+    slowest of them: behind the barrier from its next step, across it from its next round's
+    runs): a stuck cluster or a dead task fails the run, never hangs it. ``dead_tasks`` (the
     cluster's ``TaskHandles.dead_tasks``) names the tasks that exited, for a failed step's error:
     a worker's step only sees that a peer went away. Closing the sessions is bounded too (a
     session whose PS died can wait on it forever): what has not closed in
@@ -1284,15 +1284,26 @@ def run_side_by_side(
                     mode_sessions = [sessions[(mode, v)][0] for v in range(len(targets))]
                     threading.Thread(target=close_sessions, args=(mode_sessions,), daemon=True).start()
 
+        def intervals(t0: float, ends: list[float]) -> list[float]:
+            """Each step's time, from the end before it (``t0`` for the first) to its own."""
+            return [end - last for last, end in zip([t0, *ends], ends)]  # noqa: B905 - one more start
+
+        def note_slowest(w: int, step_s: list[float]) -> None:
+            slowest_step[(mode, w)] = max([slowest_step.get((mode, w), 0.0), *step_s])
+
         def crossing(w: int, runner) -> None:
             """A mode across the barrier: its steps pipelined (CrossingRunner.run), a round's
             steps from an empty pipeline; the reads' gates keep the workers in step, as the
             barrier does behind it. Step k is the time from step k-1's end (a compute run's) to
             its own; a round's last step ends with its updates."""
+            # every run's deadline fits the mode's steps in the rounds before (a run may hold
+            # two steps' intervals: step_deadline_s's slack covers that many times over)
+            runner.options = fitted(run_options, slowest_step.get((mode, w)))
             runner.prime()  # every worker's gates reset before any worker steps
             barrier.wait(timeout=step_timeout_s)
             if warm:
-                runner.run(warm)
+                tw = time.perf_counter()
+                note_slowest(w, intervals(tw, runner.run(warm)))
             if barrier.wait(timeout=step_timeout_s) == 0:
                 started.append(time.perf_counter())
                 cpu.append(cpu_seconds())
@@ -1300,6 +1311,7 @@ def run_side_by_side(
             t0, mono0 = time.perf_counter(), time.monotonic()
             mds = [] if traced else None  # each step's two runs in one RunMetadata
             ends = runner.run(n, run_metadata=mds)
+            note_slowest(w, intervals(t0, ends))
             with lock:
                 box.setdefault("t0", {})[w] = t0
                 box.setdefault("ends", {})[w] = ends
