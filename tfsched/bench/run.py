@@ -1168,9 +1168,9 @@ def run_side_by_side(
     (``ModeResult.comm_cpu_s_per_byte``, ``comm_cpu_s_per_message``). Every step has a deadline
     (``step_timeout_s``; once the worker has run steps of its mode, ``step_deadline_s`` of the
     slowest of them: behind the barrier from its next step, across it from its next round's
-    runs): a stuck cluster or a dead task fails the run, never hangs it. ``dead_tasks`` (the
-    cluster's ``TaskHandles.dead_tasks``) names the tasks that exited, for a failed step's error:
-    a worker's step only sees that a peer went away. Closing the sessions is bounded too (a
+    runs, or once its warm-up is done): a stuck cluster or a dead task fails the run, never
+    hangs it. ``dead_tasks`` (the cluster's ``TaskHandles.dead_tasks``) names the tasks that
+    exited, for a failed step's error: a worker's step only sees that a peer went away. Closing the sessions is bounded too (a
     session whose PS died can wait on it forever): what has not closed in
     ``deadlines.SESSION_CLOSE_TIMEOUT_S`` is left to the cluster's exit, which stops every task.
     ``step_log``: each worker's part of every timed step is appended to it (``StepRecord``), to
@@ -1296,14 +1296,16 @@ def run_side_by_side(
             steps from an empty pipeline; the reads' gates keep the workers in step, as the
             barrier does behind it. Step k is the time from step k-1's end (a compute run's) to
             its own; a round's last step ends with its updates."""
-            # every run's deadline fits the mode's steps in the rounds before (a run may hold
-            # two steps' intervals: step_deadline_s's slack covers that many times over)
+            # every run's deadline fits the mode's steps before it, its warm-up's or its rounds'
+            # (a run may hold two steps' intervals: step_deadline_s's slack covers that many
+            # times over)
             runner.options = fitted(run_options, slowest_step.get((mode, w)))
             runner.prime()  # every worker's gates reset before any worker steps
             barrier.wait(timeout=step_timeout_s)
             if warm:
                 tw = time.perf_counter()
                 note_slowest(w, intervals(tw, runner.run(warm)))
+                runner.options = fitted(run_options, slowest_step[(mode, w)])
             if barrier.wait(timeout=step_timeout_s) == 0:
                 started.append(time.perf_counter())
                 cpu.append(cpu_seconds())
