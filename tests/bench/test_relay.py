@@ -291,12 +291,16 @@ def test_relays_add_each_links_latency_and_keep_the_bandwidth():
         w1 = relays.spec_of("worker", 1)
         to_ps, to_w0 = (int(w1[job][0].split(":")[1]) for job in ("ps", "worker"))
         # a round trip crosses four links (w1's uplink, the PS's downlink, and back): 40 ms
+        # (every trip takes the 40 ms; the quickest of three no more than 30 ms past them: a
+        # loaded machine may hold up one trip's threads, as it may the session's steps below)
         with socket.create_connection(("127.0.0.1", to_ps)) as s:
+            trips = []
             for _ in range(3):
                 start = time.monotonic()
                 s.sendall(b"ping")
                 assert s.recv(16) == b"ping"
-                assert 0.04 <= time.monotonic() - start < 0.04 + 0.03
+                trips.append(time.monotonic() - start)
+        assert min(trips) >= 0.04 and min(trips) < 0.04 + 0.03, trips
         # what is on the way is not waited for chunk by chunk: 5 MB take 0.4 s and 20 ms
         start = time.monotonic()
         _send(to_w0, 5_000_000)
