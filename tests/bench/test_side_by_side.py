@@ -112,20 +112,24 @@ def test_inference_has_no_barrier_to_cross():
 
 @pytest.mark.tf
 @pytest.mark.parametrize(
-    "first, job, index, within_s",
+    "first, job, index, when, within_s",
     [
-        ("baseline", "ps", 0, 55),
-        ("cross", "ps", 0, 55),
+        ("baseline", "ps", 0, "round 2/", 55),
+        ("cross", "ps", 0, "round 2/", 55),
         # worker 1 is its session's master: its step waits for it to come back (for good
         # without a deadline; 600 s, the bench's, before it was fitted to the steps), and so
         # does its session's close, which has a deadline too (``tfsched.deadlines``)
-        ("baseline", "worker", 1, 90),
+        ("baseline", "worker", 1, "round 2/", 90),
         # the same across the barrier, where a round's runs fit the rounds before (their
         # deadline was 600 s until the hundred-and-tenth session)
-        ("cross", "worker", 1, 90),
+        ("cross", "worker", 1, "round 2/", 90),
+        # after the rounds, worker 0 traced alone: until the hundred-and-tenth session a dead PS
+        # there was TensorFlow's traceback, and a dead worker 0 waited for the steps' 600 s
+        ("baseline", "ps", 0, "tracing worker 0 alone", 55),
+        ("baseline", "worker", 0, "tracing worker 0 alone", 90),
     ],
 )
-def test_a_task_that_dies_mid_run_fails_the_run_by_name_and_never_hangs_it(first, job, index, within_s):
+def test_a_task_that_dies_mid_run_fails_the_run_by_name_and_never_hangs_it(first, job, index, when, within_s):
     import signal
     import time
 
@@ -145,8 +149,8 @@ def test_a_task_that_dies_mid_run_fails_the_run_by_name_and_never_hangs_it(first
     with LocalCluster(ps=1, workers=2) as cluster:
         victim = cluster.procs[(job, index)]
 
-        def progress(msg):  # the task aborts as the second round starts, as a crashing task would
-            if msg.startswith("round 2/"):
+        def progress(msg):  # the task aborts as the phase starts, as a crashing task would
+            if msg.startswith(when):
                 victim.send_signal(signal.SIGABRT)
 
         t = time.monotonic()
@@ -157,6 +161,7 @@ def test_a_task_that_dies_mid_run_fails_the_run_by_name_and_never_hangs_it(first
                 configs,
                 steps=2,
                 rounds=3,
+                trace=not when.startswith("round"),
                 progress=progress,
                 dead_tasks=cluster.dead_tasks,
             )
@@ -165,6 +170,8 @@ def test_a_task_that_dies_mid_run_fails_the_run_by_name_and_never_hangs_it(first
         assert time.monotonic() - t < within_s
         name = f"/job:{job}/task:{index} killed by SIGABRT"
         assert name in str(e.value)
+        if not when.startswith("round"):  # one line: the phase, then the task
+            assert str(e.value) == f"{when}: {first}: cluster task {name}"
         assert cluster.dead_tasks() == [name]
         log_dir = cluster.log_dir
     assert not os.path.exists(log_dir)  # the tasks' logs go with the cluster

@@ -1088,6 +1088,16 @@ def ack_cpu_s(tf, target: str, ends: dict[str, list[int]]) -> float:
     return max(0.0, spent["ack"] - spent["sent"]) / (ACK_SLICES * ACK_ROUNDS * ACK_STEPS)
 
 
+def fitted(options, slowest_s: float | None):
+    """A copy of ``options`` (``RunOptions``) whose deadline fits the slowest step before it
+    (``step_deadline_s``: never past the one ``options`` has; ``slowest_s`` None: that one)."""
+    out = type(options)()
+    out.CopyFrom(options)
+    limit_s = options.timeout_in_ms / 1000 if options.timeout_in_ms > 0 else None
+    out.timeout_in_ms = deadline_ms(step_deadline_s(limit_s, slowest_s))
+    return out
+
+
 def _solo_trace(tf, sess, built, trace_options, meta: dict):
     """``SOLO_STEPS`` traced steps of worker 0's session ``sess``, the other workers idle."""
     mds = []
@@ -1122,9 +1132,13 @@ def _trace_alone(
     try:
         if own and initialize:
             sess.run(built.init_op, options=run_options)
+        slowest = None  # each step's deadline fits the steps before it
         for _ in range(max(1, warmup)):
-            sess.run(built.train_op, options=run_options)
-        return _solo_trace(tf, sess, built, trace_options, {"mode": baseline, "for": "ordering"})
+            t = time.perf_counter()
+            sess.run(built.train_op, options=fitted(run_options, slowest))
+            slowest = max(slowest or 0.0, time.perf_counter() - t)
+        meta = {"mode": baseline, "for": "ordering"}
+        return _solo_trace(tf, sess, built, fitted(trace_options, slowest), meta)
     finally:
         if own:
             sess.close()
@@ -1215,14 +1229,6 @@ def run_side_by_side(
     runners = {}  # (mode, worker) -> CrossingRunner, for the modes across the barrier
 
     slowest_step: dict[tuple[str, int], float] = {}  # (mode, worker) -> its slowest step so far
-
-    def fitted(options, slowest: float | None):
-        """``options`` with a step's deadline fitted to the slowest step before it
-        (``step_deadline_s``; ``step_timeout_s`` for the first)."""
-        out = tf.compat.v1.RunOptions()
-        out.CopyFrom(options)
-        out.timeout_in_ms = deadline_ms(step_deadline_s(step_timeout_s, slowest))
-        return out
 
     def builder_of(mode: str):
         where = split_placed(mode)[1]
@@ -1364,11 +1370,19 @@ def run_side_by_side(
         if done:
             done(k, parts)
 
+    doing = ["setting up the sessions"]  # what runs now, for a failure's one line
+
+    def say(what: str) -> None:
+        doing[0] = what
+        if progress:
+            progress(what)
+
     try:
         part_done(0)
         for mode, config in configs.items():
             if mode not in timed:
                 open_sessions(mode, config)
+        doing[0] = "initializing the variables"
         initialized = set()  # the placements whose graph's variables are initialized
         for (mode, _), (sess, built) in sessions.items():
             if split_placed(mode)[1] not in initialized:
@@ -1376,9 +1390,8 @@ def run_side_by_side(
                 initialized.add(split_placed(mode)[1])
         configs = dict(configs)  # the caller's stays as given
         for where in dict.fromkeys(split_placed(mode)[1] for mode in timed):
-            if progress:
-                on = "" if where is None else f" (variables placed {where})"
-                progress(f"tracing worker 0 alone: the op times of a timing-aware order{on}")
+            on = "" if where is None else f" (variables placed {where})"
+            say(f"tracing worker 0 alone: the op times of a timing-aware order{on}")
             with RpcLogging(log_tasks):
                 order_trace = _trace_alone(
                     tf,
@@ -1399,8 +1412,7 @@ def run_side_by_side(
                     open_sessions(mode, configs[mode])
         for r in range(rounds):
             for mode in configs:
-                if progress:
-                    progress(f"round {r + 1}/{rounds}: {mode}")
+                say(f"round {r + 1}/{rounds}: {mode}")
                 times, wall, box = synchronized(mode, steps, warmup if r == 0 else 0, round_=r)
                 res = results[mode]
                 busy, total = box.get("cpu", (0.0, 0.0))
@@ -1423,8 +1435,7 @@ def run_side_by_side(
                 part_done(r * len(configs) + list(configs).index(mode) + 1)
         if trace:
             for mode in configs:
-                if progress:
-                    progress(f"tracing {trace_steps} step{'s' if trace_steps > 1 else ''}: {mode}")
+                say(f"tracing {trace_steps} step{'s' if trace_steps > 1 else ''}: {mode}")
                 with RpcLogging(log_tasks):
                     _, _, box = synchronized(mode, trace_steps, 0, traced=True)
                 traces = {
@@ -1445,28 +1456,44 @@ def run_side_by_side(
                 part_done(rounds * len(configs) + list(configs).index(mode) + 1)
             bases = [m for m in configs if split_placed(m)[0] == "baseline"]
             for base_mode in bases:
-                if progress:
-                    progress(f"tracing worker 0 alone: {base_mode}")
+                say(f"tracing worker 0 alone: {base_mode}")
                 sess, built = sessions[(base_mode, 0)]
                 with RpcLogging(log_tasks):
                     results[base_mode].solo_trace = _solo_trace(
-                        tf, sess, built, trace_options, {"mode": base_mode}
+                        tf,
+                        sess,
+                        built,
+                        fitted(trace_options, slowest_step.get((base_mode, 0))),
+                        {"mode": base_mode},
                     )
             if bases:
-                if progress:
-                    progress("measuring what moving a byte costs the machine")
+                say("measuring what moving a byte costs the machine")
                 first = results[bases[0]]
                 (
                     first.comm_cpu_s_per_byte,
                     first.comm_cpu_s_per_message,
                     first.comm_cpu_shares,
                     first.comm_cpu_message_shares,
-                ) = _comm_cpu_costs(tf, targets[0], builder_of(bases[0])(0), run_options)
+                ) = _comm_cpu_costs(
+                    tf,
+                    targets[0],
+                    builder_of(bases[0])(0),
+                    fitted(run_options, slowest_step.get((bases[0], 0))),
+                )
                 for base_mode in bases[1:]:  # the machine's, whatever PS holds a variable
                     results[base_mode].comm_cpu_s_per_byte = first.comm_cpu_s_per_byte
                     results[base_mode].comm_cpu_s_per_message = first.comm_cpu_s_per_message
                     results[base_mode].comm_cpu_shares = first.comm_cpu_shares
                     results[base_mode].comm_cpu_message_shares = first.comm_cpu_message_shares
+    except (tf.errors.OpError, TfschedError) as e:
+        # one line, naming what ran and the tasks that died if the error does not yet (the
+        # synchronized steps' errors name them; a call to a dead task only says it timed out)
+        dead = dead_tasks_named(dead_tasks)
+        if dead and not all(name in str(e) for name in dead):
+            raise TfschedError(f"{doing[0]}: cluster task {'; '.join(dead)}") from None
+        if isinstance(e, TfschedError):
+            raise
+        raise TfschedError(f"{doing[0]}: {cause_line(e)}") from None
     finally:
         close_sessions([sess for sess, _ in sessions.values()])
     return results
