@@ -1184,9 +1184,10 @@ def run_side_by_side(
     slowest of them: behind the barrier from its next step, across it from its next round's
     runs, or once its warm-up is done): a stuck cluster or a dead task fails the run, never
     hangs it. ``dead_tasks`` (the cluster's ``TaskHandles.dead_tasks``) names the tasks that
-    exited, for a failed step's error: a worker's step only sees that a peer went away. Closing the sessions is bounded too (a
-    session whose PS died can wait on it forever): what has not closed in
-    ``deadlines.SESSION_CLOSE_TIMEOUT_S`` is left to the cluster's exit, which stops every task.
+    exited, for a failed step's error: a worker's step only sees that a peer went away. Closing
+    the sessions is bounded too (a session whose PS died can wait on it forever): what has not
+    closed in ``deadlines.SESSION_CLOSE_TIMEOUT_S`` is left to the cluster's exit, which stops
+    every task.
     ``step_log``: each worker's part of every timed step is appended to it (``StepRecord``), to
     line the steps up with what else was measured meanwhile (``bench.profile``). ``log_tasks``:
     the cluster spec or every task's address (``rpclog.task_addresses``), whose RPC logging is
