@@ -123,6 +123,25 @@ def test_a_child_past_its_timeout_is_killed_and_the_next_is_forked(program):
         assert forks.run([program, "5"], 60).returncode == 5
 
 
+def test_a_child_is_killed_once_its_caller_says_stop_and_returns_as_killed(program):
+    """``stop``: asked every half second while the child runs (a TensorFlow 2 coordinator that
+    waits for a dead worker, stopped when the bench sees the worker dead)."""
+    with Forks([]) as forks:
+        start = time.monotonic()
+        asked = []
+
+        def stop():
+            asked.append(time.monotonic() - start)
+            return asked[-1] > 1
+
+        done = forks.run([program, "sleep"], 300, stop)
+        assert done.returncode == -signal.SIGKILL
+        assert 1 < time.monotonic() - start < 1 + 10 and len(asked) >= 2
+        assert _running(program) == []  # reaped
+        # a child that ends by itself is not stopped
+        assert forks.run([program, "5"], 60, lambda: False).returncode == 5
+
+
 def test_a_child_is_killed_when_its_caller_ends_however_it_ends(program, tmp_path):
     """A coordinator whose cluster has gone would wait for it: killed with its caller, whose
     end of its lifeline is the only one."""

@@ -244,10 +244,15 @@ def test_the_copy_of_a_cut_tensor_is_measured_on_the_pass_own_op():
 def test_an_acknowledgement_is_measured_on_a_real_cluster():
     """``run.ack_cpu_s`` on a PS and a worker (processes, gRPC): the ends' CPU of slices that are
     acknowledged past the same slices whose credit comes back when sent, over the
-    acknowledgements: something, and far under a step; nothing where the ends cannot be read."""
+    acknowledgements: something, and far under a step; nothing where the ends cannot be read.
+    Once the PS has died: the task named where the cluster's dead tasks are known (the run has
+    failed), else nothing measured."""
+    import signal
+
     from tfsched.bench.local import LocalCluster
     from tfsched.bench.profile import task_processes
     from tfsched.bench.run import ack_cpu_s, pull_ends
+    from tfsched.errors import TfschedError
     from tfsched.graph._tf import import_tensorflow
 
     tf = import_tensorflow()
@@ -255,8 +260,16 @@ def test_an_acknowledgement_is_measured_on_a_real_cluster():
         target = cluster.target("worker", 0)
         ends = pull_ends(task_processes())
         assert all(ends.values()), ends
-        per_ack = ack_cpu_s(tf, target, ends)
+        per_ack = ack_cpu_s(tf, target, ends, cluster.dead_tasks)
         assert ack_cpu_s(tf, target, {"send": [], "recv": ends["recv"]}) == 0.0
+        cluster.procs[("ps", 0)].send_signal(signal.SIGKILL)
+        with pytest.raises(TfschedError) as e:
+            ack_cpu_s(tf, target, ends, cluster.dead_tasks)
+        assert (
+            str(e.value)
+            == "measuring what an acknowledgement costs: cluster task /job:ps/task:0 killed by SIGKILL"
+        )
+        assert ack_cpu_s(tf, target, ends) == 0.0
     # an RPC and the ops around it: tens of microseconds at least, far under 20 ms
     assert 2e-5 < per_ack < 0.02, per_ack
 

@@ -251,12 +251,22 @@ def _fails_and_hangs(bound_s: int) -> None:
         "steps": 1,
     }
     start = time.monotonic()
+    with pytest.raises(TfschedError, match=rf"^mode baseline's coordinator did not finish in {bound_s} s$"):
+        run_round(args, "baseline", timeout_s=bound_s, dead_tasks=lambda: [])
+    assert bound_s <= time.monotonic() - start < 2 * bound_s
+    # a task of the cluster died: not started, or stopped as soon as the task is seen dead (it
+    # held the run until the bound before the hundred-and-eleventh session)
     with pytest.raises(
         TfschedError,
-        match=rf"^mode baseline's coordinator did not finish in {bound_s} s \(/job:ps/task:0 gone\)$",
+        match=r"^mode baseline's coordinator did not start: a task of the cluster has died \(gone\)$",
     ):
-        run_round(args, "baseline", timeout_s=bound_s, dead_tasks=lambda: ["/job:ps/task:0 gone"])
-    assert bound_s <= time.monotonic() - start < 2 * bound_s
+        run_round(args, "baseline", timeout_s=bound_s, dead_tasks=lambda: ["gone"])
+    start = time.monotonic()
+    with pytest.raises(
+        TfschedError, match=r"^mode baseline's coordinator stopped: a task of the cluster died \(gone\)$"
+    ):
+        run_round(args, "baseline", bound_s, lambda: ["gone"] if time.monotonic() > start + 1 else [])
+    assert time.monotonic() - start < 1 + 2
 
 
 def test_a_cost_round_that_fails_is_said_and_leaves_the_costs_out():
@@ -266,6 +276,54 @@ def test_a_cost_round_that_fails_is_said_and_leaves_the_costs_out():
     said = []
     assert comm_costs({"spec": {}}, timeout_s=120, progress=said.append) == {}
     assert said == ["no cost of a byte: mode baseline's coordinator failed: KeyError: 'bandwidth_bps'"]
+
+
+def test_a_cost_round_that_fails_on_a_dead_task_fails_the_run_by_name():
+    """A task of the cluster died: the run has failed (until the hundred-and-eleventh session it
+    ended with its rounds' results, as if nothing had died)."""
+    from tfsched.bench.tf2 import comm_costs
+    from tfsched.errors import TfschedError
+
+    said = []
+    with pytest.raises(TfschedError) as e:
+        comm_costs({"spec": {}}, 120, lambda: ["/job:ps/task:0 killed by SIGKILL"], said.append)
+    assert str(e.value) == (
+        "measuring what moving a byte costs the machine: mode baseline's coordinator did not "
+        "start: a task of the cluster has died (/job:ps/task:0 killed by SIGKILL)"
+    )
+    assert said == []
+
+
+@pytest.mark.cluster
+@pytest.mark.tf
+@pytest.mark.parametrize(
+    "job, when", [("worker", "tracing worker 0"), ("worker", "round 1/"), ("ps", "round 1/")]
+)
+def test_a_task_that_dies_stops_the_tf2_run_at_once_naming_it(job, when):
+    """A coordinator waits for a dead worker to come back: until the hundred-and-eleventh session
+    worker 0 killed as its step function was traced alone held the run for the first round's
+    bound (30 minutes; still running 300 s after the kill), and killed in the first round it held
+    the next mode's round for two minutes. A dead PS failed the round at once already."""
+    import signal
+    import time
+
+    from tfsched.bench import tf2
+    from tfsched.bench.profile import task_processes
+    from tfsched.errors import TfschedError
+
+    killed = []
+
+    def progress(msg):  # the task dies as the phase starts, as a crashing host would
+        if msg.startswith(when) and not killed:
+            pid = next(pid for pid, name in task_processes().items() if name == f"{job}:0")
+            os.kill(pid, signal.SIGKILL)
+            killed.append(time.monotonic())
+
+    with pytest.raises(TfschedError) as e:
+        tf2.side_by_side("par32", workers=1, modes=("baseline", "tio"), steps=2, rounds=1, progress=progress)
+    assert killed and time.monotonic() - killed[0] < 30
+    assert f"(/job:{job}/task:0 killed by SIGKILL" in str(e.value), e.value
+    assert "\n" not in str(e.value)
 
 
 @pytest.mark.cluster

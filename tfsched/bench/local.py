@@ -168,9 +168,24 @@ def start_tasks(
     return procs
 
 
+# what TensorFlow logs of a machine without a GPU, also once a task serves: a TensorFlow 2
+# coordinator's first function on a worker logged "failed call to cuInit" there, which then
+# stood for the cause of the worker's death (``task_log``)
+NO_GPU_LINES = ("failed call to cuInit", "Could not find cuda drivers")
+
+
 def task_log(log_dir: str, job: str, index: int) -> str:
     """The last line a task wrote to its stderr ("" if none): once it serves, the last since then
-    (what TensorFlow logs while starting, e.g. that it found no GPU, says nothing of a crash)."""
+    (what TensorFlow logs while starting, e.g. that it found no GPU, says nothing of a crash), and
+    none of ``NO_GPU_LINES``.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     with open(os.path.join(d, "worker0.log"), "w") as f:
+    ...         _ = f.write("tfsched task: serving\\nE0000 cuda_platform.cc:52] failed call to cuInit: (303)\\n")
+    ...     task_log(d, "worker", 0)
+    ''
+    """
     from tfsched.bench.server import SERVING
 
     try:
@@ -182,7 +197,7 @@ def task_log(log_dir: str, job: str, index: int) -> str:
         return ""
     if SERVING in lines:
         lines = lines[len(lines) - lines[::-1].index(SERVING) :]
-    return next((x for x in reversed(lines) if x), "")
+    return next((x for x in reversed(lines) if x and not any(n in x for n in NO_GPU_LINES)), "")
 
 
 def task_said(log_dir: str, job: str, index: int, how: str) -> str:

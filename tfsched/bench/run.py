@@ -730,7 +730,7 @@ COMM_MIN_MESSAGE_CPU_S = 0.3  # the cut took this much CPU (a message's cost is 
 
 
 def _comm_cpu_costs(
-    tf, target: str, built, options
+    tf, target: str, built, options, dead_tasks: Callable[[], list[str]] | None = None
 ) -> tuple[float, float, tuple[float, float] | None, tuple[float, float] | None]:
     """CPU seconds this machine spends per byte moved between two tasks past each message's own
     cost, and per message (a tensor sent with almost no bytes, past the step's own cost); and the
@@ -751,7 +751,10 @@ def _comm_cpu_costs(
 
     Both are 0 if /proc/stat cannot be read, nothing is on a PS or a pull fails (the rounds
     measured before are kept: the prediction then leaves this CPU out); the cost of a byte is 0
-    if the bytes cost nothing measurable.
+    if the bytes cost nothing measurable. A pull that fails because a task of the cluster died
+    (``dead_tasks``, ``bench.local.dead_tasks_named``) raises its error: the run has failed, and
+    ``run_side_by_side`` names the task (until the hundred-and-eleventh session the run ended
+    with its results, as if nothing had died).
 
     The shares come from the same steps: each task process's CPU (``/proc/<pid>/stat``, the
     bench's tasks, ``bench.profile.task_processes``) over them; the rest of the machine's is the
@@ -801,6 +804,8 @@ def _comm_cpu_costs(
                 messages=len(cut),
             )
     except tf.errors.OpError:
+        if dead_tasks_named(dead_tasks):
+            raise
         return 0.0, 0.0, None, None
 
 
@@ -1035,14 +1040,18 @@ def acknowledges(spec: ModeSpec) -> bool:
     return bool(spec.credit) and spec.credit_return == "ack"
 
 
-def ack_cpu_s(tf, target: str, ends: dict[str, list[int]]) -> float:
+def ack_cpu_s(
+    tf, target: str, ends: dict[str, list[int]], dead_tasks: Callable[[], list[str]] | None = None
+) -> float:
     """CPU seconds an acknowledgement costs the machine's two ends (``ends``, ``pull_ends``),
     its message included: the PS cuts a tensor of ``ACK_SLICES`` slices of ``ACK_SLICE_PARAMS``
     for worker 0 under a credit of four slices (``target``, worker 0's session), the credit
     returned by acknowledgement and, in turn, when sent (``enable(credit_return="sent")``, the
     same slices and no acknowledgement), ``ACK_ROUNDS`` rounds of ``ACK_STEPS`` steps each way;
     the ends' processes' CPU of the first past the second's, over its acknowledgements. 0 where
-    the ends' processes cannot be read, a step fails or the difference is not positive.
+    the ends' processes cannot be read, a step fails or the difference is not positive; a step
+    that fails because a task of the cluster died (``dead_tasks``) is a TfschedError naming it
+    (since the hundred-and-eleventh session; before, the run ended as if nothing had died).
 
     The bench's ``comm_cpu_s_per_message`` is a message among many sent at once: an
     acknowledgement goes alone, when its slice arrives, and each one wakes the threads of both
@@ -1082,6 +1091,11 @@ def ack_cpu_s(tf, target: str, ends: dict[str, list[int]]) -> float:
                     sess.run(total, options=options)
                 spent[way] += task_cpu_s(pids) - before
     except tf.errors.OpError:
+        dead = dead_tasks_named(dead_tasks)
+        if dead:
+            raise TfschedError(
+                f"measuring what an acknowledgement costs: cluster task {'; '.join(dead)}"
+            ) from None
         return 0.0
     finally:
         close_sessions(list(sessions.values()))
@@ -1480,6 +1494,7 @@ def run_side_by_side(
                     targets[0],
                     builder_of(bases[0])(0),
                     fitted(run_options, slowest_step.get((bases[0], 0))),
+                    dead_tasks,
                 )
                 for base_mode in bases[1:]:  # the machine's, whatever PS holds a variable
                     results[base_mode].comm_cpu_s_per_byte = first.comm_cpu_s_per_byte
@@ -1713,7 +1728,9 @@ def cluster_side_by_side(
 
                 if progress:
                     progress("measuring what an acknowledgement costs")
-                per_ack = ack_cpu_s(import_tensorflow(), targets[0], pull_ends(task_processes()))
+                per_ack = ack_cpu_s(
+                    import_tensorflow(), targets[0], pull_ends(task_processes()), cluster.dead_tasks
+                )
                 for name, res in results.items():
                     if split_placed(name)[0] == "baseline":
                         res.ack_cpu_s = per_ack

@@ -288,13 +288,19 @@ def comm_costs(args: dict, timeout_s: float, dead_tasks=None, progress=None) -> 
     """``comm_cost_round`` in a coordinator of its own, worker 0 alone: the baseline row's
     ``comm_cpu_s_per_byte``, ``comm_cpu_s_per_message``, ``comm_cpu_shares`` and
     ``comm_cpu_message_shares`` where they were measured (a byte or a message that cost nothing
-    measurable leaves its shares out). A round that fails is
-    said to ``progress`` and leaves them out: the prediction then keeps the bytes' CPU in the
-    ops' share, as before they were measured (the session bench's ``_comm_cpu_costs`` does the
-    same)."""
+    measurable leaves its shares out). A round that fails is said to ``progress`` and leaves
+    them out: the prediction then keeps the bytes' CPU in the ops' share, as before they were
+    measured (the session bench's ``_comm_cpu_costs`` does the same). A round that fails because
+    a task of the cluster died (``dead_tasks``) fails the run, naming what it measured and the
+    task, as ``_comm_cpu_costs`` does (since the hundred-and-eleventh session; before, the run
+    ended as if nothing had died)."""
+    from tfsched.bench.local import dead_tasks_named
+
     try:
         rec = run_round(dict(args, comm_cost=True, solo=True), "baseline", timeout_s, dead_tasks)
     except TfschedError as e:
+        if dead_tasks_named(dead_tasks):
+            raise TfschedError(f"measuring what moving a byte costs the machine: {e}") from None
         if progress:
             progress(f"no cost of a byte: {e}")
         return {}
@@ -366,27 +372,41 @@ def run_round(
     """One coordinator process of ``mode``; its record. A coordinator that fails or outlives
     ``timeout_s`` is one TfschedError naming the mode, and the tasks that exited if any.
     Forked from ``forked_coordinators()``'s process while it is in force, else a process of its
-    own."""
+    own.
+
+    A task of the cluster that has died (``dead_tasks``, asked every ``zygote.STOP_POLL_S``)
+    stops the coordinator and fails the round at once, naming it, and so does one that died
+    while a round ran to its end. A coordinator waits for a dead worker to come back: until the
+    hundred-and-eleventh session a round held the run until its bound (30 minutes for the first,
+    ``FIRST_ROUND_TIMEOUT_S``), and a round that ended without a worker that died counted as
+    the whole cluster's."""
     from tfsched.bench.local import task_env
+    from tfsched.bench.zygote import wait_for
 
     def failed(why: str) -> TfschedError:
         dead = dead_tasks() if dead_tasks else []
         return TfschedError(f"mode {mode}'s coordinator {why}" + (f" ({'; '.join(dead)})" if dead else ""))
 
+    def stop() -> bool:
+        return bool(dead_tasks and dead_tasks())
+
+    if stop():
+        raise failed("did not start: a task of the cluster has died")
     argv = ["-m", "tfsched.bench.tf2", json.dumps(dict(args, mode=mode, driver_pid=os.getpid()))]
     try:
         if _FORKS is not None:
-            done = _FORKS.run(argv, timeout_s)
+            done = _FORKS.run(argv, timeout_s, stop)
         else:
-            done = subprocess.run(
-                [sys.executable, *argv],
-                env=task_env(),
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-            )
+            with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+                proc = subprocess.Popen([sys.executable, *argv], env=task_env(), stdout=out, stderr=err)
+                wait_for(proc, timeout_s, stop)
+                out.seek(0)
+                err.seek(0)
+                done = subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read())
     except subprocess.TimeoutExpired:
         raise failed(f"did not finish in {timeout_s:.0f} s") from None
+    if stop():
+        raise failed("stopped: a task of the cluster died")
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-1:] or ["(nothing on stderr)"]
         raise failed(f"failed: {tail[0][:300]}")

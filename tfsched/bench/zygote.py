@@ -69,6 +69,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 
 from tfsched.errors import TfschedError
 
@@ -134,6 +135,36 @@ class TaskHost:
                 os.close(fd)
         if self.nice:
             os.nice(self.nice)
+
+
+STOP_POLL_S = 0.5  # how often ``wait_for`` asks whether to stop a program
+
+
+def wait_for(program, timeout_s: float, stop: Callable[[], bool] | None = None) -> None:
+    """Wait until ``program`` (a ``Popen`` or a ``ForkedTask``) ends. One that outlives
+    ``timeout_s`` is killed and raises ``subprocess.TimeoutExpired``; one that runs when
+    ``stop()`` says so (asked every ``STOP_POLL_S``) is killed, and this returns once it has
+    gone: a program that waits on a task of the cluster that died (a coordinator of TensorFlow
+    2 waits for a worker to come back) need not hold its caller until its timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            program.wait(max(0.0, left if stop is None else min(left, STOP_POLL_S)))
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        except BaseException:  # Ctrl-C: the program goes too, as ``subprocess.run``'s does
+            program.kill()
+            program.wait()
+            raise
+        timed_out = time.monotonic() >= deadline
+        if timed_out or (stop is not None and stop()):
+            program.kill()
+            program.wait()
+            if timed_out:
+                raise subprocess.TimeoutExpired(program.args, timeout_s) from None
+            return
 
 
 class ForkedTask:
@@ -385,10 +416,13 @@ class Forks:
         self._lifelines: set = set()  # the write ends of the running programs' lifelines
         self._closed = False
 
-    def run(self, argv: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    def run(
+        self, argv: list[str], timeout_s: float, stop: Callable[[], bool] | None = None
+    ) -> subprocess.CompletedProcess:
         """``python ARGV`` (``["-m", MODULE, ...]`` or ``[SCRIPT, ...]``) forked: its exit code,
         stdout and stderr. A program that outlives ``timeout_s`` is killed and raises
-        ``subprocess.TimeoutExpired`` (its ``cmd``: ``"pid N"``); a zygote that ended or never got
+        ``subprocess.TimeoutExpired`` (its ``cmd``: ``"pid N"``); one that runs when ``stop()``
+        says so is killed and returns as killed (``wait_for``); a zygote that ended or never got
         ready gives a failed run whose stderr says so with the zygote's last line of stderr."""
         argv = list(argv)
         with self._lock:
@@ -424,10 +458,8 @@ class Forks:
             else:
                 self._lifelines.add(program.stdin)
         try:
-            program.wait(timeout_s)
+            wait_for(program, timeout_s, stop)
         except subprocess.TimeoutExpired:
-            program.kill()
-            program.wait()
             raise subprocess.TimeoutExpired(f"pid {pid}", timeout_s) from None
         finally:
             with self._lock:
