@@ -266,7 +266,7 @@ def _fails_and_hangs(bound_s: int) -> None:
         TfschedError, match=r"^mode baseline's coordinator stopped: a task of the cluster died \(gone\)$"
     ):
         run_round(args, "baseline", bound_s, lambda: ["gone"] if time.monotonic() > start + 1 else [])
-    assert time.monotonic() - start < 1 + 2
+    assert time.monotonic() - start < 1 + 10  # (its bound: 5 s forked, 20 s in a process of its own)
 
 
 def test_a_cost_round_that_fails_is_said_and_leaves_the_costs_out():
