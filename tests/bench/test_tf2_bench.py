@@ -299,7 +299,7 @@ def test_a_cost_round_that_fails_on_a_dead_task_fails_the_run_by_name():
 @pytest.mark.parametrize(
     "job, when", [("worker", "tracing worker 0"), ("worker", "round 1/"), ("ps", "round 1/")]
 )
-def test_a_task_that_dies_stops_the_tf2_run_at_once_naming_it(job, when):
+def test_a_task_that_dies_stops_the_tf2_run_at_once_naming_it(job, when, monkeypatch):
     """A coordinator waits for a dead worker to come back: until the hundred-and-eleventh session
     worker 0 killed as its step function was traced alone held the run for the first round's
     bound (30 minutes; still running 300 s after the kill), and killed in the first round it held
@@ -307,16 +307,21 @@ def test_a_task_that_dies_stops_the_tf2_run_at_once_naming_it(job, when):
     import signal
     import time
 
-    from tfsched.bench import tf2
-    from tfsched.bench.profile import task_processes
+    from tfsched.bench import run, tf2
     from tfsched.errors import TfschedError
 
-    killed = []
+    killed, clusters = [], []
+    real = run.host_cluster
+
+    def host_cluster(*args, **kwargs):  # the run's own cluster (not a task another test left)
+        clusters.append(real(*args, **kwargs))
+        return clusters[-1]
+
+    monkeypatch.setattr(run, "host_cluster", host_cluster)
 
     def progress(msg):  # the task dies as the phase starts, as a crashing host would
         if msg.startswith(when) and not killed:
-            pid = next(pid for pid, name in task_processes().items() if name == f"{job}:0")
-            os.kill(pid, signal.SIGKILL)
+            clusters[-1].procs[(job, 0)].send_signal(signal.SIGKILL)
             killed.append(time.monotonic())
 
     with pytest.raises(TfschedError) as e:
