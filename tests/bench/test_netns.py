@@ -47,6 +47,32 @@ def test_cluster_starts_trains_and_leaves_nothing_behind():
     assert _leftovers(tag) == []
 
 
+@pytest.mark.tf
+def test_a_dead_hosts_stand_in_answers_in_its_namespace_and_goes_with_the_cluster():
+    """``bench.standin`` at a dead task's address on its host: the session whose master it was
+    fails at once, where it waited for its run's deadline."""
+    import tensorflow as tf
+
+    from tfsched.models import build_graph
+
+    with netns.EmulatedCluster(ps=1, workers=2, bandwidth_bps=1e9, vanilla=True) as c:
+        tag = c._tag
+        built = build_graph("seq32", worker_task=1)
+        sess = tf.compat.v1.Session(c.target("worker", 1), graph=built.graph)
+        sess.run(built.init_op)
+        c.procs[("worker", 1)].kill()
+        t = time.monotonic()
+        with pytest.raises(tf.errors.FailedPreconditionError, match="/job:worker/task:1 at .* is gone"):
+            sess.run(built.train_op, options=tf.compat.v1.RunOptions(timeout_in_ms=600_000))
+        assert time.monotonic() - t < 15
+        assert c.standing_in() == [("worker", 1)]
+        standin = c._standins[("worker", 1)]
+        with pytest.raises(tf.errors.FailedPreconditionError):
+            sess.close()
+    assert standin.poll() is not None
+    assert _leftovers(tag) == []
+
+
 def test_failure_while_starting_cleans_up(monkeypatch):
     def boom(self):
         raise RuntimeError("a task failed to start")

@@ -17,7 +17,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +31,10 @@ from tfsched.units import check_link_bandwidth
 
 # how much lower than this process the tasks of a relayed LocalCluster run (nice)
 RELAYED_TASKS_NICE = 5
+# How often a cluster asks whether a task has died, to start its stand-in (``TaskHandles``), and
+# how long that may take to serve.
+WATCH_S = 0.5
+STANDIN_START_S = 10.0
 # Set (unless the environment sets it) in every process tfsched starts, and in the ``tfsched``
 # command: ``import tensorflow`` with Keras 3 installed loads it, and with it scikit-learn and
 # IPython where they are installed (the tuner's Bayesian optimization needs scikit-learn). tfsched's
@@ -279,6 +285,7 @@ class TaskHandles:
         ``host`` and ``spec_of``), each in a group capped at ``host_cores`` if set, and wait
         until each serves."""
         self.log_dir = tempfile.mkdtemp(prefix="tfsched-tasks-")
+        self._netns = lambda job, index, place=host: place(job, index).netns  # a stand-in's
         if self.host_cores:
             from tfsched.bench.hostcpu import HostCpu
 
@@ -291,10 +298,66 @@ class TaskHandles:
         self._launch = {"host": host, "spec_of": spec_of, "inter_op_threads": self.inter_op_threads}
         self.procs = start_tasks(self.spec, vanilla=self.vanilla, log_dir=self.log_dir, **self._launch)
         wait_ready(self.procs, self.start_timeout_s, self.log_dir)
+        self._watch_lock, self._watch_stop = threading.Lock(), threading.Event()
+        self._standins, self._restarting = {}, set()
+        self._watcher = threading.Thread(target=self._watch, name="tfsched-task-watch", daemon=True)
+        self._watcher.start()
+
+    # what watches the tasks once they serve (``_watch``)
+    _watcher: threading.Thread | None = None
+    _standins: dict | None = None  # (job, index) -> its stand-in's Popen (None: it did not start)
+
+    def _watch(self) -> None:
+        """Every ``WATCH_S`` until ``stop_all``: a task that died, and is not being restarted,
+        gets a stand-in at its address (``bench.standin``), which fails at once the calls that
+        would wait for the task until their deadlines: a session's whose master it was (up to a
+        bench step's 600 s) and its close (``deadlines.SESSION_CALL_TIMEOUT_S``)."""
+        while not self._watch_stop.wait(WATCH_S):
+            with self._watch_lock:
+                if self._watch_stop.is_set():
+                    return
+                for task, p in list(self.procs.items()):
+                    if task not in self._standins and task not in self._restarting and p.poll() is not None:
+                        self._standins[task] = self._stand_in(*task, exit_status(p.returncode))
+
+    def _stand_in(self, job: str, index: int, how: str):
+        """Task ``job:index``'s stand-in, serving in its network namespace (a ``Popen``), or
+        None if it did not serve within ``STANDIN_START_S`` (its port taken): the calls then wait
+        for their deadlines, as without it."""
+        from tfsched.bench.standin import READY
+
+        address = self.spec[job][index]
+        message = f"cluster task /job:{job}/task:{index} at {address} is gone ({how})"
+        argv = [sys.executable, "-m", "tfsched.bench.standin", address, message]
+        p = subprocess.Popen(
+            [*TaskHost(netns=self._netns(job, index)).prefix(), *argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        ready, _, _ = select.select([p.stdout], [], [], STANDIN_START_S)
+        if ready and p.stdout.readline().strip() == READY:
+            return p
+        stop_processes([p])
+        return None
+
+    def standing_in(self) -> list[tuple[str, int]]:
+        """The tasks that died whose stand-in serves at their address (``_watch``)."""
+        with self._watch_lock:
+            return sorted(task for task, p in self._standins.items() if p is not None and p.poll() is None)
 
     def stop_all(self) -> None:
-        """Stop every task and remove their logs (and their capped groups)."""
+        """Stop every task and their stand-ins, and remove their logs (and their capped
+        groups)."""
+        if self._watcher is not None:  # the tasks it stops now are no deaths
+            with self._watch_lock:
+                self._watch_stop.set()
+            self._watcher.join()
+            self._watcher = None
         stop_processes(self.procs.values())
+        stop_processes(p for p in (self._standins or {}).values() if p is not None)
+        self._standins = None
         if self.host_cpu is not None:
             self.host_cpu.close()
             self.host_cpu = None
@@ -332,11 +395,18 @@ class TaskHandles:
         """Kill one task and start it again at its address, as a cluster manager brings back a
         failed task (a PS's variables are lost: a client recreates its session and restores
         them)."""
+        with self._watch_lock:  # its address is its own again, not a stand-in's
+            self._restarting.add((job, index))
+            standin = self._standins.pop((job, index), None)
+        if standin is not None:
+            stop_processes([standin])
         self.kill(job, index)
         fresh = start_tasks(
             self.spec, vanilla=self.vanilla, log_dir=self.log_dir, only=(job, index), **self._launch
         )
-        self.procs.update(fresh)
+        with self._watch_lock:
+            self.procs.update(fresh)
+            self._restarting.discard((job, index))
         wait_ready(fresh, self.start_timeout_s, self.log_dir)
 
 
