@@ -86,6 +86,7 @@ def test_a_session_whose_master_died_fails_at_once_and_its_address_is_freed_with
         assert not _bindable(address)
         assert cluster.dead_tasks() == ["/job:worker/task:1 killed by SIGKILL"]  # still a death
     assert _bindable(address)  # the stand-in went with the cluster
+    assert cluster.standing_in() == []
 
 
 @pytest.mark.tf

@@ -329,13 +329,16 @@ class TaskHandles:
         address = self.spec[job][index]
         message = f"cluster task /job:{job}/task:{index} at {address} is gone ({how})"
         argv = [sys.executable, "-m", "tfsched.bench.standin", address, message]
-        p = subprocess.Popen(
-            [*TaskHost(netns=self._netns(job, index)).prefix(), *argv],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
+        try:
+            p = subprocess.Popen(
+                [*TaskHost(netns=self._netns(job, index)).prefix(), *argv],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+        except OSError:  # no process to start (too many open files, no ``ip``): no stand-in
+            return None
         ready, _, _ = select.select([p.stdout], [], [], STANDIN_START_S)
         if ready and p.stdout.readline().strip() == READY:
             return p
@@ -344,6 +347,8 @@ class TaskHandles:
 
     def standing_in(self) -> list[tuple[str, int]]:
         """The tasks that died whose stand-in serves at their address (``_watch``)."""
+        if self._watcher is None:  # never started, or stopped with the tasks
+            return []
         with self._watch_lock:
             return sorted(task for task, p in self._standins.items() if p is not None and p.poll() is None)
 
