@@ -258,8 +258,10 @@ def test_an_acknowledgement_is_measured_on_a_real_cluster():
     tf = import_tensorflow()
     with LocalCluster(ps=1, workers=1) as cluster:
         target = cluster.target("worker", 0)
-        ends = pull_ends(task_processes())
+        ends = pull_ends(cluster.task_pids())  # its own, not a task another test left behind
         assert all(ends.values()), ends
+        # by name among this process's children, as a caller without the cluster finds them
+        assert set(ends["send"]) <= set(pull_ends(task_processes())["send"])
         per_ack = ack_cpu_s(tf, target, ends, cluster.dead_tasks)
         assert ack_cpu_s(tf, target, {"send": [], "recv": ends["recv"]}) == 0.0
         cluster.procs[("ps", 0)].send_signal(signal.SIGKILL)

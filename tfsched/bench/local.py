@@ -378,6 +378,11 @@ class TaskHandles:
             if p.poll() is not None
         ]
 
+    def task_pids(self) -> dict[int, str]:
+        """Every task's process: pid -> "job:index", as ``bench.profile.task_processes`` finds
+        them by name among this process's children, but this cluster's only."""
+        return {p.pid: f"{job}:{index}" for (job, index), p in self.procs.items()}
+
     def target(self, job: str = "worker", index: int = 0) -> str:
         return f"grpc://{self.spec[job][index]}"
 

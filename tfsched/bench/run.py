@@ -730,7 +730,12 @@ COMM_MIN_MESSAGE_CPU_S = 0.3  # the cut took this much CPU (a message's cost is 
 
 
 def _comm_cpu_costs(
-    tf, target: str, built, options, dead_tasks: Callable[[], list[str]] | None = None
+    tf,
+    target: str,
+    built,
+    options,
+    dead_tasks: Callable[[], list[str]] | None = None,
+    tasks: dict[int, str] | None = None,
 ) -> tuple[float, float, tuple[float, float] | None, tuple[float, float] | None]:
     """CPU seconds this machine spends per byte moved between two tasks past each message's own
     cost, and per message (a tensor sent with almost no bytes, past the step's own cost); and the
@@ -757,7 +762,7 @@ def _comm_cpu_costs(
     with its results, as if nothing had died).
 
     The shares come from the same steps: each task process's CPU (``/proc/<pid>/stat``, the
-    bench's tasks, ``bench.profile.task_processes``) over them; the rest of the machine's is the
+    cluster's ``tasks``, pid -> "job:index"; None: ``bench.profile.task_processes``) over them; the rest of the machine's is the
     kernel's, in no task's process. The simulator charges each end's share to its own task's
     cores (``TimeOracle.host_byte_shares``). Measured since the sixty-fourth session: on
     ResNet-50 training at 10 Gbit/s on half-core hosts the sending PS 0.27 to 0.32 and the
@@ -799,7 +804,7 @@ def _comm_cpu_costs(
             fetches = {"whole": whole, "cut": cut, "none": none}
             return whole_and_cut_costs(
                 lambda name: sess.run(fetches[name], options=options),
-                pull_ends(task_processes()),
+                pull_ends(task_processes() if tasks is None else tasks),
                 extra_bytes=nbytes - small,
                 messages=len(cut),
             )
@@ -1175,6 +1180,7 @@ def run_side_by_side(
     done: Callable[[int, int], None] | None = None,
     log_tasks=(),
     builders: dict[str, Callable[[int], object]] | None = None,
+    tasks: dict[int, str] | None = None,
 ) -> dict[str, ModeResult]:
     """Train every mode ``rounds`` times ``steps`` steps on every worker, interleaved.
 
@@ -1201,7 +1207,9 @@ def run_side_by_side(
     exited, for a failed step's error: a worker's step only sees that a peer went away. Closing
     the sessions is bounded too (a session whose PS died can wait on it forever): what has not
     closed in ``deadlines.SESSION_CLOSE_TIMEOUT_S`` is left to the cluster's exit, which stops
-    every task.
+    every task. ``tasks``: the cluster's task processes, whose CPU is each task's
+    (``TaskHandles.task_pids``; None: this process's children that are tasks, by name, which
+    would count a task another cluster of this process left behind).
     ``step_log``: each worker's part of every timed step is appended to it (``StepRecord``), to
     line the steps up with what else was measured meanwhile (``bench.profile``). ``log_tasks``:
     the cluster spec or every task's address (``rpclog.task_addresses``), whose RPC logging is
@@ -1238,7 +1246,8 @@ def run_side_by_side(
     results = {mode: ModeResult(mode) for mode in configs}
     from tfsched.bench.profile import task_processes, tasks_cpu_s
 
-    procs = task_processes()  # the cluster's task processes, if this process started them
+    # the cluster's task processes: ``tasks``, else this process's children that are tasks
+    procs = task_processes() if tasks is None else tasks
     # One graph and session per (mode, worker), kept for all rounds: what a user's job does.
     sessions = {}
     runners = {}  # (mode, worker) -> CrossingRunner, for the modes across the barrier
@@ -1495,6 +1504,7 @@ def run_side_by_side(
                     builder_of(bases[0])(0),
                     fitted(run_options, slowest_step.get((bases[0], 0))),
                     dead_tasks,
+                    procs,
                 )
                 for base_mode in bases[1:]:  # the machine's, whatever PS holds a variable
                     results[base_mode].comm_cpu_s_per_byte = first.comm_cpu_s_per_byte
@@ -1716,6 +1726,7 @@ def cluster_side_by_side(
                 trace_steps=trace_steps,
                 progress=progress,
                 dead_tasks=cluster.dead_tasks,
+                tasks=cluster.task_pids(),
                 step_log=step_log,
                 done=done,
                 log_tasks=cluster.spec,
@@ -1723,13 +1734,12 @@ def cluster_side_by_side(
             )
             if measure and any(acknowledges(specs[name]) for name in results):
                 # the machine's, as the baselines keep what a message costs
-                from tfsched.bench.profile import task_processes
                 from tfsched.graph._tf import import_tensorflow
 
                 if progress:
                     progress("measuring what an acknowledgement costs")
                 per_ack = ack_cpu_s(
-                    import_tensorflow(), targets[0], pull_ends(task_processes()), cluster.dead_tasks
+                    import_tensorflow(), targets[0], pull_ends(cluster.task_pids()), cluster.dead_tasks
                 )
                 for name, res in results.items():
                     if split_placed(name)[0] == "baseline":
