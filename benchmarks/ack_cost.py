@@ -75,7 +75,7 @@ def configs(tf, opts) -> dict:
 
 def measure(opts) -> dict:
     from tfsched.bench.local import LocalCluster
-    from tfsched.bench.profile import task_cpu_s, task_processes
+    from tfsched.bench.profile import task_cpu_s
     from tfsched.enforce import stats
     from tfsched.graph._tf import import_tensorflow
 
@@ -92,9 +92,7 @@ def measure(opts) -> dict:
     acks_per_step = None
     with LocalCluster(ps=1, workers=1) as cluster:
         target = cluster.target("worker", 0)
-        pids = list(task_processes())
-        if len(pids) != 2:
-            raise SystemExit(f"found {len(pids)} task processes of the cluster, not its PS and worker")
+        pids = list(cluster.task_pids())  # its PS and worker
         sessions = {w: tf1.Session(target, graph=graph, config=c) for w, c in configs(tf, opts).items()}
         try:
             sessions["whole"].run(init)
