@@ -324,8 +324,6 @@ class TaskHandles:
         """Task ``job:index``'s stand-in, serving in its network namespace (a ``Popen``), or
         None if it did not serve within ``STANDIN_START_S`` (its port taken): the calls then wait
         for their deadlines, as without it."""
-        from tfsched.bench.standin import READY
-
         address = self.spec[job][index]
         message = f"cluster task /job:{job}/task:{index} at {address} is gone ({how})"
         argv = [sys.executable, "-m", "tfsched.bench.standin", address, message]
@@ -339,11 +337,12 @@ class TaskHandles:
             )
         except OSError:  # no process to start (too many open files, no ``ip``): no stand-in
             return None
-        ready, _, _ = select.select([p.stdout], [], [], STANDIN_START_S)
-        if ready and p.stdout.readline().strip() == READY:
-            return p
-        stop_processes([p])
-        return None
+        try:
+            wait_ready({(job, index): p}, STANDIN_START_S, self.log_dir)  # its "ready", as a task's
+        except TfschedError:
+            stop_processes([p])
+            return None
+        return p
 
     def standing_in(self) -> list[tuple[str, int]]:
         """The tasks that died whose stand-in serves at their address (``_watch``)."""

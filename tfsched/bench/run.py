@@ -734,8 +734,8 @@ def _comm_cpu_costs(
     target: str,
     built,
     options,
+    tasks: dict[int, str],
     dead_tasks: Callable[[], list[str]] | None = None,
-    tasks: dict[int, str] | None = None,
 ) -> tuple[float, float, tuple[float, float] | None, tuple[float, float] | None]:
     """CPU seconds this machine spends per byte moved between two tasks past each message's own
     cost, and per message (a tensor sent with almost no bytes, past the step's own cost); and the
@@ -761,8 +761,8 @@ def _comm_cpu_costs(
     ``run_side_by_side`` names the task (until the hundred-and-eleventh session the run ended
     with its results, as if nothing had died).
 
-    The shares come from the same steps: each task process's CPU (``/proc/<pid>/stat``, the
-    cluster's ``tasks``, pid -> "job:index"; None: ``bench.profile.task_processes``) over them; the rest of the machine's is the
+    The shares come from the same steps: each task process's CPU (``/proc/<pid>/stat``, of the
+    cluster's ``tasks``, pid -> "job:index") over them; the rest of the machine's is the
     kernel's, in no task's process. The simulator charges each end's share to its own task's
     cores (``TimeOracle.host_byte_shares``). Measured since the sixty-fourth session: on
     ResNet-50 training at 10 Gbit/s on half-core hosts the sending PS 0.27 to 0.32 and the
@@ -797,14 +797,12 @@ def _comm_cpu_costs(
                 small += v.dtype.size
     if nbytes <= small:
         return 0.0, 0.0, None, None
-    from tfsched.bench.profile import task_processes
-
     try:
         with tf.compat.v1.Session(target, graph=built.graph, config=session_config()) as sess:
             fetches = {"whole": whole, "cut": cut, "none": none}
             return whole_and_cut_costs(
                 lambda name: sess.run(fetches[name], options=options),
-                pull_ends(task_processes() if tasks is None else tasks),
+                pull_ends(tasks),
                 extra_bytes=nbytes - small,
                 messages=len(cut),
             )
@@ -816,7 +814,7 @@ def _comm_cpu_costs(
 
 def pull_ends(tasks: dict[int, str]) -> dict[str, list[int]]:
     """The processes at each end of worker 0's pulls among ``tasks`` (pid -> ``job:index``,
-    ``bench.profile.task_processes``): the senders (every PS, ``send``) and the receiver
+    ``bench.local.TaskHandles.task_pids``): the senders (every PS, ``send``) and the receiver
     (worker 0, ``recv``).
 
     >>> pull_ends({10: "ps:0", 11: "ps:1", 12: "worker:0", 13: "worker:1"})
@@ -1503,8 +1501,8 @@ def run_side_by_side(
                     targets[0],
                     builder_of(bases[0])(0),
                     fitted(run_options, slowest_step.get((bases[0], 0))),
-                    dead_tasks,
                     procs,
+                    dead_tasks,
                 )
                 for base_mode in bases[1:]:  # the machine's, whatever PS holds a variable
                     results[base_mode].comm_cpu_s_per_byte = first.comm_cpu_s_per_byte

@@ -19,8 +19,6 @@ from __future__ import annotations
 import sys
 from concurrent import futures
 
-READY = "ready"
-
 
 def refusing_server(address: str, message: str):
     """A started ``grpc.server`` at ``address`` whose every method, unary or streaming, ends with
@@ -55,7 +53,7 @@ def main(argv: list[str]) -> int:
     except RuntimeError as e:
         print(f"tfsched stand-in: {e}", file=sys.stderr)
         return 1
-    print(READY, flush=True)
+    print("ready", flush=True)  # what ``bench.local.wait_ready`` reads, as from a task
     sys.stdin.read()  # until the cluster's end closes it
     server.stop(grace=None)
     return 0
