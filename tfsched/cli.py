@@ -53,6 +53,13 @@ class _Group(click.Group):
         except TfschedError as e:
             click.echo(f"Error: {e}", err=True)
             sys.exit(1)
+        except RuntimeError as e:  # this process could start no thread: the limit it met, in one line
+            from tfsched.bench.threadlimit import explain
+
+            if explain(str(e)) == str(e):
+                raise
+            click.echo(f"Error: {explain(str(e))}", err=True)
+            sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
 
 

@@ -107,3 +107,36 @@ def test_a_task_restarted_after_its_death_takes_its_address_back_from_its_stand_
             assert sess.run([built.train_op, built.loss])[1] > 0
         time.sleep(1.5)  # a few of the watch's rounds: a live task has no stand-in
         assert cluster.standing_in() == []
+
+
+@pytest.mark.tf
+def test_a_stand_in_whose_port_was_held_a_while_starts_once_it_is_free():
+    import tensorflow as tf
+
+    from tfsched.bench.local import LocalCluster
+    from tfsched.models import build_graph
+
+    with LocalCluster(ps=1, workers=1) as cluster:
+        built = build_graph("seq32")
+        sess = tf.compat.v1.Session(cluster.target("worker", 0), graph=built.graph)
+        sess.run(built.init_op)
+        address = cluster.spec["worker"][0]
+        host, port = address.rsplit(":", 1)
+        cluster.kill("worker", 0)
+        # its port held at once, before the watch's stand-in (a Python start) can take it
+        with socket.socket() as holder:
+            holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            holder.bind((host, int(port)))
+            holder.listen()
+            time.sleep(3)  # the stand-in's first tries fail
+            assert cluster.standing_in() == []
+        # tried again, 1 s after the first failure and twice as long each time: within 4 s
+        freed = time.monotonic()
+        assert _wait(lambda: cluster.standing_in() == [("worker", 0)], 15)
+        assert time.monotonic() - freed < 8
+        t = time.monotonic()
+        with pytest.raises(tf.errors.FailedPreconditionError, match="is gone"):
+            sess.run(built.train_op, options=tf.compat.v1.RunOptions(timeout_in_ms=600_000))
+        assert time.monotonic() - t < 15
+        with pytest.raises(tf.errors.FailedPreconditionError):
+            sess.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tfsched.bench.server import INTER_OP_FLAG
+from tfsched.bench.threadlimit import explain
 from tfsched.bench.zygote import TaskHost, start_python, zygote
 from tfsched.errors import TfschedError
 from tfsched.units import check_link_bandwidth
@@ -35,6 +37,10 @@ RELAYED_TASKS_NICE = 5
 # how long that may take to serve.
 WATCH_S = 0.5
 STANDIN_START_S = 10.0
+# A stand-in that could not start (its port held a while, by a process on its way out or another
+# run's) is tried again after 1 s, then twice as long each time, up to STANDIN_RETRY_MAX_S: a
+# stand-in's try costs a Python start, about 0.15 s of a core.
+STANDIN_RETRY_MAX_S = 30.0
 # Set (unless the environment sets it) in every process tfsched starts, and in the ``tfsched``
 # command: ``import tensorflow`` with Keras 3 installed loads it, and with it scikit-learn and
 # IPython where they are installed (the tuner's Bayesian optimization needs scikit-learn). tfsched's
@@ -178,19 +184,33 @@ def start_tasks(
 # coordinator's first function on a worker logged "failed call to cuInit" there, which then
 # stood for the cause of the worker's death (``task_log``)
 NO_GPU_LINES = ("failed call to cuInit", "Could not find cuda drivers")
+# The lines of the stack trace a task prints as it aborts (absl's, after a failed check or on a
+# signal), which ``task_log`` passes over for the line that says why; and the prefix of
+# TensorFlow's log lines (severity, time, thread), which says nothing of it.
+_STACK_LINE = re.compile(r"@ +0x[0-9a-f]+|\*\*\* .* \*\*\*$|PC: @ ")
+_LOG_PREFIX = re.compile(r"^[FEWI]\d{4} [\d:.]+ +\d+ ")
 
 
 def task_log(log_dir: str, job: str, index: int) -> str:
     """The last line a task wrote to its stderr ("" if none): once it serves, the last since then
-    (what TensorFlow logs while starting, e.g. that it found no GPU, says nothing of a crash), and
-    none of ``NO_GPU_LINES``.
+    (what TensorFlow logs while starting, e.g. that it found no GPU, says nothing of a crash),
+    none of ``NO_GPU_LINES``, and none of an abort's stack trace, without the log line's prefix.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
     ...     with open(os.path.join(d, "worker0.log"), "w") as f:
     ...         _ = f.write("tfsched task: serving\\nE0000 cuda_platform.cc:52] failed call to cuInit: (303)\\n")
     ...     task_log(d, "worker", 0)
+    ...     with open(os.path.join(d, "worker1.log"), "w") as f:
+    ...         _ = f.write(
+    ...             "F0000 00:00:1796503981.176784    4627 env.cc:84] Check failed: ret == 0 (11 vs. 0)\\n"
+    ...             "*** Check failure stack trace: ***\\n"
+    ...             "    @     0x7f5f8791d314  absl::log_internal::LogMessage::SendToLog()\\n"
+    ...             "    @     0x7f5f88da6ce3  cfunction_call"
+    ...         )
+    ...     task_log(d, "worker", 1)
     ''
+    'env.cc:84] Check failed: ret == 0 (11 vs. 0)'
     """
     from tfsched.bench.server import SERVING
 
@@ -203,13 +223,17 @@ def task_log(log_dir: str, job: str, index: int) -> str:
         return ""
     if SERVING in lines:
         lines = lines[len(lines) - lines[::-1].index(SERVING) :]
-    return next((x for x in reversed(lines) if x and not any(n in x for n in NO_GPU_LINES)), "")
+    said = (
+        x for x in reversed(lines) if x and not _STACK_LINE.match(x) and not any(n in x for n in NO_GPU_LINES)
+    )
+    return _LOG_PREFIX.sub("", next(said, ""))
 
 
 def task_said(log_dir: str, job: str, index: int, how: str) -> str:
-    """ "/job:ps/task:0 <how>: <the last line it logged>" (without the colon part if none)."""
-    said = task_log(log_dir, job, index)
-    return f"/job:{job}/task:{index} {how}" + (f": {said[:300]}" if said else "")
+    """ "/job:ps/task:0 <how>: <the last line it logged>" (without the colon part if none), and
+    the limit it met if that line tells of a thread it could not start (``threadlimit.explain``)."""
+    said = explain(task_log(log_dir, job, index)[:300])
+    return f"/job:{job}/task:{index} {how}" + (f": {said}" if said else "")
 
 
 def exit_status(code: int | None) -> str:
@@ -299,31 +323,47 @@ class TaskHandles:
         self.procs = start_tasks(self.spec, vanilla=self.vanilla, log_dir=self.log_dir, **self._launch)
         wait_ready(self.procs, self.start_timeout_s, self.log_dir)
         self._watch_lock, self._watch_stop = threading.Lock(), threading.Event()
-        self._standins, self._restarting = {}, set()
+        self._standins, self._restarting, self._retries = {}, set(), {}
         self._watcher = threading.Thread(target=self._watch, name="tfsched-task-watch", daemon=True)
         self._watcher.start()
 
     # what watches the tasks once they serve (``_watch``)
     _watcher: threading.Thread | None = None
     _standins: dict | None = None  # (job, index) -> its stand-in's Popen (None: it did not start)
+    _retries: dict | None = None  # (job, index) -> (when its stand-in is tried again, the wait after)
 
     def _watch(self) -> None:
         """Every ``WATCH_S`` until ``stop_all``: a task that died, and is not being restarted,
         gets a stand-in at its address (``bench.standin``), which fails at once the calls that
         would wait for the task until their deadlines: a session's whose master it was (up to a
-        bench step's 600 s) and its close (``deadlines.SESSION_CALL_TIMEOUT_S``)."""
+        bench step's 600 s) and its close (``deadlines.SESSION_CALL_TIMEOUT_S``). A stand-in
+        that could not start, or that ended, is tried again (``STANDIN_RETRY_MAX_S``)."""
         while not self._watch_stop.wait(WATCH_S):
             with self._watch_lock:
                 if self._watch_stop.is_set():
                     return
                 for task, p in list(self.procs.items()):
-                    if task not in self._standins and task not in self._restarting and p.poll() is not None:
-                        self._standins[task] = self._stand_in(*task, exit_status(p.returncode))
+                    if task in self._restarting or p.poll() is None:
+                        continue
+                    standin = self._standins.get(task)
+                    if standin is not None and standin.poll() is None:
+                        continue  # it serves
+                    again_at, wait_s = self._retries.get(task, (0.0, 1.0))
+                    if time.monotonic() < again_at:
+                        continue
+                    self._standins[task] = self._stand_in(*task, exit_status(p.returncode))
+                    if self._standins[task] is None:
+                        self._retries[task] = (
+                            time.monotonic() + wait_s,
+                            min(2 * wait_s, STANDIN_RETRY_MAX_S),
+                        )
+                    else:
+                        self._retries.pop(task, None)
 
     def _stand_in(self, job: str, index: int, how: str):
         """Task ``job:index``'s stand-in, serving in its network namespace (a ``Popen``), or
         None if it did not serve within ``STANDIN_START_S`` (its port taken): the calls then wait
-        for their deadlines, as without it."""
+        for their deadlines, as without it, unless a later try starts it (``_watch``)."""
         address = self.spec[job][index]
         message = f"cluster task /job:{job}/task:{index} at {address} is gone ({how})"
         argv = [sys.executable, "-m", "tfsched.bench.standin", address, message]
@@ -407,6 +447,7 @@ class TaskHandles:
         with self._watch_lock:  # its address is its own again, not a stand-in's
             self._restarting.add((job, index))
             standin = self._standins.pop((job, index), None)
+            self._retries.pop((job, index), None)
         if standin is not None:
             stop_processes([standin])
         self.kill(job, index)
@@ -482,6 +523,11 @@ class LocalCluster(TaskHandles):
         """The cluster spec for a client that hands one to every task (TensorFlow 2's coordinator):
         with relays, each task's relay for every host (``RelayedSpec.shared_spec``)."""
         return self.spec if self.relays is None else self.relays.shared_spec
+
+    def dead_tasks(self) -> list[str]:
+        """``TaskHandles.dead_tasks``, and each task a relay could not carry a connection to
+        (``RelayedSpec.failures``): a step fails on either as on a peer gone."""
+        return super().dead_tasks() + (self.relays.failures() if self.relays is not None else [])
 
     def close(self) -> None:
         self.stop_all()

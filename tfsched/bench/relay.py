@@ -50,6 +50,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 
+from tfsched.bench.threadlimit import explain
 from tfsched.errors import TfschedError
 
 # A relay reads and paces about CHUNK_S of its link's time at a time, from MIN_CHUNK to
@@ -212,8 +213,15 @@ class Relay:
         self._conns: list[tuple[socket.socket, socket.socket, list[threading.Thread]]] = []
         self._lock = threading.Lock()
         self._closed = False
+        # the first connection it could not carry, in words to follow "cluster task " (as
+        # ``TaskHandles.dead_tasks``' do)
+        self.failures: list[str] = []
         self._acceptor = threading.Thread(target=self._accept, name=f"tfsched-relay-{self.port}", daemon=True)
-        self._acceptor.start()
+        try:
+            self._acceptor.start()
+        except RuntimeError as e:  # no thread to be had (threadlimit)
+            self._listener.close()
+            raise TfschedError(f"{self._name()} could not start: {explain(str(e))}") from None
 
     def _accept(self) -> None:
         while True:
@@ -243,8 +251,28 @@ class Relay:
                     out.close()
                     return
                 self._conns = [c for c in self._conns if not _ended(c)] + [(conn, out, pumps)]
-            for t in pumps:
-                t.start()
+            try:
+                for t in pumps:
+                    t.start()
+            except RuntimeError as e:  # no thread to be had: end the connection, its peer retries
+                with self._lock:  # said before the peer sees the end; its retries would say it again
+                    self._conns = [c for c in self._conns if c[0] is not conn]
+                    if not self.failures:
+                        self.failures.append(
+                            f"{_host_name(self.dst)} unreachable from {_host_name(src)}: its relay could not "
+                            f"carry a connection: {explain(str(e))}"
+                        )
+                _shutdown(conn, out)  # a pump that started sees it and ends
+                for t in pumps:
+                    if t.ident is not None:  # started
+                        t.join(timeout=5)
+                conn.close()
+                out.close()
+
+    def _name(self) -> str:
+        """The relay in words: "the relay from /job:worker/task:0 to /job:ps/task:0"."""
+        src = "every host" if self.src is None else _host_name(self.src)
+        return f"the relay from {src} to {_host_name(self.dst)}"
 
     def _pumps(self, a: socket.socket, b: socket.socket, frm, to) -> list:
         """The threads' (target, args) that move ``a``'s bytes to ``b``."""
@@ -371,6 +399,15 @@ class _InFlight:
             self._cond.notify_all()
 
 
+def _host_name(host) -> str:
+    """A host in words.
+
+    >>> _host_name(("ps", 0)), _host_name(CLIENT)
+    ('/job:ps/task:0', 'the driver')
+    """
+    return "the driver" if host == CLIENT else f"/job:{host[0]}/task:{host[1]}"
+
+
 def _shutdown(*socks: socket.socket) -> None:
     for s in socks:
         try:
@@ -455,6 +492,10 @@ class RelayedSpec:
 
     def client_address(self, job: str, index: int) -> str:
         return f"127.0.0.1:{self.relays[(CLIENT, (job, index))].port}"
+
+    def failures(self) -> list[str]:
+        """What each relay could not carry (a connection it had no thread for), in words."""
+        return [failure for r in self.relays.values() for failure in list(r.failures)]
 
     def close(self) -> None:
         for r in self.relays.values():
