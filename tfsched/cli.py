@@ -54,7 +54,7 @@ class _Group(click.Group):
             click.echo(f"Error: {e}", err=True)
             sys.exit(1)
         except RuntimeError as e:  # this process could start no thread: the limit it met, in one line
-            from tfsched.bench.threadlimit import explain
+            from tfsched.bench.limits import explain
 
             if explain(str(e)) == str(e):
                 raise

@@ -149,6 +149,12 @@ def test_a_host_that_fails_half_built_is_removed_too(monkeypatch):
     assert len(shaped) == 3 and c._tag and _leftovers(c._tag) == []
 
 
+def _ours() -> list[str]:
+    """This process's namespaces (another test's come and go beside them under ``pytest -n``)."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    return [ns for ns in listed if ns.startswith(f"{netns.PREFIX}{netns.run_tag()}")]
+
+
 def test_latency_on_the_namespaces_links_or_one_clear_refusal():
     """netem adds the latency where the kernel has it; where it does not (this project's machine),
     the cluster says so and names the relays, which add it in user space, before making anything."""
@@ -169,11 +175,11 @@ def test_latency_on_the_namespaces_links_or_one_clear_refusal():
         assert sum("netem" in line and "delay 5ms" in line for line in downlinks) == 2
         return
     assert "netem" in why
-    before = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert _ours() == []
     c = netns.EmulatedCluster(ps=1, workers=1, bandwidth_bps=1e9, latency_s=0.005, start_tasks=False)
     with pytest.raises(netns.TfschedError, match=r"cannot add latency .*netem.*--shaped-loopback"):
         c.__enter__()
-    assert ours() == []
+    assert _ours() == []
     for command in ("bench", "tune"):  # at once: before a batch size is measured or a graph built
         p = cli(command, "--model", "seq32", "--latency", "1ms", timeout=60)
         assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
@@ -227,11 +233,8 @@ def test_a_link_tc_cannot_shape_as_asked_is_refused_before_anything_is_made():
     with pytest.raises(netns.TfschedError, match="at this bandwidth it holds at most 34.3 s"):
         netns.check_shaping(1e9, 35.0)
     assert "rate 1Gbit burst 500000b lat 34.3s" in uplink(bandwidth_bps=1e9, queue_s=34.3)
-    def ours() -> list[str]:  # this process's namespaces (another test's come and go beside it)
-        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
-        return [ns for ns in listed if ns.startswith(f"{netns.PREFIX}{netns.run_tag()}")]
 
-    assert ours() == []
+    assert _ours() == []
     for kw, why in (
         (dict(bandwidth_bps=100e9), "more than tc's tbf holds"),
         (dict(bandwidth_bps=1e9, queue_s=35.0), "more than tc's tbf holds"),
@@ -239,7 +242,7 @@ def test_a_link_tc_cannot_shape_as_asked_is_refused_before_anything_is_made():
     ):
         with pytest.raises(netns.TfschedError, match=why):
             uplink(**kw)
-    assert ours() == []
+    assert _ours() == []
     # from the commands: one line, at once (bench before its batch size is measured, tune before a
     # graph is built, demo before its analysis)
     for command, args, why in (
@@ -257,7 +260,7 @@ def test_a_link_tc_cannot_shape_as_asked_is_refused_before_anything_is_made():
         p.returncode == 1
         and "Error: the emulated hosts share one /24 subnet: at most 253 tasks, got 254" in p.stderr
     )
-    assert ours() == []
+    assert _ours() == []
     # a prediction takes any bandwidth: only a shaped link is bounded
     p = cli("demo", "--model", "seq32", "--bandwidth", "1bit", "--no-train", timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]

@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tfsched.bench.limits import counters, explain, explain_death
 from tfsched.bench.server import INTER_OP_FLAG
-from tfsched.bench.threadlimit import explain
 from tfsched.bench.zygote import TaskHost, start_python, zygote
 from tfsched.errors import TfschedError
 from tfsched.units import check_link_bandwidth
@@ -229,11 +229,13 @@ def task_log(log_dir: str, job: str, index: int) -> str:
     return _LOG_PREFIX.sub("", next(said, ""))
 
 
-def task_said(log_dir: str, job: str, index: int, how: str) -> str:
-    """ "/job:ps/task:0 <how>: <the last line it logged>" (without the colon part if none), and
-    the limit it met if that line tells of a thread it could not start (``threadlimit.explain``)."""
-    said = explain(task_log(log_dir, job, index)[:300])
-    return f"/job:{job}/task:{index} {how}" + (f": {said}" if said else "")
+def task_said(log_dir: str, job: str, index: int, how: str, since: dict | None = None) -> str:
+    """ "/job:ps/task:0 <how>: <the last line it logged>" (without the colon part if none), with
+    the limit it met since ``since`` (``limits.counters``): the out-of-memory killer's
+    (``limits.explain_death``), or one on threads if that line tells of a thread it could not
+    start (``limits.explain``)."""
+    said = explain(task_log(log_dir, job, index)[:300], since)
+    return f"/job:{job}/task:{index} {explain_death(how, since)}" + (f": {said}" if said else "")
 
 
 def exit_status(code: int | None) -> str:
@@ -246,8 +248,9 @@ def exit_status(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def wait_ready(procs: dict, timeout_s: float, log_dir: str) -> None:
-    """Wait for every task's "ready" line, never longer than ``timeout_s`` in all."""
+def wait_ready(procs: dict, timeout_s: float, log_dir: str, since: dict | None = None) -> None:
+    """Wait for every task's "ready" line, never longer than ``timeout_s`` in all (a task that
+    did not start named with the limit it met since ``since``, ``task_said``)."""
     deadline = time.monotonic() + timeout_s
     for (job, index), p in procs.items():
         remaining = deadline - time.monotonic()
@@ -263,7 +266,9 @@ def wait_ready(procs: dict, timeout_s: float, log_dir: str) -> None:
                     why = "closed its stdout"
             else:
                 why = f"said {line.strip()[:100]!r}"
-            raise TfschedError(f"cluster task {task_said(log_dir, job, index, f'did not start ({why})')}")
+            raise TfschedError(
+                f"cluster task {task_said(log_dir, job, index, f'did not start ({why})', since)}"
+            )
 
 
 def stop_processes(procs) -> None:
@@ -303,6 +308,7 @@ class TaskHandles:
     # cores of its own each task's host has (a CPU quota, ``bench.hostcpu``); 0: all share them
     host_cores: float = 0.0
     host_cpu = None  # its bench.hostcpu.HostCpu while the tasks run
+    _since: dict | None = None  # the limits' counts as the tasks started (``limits.counters``)
 
     def start_all(self, host=lambda job, index: TaskHost(), spec_of=None) -> None:
         """Start every task of ``spec`` (its stderr in a fresh ``log_dir``; ``start_tasks``'
@@ -320,8 +326,9 @@ class TaskHandles:
             )
         # to start a task again (restart)
         self._launch = {"host": host, "spec_of": spec_of, "inter_op_threads": self.inter_op_threads}
+        self._since = counters()  # what a task that dies met is what the limits count from here
         self.procs = start_tasks(self.spec, vanilla=self.vanilla, log_dir=self.log_dir, **self._launch)
-        wait_ready(self.procs, self.start_timeout_s, self.log_dir)
+        wait_ready(self.procs, self.start_timeout_s, self.log_dir, self._since)
         self._watch_lock, self._watch_stop = threading.Lock(), threading.Event()
         self._standins, self._restarting, self._retries = {}, set(), {}
         self._watcher = threading.Thread(target=self._watch, name="tfsched-task-watch", daemon=True)
@@ -412,7 +419,7 @@ class TaskHandles:
         """Every task that exited, each as "/job:ps/task:0 killed by SIGABRT: <its last log
         line>": what a failed step reports, since a step only sees that a peer went away."""
         return [
-            task_said(self.log_dir, job, index, exit_status(p.returncode))
+            task_said(self.log_dir, job, index, exit_status(p.returncode), self._since)
             for (job, index), p in self.procs.items()
             if p.poll() is not None
         ]
@@ -457,7 +464,7 @@ class TaskHandles:
         with self._watch_lock:
             self.procs.update(fresh)
             self._restarting.discard((job, index))
-        wait_ready(fresh, self.start_timeout_s, self.log_dir)
+        wait_ready(fresh, self.start_timeout_s, self.log_dir, self._since)
 
 
 @dataclass

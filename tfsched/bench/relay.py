@@ -50,7 +50,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 
-from tfsched.bench.threadlimit import explain
+from tfsched.bench.limits import counters, explain
 from tfsched.errors import TfschedError
 
 # A relay reads and paces about CHUNK_S of its link's time at a time, from MIN_CHUNK to
@@ -198,11 +198,20 @@ class Relay:
     which host an accepted connection comes from: a cluster spec every task shares can then
     name the relays (``RelayedSpec.shared_spec``)."""
 
-    def __init__(self, links: Links, src, dst, target: str, source_of: Callable | None = None):
+    def __init__(
+        self,
+        links: Links,
+        src,
+        dst,
+        target: str,
+        source_of: Callable | None = None,
+        since: dict | None = None,
+    ):
         if src is None and source_of is None:
             raise ValueError("a relay for every host needs source_of")
         self.links, self.src, self.dst = links, src, dst
         self.source_of = source_of
+        self._since = counters() if since is None else since  # what a failure met counts from here
         host, port = target.rsplit(":", 1)
         self.target = (host, int(port))
         self._listener = socket.socket()
@@ -219,9 +228,9 @@ class Relay:
         self._acceptor = threading.Thread(target=self._accept, name=f"tfsched-relay-{self.port}", daemon=True)
         try:
             self._acceptor.start()
-        except RuntimeError as e:  # no thread to be had (threadlimit)
+        except RuntimeError as e:  # no thread to be had (limits)
             self._listener.close()
-            raise TfschedError(f"{self._name()} could not start: {explain(str(e))}") from None
+            raise TfschedError(f"{self._name()} could not start: {explain(str(e), self._since)}") from None
 
     def _accept(self) -> None:
         while True:
@@ -260,7 +269,7 @@ class Relay:
                     if not self.failures:
                         self.failures.append(
                             f"{_host_name(self.dst)} unreachable from {_host_name(src)}: its relay could not "
-                            f"carry a connection: {explain(str(e))}"
+                            f"carry a connection: {explain(str(e), self._since)}"
                         )
                 _shutdown(conn, out)  # a pump that started sees it and ends
                 for t in pumps:
@@ -451,12 +460,15 @@ class RelayedSpec:
         open_files_for(len(tasks) * (len(tasks) + 1))
         self.relays: dict = {}
         self.pids = pids
+        since = counters()
         try:
             for dst in tasks:
                 for src in [CLIENT, *tasks, None]:  # None: the shared relay, every host's
                     if src != dst:
                         source_of = self.host_of if src is None else None
-                        self.relays[(src, dst)] = Relay(self.links, src, dst, spec[dst[0]][dst[1]], source_of)
+                        self.relays[(src, dst)] = Relay(
+                            self.links, src, dst, spec[dst[0]][dst[1]], source_of, since
+                        )
         except BaseException:
             self.close()
             raise

@@ -1,28 +1,28 @@
-"""A thread that cannot start, for real: processes in a cgroup whose ``pids.max`` is too low for
-a cluster (``bench.threadlimit``). A task that aborts names the line that says why and the limit
+"""Limits met for real (``bench.limits``): processes in a cgroup whose ``pids.max`` is too low
+for a cluster, or whose memory is. A task that aborts names the line that says why and the limit
 it met, not a frame of its stack trace; a relay that has no thread for a connection ends it and
-says so, and carries the next once threads are there."""
+says so, and carries the next once threads are there; a task the out-of-memory killer ends is
+said to be, with its group's memory."""
 
 import ast
 import os
+import re
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from tfsched.bench.threadlimit import pids_groups
-
-ROOT = "/sys/fs/cgroup/pids"  # cgroup v1's pids hierarchy, as on this machine and CI's
+from tfsched.bench.limits import groups
 
 
-@pytest.fixture
-def pids_group():
-    """A pids cgroup of its own below this process's (cgroup v1), removed afterwards."""
-    if os.geteuid() != 0 or not os.path.isfile(os.path.join(ROOT, "cgroup.procs")):
-        pytest.skip("needs root and cgroup v1's pids controller")
-    own = next((g for g in pids_groups() if g.startswith(ROOT)), ROOT)
-    group = os.path.join(own, f"tfsched-test-pids-{os.getpid()}")
+def _group_of_own(controller: str, limit_file: str):
+    """A cgroup v1 group of ``controller`` below this process's, removed afterwards."""
+    root = f"/sys/fs/cgroup/{controller}"  # cgroup v1's hierarchy, as on this machine and CI's
+    if os.geteuid() != 0 or not os.path.isfile(os.path.join(root, "cgroup.procs")):
+        pytest.skip(f"needs root and cgroup v1's {controller} controller")
+    own = next((g for g in groups(controller, limit_file) if g.startswith(root)), root)
+    group = os.path.join(own, f"tfsched-test-{controller}-{os.getpid()}")
     os.mkdir(group)
     try:
         yield group
@@ -33,6 +33,16 @@ def pids_group():
         assert not left, f"processes left in {group}: {left}"
 
 
+@pytest.fixture
+def pids_group():
+    yield from _group_of_own("pids", "pids.max")
+
+
+@pytest.fixture
+def memory_group():
+    yield from _group_of_own("memory", "memory.limit_in_bytes")
+
+
 def _run_in(group: str, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
     """``argv`` run in ``group`` (a shell that enters it, then execs)."""
     enter = f'echo $$ > {group}/cgroup.procs && exec "$@"'
@@ -41,8 +51,18 @@ def _run_in(group: str, argv: list[str], timeout: float) -> subprocess.Completed
     )
 
 
-def _set_max(group: str, value) -> None:
-    with open(os.path.join(group, "pids.max"), "w") as f:
+def _error_line(group: str, args: list[str], timeout: float) -> str:
+    """``tfsched ARGS`` run in ``group``: it fails with one ``Error:`` line and no traceback,
+    which is returned."""
+    p = _run_in(group, [sys.executable, "-m", "tfsched.cli", *args], timeout=timeout)
+    assert p.returncode == 1, p.stderr[-2000:]
+    errors = [line for line in p.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    return errors[0]
+
+
+def _set_max(group: str, value, name: str = "pids.max") -> None:
+    with open(os.path.join(group, name), "w") as f:
         f.write(str(value))
 
 
@@ -50,21 +70,18 @@ def _set_max(group: str, value) -> None:
 @pytest.mark.cluster
 def test_a_task_without_threads_names_why_and_the_cgroup_limit_it_met(pids_group, tmp_path):
     _set_max(pids_group, 150)  # 2,717 threads ran a 16-worker cluster here; a task takes about 100
-    p = _run_in(
+    error = _error_line(
         pids_group,
-        [sys.executable, "-m", "tfsched.cli", "trace", "--model", "seq32", "--workers", "2", "--steps", "1"]
+        ["trace", "--model", "seq32", "--workers", "2", "--steps", "1"]
         + ["-o", str(tmp_path / "trace.json")],
-        timeout=300,
+        300,
     )
-    assert p.returncode == 1, p.stderr[-2000:]
-    errors = [line for line in p.stderr.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
     # the line the abort said why with (before: the last frame of its stack trace, "@ 0x...")
-    assert "cluster task /job:" in errors[0] and "killed by SIGABRT" in errors[0], errors[0]
-    assert "Check failed: ret == 0 (11 vs. 0)" in errors[0] and "pthread_create() failed" in errors[0]
-    assert "@ " not in errors[0] and not errors[0].count("F0000")
-    assert f"the cgroup {pids_group} allows 150 processes and threads (its pids.max)" in errors[0]
-    assert errors[0].endswith(": raise it, or run fewer tasks)")
+    assert "cluster task /job:" in error and "killed by SIGABRT" in error, error
+    assert "Check failed: ret == 0 (11 vs. 0)" in error and "pthread_create() failed" in error
+    assert "@ " not in error and not error.count("F0000")
+    assert f"the cgroup {pids_group} allows 150 processes and threads (its pids.max)" in error
+    assert error.endswith(": raise it, or run fewer tasks)")
     assert not (tmp_path / "trace.json").exists()  # nothing written half-way
 
 
@@ -131,26 +148,33 @@ def test_relays_without_threads_to_start_are_one_line_naming_the_relay_and_the_l
     # 1 PS and 16 workers on loopback are 306 relays, a thread each before any task starts
     _set_max(pids_group, 200)
     out = tmp_path / "bench.json"
-    p = _run_in(
+    error = _error_line(
         pids_group,
-        [
-            sys.executable,
-            "-m",
-            "tfsched.cli",
-            "bench",
-            "--model",
-            "seq32",
-            "--shaped-loopback",
-            "--workers",
-            "16",
-        ]
-        + ["--steps", "1", "--rounds", "1", "--modes", "baseline,tio", "--batch-size", "8", "-o", str(out)],
-        timeout=300,
+        ["bench", "--model", "seq32", "--shaped-loopback", "--workers", "16", "--steps", "1", "--rounds", "1"]
+        + ["--modes", "baseline,tio", "--batch-size", "8", "-o", str(out)],
+        300,
     )
-    assert p.returncode == 1, p.stderr[-2000:]
-    errors = [line for line in p.stderr.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
-    assert errors[0].startswith("Error: the relay from /job:"), errors[0]
-    assert " could not start: can't start new thread (the cgroup " in errors[0]
-    assert f"{pids_group} allows 200 processes and threads (its pids.max)" in errors[0]
+    assert error.startswith("Error: the relay from /job:"), error
+    assert " could not start: can't start new thread (the cgroup " in error
+    assert f"{pids_group} allows 200 processes and threads (its pids.max)" in error
     assert not list(tmp_path.iterdir())  # nothing written half-way
+
+
+@pytest.mark.tf
+@pytest.mark.cluster
+def test_a_task_the_out_of_memory_killer_ended_is_named_so_with_its_cgroups_memory(memory_group, tmp_path):
+    # VGG16's 553 MB of variables on the PS, pulled by the worker and its gradients pushed back
+    _set_max(memory_group, 2**30, "memory.limit_in_bytes")  # the PS's first run takes more
+    error = _error_line(
+        memory_group,
+        ["trace", "--model", "vgg16", "--workers", "1", "--steps", "1"]
+        + ["-o", str(tmp_path / "trace.json")],
+        600,
+    )
+    # a task, not the run's own process (the tasks' oom_score_adj, bench.server.OOM_SCORE_ADJ)
+    assert "cluster task /job:" in error, error
+    said = re.escape(
+        f"killed by SIGKILL, by the out-of-memory killer: the cgroup {memory_group} allows 1 GiB"
+    )
+    assert re.search(said + r" of memory, and it killed (1 process|\d+ processes) there", error), error
+    assert not (tmp_path / "trace.json").exists()  # nothing written half-way
