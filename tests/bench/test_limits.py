@@ -178,3 +178,25 @@ def test_a_task_the_out_of_memory_killer_ended_is_named_so_with_its_cgroups_memo
     )
     assert re.search(said + r" of memory, and it killed (1 process|\d+ processes) there", error), error
     assert not (tmp_path / "trace.json").exists()  # nothing written half-way
+
+
+def test_the_kernel_log_tells_whom_the_out_of_memory_killer_killed(memory_group):
+    from tfsched.bench.limits import counters, explain_death
+
+    if counters()["kernel_log_seq"] < 0:
+        pytest.skip("the kernel's log (/dev/kmsg) cannot be read here")
+    _set_max(memory_group, 100 * 2**20, "memory.limit_in_bytes")
+    since = counters()
+    hog = subprocess.Popen(
+        ["sh", "-c", f'echo $$ > {memory_group}/cgroup.procs && exec "$@"', "sh", sys.executable, "-c"]
+        + ["b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096])"]
+    )
+    assert hog.wait(timeout=60) == -9  # SIGKILL, from the killer
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    bystander.kill()
+    bystander.wait()
+    said = explain_death("killed by SIGKILL", since, hog.pid)  # the shell exec'd it: its pid
+    assert said.startswith("killed by SIGKILL, by the out-of-memory killer: the cgroup "), said
+    assert f"{memory_group} allows 100 MiB of memory, and it killed 1 process there" in said, said
+    # a process killed by SIGKILL that the killer did not kill is not said to be, though it killed
+    assert explain_death("killed by SIGKILL", since, bystander.pid) == "killed by SIGKILL"

@@ -7,7 +7,9 @@ Python's raises ``RuntimeError: can't start new thread``. Neither says which lim
 cluster takes many threads: measured on this machine (2 cores; 113th session), the bench process
 of ``tfsched bench --model seq32 --shaped-loopback --workers 16`` had 919 threads at most (its
 306 relays, one thread each to accept and two for each connection), and the machine 2,717 with
-its 17 tasks (about 100 threads each on two cores; TensorFlow sizes its pools by the cores).
+its 17 tasks (about 100 threads each on two cores; TensorFlow sizes its pools by the cores);
+with ``--latency 1ms``, whose relays take two threads each way of a connection, 1,492 and 3,292.
+VGG16 on 1 PS and 4 workers had 100 in the bench process and 933 on the machine.
 Run in a cgroup whose ``pids.max`` was 1,500, worker 9 aborted as it started, and the run said
 only ``cluster task /job:worker/task:9 did not start (killed by SIGABRT): @ 0x7fd57fda6ce3
 cfunction_call``: a frame of the abort's stack trace (``bench.local.task_log`` now skips them).
@@ -19,10 +21,12 @@ that tells of a thread that did not start; the pids controller counts each fork 
 (``pids.events``), so a cgroup's is named where it refused one since the cluster started.
 
 Memory. A task the kernel's out-of-memory killer ends is "killed by SIGKILL", as one a user
-killed, and says nothing. The memory controller counts its kills (cgroup v1's
-``memory.oom_control``, v2's ``memory.events``), and so does the kernel for the machine
-(``/proc/vmstat``'s ``oom_kill``): ``explain_death`` says so where one of them rose since the
-cluster started (``counters``).
+killed, and says nothing. The kernel logs each kill (``/dev/kmsg``: an ``oom-kill:`` record with
+the process's pid and the cgroup whose memory ran out, ``oom_memcg``), and ``explain_death``
+says so of a task the log names since the cluster started (``counters``). Where the log cannot
+be read (it needs root, or ``kernel.dmesg_restrict`` 0) it goes by the killer's counts, which
+do not say whom it killed: the memory controller's (cgroup v1's ``memory.oom_control``, v2's
+``memory.events``) and the machine's (``/proc/vmstat``'s ``oom_kill``).
 """
 
 from __future__ import annotations
@@ -107,7 +111,8 @@ def _count(path: str, key: str) -> int:
 def counters() -> dict[str, int]:
     """What the limits have refused or killed so far, for ``explain`` and ``explain_death`` to
     tell what a failure met from what came before it: forks the pids controller refused in this
-    process's group, the out-of-memory killer's kills in its memory group and on the machine."""
+    process's group, the out-of-memory killer's kills in its memory group and on the machine,
+    and the kernel's log's last record (-1: the log cannot be read)."""
     pids = pids_groups()
     memory = _memory_groups()
     own_memory = memory[0][0] if memory else ""
@@ -120,7 +125,74 @@ def counters() -> dict[str, int]:
         if own_memory
         else 0,
         "machine_oom_kills": _count("/proc/vmstat", "oom_kill"),
+        "kernel_log_seq": _kernel_log(-1)[0],
     }
+
+
+def _kernel_log(after: int) -> tuple[int, list[bytes]]:
+    """The kernel's log (``/dev/kmsg``): the last record's sequence number, and the messages of
+    the records after sequence number ``after``; (-1, []) where it cannot be read (it needs root,
+    or ``kernel.dmesg_restrict`` 0)."""
+    try:
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return -1, []
+    last, messages = -1, []
+    try:
+        while True:
+            try:
+                record = os.read(fd, 8192)  # one record a read: "prio,seq,time,flags;message"
+            except BlockingIOError:  # read to the end
+                break
+            except OSError:  # EPIPE: the record was overwritten meanwhile; the next follows
+                continue
+            head, _, message = record.partition(b";")
+            fields = head.split(b",")
+            if len(fields) > 1 and fields[1].isdigit():
+                last = int(fields[1])
+                if last > after:
+                    messages.append(message)
+    finally:
+        os.close(fd)
+    return last, messages
+
+
+def _oom_kills(since: dict) -> list[dict[str, str]] | None:
+    """The out-of-memory killer's kills since ``since`` (``counters``), from the kernel's log: each
+    its ``oom-kill:`` record's fields ("constraint", "oom_memcg", "pid", ...); None where the log
+    cannot be read."""
+    after = since.get("kernel_log_seq", -1)
+    last, messages = _kernel_log(after) if after >= 0 else (-1, [])
+    if last < 0:
+        return None
+    kills = []
+    for message in messages:
+        if message.startswith(b"oom-kill:"):
+            text = message[len(b"oom-kill:") :].decode("utf-8", "replace").strip()
+            kills.append(dict(field.partition("=")[::2] for field in text.split(",")))
+    return kills
+
+
+def _memory_limit(memcg: str) -> tuple[int, str] | None:
+    """The memory limit of the cgroup the kernel names ``memcg`` (v1 or v2), with its directory."""
+    for group, name in ((BASE + "/memory" + memcg, "memory.limit_in_bytes"), (BASE + memcg, "memory.max")):
+        tightest = _tightest([(os.path.normpath(group), name)], no_limit=_NO_MEMORY_LIMIT)
+        if tightest:
+            return tightest
+    return None
+
+
+def _machine_ran_out(how: str) -> str:
+    mem = _read("/proc/meminfo").split("MemTotal:")[-1].split()[:1]
+    total = int(mem[0]) * 1024 if mem and mem[0].isdigit() else 0
+    return f"{how}, by the out-of-memory killer: this machine's {_gib(total)} of memory ran out"
+
+
+def _group_ran_out(how: str, limit: int, group: str, kills: int) -> str:
+    return (
+        f"{how}, by the out-of-memory killer: the cgroup {group} allows {_gib(limit)} of memory, "
+        f"and it killed {kills:,} process{'es' if kills > 1 else ''} there"
+    )
 
 
 def _rose(since: dict | None, now: dict, key: str) -> int:
@@ -171,35 +243,44 @@ def explain(line: str, since: dict | None = None) -> str:
 
 
 def _gib(nbytes: int) -> str:
-    """Bytes in GiB, to three digits.
+    """Bytes in GiB, or in MiB under one GiB, to three digits.
 
-    >>> _gib(3 * 2**30 // 2)
-    '1.5 GiB'
+    >>> _gib(3 * 2**30 // 2), _gib(100 * 2**20)
+    ('1.5 GiB', '100 MiB')
     """
+    if nbytes < 2**30:
+        return f"{nbytes / 2**20:.3g} MiB"
     return f"{nbytes / 2**30:.3g} GiB"
 
 
-def explain_death(how: str, since: dict | None) -> str:
-    """``how`` a task ended ("killed by SIGKILL"), and where the out-of-memory killer killed a
-    process since ``since`` (``counters``), that it did, with the memory it had: its cgroup's
-    tightest limit, or the machine's.
+def explain_death(how: str, since: dict | None, pid: int | None = None) -> str:
+    """``how`` a task ended ("killed by SIGKILL"), and where the out-of-memory killer killed it
+    since ``since`` (``counters``), that it did, with the memory it had: its cgroup's limit, or
+    the machine's. The kernel's log says whom the killer killed (``pid``) and in which cgroup;
+    where it cannot be read, a kill counted since in this process's group or on the machine is
+    taken for the task's.
 
     >>> explain_death("exit code 1", None)
     'exit code 1'
     """
     if "killed by SIGKILL" not in how or since is None:
         return how
+    kills = _oom_kills(since) if pid is not None else None
+    if kills is not None:
+        mine = [k for k in kills if k.get("pid") == str(pid)]
+        if not mine:
+            return how  # someone else's SIGKILL
+        if mine[-1].get("constraint") == "CONSTRAINT_MEMCG" and (memcg := mine[-1].get("oom_memcg")):
+            there = sum(k.get("oom_memcg") == memcg for k in kills)
+            found = _memory_limit(memcg)
+            if found:
+                return _group_ran_out(how, *found, there)
+        return _machine_ran_out(how)
     now = counters()
-    if (kills := _rose(since, now, "group_oom_kills")) > 0:
+    if (count := _rose(since, now, "group_oom_kills")) > 0:
         tightest = _tightest(_memory_groups(), no_limit=_NO_MEMORY_LIMIT)
         if tightest:
-            limit, group = tightest
-            return (
-                f"{how}, by the out-of-memory killer: the cgroup {group} allows {_gib(limit)} of memory, "
-                f"and it killed {kills:,} process{'es' if kills > 1 else ''} there"
-            )
-    if _rose(since, now, "machine_oom_kills") > 0 or kills > 0:
-        mem = _read("/proc/meminfo").split("MemTotal:")[-1].split()[:1]
-        total = int(mem[0]) * 1024 if mem and mem[0].isdigit() else 0
-        return f"{how}, by the out-of-memory killer: this machine's {_gib(total)} of memory ran out"
+            return _group_ran_out(how, *tightest, count)
+    if _rose(since, now, "machine_oom_kills") > 0 or count > 0:
+        return _machine_ran_out(how)
     return how

@@ -229,13 +229,15 @@ def task_log(log_dir: str, job: str, index: int) -> str:
     return _LOG_PREFIX.sub("", next(said, ""))
 
 
-def task_said(log_dir: str, job: str, index: int, how: str, since: dict | None = None) -> str:
+def task_said(
+    log_dir: str, job: str, index: int, how: str, since: dict | None = None, pid: int | None = None
+) -> str:
     """ "/job:ps/task:0 <how>: <the last line it logged>" (without the colon part if none), with
     the limit it met since ``since`` (``limits.counters``): the out-of-memory killer's
     (``limits.explain_death``), or one on threads if that line tells of a thread it could not
-    start (``limits.explain``)."""
+    start (``limits.explain``); ``pid``: its process."""
     said = explain(task_log(log_dir, job, index)[:300], since)
-    return f"/job:{job}/task:{index} {explain_death(how, since)}" + (f": {said}" if said else "")
+    return f"/job:{job}/task:{index} {explain_death(how, since, pid)}" + (f": {said}" if said else "")
 
 
 def exit_status(code: int | None) -> str:
@@ -267,7 +269,7 @@ def wait_ready(procs: dict, timeout_s: float, log_dir: str, since: dict | None =
             else:
                 why = f"said {line.strip()[:100]!r}"
             raise TfschedError(
-                f"cluster task {task_said(log_dir, job, index, f'did not start ({why})', since)}"
+                f"cluster task {task_said(log_dir, job, index, f'did not start ({why})', since, p.pid)}"
             )
 
 
@@ -419,7 +421,7 @@ class TaskHandles:
         """Every task that exited, each as "/job:ps/task:0 killed by SIGABRT: <its last log
         line>": what a failed step reports, since a step only sees that a peer went away."""
         return [
-            task_said(self.log_dir, job, index, exit_status(p.returncode), self._since)
+            task_said(self.log_dir, job, index, exit_status(p.returncode), self._since, p.pid)
             for (job, index), p in self.procs.items()
             if p.poll() is not None
         ]
