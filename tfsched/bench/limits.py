@@ -31,6 +31,7 @@ do not say whom it killed: the memory controller's (cgroup v1's ``memory.oom_con
 
 from __future__ import annotations
 
+import errno
 import os
 
 BASE = "/sys/fs/cgroup"
@@ -144,8 +145,10 @@ def _kernel_log(after: int) -> tuple[int, list[bytes]]:
                 record = os.read(fd, 8192)  # one record a read: "prio,seq,time,flags;message"
             except BlockingIOError:  # read to the end
                 break
-            except OSError:  # EPIPE: the record was overwritten meanwhile; the next follows
-                continue
+            except OSError as e:
+                if e.errno == errno.EPIPE:  # the record was overwritten meanwhile; the next follows
+                    continue
+                break
             head, _, message = record.partition(b";")
             fields = head.split(b",")
             if len(fields) > 1 and fields[1].isdigit():
