@@ -126,14 +126,14 @@ def counters() -> dict[str, int]:
         if own_memory
         else 0,
         "machine_oom_kills": _count("/proc/vmstat", "oom_kill"),
-        "kernel_log_seq": _kernel_log(-1)[0],
+        "kernel_log_seq": _kernel_log(None)[0],
     }
 
 
-def _kernel_log(after: int) -> tuple[int, list[bytes]]:
+def _kernel_log(after: int | None) -> tuple[int, list[bytes]]:
     """The kernel's log (``/dev/kmsg``): the last record's sequence number, and the messages of
-    the records after sequence number ``after``; (-1, []) where it cannot be read (it needs root,
-    or ``kernel.dmesg_restrict`` 0)."""
+    the records after sequence number ``after`` (None: none); (-1, []) where it cannot be read (it
+    needs root, or ``kernel.dmesg_restrict`` 0)."""
     try:
         fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
@@ -153,7 +153,7 @@ def _kernel_log(after: int) -> tuple[int, list[bytes]]:
             fields = head.split(b",")
             if len(fields) > 1 and fields[1].isdigit():
                 last = int(fields[1])
-                if last > after:
+                if after is not None and last > after:
                     messages.append(message)
     finally:
         os.close(fd)
