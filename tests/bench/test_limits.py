@@ -43,12 +43,14 @@ def memory_group():
     yield from _group_of_own("memory", "memory.limit_in_bytes")
 
 
+def _in(group: str, argv: list[str]) -> list[str]:
+    """``argv`` to run in ``group``: a shell that enters it, then execs it (its pid)."""
+    return ["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$@"', "sh", *argv]
+
+
 def _run_in(group: str, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
-    """``argv`` run in ``group`` (a shell that enters it, then execs)."""
-    enter = f'echo $$ > {group}/cgroup.procs && exec "$@"'
-    return subprocess.run(
-        ["sh", "-c", enter, "sh", *argv], capture_output=True, text=True, timeout=timeout, env=os.environ
-    )
+    """``argv`` run in ``group``."""
+    return subprocess.run(_in(group, argv), capture_output=True, text=True, timeout=timeout, env=os.environ)
 
 
 def _error_line(group: str, args: list[str], timeout: float) -> str:
@@ -188,14 +190,16 @@ def test_the_kernel_log_tells_whom_the_out_of_memory_killer_killed(memory_group)
     _set_max(memory_group, 100 * 2**20, "memory.limit_in_bytes")
     since = counters()
     hog = subprocess.Popen(
-        ["sh", "-c", f'echo $$ > {memory_group}/cgroup.procs && exec "$@"', "sh", sys.executable, "-c"]
-        + ["b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096])"]
+        _in(
+            memory_group,
+            [sys.executable, "-c", "b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096])"],
+        )
     )
     assert hog.wait(timeout=60) == -9  # SIGKILL, from the killer
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     bystander.kill()
     bystander.wait()
-    said = explain_death("killed by SIGKILL", since, hog.pid)  # the shell exec'd it: its pid
+    said = explain_death("killed by SIGKILL", since, hog.pid)
     assert said.startswith("killed by SIGKILL, by the out-of-memory killer: the cgroup "), said
     assert f"{memory_group} allows 100 MiB of memory, and it killed 1 process there" in said, said
     # a process killed by SIGKILL that the killer did not kill is not said to be, though it killed

@@ -34,7 +34,8 @@ from __future__ import annotations
 import errno
 import os
 
-BASE = "/sys/fs/cgroup"
+from tfsched.bench.hostcpu import BASE
+
 # what a line says where a thread could not start: TensorFlow's (tsl's PosixEnv), Python's
 THREAD_FAILURES = ("pthread_create", "can't start new thread")
 # cgroup v1's "no limit" for memory (the largest page-aligned int64); v2 writes "max"
@@ -81,9 +82,9 @@ def groups(
     return found
 
 
-def pids_groups(proc_cgroup: str = "/proc/self/cgroup", base: str = BASE) -> list[str]:
+def pids_groups() -> list[str]:
     """This process's pids cgroups, its own first (``groups``)."""
-    return groups("pids", "pids.max", proc_cgroup, base)
+    return groups("pids", "pids.max")
 
 
 def _memory_groups() -> list[tuple[str, str]]:
@@ -186,8 +187,7 @@ def _memory_limit(memcg: str) -> tuple[int, str] | None:
 
 
 def _machine_ran_out(how: str) -> str:
-    mem = _read("/proc/meminfo").split("MemTotal:")[-1].split()[:1]
-    total = int(mem[0]) * 1024 if mem and mem[0].isdigit() else 0
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     return f"{how}, by the out-of-memory killer: this machine's {_gib(total)} of memory ran out"
 
 
