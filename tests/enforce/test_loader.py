@@ -56,3 +56,88 @@ def test_a_checkout_on_the_path_builds_its_own_sources(tmp_path):
     )
     assert mine.returncode == 0, mine.stderr[-2000:]
     assert library != mine.stdout.split()[-1], "the changed sources must get their own library"
+
+
+def test_a_build_without_g_plus_plus_is_one_error_line(tmp_path, monkeypatch):
+    """No compiler on PATH: one TfschedError saying what to install, not a FileNotFoundError."""
+    from tfsched.enforce import build
+
+    monkeypatch.setenv("TFSCHED_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no g++
+    with pytest.raises(TfschedError) as e:
+        build.build()
+    assert "needs g++, and there is none on PATH" in str(e.value)
+    assert "apt-get install g++" in str(e.value)
+    assert not (tmp_path / "cache").exists(), "nothing made before the build could start"
+
+
+def test_a_cache_that_cannot_be_written_is_one_error_line(tmp_path, monkeypatch):
+    """A cache directory that cannot be made (here under a file, which root cannot get past
+    either) is named, with the variable that moves it."""
+    from tfsched.enforce import build
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("TFSCHED_CACHE_DIR", str(blocker / "cache"))
+    with pytest.raises(TfschedError) as e:
+        build.build()
+    msg = str(e.value)
+    assert msg.startswith(f"{blocker / 'cache'}: cannot write the tfsched op's build cache"), msg
+    assert "TFSCHED_CACHE_DIR" in msg
+
+
+def _compilers_of(path) -> list[str]:
+    """Command lines of the processes that compile a source under `path`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(path) in cmd and ".cc" in cmd:
+            found.append(cmd)
+    return found
+
+
+def test_a_unit_that_fails_ends_the_compiles_still_running(tmp_path, monkeypatch):
+    """The first unit fails at once while the others compile (seconds each): the error names
+    the unit and its first error, and no compiler of the others is left running after it."""
+    import shutil
+    from pathlib import Path
+
+    from tfsched.enforce import build
+
+    src = tmp_path / "cc"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "cc", src)
+    first = build.SOURCES[0]
+    (src / first).write_text("#error broken on purpose\n")
+    monkeypatch.setattr(build, "source_dir", lambda: str(src))
+    monkeypatch.setenv("TFSCHED_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(TfschedError) as e:
+        build.build()
+    msg = str(e.value)
+    assert first in msg and "broken on purpose" in msg, msg
+    assert _compilers_of(src) == []
+    assert not list((tmp_path / "cache").glob("*.so")), "no library from a failed build"
+
+
+def test_tfsched_bench_without_g_plus_plus_is_one_error_line(tmp_path, monkeypatch):
+    """The CLI at a build that cannot start: one Error line, exit 1, no traceback, no results."""
+    from tests.helpers import cli
+
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setenv("TFSCHED_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "bench.json"
+    run = cli(
+        *("bench", "--model", "seq32", "--loopback", "--workers", "1", "--batch-size", "4"),
+        *("--steps", "1", "--rounds", "1", "--modes", "baseline,tio", "-o", str(out)),
+        timeout=300,
+    )
+    said = run.stdout + run.stderr
+    assert run.returncode == 1, said[-3000:]
+    errors = [line for line in said.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "needs g++, and there is none on PATH" in errors[0], said[-3000:]
+    assert "Traceback" not in said
+    assert not list(tmp_path.glob("bench.*")), "no results file written half-way"

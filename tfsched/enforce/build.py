@@ -11,9 +11,12 @@ cluster that start together build it once.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -68,46 +71,88 @@ def library_path() -> tuple[str, str]:
 
 
 def build(force: bool = False) -> str:
-    """Build the library if this TensorFlow and these sources have none yet; returns its path."""
+    """Build the library if this TensorFlow and these sources have none yet; returns its path.
+
+    What stops a build is one `TfschedError` line: no ``g++`` on PATH, a cache directory it
+    cannot write, a compile or link that fails or outlasts ``BUILD_TIMEOUT_S``. The compiles
+    still running when one fails are ended, not left to write into a removed directory.
+    """
     path, version = library_path()
     if os.path.exists(path) and not force:
         return path
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".lock", "w") as lock:
+    compiler = shutil.which("g++")
+    if compiler is None:
+        raise TfschedError(
+            f"building the tfsched op for TensorFlow {version} needs g++, and there is none on "
+            "PATH: install it (Debian, Ubuntu: apt-get install g++)"
+        )
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        lock = open(path + ".lock", "w")  # closed by the with below
+    except OSError as e:
+        raise TfschedError(
+            f"{os.path.dirname(path)}: cannot write the tfsched op's build cache ({e.strerror}); "
+            "set TFSCHED_CACHE_DIR to a directory that can be written"
+        ) from None
+    with lock:
         _lock(lock, path)  # another process of the cluster may be building it
         if os.path.exists(path) and not force:
             return path
         cflags, lflags, _ = _flags()
         src = source_dir()
         with tempfile.TemporaryDirectory(prefix="tfsched-build-") as tmp:
-            objects, procs = [], []
-            for name in SOURCES:  # compile the translation units in parallel
-                obj = os.path.join(tmp, name + ".o")
-                objects.append(obj)
-                cmd = ["g++", "-c", os.path.join(src, name), "-o", obj, "-I", src, *cflags, *EXTRA_FLAGS]
-                procs.append(
-                    (cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-                )
-            for cmd, p in procs:
-                try:
-                    out, _ = p.communicate(timeout=BUILD_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    raise TfschedError(
-                        f"building the tfsched op timed out after {BUILD_TIMEOUT_S} s"
-                    ) from None
-                if p.returncode != 0:
-                    raise TfschedError(
-                        f"building the tfsched op for TensorFlow {version} failed ({' '.join(cmd[:3])}): "
-                        + _first_error(out)
-                    )
+            objects = [os.path.join(tmp, name + ".o") for name in SOURCES]
+            procs: list[tuple[list[str], subprocess.Popen]] = []
+            try:
+                for name, obj in zip(SOURCES, objects, strict=True):  # the units in parallel
+                    cmd = [compiler, "-c", os.path.join(src, name), "-o", obj, "-I", src]
+                    cmd += cflags + EXTRA_FLAGS
+                    procs.append((cmd, _start(cmd)))
+                for cmd, p in procs:
+                    out = _finish(p, f"compiling {os.path.basename(cmd[2])}")
+                    if p.returncode != 0:
+                        raise TfschedError(
+                            f"building the tfsched op for TensorFlow {version} failed "
+                            f"(g++ -c {os.path.basename(cmd[2])}): " + _first_error(out)
+                        )
+            finally:
+                for _, p in procs:  # a failed unit ends the others, before tmp is removed
+                    _end(p)
             tmp_lib = os.path.join(tmp, "lib.so")
-            link = ["g++", "-shared", *objects, "-o", tmp_lib, *lflags]
-            p = subprocess.run(link, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+            p = _start([compiler, "-shared", *objects, "-o", tmp_lib, *lflags])
+            out = _finish(p, "linking")
             if p.returncode != 0:
-                raise TfschedError(f"linking the tfsched op failed: {_first_error(p.stderr)}")
+                raise TfschedError(f"linking the tfsched op failed: {_first_error(out)}")
             os.replace(tmp_lib, path)  # atomic: no process ever loads a half-written library
     return path
+
+
+def _start(cmd: list[str]) -> subprocess.Popen:
+    """g++ in a process group of its own, so that ending it ends its compiler proper (cc1plus)."""
+    try:
+        return subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+    except OSError as e:  # e.g. a process limit met
+        raise TfschedError(f"cannot start g++ to build the tfsched op: {e.strerror}") from None
+
+
+def _finish(p: subprocess.Popen, what: str) -> str:
+    """Its output, once it ended; killed, and an error, past BUILD_TIMEOUT_S."""
+    try:
+        out, _ = p.communicate(timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _end(p)
+        raise TfschedError(f"building the tfsched op timed out after {BUILD_TIMEOUT_S} s ({what})") from None
+    return out
+
+
+def _end(p: subprocess.Popen) -> None:
+    """Kills `p`'s process group if `p` still runs, and reaps `p`."""
+    if p.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
 
 
 def _lock(lock, path: str) -> None:
@@ -132,5 +177,8 @@ def _first_error(output: str) -> str:
     return output.strip().splitlines()[-1][:300] if output.strip() else "no output"
 
 
-if __name__ == "__main__":  # python -m tfsched.enforce.build
-    print(build(force="--force" in sys.argv))
+if __name__ == "__main__":  # python -m tfsched.enforce.build [--force]
+    try:
+        print(build(force="--force" in sys.argv))
+    except TfschedError as e:
+        sys.exit(f"Error: {e}")
