@@ -120,7 +120,10 @@ def build(force: bool = False) -> str:
                     _end(p)
             tmp_lib = os.path.join(tmp, "lib.so")
             p = _start([compiler, "-shared", *objects, "-o", tmp_lib, *lflags])
-            out = _finish(p, "linking")
+            try:
+                out = _finish(p, "linking")
+            finally:
+                _end(p)  # e.g. at a KeyboardInterrupt: its own session does not get the SIGINT
             if p.returncode != 0:
                 raise TfschedError(f"linking the tfsched op failed: {_first_error(out)}")
             os.replace(tmp_lib, path)  # atomic: no process ever loads a half-written library
