@@ -1,6 +1,7 @@
 """Shaped links on loopback without root (``bench.relay``): the pacing, real sockets through the
 relays, and a real cluster whose tasks reach each other only through them."""
 
+import os
 import socket
 import threading
 import time
@@ -469,3 +470,30 @@ def test_namespaces_are_tried_before_they_are_said_to_be_available(monkeypatch):
         assert len(calls) == 1  # nothing made, nothing to remove
     finally:
         netns.available.cache_clear()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops root's privileges to a user's (needs root)")
+def test_a_user_without_root_is_told_namespaces_need_root_not_that_iproute2_is_missing():
+    """A user's PATH has no sbin, where ip and tc are: the check for root comes first, so a user
+    is not told to install what is installed. Run for real, in a child that became nobody with a
+    user's PATH."""
+    from tfsched.bench import netns
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: nobody, with a user's PATH; says what the check says
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            os.environ["PATH"] = "/usr/bin:/bin"
+            netns.available.cache_clear()
+            os.write(write, (netns.available() or "available").encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        said = f.read()
+    os.waitpid(pid, 0)
+    assert said == "network namespaces need root"

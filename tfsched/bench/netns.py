@@ -53,10 +53,10 @@ def _shape_in_a_probe(latency_s: float) -> None:
 def available() -> str | None:
     """None if namespaces can be used here, else why not: it makes one, shapes a link in it and
     removes it (a container can give root and iproute2 without the right to either)."""
+    if os.geteuid() != 0:  # first: a user's PATH has no sbin, where ip and tc are
+        return "network namespaces need root"
     if shutil.which("ip") is None or shutil.which("tc") is None:
         return "iproute2 (ip, tc) is not installed"
-    if os.geteuid() != 0:
-        return "network namespaces need root"
     try:
         _shape_in_a_probe(0.0)
     except TfschedError as e:
