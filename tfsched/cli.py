@@ -1532,10 +1532,12 @@ def tune(
     got = f"{best['throughput_steps_per_s']:.3f} steps/s"
     if "straggler" in best:
         got += f", straggler effect {best['straggler']:.3f}"
+    repeats = sum(t.confirm for t in result.history)
     line = (
         f"best: {b.describe()}, {got} (mean of {best['measurements']}"
         f" {'repeats' if best.get('repeats_only') else 'measurements'}) over "
-        f"{len(result.history)} trials"
+        f"{len(result.history) - repeats} trials"
+        + (f" and {repeats} repeats of the leaders" if repeats else "")
     )
     if api == "tf2":
         c = doc["config"]

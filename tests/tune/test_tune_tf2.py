@@ -63,7 +63,7 @@ def test_a_tf2_tuning_run_measures_each_setting_in_a_coordinator_of_its_own(tmp_
     assert Setting.from_json(best) == won and best["measurements"] == 2
     assert best["repeats_only"] is True and c["confirm_rounds"] == 2
     assert best["throughput_steps_per_s"] == pytest.approx(statistics.mean(repeats[won]))
-    assert "(mean of 2 repeats)" in p.stdout
+    assert "(mean of 2 repeats) over 2 trials and 4 repeats of the leaders" in p.stdout
     # how the leaders compared, best first, in the file and on the terminal
     assert [Setting.from_json(x) for x in doc["leaders"]] == sorted(
         order, key=lambda s: statistics.mean(repeats[s]), reverse=True
