@@ -151,10 +151,11 @@ def _finish(p: subprocess.Popen, what: str) -> str:
 
 
 def _end(p: subprocess.Popen) -> None:
-    """Kills `p`'s process group if `p` still runs, and reaps `p`."""
+    """Kills `p`'s process group if `p` still runs; reaps `p` and closes its pipe."""
     if p.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
+    if p.stdout is not None and not p.stdout.closed:  # not read by _finish yet
         p.communicate()
 
 
