@@ -2,6 +2,8 @@
 relays, and a real cluster whose tasks reach each other only through them."""
 
 import os
+import select
+import signal
 import socket
 import threading
 import time
@@ -483,6 +485,7 @@ def test_a_user_without_root_is_told_namespaces_need_root_not_that_iproute2_is_m
     pid = os.fork()
     if pid == 0:  # the child: nobody, with a user's PATH; says what the check says
         try:
+            signal.alarm(30)  # ends it, should anything hang
             os.close(read)
             os.setgroups([])
             os.setgid(65534)
@@ -494,6 +497,7 @@ def test_a_user_without_root_is_told_namespaces_need_root_not_that_iproute2_is_m
             os._exit(0)
     os.close(write)
     with os.fdopen(read) as f:
+        assert select.select([f], [], [], 60)[0], "the child said nothing in 60 s"
         said = f.read()
     os.waitpid(pid, 0)
     assert said == "network namespaces need root"
