@@ -523,8 +523,14 @@ class TestBadTraces:
         other = build_graph("par32")
         g = tmp_path / "par.pb"
         g.write_bytes(other.graph_def().SerializeToString())
-        p = self._run("analyze", str(g), "--fetch", "train", "--trace", str(traced["dir"] / "trace.json"))
-        self._one_line(p, "trace.json", "another graph")
+        trace = str(traced["dir"] / "trace.json")
+        p = self._run("analyze", str(g), "--fetch", "train", "--trace", trace)
+        self._one_line(p, f"Error: {trace}: the trace matches", f"transfers of {g}; it is from another graph")
+        # viz names the trace too, not the graph it was drawn beside
+        png = tmp_path / "o.png"
+        p = self._run("viz", trace, "-o", str(png), "--graph", str(g), "--fetch", "train")
+        self._one_line(p, f"Error: {trace}: the trace matches", f"transfers of {g}; it is from another graph")
+        assert not png.exists()
 
     @pytest.mark.tf
     @pytest.mark.cluster

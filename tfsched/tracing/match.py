@@ -158,8 +158,8 @@ def match_trace(graph: CommGraph, trace: Trace, source: str = "<trace>") -> Matc
     )
     if data and report.transfers_matched * 2 < len(data):
         raise TfschedError(
-            f"{source}: the trace matches {report.transfers_matched} of the {len(data)} transfers of this graph; "
-            "it is from another graph or another fetch"
+            f"{source}: the trace matches {report.transfers_matched} of the {len(data)} transfers of "
+            f"{graph.source or 'this graph'}; it is from another graph or another fetch"
         )
     return report
 

@@ -93,7 +93,7 @@ def _prediction(trace: Trace, graph_path: str, fetches: list[str] | None, step: 
     from tfsched.viz.plots import sim_rows
 
     graph = load_comm_graph(graph_path, fetches=fetches, tag_set=tag_set)
-    match_trace(graph, trace, graph_path)
+    match_trace(graph, trace, trace.source)  # the trace is what is of another graph
     oracle = oracle_for(graph, trace, fallback=TimeOracle.from_cost_model(graph))
     # what the traced steps ran, where the trace keeps it (as `analyze --trace` predicts)
     sg = build_sim_graph(graph_that_ran(trace, graph.fetches) or graph, oracle)
