@@ -181,3 +181,40 @@ def test_shaped_loopback_reaches_the_tuners_cluster(tmp_path, monkeypatch, api):
     done = CliRunner().invoke(main, [*args, "--trials", "1", "-o", str(out)])
     assert done.exit_code == 1 and "no cluster in this test" in done.output, done.output
     assert asked["relays"] is True and asked["bandwidth_bps"] == 200e6 and not out.exists()
+
+
+@pytest.mark.tf
+def test_a_users_graph_the_tuner_cannot_run_is_named_by_its_own_path(tmp_path):
+    """The tuner analyzes its own copy of a user's graph in a temporary directory: an error about
+    it named that copy (`/tmp/tfsched-tune-.../graph.pb`), not the user's file. And a graph with no
+    op on a PS is refused before the analysis, by `trace` too: its trace would have no transfer."""
+    import tensorflow as tf
+
+    def save(name: str, ps_variable: bool) -> str:
+        g = tf.Graph()
+        with g.as_default():
+            if ps_variable:
+                with tf.device("/job:ps/task:0"):  # on the PS, but not in the step
+                    tf.compat.v1.Variable(1.0, name="unused")
+            with tf.device("/job:worker/task:0"):
+                tf.identity(tf.constant(2.0) * 3.0, name="y")
+        path = tmp_path / name
+        path.write_bytes(g.as_graph_def().SerializeToString())
+        return str(path)
+
+    out = tmp_path / "t.json"
+    unused = save("unused-ps.pb", ps_variable=True)
+    p = cli(
+        "tune", "--graph", unused, "--fetch", "y", "--workers", "1", "--loopback", "-o", str(out), timeout=120
+    )
+    assert_one_line_error(
+        p, f"Error: {unused}: no parameter server: no op of the step is placed on a job named ps"
+    )
+    assert "tfsched-tune-" not in p.stderr
+    local = save("local.pb", ps_variable=False)
+    tune = ("tune", "--graph", local, "--fetch", "y", "--workers", "1", "--loopback")
+    trace = ("trace", "--graph", local, "--fetch", "y")  # its tasks are on loopback always
+    for args in (tune, trace):
+        p = cli(*args, "-o", str(out), timeout=120)
+        assert_one_line_error(p, f"Error: {local}: no op is placed on a PS task (/job:ps)")
+    assert not out.exists()

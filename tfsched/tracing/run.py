@@ -40,10 +40,23 @@ def load_user_graph(graph_path: str, fetches: list[str] | None, init: str | None
 def tasks_for_graph(graph, graph_path: str, ps: int | None, workers: int | None) -> tuple[int, int]:
     """(PS, workers) of a cluster that runs a user's ``graph`` (a tf.Graph): as given, else as
     many as its ops are placed on (at least one each). Fewer than that is one error, before any
-    task starts: the first run failed, for an op placed on a task the cluster did not have."""
+    task starts: the first run failed, for an op placed on a task the cluster did not have. So is
+    a graph with no op on a PS (one saved without its devices, as a TF2 SavedModel is): it ran,
+    and its trace had no transfer to order."""
     from tfsched.graph.devices import tasks_needed
 
-    needed = tasks_needed(op.device for op in graph.get_operations())
+    devices = [op.device for op in graph.get_operations()]
+    needed = tasks_needed(devices)
+    if not needed["ps"]:  # nothing would cross between tasks: a trace with no transfer in it
+        raise TfschedError(
+            f"{graph_path}: no op is placed on a PS task (/job:ps), so no tensor would cross "
+            "between tasks"
+            + (
+                "; the graph has no devices: save it with its placement (clear_devices=False)"
+                if not any(devices)
+                else ""
+            )
+        )
     for job, given in (("ps", ps), ("worker", workers)):
         if given is not None and given < needed[job]:
             option = "--ps" if job == "ps" else "--workers"

@@ -8,6 +8,7 @@ best setting is then applied on every worker at one step and training carries on
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import statistics
@@ -161,6 +162,16 @@ def prescreen(
         out.append((s, t))
     out.sort(key=lambda st: st[1])
     return out[:keep]
+
+
+@contextlib.contextmanager
+def _named(path: str, name: str):
+    """A `TfschedError` about the tuner's own copy of a graph (``path``, in a temporary
+    directory) names the graph it was made from instead."""
+    try:
+        yield
+    except TfschedError as e:
+        raise TfschedError(str(e).replace(path, name)) from None
 
 
 def tune_cluster(
@@ -357,45 +368,46 @@ def tune_cluster(
         with open(path, "wb") as f:
             f.write(built[0][0].as_graph_def().SerializeToString())
         fetch_names = [x.name for x in built[0][1]]
-        if from_defaults:
-            from tfsched.enforce.api import link_sizes
-            from tfsched.graph import load_comm_graph
+        with _named(path, graph_path or model):  # errors about the copy name the graph
+            if from_defaults:
+                from tfsched.enforce.api import link_sizes
+                from tfsched.graph import load_comm_graph
 
-            channel_params = load_comm_graph(path, fetches=fetch_names).busiest_channel_params
-            partition, credit = link_sizes(bandwidth_bps, channel_params)
-            p = space.params(Setting(partition, credit))
-            defaults = space.setting(p)  # on the search's partition grid
-            if found.in_bounds(defaults):
-                found.probe(defaults)
-            else:
-                defaults = None
-        if credit_return == "sent":
-            found.probe(space.one_in_flight())
-        if algorithm != "tio" or prescreen_keep:
-            # the schedule and the pre-screen see the cluster's link
-            link = {"bandwidth_bps": bandwidth_bps} if bandwidth_bps else {}
-            a = analyze(path, fetches=fetch_names, algorithm=algorithm, workers=workers, **link)
-            if algorithm != "tio":
-                sched = os.path.join(d, "schedule.json")
-                a.schedule.save(sched)
-                enable_kwargs.update(schedule=sched, algorithm=algorithm)
-            if prescreen_keep:
-                if progress:
-                    progress(f"pre-screening {PRESCREEN_GRID}x{PRESCREEN_GRID} settings in the simulator")
-                pre = prescreen(
-                    a.graph,
-                    a.oracle,
-                    a.schedule,
-                    space,
-                    workers=workers,
-                    keep=prescreen_keep,
-                    host_credit=host_credit,
-                    host_order=host_order,
-                    ack_share=ack_share,
-                    credit_return=credit_return,
-                )
-                for s, _ in pre:
-                    found.probe(s)
+                channel_params = load_comm_graph(path, fetches=fetch_names).busiest_channel_params
+                partition, credit = link_sizes(bandwidth_bps, channel_params)
+                p = space.params(Setting(partition, credit))
+                defaults = space.setting(p)  # on the search's partition grid
+                if found.in_bounds(defaults):
+                    found.probe(defaults)
+                else:
+                    defaults = None
+            if credit_return == "sent":
+                found.probe(space.one_in_flight())
+            if algorithm != "tio" or prescreen_keep:
+                # the schedule and the pre-screen see the cluster's link
+                link = {"bandwidth_bps": bandwidth_bps} if bandwidth_bps else {}
+                a = analyze(path, fetches=fetch_names, algorithm=algorithm, workers=workers, **link)
+                if algorithm != "tio":
+                    sched = os.path.join(d, "schedule.json")
+                    a.schedule.save(sched)
+                    enable_kwargs.update(schedule=sched, algorithm=algorithm)
+                if prescreen_keep:
+                    if progress:
+                        progress(f"pre-screening {PRESCREEN_GRID}x{PRESCREEN_GRID} settings in the simulator")
+                    pre = prescreen(
+                        a.graph,
+                        a.oracle,
+                        a.schedule,
+                        space,
+                        workers=workers,
+                        keep=prescreen_keep,
+                        host_credit=host_credit,
+                        host_order=host_order,
+                        ack_share=ack_share,
+                        credit_return=credit_return,
+                    )
+                    for s, _ in pre:
+                        found.probe(s)
 
         cluster = host_cluster(
             ps=ps,
