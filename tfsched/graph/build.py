@@ -140,6 +140,10 @@ OutputSpecs = Callable[[str], "list[tuple[str | None, str, str, str]] | None"]
 ShapeInference = Callable[[set[str]], dict[str, list]]
 
 
+# What a graph saved without its placement is told (a TF2 SavedModel, clear_devices=True).
+NO_DEVICES = "the graph has no devices: save it with its placement (clear_devices=False)"
+
+
 def _split_input(inp: str) -> tuple[str, int, bool]:
     """``"a:1"`` -> ("a", 1, False); ``"^a"`` -> ("a", -1, True)."""
     if inp.startswith("^"):
@@ -395,11 +399,7 @@ def build_comm_graph(
     if not ps_tasks:
         jobs = ", ".join(sorted({t.split("/")[1] for t in tasks}))
         # e.g. a SavedModel exported with clear_devices=True, the serving default
-        bare = (
-            "; the graph has no devices: save it with its placement (clear_devices=False)"
-            if not any(nodes[n].device for n in g)
-            else ""
-        )
+        bare = f"; {NO_DEVICES}" if not any(nodes[n].device for n in g) else ""
         raise TfschedError(
             f"{source}: no parameter server: no op of the step is placed on a job named "
             f"{' or '.join(ps_jobs)} (jobs found: {jobs}){bare}"

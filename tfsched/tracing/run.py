@@ -43,6 +43,7 @@ def tasks_for_graph(graph, graph_path: str, ps: int | None, workers: int | None)
     task starts: the first run failed, for an op placed on a task the cluster did not have. So is
     a graph with no op on a PS (one saved without its devices, as a TF2 SavedModel is): it ran,
     and its trace had no transfer to order."""
+    from tfsched.graph.build import NO_DEVICES
     from tfsched.graph.devices import tasks_needed
 
     devices = [op.device for op in graph.get_operations()]
@@ -50,12 +51,7 @@ def tasks_for_graph(graph, graph_path: str, ps: int | None, workers: int | None)
     if not needed["ps"]:  # nothing would cross between tasks: a trace with no transfer in it
         raise TfschedError(
             f"{graph_path}: no op is placed on a PS task (/job:ps), so no tensor would cross "
-            "between tasks"
-            + (
-                "; the graph has no devices: save it with its placement (clear_devices=False)"
-                if not any(devices)
-                else ""
-            )
+            "between tasks" + (f"; {NO_DEVICES}" if not any(devices) else "")
         )
     for job, given in (("ps", ps), ("worker", workers)):
         if given is not None and given < needed[job]:
