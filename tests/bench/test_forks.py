@@ -27,6 +27,12 @@ print(json.dumps({"argv": sys.argv, "name": __name__, "pid": os.getpid(), "ppid"
                   "random": [random.random(), numpy.random.random()]}))
 print("to stderr", file=sys.stderr)
 what = sys.argv[1]
+if what.startswith("temp"):  # a file that an atexit handler removes, as AutoGraph's loader makes
+    import atexit, tempfile
+    made = tempfile.NamedTemporaryFile(prefix="__autograph_generated_file", suffix=".py", delete=False)
+    atexit.register(os.unlink, made.name)
+    print(made.name, flush=True)
+    what = what.removeprefix("temp") or "0"
 if what in ("sleep", "nap"):
     import time
     time.sleep(600 if what == "sleep" else 2)
@@ -151,7 +157,7 @@ def test_a_child_is_killed_when_its_caller_ends_however_it_ends(program, tmp_pat
             "-c",
             f"from tfsched.bench.zygote import Forks; Forks([]).run([{program!r}, 'sleep'], 600)",
         ],
-        env=task_env(),
+        env=dict(task_env(), TMPDIR=str(tmp_path)),  # its Forks' files, which its death leaves
     )
     orphans = []  # the caller's children: its zygote, and the program
     try:
@@ -222,3 +228,23 @@ def test_a_forking_process_that_cannot_start_is_the_rounds_one_error(tmp_path, m
     assert str(failed.value) == f"mode tio's coordinator failed: the forking process did not start: {said}"
     # ended (killed, if it had not yet when its socket closed), its files gone
     assert forks.proc.returncode is not None and not os.path.exists(forks.dir)
+
+
+def test_a_childs_temporary_files_go_with_it_however_it_ends(program, tmp_path, monkeypatch):
+    """A forked program runs no ``atexit`` handler: the files it leaves for one to remove (as
+    AutoGraph's ``__autograph_generated_file*.py``) are in a ``TMPDIR`` of its run's, removed
+    when it ends, and at ``close`` if it was killed; none is left in the caller's."""
+    callers = tmp_path / "tmp"
+    callers.mkdir()
+    monkeypatch.setenv("TMPDIR", str(callers))
+    with Forks([], env=task_env()) as forks:
+        done = forks.run([program, "temp"], 60)
+        assert done.returncode == 0, done.stderr
+        made = done.stdout.splitlines()[1]
+        assert made.startswith(forks.dir + os.sep), made  # not the caller's TMPDIR, nor /tmp
+        assert not os.path.exists(os.path.dirname(made)), "removed once it ended"
+        with pytest.raises(subprocess.TimeoutExpired):
+            forks.run([program, "tempsleep"], 3)  # killed past its timeout
+        (killed,) = [os.path.join(d, f) for d, _, fs in os.walk(forks.dir) for f in fs if f.endswith(".py")]
+    assert not os.path.exists(killed) and not os.path.exists(forks.dir)
+    assert list(callers.iterdir()) == []

@@ -102,11 +102,18 @@ def _compilers_of(path) -> list[str]:
 
 def test_a_unit_that_fails_ends_the_compiles_still_running(tmp_path, monkeypatch):
     """The first unit fails at once while the others compile (seconds each): the error names
-    the unit and its first error, and no compiler of the others is left running after it."""
+    the unit and its first error, and no compiler of the others is left running after it, nor
+    a temporary file of theirs (g++'s ``cc*.s``, in ``TMPDIR``) after them."""
     import shutil
+    import tempfile
     from pathlib import Path
 
     from tfsched.enforce import build
+
+    system_tmp = tmp_path / "tmp"
+    system_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(system_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(system_tmp))
 
     src = tmp_path / "cc"
     shutil.copytree(Path(__file__).resolve().parents[2] / "cc", src)
@@ -120,6 +127,7 @@ def test_a_unit_that_fails_ends_the_compiles_still_running(tmp_path, monkeypatch
     assert first in msg and "broken on purpose" in msg, msg
     assert _compilers_of(src) == []
     assert not list((tmp_path / "cache").glob("*.so")), "no library from a failed build"
+    assert not list(system_tmp.iterdir()), "the build's temporary files are all removed"
 
 
 def test_tfsched_bench_without_g_plus_plus_is_one_error_line(tmp_path, monkeypatch):

@@ -401,7 +401,11 @@ class Forks:
     is this process's alone: it is killed when its run lets it go (past its timeout, or closed)
     or this process ends, however that ends. The zygote ending does not end it. It exits as a
     task does, its stdout and stderr flushed and no ``atexit`` handler run (a process of its own,
-    and the forking process's child until the hundredth session, ran them)."""
+    and the forking process's child until the hundredth session, ran them). So its ``TMPDIR`` is
+    a directory of its run's, removed when it ends, killed or not: what it leaves there, as
+    AutoGraph's ``__autograph_generated_file*.py`` (removed by an ``atexit`` handler), goes with
+    it. Until the hundred-and-fifteenth session they piled up in ``/tmp``, about ten a round of
+    ``tfsched bench --api tf2``."""
 
     def __init__(self, preload: tuple[str, ...] | list[str], env: dict | None = None) -> None:
         from tfsched.bench.local import task_env
@@ -429,7 +433,8 @@ class Forks:
             if self._closed:
                 return subprocess.CompletedProcess(argv, 1, "", "the forking process was closed")
             self._runs += 1
-            out, err = (os.path.join(self.dir, f"{self._runs}.{s}") for s in ("out", "err"))
+            out, err, tmp = (os.path.join(self.dir, f"{self._runs}.{s}") for s in ("out", "err", "tmp"))
+        os.mkdir(tmp)
         # its name (``comm``): no "job:index", which the CPU sampler would take for a task's
         name = os.path.basename(argv[1] if argv[0] == "-m" else argv[0]).replace(":", "_")
         with open(out, "wb") as stdout, open(err, "wb") as stderr:
@@ -439,7 +444,7 @@ class Forks:
                     argv,
                     name,
                     TaskHost(),
-                    self.env,
+                    dict(self.env, TMPDIR=tmp),
                     (lifeline_r, stdout.fileno(), stderr.fileno()),
                     lifeline=True,
                 )
@@ -473,6 +478,7 @@ class Forks:
                 os.unlink(path)
             except OSError:
                 outputs.append("")
+        shutil.rmtree(tmp, ignore_errors=True)
         return subprocess.CompletedProcess(argv, program.returncode, *outputs)
 
     def close(self) -> None:
@@ -512,6 +518,7 @@ def _task(request: dict, fds: list[int], ctl: socket.socket, imports_set: dict) 
         _set_title([sys.executable, *request["argv"]], request["name"])
         os.environ.clear()  # as a process of its own has it once it has imported TensorFlow
         os.environ.update({**request["env"], **imports_set})
+        tempfile.tempdir = None  # the zygote's, if it asked: this task's TMPDIR, read afresh
         with contextlib.suppress(OSError):  # a directory gone: a process of its own runs in it too
             os.chdir(request["cwd"])
         signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C ends it, as before

@@ -75,7 +75,9 @@ def build(force: bool = False) -> str:
 
     What stops a build is one `TfschedError` line: no ``g++`` on PATH, a cache directory it
     cannot write, a compile or link that fails or outlasts ``BUILD_TIMEOUT_S``. The compiles
-    still running when one fails are ended, not left to write into a removed directory.
+    still running when one fails are ended, not left to write into a removed directory, and
+    ``g++``'s own temporary files (``TMPDIR``) go to the build's directory, removed with it: a
+    compile killed half-way leaves no ``/tmp/cc*.s``.
     """
     path, version = library_path()
     if os.path.exists(path) and not force:
@@ -107,7 +109,7 @@ def build(force: bool = False) -> str:
                 for name, obj in zip(SOURCES, objects, strict=True):  # the units in parallel
                     cmd = [compiler, "-c", os.path.join(src, name), "-o", obj, "-I", src]
                     cmd += cflags + EXTRA_FLAGS
-                    procs.append((cmd, _start(cmd)))
+                    procs.append((cmd, _start(cmd, tmp)))
                 for cmd, p in procs:
                     out = _finish(p, f"compiling {os.path.basename(cmd[2])}")
                     if p.returncode != 0:
@@ -119,7 +121,7 @@ def build(force: bool = False) -> str:
                 for _, p in procs:  # a failed unit ends the others, before tmp is removed
                     _end(p)
             tmp_lib = os.path.join(tmp, "lib.so")
-            p = _start([compiler, "-shared", *objects, "-o", tmp_lib, *lflags])
+            p = _start([compiler, "-shared", *objects, "-o", tmp_lib, *lflags], tmp)
             try:
                 out = _finish(p, "linking")
             finally:
@@ -130,11 +132,17 @@ def build(force: bool = False) -> str:
     return path
 
 
-def _start(cmd: list[str]) -> subprocess.Popen:
-    """g++ in a process group of its own, so that ending it ends its compiler proper (cc1plus)."""
+def _start(cmd: list[str], tmp: str) -> subprocess.Popen:
+    """g++ in a process group of its own, so that ending it ends its compiler proper (cc1plus),
+    with its temporary files (the assembly it hands to ``as``) in ``tmp``."""
     try:
         return subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            env=dict(os.environ, TMPDIR=tmp),
         )
     except OSError as e:  # e.g. a process limit met
         raise TfschedError(f"cannot start g++ to build the tfsched op: {e.strerror}") from None
