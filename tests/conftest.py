@@ -1,6 +1,5 @@
 import fcntl
 import os
-import tempfile
 
 import pytest
 
@@ -10,17 +9,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 @pytest.fixture(autouse=True)
-def _alone_or_together(request):
+def _alone_or_together(request, tmp_path_factory):
     """Under pytest-xdist (README's ``pytest -n 2``) a test marked ``alone`` runs with no other test
     at once: it holds the run's lock exclusively, every other test holds it shared. A test that
     waits for it alone holds the turnstile meanwhile, so tests that keep coming do not pass it
     (flock grants a shared lock to a newcomer while an exclusive one waits). One test at a time,
-    as without xdist, there is nothing to wait for."""
+    as without xdist, there is nothing to wait for. The two files are in the run's base temporary
+    directory, whose ``popen-gwN`` each worker's is, and which pytest removes in its time."""
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if run is None:
         yield
         return
-    base = os.path.join(tempfile.gettempdir(), f"tfsched-tests-{run}")
+    base = os.path.join(tmp_path_factory.getbasetemp().parent, f"tfsched-tests-{run}")
     alone = request.node.get_closest_marker("alone") is not None
     with open(base + ".turnstile", "a") as turnstile, open(base + ".lock", "a") as lock:
         fcntl.flock(turnstile, fcntl.LOCK_EX)

@@ -256,14 +256,18 @@ def test_tfsched_processes_import_tensorflow_without_keras_3(tmp_path, monkeypat
 @pytest.mark.parametrize(
     "vanilla,forked", [(True, True), (False, True), (False, False)], ids=["vanilla", "forked", "own-process"]
 )
-def test_the_tasks_end_with_a_launcher_killed_by_sigkill(tmp_path, vanilla, forked):
+def test_the_tasks_end_with_a_launcher_killed_by_sigkill(tmp_path, monkeypatch, vanilla, forked):
     """SIGKILL runs no cleanup in the launcher: its tasks must go by themselves (each serves
     until its stdin, held by the launcher, ends), forked by its zygote (``bench.zygote``, which
-    goes too) or each a process of its own (``TFSCHED_FORKED_TASKS=0``)."""
+    goes too) or each a process of its own (``TFSCHED_FORKED_TASKS=0``). The task logs it left
+    are removed by the next cluster's start (``fresh_log_dir``)."""
     import signal
     import subprocess
     import sys
+    import tempfile
     import time
+
+    from tfsched.bench.local import LOG_PREFIX, fresh_log_dir
 
     script = (
         "import time\n"
@@ -283,7 +287,7 @@ def test_the_tasks_end_with_a_launcher_killed_by_sigkill(tmp_path, vanilla, fork
         except FileNotFoundError:
             return False
 
-    env = dict(os.environ, TFSCHED_FORKED_TASKS="1" if forked else "0")
+    env = dict(os.environ, TFSCHED_FORKED_TASKS="1" if forked else "0", TMPDIR=str(tmp_path))
     launcher = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
     pids = []
     try:
@@ -304,6 +308,11 @@ def test_the_tasks_end_with_a_launcher_killed_by_sigkill(tmp_path, vanilla, fork
         while any(alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not [p for p in pids if alive(p)], "tasks outlived their launcher"
+        (left,) = tmp_path.glob(LOG_PREFIX + "*")
+        assert sorted(f.name for f in left.iterdir()) == ["ps0.log", "worker0.log", "worker1.log"]
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        fresh = fresh_log_dir()
+        assert not left.exists() and os.listdir(tmp_path) == [os.path.basename(fresh)]
     finally:
         launcher.kill()
         for pid in pids:

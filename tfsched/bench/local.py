@@ -10,6 +10,7 @@ from a process that imported TensorFlow once (``bench.zygote``), and is this pro
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 import re
@@ -289,6 +290,24 @@ def stop_processes(procs) -> None:
             p.stdin.close()
 
 
+# A cluster's task logs: a directory ``LOG_PREFIX<run tag>-*`` in the temp directory.
+LOG_PREFIX = "tfsched-tasks-"
+
+
+def fresh_log_dir() -> str:
+    """A new directory for a cluster's task logs, named with this run's tag (``netns.run_tag``).
+    First removes those of runs whose process is gone: a run killed by SIGKILL, or by the
+    out-of-memory killer, never stops its cluster, and left its logs in the temp directory until
+    the hundred-and-fifteenth session, as it leaves its namespaces for the next run to reap."""
+    from tfsched.bench.netns import live_tags, run_tag
+
+    live = live_tags()
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{LOG_PREFIX}{'[0-9]' * 5}-*")):
+        if os.path.basename(path)[len(LOG_PREFIX) :][:5] not in live:
+            shutil.rmtree(path, ignore_errors=True)  # (another user's: not ours to remove)
+    return tempfile.mkdtemp(prefix=f"{LOG_PREFIX}{run_tag()}-")
+
+
 def dead_tasks_named(dead_tasks: Callable[[], list[str]] | None, grace_s: float = 2.0) -> list[str]:
     """``dead_tasks()``, asked again for up to ``grace_s``: a step can fail on a peer's closed
     connection a moment before the peer's process can be reaped."""
@@ -316,7 +335,7 @@ class TaskHandles:
         """Start every task of ``spec`` (its stderr in a fresh ``log_dir``; ``start_tasks``'
         ``host`` and ``spec_of``), each in a group capped at ``host_cores`` if set, and wait
         until each serves."""
-        self.log_dir = tempfile.mkdtemp(prefix="tfsched-tasks-")
+        self.log_dir = fresh_log_dir()
         self._netns = lambda job, index, place=host: place(job, index).netns  # a stand-in's
         if self.host_cores:
             from tfsched.bench.hostcpu import HostCpu
