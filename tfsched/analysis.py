@@ -7,6 +7,7 @@ and simulates a step with and without the order. The CLI only prints what this r
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tfsched.errors import TfschedError
@@ -241,6 +242,7 @@ def predict(
     push_credit: int = 0,
     executor_threads: int | None = None,
     cross_steps: int = 0,
+    progress: Callable[[str], None] | None = None,
 ) -> Prediction:
     """Simulate one step under FIFO and under ``schedule``, with TicTac's bounds.
 
@@ -275,7 +277,8 @@ def predict(
     (``bench.predict`` lays the bench's modes across the barrier out the same way), the PS
     charged the crossing's gates' ops at ``oracle.gate_op_s`` each. The baseline
     stays behind the barrier (vanilla TensorFlow's steps), and so do the bounds: E above 1 is a
-    step faster than any order behind the barrier gives.
+    step faster than any order behind the barrier gives. ``progress(text)``: told what it
+    simulates next (``tfsched analyze``'s status line).
     """
     if cross_steps and not is_count(cross_steps, least=1):
         raise TfschedError(f"cross_steps must be a positive number of steps, got {cross_steps!r}")
@@ -305,6 +308,7 @@ def predict(
             raise TfschedError(
                 f"executor_threads must be a positive number of threads, got {executor_threads!r}"
             )
+    say = progress or (lambda text: None)
     sg = build_sim_graph(graph, oracle, schedule, workers=workers)
     policy = POLICY_OF_MODE[schedule.mode]
     window = {
@@ -320,9 +324,11 @@ def predict(
     }
 
     # released transfers waiting for a channel race for it (sim.engine ``race``)
+    say(f"simulating the {schedule.algorithm.upper()} order ({len(sg):,} nodes)")
     plain = mean_step_time(sg, policy, race=True)
     scheduled, priority_only = plain, None
     if cross_steps:
+        say(f"simulating {cross_steps} steps across the barrier")
         csg = build_sim_graph(
             graph,
             oracle,
@@ -337,11 +343,14 @@ def predict(
         scheduled = statistics.fmean(r.makespan for r in runs) / cross_steps
     elif partition or credit:
         priority_only = plain
+        say("simulating the order with its partition and credit")
         psg = build_sim_graph(
             graph, oracle, schedule, workers=workers, partition_bytes=partition * PARAM_BYTES or None
         )
         scheduled = mean_step_time(psg, policy, race=True, **window)
+    say("simulating vanilla TensorFlow (the transfers in no order)")
     baseline = mean_step_time(sg, "random")
+    say("bounding the step (TicTac's bounds and the floor)")
     b = step_bounds(sg)
     acknowledged, messages = (
         acknowledged_messages(graph, partition=partition, credit=credit, ack_share=ack_share)
@@ -398,6 +407,7 @@ def analyze(
     push_credit: int = 0,
     executor_threads: int | None = None,
     cross_steps: int = 0,
+    progress: Callable[[str], None] | None = None,
 ) -> Analysis:
     """Analyze a saved graph: transfers, their order under ``algorithm``, and the predicted gain.
 
@@ -407,6 +417,7 @@ def analyze(
     threads, for a credit's acknowledgements to wait for with ``inline_transfers=False``
     (``predict``); a task's ops hold as many at a time as the trace measured them to (one without
     a trace). ``cross_steps``: the scheduled steps across TensorFlow's barrier (``predict``).
+    ``progress(text)``: told what it does next, from reading the graph to bounding the step.
 
     The link: ``bandwidth_bps`` per host and ``overhead_s`` per message, 1 Gbit/s and 300 us when
     not given. With a ``trace``, each channel's link is the one fitted to it (TicTac §5), and a
@@ -436,6 +447,8 @@ def analyze(
     if statistic != "min" and trace is None:
         raise TfschedError("statistic needs a trace (the traced steps it summarizes)")
     check_link_times(bandwidth_bps, overhead_s)  # what the simulator's sums stay finite with
+    say = progress or (lambda text: None)
+    say(f"reading {path}")
     graph = load_comm_graph(
         path, fetches=fetches, fmt=fmt, default_device=default_device, ps_jobs=ps_jobs, tag_set=tag_set
     )
@@ -457,6 +470,7 @@ def analyze(
         from tfsched.tracing.match import match_trace, oracle_for
         from tfsched.tracing.trace import Trace
 
+        say(f"reading {trace}")
         measured = Trace.load(trace)
         match = match_trace(graph, measured, trace)
         oracle = oracle_for(graph, measured, statistic, fallback=oracle, report=match)
@@ -488,6 +502,7 @@ def analyze(
         push_credit=push_credit,
         executor_threads=executor_threads,
         cross_steps=cross_steps,
+        progress=progress,
     )
     return replace(analysis, traced=traced)
 
@@ -556,13 +571,16 @@ def analyze_graph(
     push_credit: int = 0,
     executor_threads: int | None = None,
     cross_steps: int = 0,
+    progress: Callable[[str], None] | None = None,
 ) -> Analysis:
     """Order and predict for a graph already loaded, e.g. to compare algorithms on one graph.
 
     ``simulate_on``: the graph that ran (``tracing.replay.graph_that_ran``), to predict on with
-    the schedule of ``graph`` carried over to it."""
+    the schedule of ``graph`` carried over to it. ``progress(text)``: told what it does next."""
     from tfsched.ordering import carry_over
 
+    if progress:
+        progress(f"ordering {len(graph.transfers):,} transfers ({algorithm.upper()})")
     schedule = order(graph, algorithm, oracle)
     return Analysis(
         graph=graph,
@@ -585,6 +603,7 @@ def analyze_graph(
             push_credit=push_credit,
             executor_threads=executor_threads,
             cross_steps=cross_steps,
+            progress=progress,
         ),
         workers=workers or len(graph.worker_tasks),
         trace_match=trace_match,

@@ -526,29 +526,34 @@ def analyze(
         raise click.UsageError(
             "--inter-op-threads needs --credit N (the acknowledgements that wait for a thread)"
         )
-    result = run_analysis(
-        graph,
-        fetches=list(fetches) or None,
-        algorithm=algorithm,
-        bandwidth_bps=bandwidth,
-        overhead_s=overhead,
-        workers=workers,
-        fmt=fmt,
-        ps_jobs=tuple(ps_jobs),
-        tag_set=tag_set,
-        trace=trace_path,
-        statistic=statistic,
-        partition=partition,
-        credit=credit,
-        host_credit=host_credit,
-        host_order=host_order,
-        **({} if ack_share is None else {"ack_share": ack_share}),
-        credit_return=credit_return,
-        ack_group=ack_group or 1,
-        push_credit=push_credit or 0,
-        executor_threads=inter_op_threads,
-        cross_steps=cross_steps or 0,
-    )
+    from rich.console import Console
+
+    # what it does now, on a terminal (seconds a graph; minutes with tens of workers)
+    with Console(stderr=True).status(f"analyze: reading {graph}") as status:
+        result = run_analysis(
+            graph,
+            fetches=list(fetches) or None,
+            algorithm=algorithm,
+            bandwidth_bps=bandwidth,
+            overhead_s=overhead,
+            workers=workers,
+            fmt=fmt,
+            ps_jobs=tuple(ps_jobs),
+            tag_set=tag_set,
+            trace=trace_path,
+            statistic=statistic,
+            partition=partition,
+            credit=credit,
+            host_credit=host_credit,
+            host_order=host_order,
+            **({} if ack_share is None else {"ack_share": ack_share}),
+            credit_return=credit_return,
+            ack_group=ack_group or 1,
+            push_credit=push_credit or 0,
+            executor_threads=inter_op_threads,
+            cross_steps=cross_steps or 0,
+            progress=lambda text: status.update(f"analyze: {text}"),
+        )
     placement = None
     if placement_path:
         from tfsched.placement import Placement

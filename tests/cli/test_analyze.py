@@ -395,6 +395,57 @@ def test_a_ps_that_carries_most_of_the_bytes_is_named(tmp_path, model, placement
         assert re.search(advice, warning[2]), said
 
 
+def test_analyze_says_what_it_does_on_a_terminal_and_nothing_elsewhere(seq_graph_file, tmp_path):
+    """On a terminal, a status line says what runs now, from reading the graph to bounding the
+    step (tens of workers take minutes, and it said nothing); piped, stderr stays empty."""
+    import pty
+    import select
+    import time
+
+    from tfsched.analysis import analyze
+
+    said = []
+    analyze(seq_graph_file["pb"], fetches=["train"], algorithm="tao", workers=2, progress=said.append)
+    assert [s.split(" ")[0] for s in said] == ["reading", "ordering", "simulating", "simulating", "bounding"]
+    assert said[0] == f"reading {seq_graph_file['pb']}" and "(TAO)" in said[1], said
+
+    args = ("analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2")
+    theirs, ours = pty.openpty()
+    shown, deadline, p = b"", time.monotonic() + 120, None
+    try:
+        with open(tmp_path / "out", "wb") as out:
+            p = subprocess.Popen(
+                [sys.executable, "-m", "tfsched.cli", *args],
+                stdout=out,
+                stderr=ours,
+                env={**os.environ, "TERM": "xterm", "COLUMNS": "200"},
+            )
+        os.close(ours)
+        while time.monotonic() < deadline:
+            if not select.select([theirs], [], [], 1.0)[0]:
+                continue
+            try:
+                chunk = os.read(theirs, 65536)
+            except OSError:  # EIO: the process closed its end
+                break
+            if not chunk:
+                break
+            shown += chunk
+        p.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        os.close(theirs)
+        if p is not None:
+            p.kill()  # (once it has ended: nothing)
+    assert p.returncode == 0 and "Predicted step time" in (tmp_path / "out").read_text()
+    status = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", shown.decode(errors="replace"))
+    # the first and the last (a status is redrawn a few times a second: Seq-32's steps between
+    # them come and go unseen, and the last is drawn once more as it ends)
+    for text in (f"reading {seq_graph_file['pb']}", said[-1]):
+        assert f"analyze: {text}" in status, status[-2000:]
+    piped = run(*args)
+    assert piped.returncode == 0 and piped.stderr == "", piped.stderr
+
+
 def test_stderr_stays_quiet_when_tensorflow_infers_the_shapes(seq_graph_file, tmp_path):
     """A graph saved without ``_output_shapes`` has TensorFlow import it to infer them: its C++
     start-up chatter (six lines: absl's, oneDNN's, the CUDA probe's) reached analyze's stderr
