@@ -359,9 +359,11 @@ def _max_min_rates(
         users[own].add(fid)
         links_of[fid] = (up, down, own)
     w = (lambda fid: weight.get(fid, 1.0)) if weight else (lambda fid: 1.0)
+    # a link's flows' weights in all: with none given, how many they are (the same sum, exactly)
+    weighs = (lambda u: sum(map(w, u))) if weight else len
     rate: dict[int, float] = {}
     while len(rate) < len(flows):
-        share, bottleneck = min((cap[link] / sum(map(w, u)), link) for link, u in users.items() if u)
+        share, bottleneck = min((cap[link] / weighs(u), link) for link, u in users.items() if u)
         for fid in list(users[bottleneck]):
             rate[fid] = share * w(fid)
             for link in links_of[fid]:
