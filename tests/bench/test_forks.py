@@ -148,9 +148,14 @@ def test_a_child_is_killed_once_its_caller_says_stop_and_returns_as_killed(progr
         assert forks.run([program, "5"], 60, lambda: False).returncode == 5
 
 
-def test_a_child_is_killed_when_its_caller_ends_however_it_ends(program, tmp_path):
+def test_a_child_is_killed_when_its_caller_ends_however_it_ends(program, tmp_path, monkeypatch):
     """A coordinator whose cluster has gone would wait for it: killed with its caller, whose
-    end of its lifeline is the only one."""
+    end of its lifeline is the only one. The files the caller left (its run's directory, the
+    child's output and temporary files) are removed by the next ``Forks``."""
+    import tempfile
+
+    from tfsched.bench.zygote import FORKS_PREFIX
+
     caller = subprocess.Popen(
         [
             sys.executable,
@@ -172,6 +177,11 @@ def test_a_child_is_killed_when_its_caller_ends_however_it_ends(program, tmp_pat
         while _alive(child) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _alive(child)
+        (left,) = tmp_path.glob(FORKS_PREFIX + "*")
+        assert sorted(f.name for f in left.iterdir()) == ["1.err", "1.out", "1.tmp"]
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        with Forks([]) as forks:
+            assert not left.exists() and [str(d) for d in tmp_path.glob(FORKS_PREFIX + "*")] == [forks.dir]
     finally:
         caller.kill()
         caller.wait(30)

@@ -294,18 +294,24 @@ def stop_processes(procs) -> None:
 LOG_PREFIX = "tfsched-tasks-"
 
 
-def fresh_log_dir() -> str:
-    """A new directory for a cluster's task logs, named with this run's tag (``netns.run_tag``).
-    First removes those of runs whose process is gone: a run killed by SIGKILL, or by the
-    out-of-memory killer, never stops its cluster, and left its logs in the temp directory until
-    the hundred-and-fifteenth session, as it leaves its namespaces for the next run to reap."""
+def fresh_temp_dir(prefix: str) -> str:
+    """A new directory ``prefix<run tag>-*`` in the temp directory, named with this run's tag
+    (``netns.run_tag``). First removes those of ``prefix`` of runs whose process is gone: a run
+    killed by SIGKILL, or by the out-of-memory killer, cleans up nothing, and left these in the
+    temp directory until the hundred-and-fifteenth session, as it leaves its namespaces for the
+    next run to reap."""
     from tfsched.bench.netns import live_tags, run_tag
 
     live = live_tags()
-    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{LOG_PREFIX}{'[0-9]' * 5}-*")):
-        if os.path.basename(path)[len(LOG_PREFIX) :][:5] not in live:
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{prefix}{'[0-9]' * 5}-*")):
+        if os.path.basename(path)[len(prefix) :][:5] not in live:
             shutil.rmtree(path, ignore_errors=True)  # (another user's: not ours to remove)
-    return tempfile.mkdtemp(prefix=f"{LOG_PREFIX}{run_tag()}-")
+    return tempfile.mkdtemp(prefix=f"{prefix}{run_tag()}-")
+
+
+def fresh_log_dir() -> str:
+    """A new directory for a cluster's task logs (``fresh_temp_dir``)."""
+    return fresh_temp_dir(LOG_PREFIX)
 
 
 def dead_tasks_named(dead_tasks: Callable[[], list[str]] | None, grace_s: float = 2.0) -> list[str]:

@@ -86,6 +86,7 @@ PR_SET_NAME = 15  # linux/prctl.h
 PR_SET_CHILD_SUBREAPER = 36
 CLONE_NEWNET = 0x40000000  # linux/sched.h
 NETNS_DIR = "/var/run/netns"  # where ``ip netns add`` binds a namespace
+FORKS_PREFIX = "tfsched-forks-"  # a ``Forks``' directory in the temp directory, then its run's tag
 
 
 def _libc():
@@ -408,13 +409,13 @@ class Forks:
     ``tfsched bench --api tf2``."""
 
     def __init__(self, preload: tuple[str, ...] | list[str], env: dict | None = None) -> None:
-        from tfsched.bench.local import task_env
+        from tfsched.bench.local import fresh_temp_dir, task_env
 
         # numpy's idle BLAS threads left out in the programs too, as they were in the zygote
         self.env = dict(task_env() if env is None else env, OPENBLAS_NUM_THREADS="1")
         self.zygote = Zygote(self.env, tuple(preload), what="the forking process")
         self.proc = self.zygote.proc
-        self.dir = tempfile.mkdtemp(prefix="tfsched-forks-")
+        self.dir = fresh_temp_dir(FORKS_PREFIX)  # (a killed run's: removed here)
         self._lock = threading.Lock()
         self._runs = 0
         self._lifelines: set = set()  # the write ends of the running programs' lifelines
