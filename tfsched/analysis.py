@@ -15,8 +15,9 @@ from tfsched.graph import CommGraph, load_comm_graph
 from tfsched.oracle.oracle import DEFAULT_BANDWIDTH_BPS, DEFAULT_OVERHEAD_S, LinkModel, TimeOracle
 from tfsched.ordering import order
 from tfsched.ordering.schedule import Schedule
-from tfsched.sim import POLICY_OF_MODE, build_sim_graph, mean_step_time, seeded_runs, step_bounds
+from tfsched.sim import POLICY_OF_MODE, build_sim_graph, mean_step, step_bounds
 from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_credit_return, check_host_order
+from tfsched.sim.pool import Simulations, check_jobs
 from tfsched.units import check_link_times, is_count
 
 
@@ -243,6 +244,7 @@ def predict(
     executor_threads: int | None = None,
     cross_steps: int = 0,
     progress: Callable[[str], None] | None = None,
+    jobs: int | None = None,
 ) -> Prediction:
     """Simulate one step under FIFO and under ``schedule``, with TicTac's bounds.
 
@@ -278,7 +280,9 @@ def predict(
     charged the crossing's gates' ops at ``oracle.gate_op_s`` each. The baseline
     stays behind the barrier (vanilla TensorFlow's steps), and so do the bounds: E above 1 is a
     step faster than any order behind the barrier gives. ``progress(text)``: told what it
-    simulates next (``tfsched analyze``'s status line).
+    simulates next (``tfsched analyze``'s status line). ``jobs``: the processes the seeded
+    simulations run in while this one bounds the step (``sim.pool.Simulations``); None: one a
+    core for a large graph, else this one alone. The prediction is the same with any number.
     """
     if cross_steps and not is_count(cross_steps, least=1):
         raise TfschedError(f"cross_steps must be a positive number of steps, got {cross_steps!r}")
@@ -299,6 +303,7 @@ def predict(
             raise TfschedError("push_credit needs a credit (the window that acknowledges the transfers)")
         if not is_count(push_credit, least=1):
             raise TfschedError(f"push_credit must be a positive number of parameters, got {push_credit!r}")
+    check_jobs(jobs)
     if executor_threads is not None:
         if not credit:
             raise TfschedError(
@@ -324,34 +329,43 @@ def predict(
     }
 
     # released transfers waiting for a channel race for it (sim.engine ``race``)
-    say(f"simulating the {schedule.algorithm.upper()} order ({len(sg):,} nodes)")
-    plain = mean_step_time(sg, policy, race=True)
-    scheduled, priority_only = plain, None
-    if cross_steps:
-        say(f"simulating {cross_steps} steps across the barrier")
-        csg = build_sim_graph(
-            graph,
-            oracle,
-            schedule,
-            workers=workers,
-            partition_bytes=partition * PARAM_BYTES or None,
-            steps=cross_steps,
-            cross_barrier=True,
-            synchronized=True,
+    with Simulations(jobs, say) as sims:
+        plain = sims.seeded(
+            sg, policy, f"simulating the {schedule.algorithm.upper()} order ({len(sg):,} nodes)", race=True
         )
-        runs = seeded_runs(csg, "ready", race=True, **window)
-        scheduled = statistics.fmean(r.makespan for r in runs) / cross_steps
-    elif partition or credit:
-        priority_only = plain
-        say("simulating the order with its partition and credit")
-        psg = build_sim_graph(
-            graph, oracle, schedule, workers=workers, partition_bytes=partition * PARAM_BYTES or None
-        )
-        scheduled = mean_step_time(psg, policy, race=True, **window)
-    say("simulating vanilla TensorFlow (the transfers in no order)")
-    baseline = mean_step_time(sg, "random")
-    say("bounding the step (TicTac's bounds and the floor)")
-    b = step_bounds(sg)
+        crossed = windowed = None
+        if cross_steps:
+            csg = build_sim_graph(
+                graph,
+                oracle,
+                schedule,
+                workers=workers,
+                partition_bytes=partition * PARAM_BYTES or None,
+                steps=cross_steps,
+                cross_barrier=True,
+                synchronized=True,
+            )
+            crossed = sims.seeded(
+                csg, "ready", f"simulating {cross_steps} steps across the barrier", race=True, **window
+            )
+        elif partition or credit:
+            psg = build_sim_graph(
+                graph, oracle, schedule, workers=workers, partition_bytes=partition * PARAM_BYTES or None
+            )
+            windowed = sims.seeded(
+                psg, policy, "simulating the order with its partition and credit", race=True, **window
+            )
+        vanilla = sims.seeded(sg, "random", "simulating vanilla TensorFlow (the transfers in no order)")
+        sims.start()
+        say("bounding the step (TicTac's bounds and the floor)")
+        b = step_bounds(sg)
+        plain_s = mean_step(plain.runs())
+        scheduled, priority_only = plain_s, None
+        if crossed is not None:
+            scheduled = statistics.fmean(r.makespan for r in crossed.runs()) / cross_steps
+        elif windowed is not None:
+            scheduled, priority_only = mean_step(windowed.runs()), plain_s
+        baseline = mean_step(vanilla.runs())
     acknowledged, messages = (
         acknowledged_messages(graph, partition=partition, credit=credit, ack_share=ack_share)
         if credit
@@ -408,6 +422,7 @@ def analyze(
     executor_threads: int | None = None,
     cross_steps: int = 0,
     progress: Callable[[str], None] | None = None,
+    jobs: int | None = None,
 ) -> Analysis:
     """Analyze a saved graph: transfers, their order under ``algorithm``, and the predicted gain.
 
@@ -418,6 +433,7 @@ def analyze(
     (``predict``); a task's ops hold as many at a time as the trace measured them to (one without
     a trace). ``cross_steps``: the scheduled steps across TensorFlow's barrier (``predict``).
     ``progress(text)``: told what it does next, from reading the graph to bounding the step.
+    ``jobs``: the processes that simulate (``predict``).
 
     The link: ``bandwidth_bps`` per host and ``overhead_s`` per message, 1 Gbit/s and 300 us when
     not given. With a ``trace``, each channel's link is the one fitted to it (TicTac §5), and a
@@ -447,6 +463,7 @@ def analyze(
     if statistic != "min" and trace is None:
         raise TfschedError("statistic needs a trace (the traced steps it summarizes)")
     check_link_times(bandwidth_bps, overhead_s)  # what the simulator's sums stay finite with
+    check_jobs(jobs)
     say = progress or (lambda text: None)
     say(f"reading {path}")
     graph = load_comm_graph(
@@ -503,6 +520,7 @@ def analyze(
         executor_threads=executor_threads,
         cross_steps=cross_steps,
         progress=progress,
+        jobs=jobs,
     )
     return replace(analysis, traced=traced)
 
@@ -572,6 +590,7 @@ def analyze_graph(
     executor_threads: int | None = None,
     cross_steps: int = 0,
     progress: Callable[[str], None] | None = None,
+    jobs: int | None = None,
 ) -> Analysis:
     """Order and predict for a graph already loaded, e.g. to compare algorithms on one graph.
 
@@ -604,6 +623,7 @@ def analyze_graph(
             executor_threads=executor_threads,
             cross_steps=cross_steps,
             progress=progress,
+            jobs=jobs,
         ),
         workers=workers or len(graph.worker_tasks),
         trace_match=trace_match,

@@ -451,6 +451,15 @@ _tag_set_option = click.option(
     default=None,
     help="The placement's number of PS tasks [default: the graph's].",
 )
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Processes to run the simulations in, beside the one that bounds the step; the prediction "
+    "is the same with any number [default: one a core for a graph of 30,000 simulated nodes or more, "
+    "else none].",
+)
 def analyze(
     graph,
     fetches,
@@ -478,6 +487,7 @@ def analyze(
     cross_steps,
     placement_path,
     placement_ps,
+    jobs,
 ):
     """Find the transfers of a saved PS graph, order them, and predict the step time.
 
@@ -553,6 +563,7 @@ def analyze(
             executor_threads=inter_op_threads,
             cross_steps=cross_steps or 0,
             progress=lambda text: status.update(f"analyze: {text}"),
+            jobs=jobs,
         )
     placement = None
     if placement_path:

@@ -242,6 +242,17 @@ class TestAnalyze:
         assert "floor: no order behind the barrier is faster" in text
         assert_one_line_error(run(*base, "--cross-steps", "0"), "--cross-steps")
 
+    def test_simulations_in_processes_of_their_own_predict_the_same(self, seq_graph_file):
+        base = ["analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2"]
+        for extra in (
+            [],
+            ["--credit", "100000"],
+            ["--algorithm", "layer", "--credit", "100000", "--cross-steps", "3"],
+        ):
+            here, apart = (run(*base, *extra, "--json", "--jobs", j) for j in ("1", "2"))
+            assert here.returncode == 0 and here.stdout == apart.stdout, (extra, here.stderr, apart.stderr)
+        assert_one_line_error(run(*base, "--jobs", "0"), "--jobs")
+
     def test_credit_returned_when_sent(self, seq_graph_file):
         base = ["analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2"]
         preds = predicted(base, "100000", "--credit-return", ("ack", "sent"))
@@ -408,6 +419,15 @@ def test_analyze_says_what_it_does_on_a_terminal_and_nothing_elsewhere(seq_graph
     analyze(seq_graph_file["pb"], fetches=["train"], algorithm="tao", workers=2, progress=said.append)
     assert [s.split(" ")[0] for s in said] == ["reading", "ordering", "simulating", "simulating", "bounding"]
     assert said[0] == f"reading {seq_graph_file['pb']}" and "(TAO)" in said[1], said
+    # the simulations in two processes of their own while this one bounds the step
+    apart = []
+    analyze(
+        seq_graph_file["pb"], fetches=["train"], algorithm="tao", workers=2, progress=apart.append, jobs=2
+    )
+    assert [s.split(" ")[0] for s in apart] == ["reading", "ordering", "simulating", "bounding", "waiting"]
+    assert apart[2].endswith("and vanilla TensorFlow (the transfers in no order): 6 runs in 2 processes"), (
+        apart
+    )
 
     args = ("analyze", seq_graph_file["pb"], "--fetch", "train", "--algorithm", "tao", "--workers", "2")
     theirs, ours = pty.openpty()
@@ -724,6 +744,7 @@ class TestBadInput:
                 dict(credit=1000, executor_threads=0),
                 "executor_threads must be a positive number of threads, got 0",
             ),
+            (dict(jobs=0), "jobs must be a positive number of processes, got 0"),
             (dict(bandwidth_bps=1e-300), "a bandwidth must be at least 1 bit/s, got 1e-300"),
             (dict(overhead_s=1e300), "an overhead must be from 0 to a day (86400 s), got 1e+300 s"),
         ],

@@ -24,7 +24,12 @@ def seeded_runs(sg: SimGraph, policy: str, seeds: int = SEEDS, **kwargs) -> list
 
 def mean_step_time(sg: SimGraph, policy: str, seeds: int = SEEDS, **kwargs) -> float:
     """Mean step time of ``seeded_runs``."""
-    return statistics.fmean(r.step_time for r in seeded_runs(sg, policy, seeds, **kwargs))
+    return mean_step(seeded_runs(sg, policy, seeds, **kwargs))
+
+
+def mean_step(runs: list[SimResult]) -> float:
+    """Mean step time of ``runs``."""
+    return statistics.fmean(r.step_time for r in runs)
 
 
 def mean_by_rank(rows: list[list[float]]) -> list[float]:
