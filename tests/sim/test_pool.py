@@ -51,7 +51,7 @@ class TestSimulations:
         with Simulations(jobs=3, say=said.append) as sims:
             asked = _ask(sims, graphs)
             sims.start()
-            assert len(_worker_pids()) == 3  # running beside this process
+            assert len({w.proc.pid for w in sims._workers}) == 3  # started beside this process
             apart = [[(r.makespan, r.run_finish) for r in p.runs()] for p in asked]
         assert said == [
             "simulating the order and vanilla TensorFlow: 15 runs in 3 processes",
@@ -80,6 +80,18 @@ class TestSimulations:
             asked = sims.seeded(sg, "nosuch", "simulating the order")
             sims.start()
             with pytest.raises(TfschedError, match="a simulation process failed: .*nosuch"):
+                asked.runs()
+        assert not _worker_pids()
+
+    @pytest.mark.parametrize("workers", [1, 200])  # its graph in the pipe's buffer, or not
+    def test_a_worker_that_ends_at_once_is_an_error(self, monkeypatch, workers):
+        g, o, _ = random_training_case(1)
+        sg = build_sim_graph(g, o, order(g, "tio"), workers=workers)
+        monkeypatch.setattr(sys, "executable", "/bin/false")
+        with Simulations(jobs=2) as sims:
+            asked = sims.seeded(sg, "random", "simulating")
+            with pytest.raises(TfschedError, match="a simulation process failed: exit code 1"):
+                sims.start()
                 asked.runs()
         assert not _worker_pids()
 
@@ -145,8 +157,12 @@ class TestSimulations:
             sims.seeded(_cases()[0], "fifo", "simulating")
 
 
-def test_default_jobs_are_one_a_core_for_large_graphs_only():
+def test_default_jobs_are_one_a_core_for_large_graphs_only(monkeypatch):
     cores = len(os.sched_getaffinity(0))
     assert default_jobs(MIN_SIDE_BY_SIDE_NODES - 1, 6) == 1
     assert default_jobs(MIN_SIDE_BY_SIDE_NODES, 6) == min(6, cores)
     assert default_jobs(10 * MIN_SIDE_BY_SIDE_NODES, 1) == 1
+    # where the system cannot say which cores a process may use (macOS): all of them
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert default_jobs(MIN_SIDE_BY_SIDE_NODES, 6) == 6

@@ -41,6 +41,7 @@ from tfsched.units import is_count
 # Inception-v3's `tfsched analyze --algorithm tao` took 3.3 to 3.5 s either way with 4 workers
 # (19,900 nodes), 4.9 to 5.1 s side by side against 5.8 to 5.9 s with 8 (39,688 nodes).
 MIN_SIDE_BY_SIDE_NODES = 30_000
+END_TIMEOUT_S = 10.0  # a worker's exit once it has sent its results or closed its pipe
 
 
 def check_jobs(jobs: int | None) -> None:
@@ -54,7 +55,14 @@ def default_jobs(nodes: int, runs: int) -> int:
     process may run on, at most one a run; 1 (the caller itself) for small graphs."""
     if nodes < MIN_SIDE_BY_SIDE_NODES:
         return 1
-    return max(1, min(runs, len(os.sched_getaffinity(0))))
+    return max(1, min(runs, _cores()))
+
+
+def _cores() -> int:
+    """The cores this process may run on (all of them where the system cannot say: macOS)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 @dataclass
@@ -208,26 +216,37 @@ class _Worker:
         try:
             pickle.dump(([g for _, g in graphs.values()], runs), proc.stdin, pickle.HIGHEST_PROTOCOL)
             proc.stdin.flush()
-        except BaseException as e:
+        except OSError:  # it ended before it read them all
+            error = worker.failed()
             worker.kill()
-            if isinstance(e, OSError):
-                raise worker.failed() from None
+            raise error from None
+        except BaseException:
+            worker.kill()
             raise
         return worker
 
     def collect(self) -> list[SimResult]:
+        """Its results, once it has sent them all (as long as its runs take) and ended."""
         try:
             results = pickle.load(self.back)
         except (EOFError, pickle.UnpicklingError):
-            self.proc.wait()
             raise self.failed() from None
-        self.proc.wait()
-        if self.proc.returncode:
+        try:
+            returncode = self.proc.wait(timeout=END_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            returncode = None
+        if returncode != 0:
             raise self.failed()
         return results
 
     def failed(self) -> TfschedError:
-        self.proc.wait()
+        """Why it failed (its last line of stderr), once it has ended (killed if it has not
+        within ``END_TIMEOUT_S``)."""
+        try:
+            self.proc.wait(timeout=END_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
         self.stderr.seek(0)
         lines = self.stderr.read().decode(errors="replace").strip().splitlines()
         why = lines[-1] if lines else f"exit code {self.proc.returncode}"
