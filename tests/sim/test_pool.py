@@ -147,7 +147,10 @@ class TestSimulations:
             sims.start()
             got = [r.run_finish for r in asked.runs()]
         assert got == [simulate(sg, "random", seed=s).run_finish for s in range(3)]
-        assert said == ["simulating vanilla TensorFlow"]
+        assert said == [
+            "simulating vanilla TensorFlow: 3 runs in 2 processes",
+            "simulating vanilla TensorFlow",
+        ]
 
     def test_seeded_after_start_is_refused(self):
         sims = Simulations(jobs=1)

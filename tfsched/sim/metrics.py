@@ -379,22 +379,42 @@ def _weighed(bitsets: list[int], weight: np.ndarray) -> np.ndarray:
 
     >>> _weighed([0b101, 0, 0b010], np.array([1.0, 2.0, 4.0])).tolist()
     [5.0, 0.0, 2.0]
+    >>> _weighed([1 << 20 | 1 << 9], np.arange(21.0)).tolist()
+    [29.0]
     """
     m = len(weight)
     nbytes = (m + 7) // 8
     padded = np.zeros(nbytes * 8)
     padded[:m] = weight
     # each byte position's weight for each of the 256 bytes it can hold: a sum is then one
-    # look-up a byte (table[k, byte k of the bitset])
+    # look-up a byte (table[k * 256 + byte k of the bitset])
     byte_bits = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little")
-    table = padded.reshape(nbytes, 8) @ byte_bits.T
-    positions = np.arange(nbytes)
+    table = (padded.reshape(nbytes, 8) @ byte_bits.T).ravel()
     out = np.zeros(len(bitsets))
     rows = max(1, (1 << 20) // max(nbytes, 1))  # a few MB of look-ups at a time
     for s in range(0, len(bitsets), rows):
         chunk = bitsets[s : s + rows]
-        raw = np.frombuffer(b"".join(b.to_bytes(nbytes, "little") for b in chunk), dtype=np.uint8)
-        out[s : s + len(chunk)] = table[positions, raw.reshape(len(chunk), nbytes)].sum(axis=1)
+        # A node's ancestors on a resource are a few runs of its nodes: each set's bytes from
+        # its lowest set one to its highest (1% to 2% of them on Inception-v3 with 32 workers)
+        # are looked up, the others weigh 0. Each row of look-ups is then summed whole, zeros
+        # and all, as it was when every byte was looked up (until the hundred-and-sixteenth
+        # session), so each sum is the same to the last bit.
+        first = [((b & -b).bit_length() - 1) // 8 if b else 0 for b in chunk]
+        ends = [(b.bit_length() + 7) // 8 for b in chunk]
+        raw = np.frombuffer(
+            b"".join(
+                (b >> 8 * k).to_bytes(e - k, "little") for b, k, e in zip(chunk, first, ends, strict=True)
+            ),
+            dtype=np.uint8,
+        )
+        lo = np.array(first, dtype=np.int64)
+        span = np.array(ends, dtype=np.int64) - lo
+        starts = np.cumsum(span) - span
+        place = np.arange(raw.size) - np.repeat(starts - lo, span)  # each byte's position
+        at = np.repeat(np.arange(len(chunk)) * nbytes, span) + place
+        looked = np.zeros(len(chunk) * nbytes)
+        looked[at] = table[place * 256 + raw]
+        out[s : s + len(chunk)] = looked.reshape(len(chunk), nbytes).sum(axis=1)
     return out
 
 

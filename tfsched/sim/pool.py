@@ -1,9 +1,10 @@
 """Seeded simulations run side by side, each worker a process of its own.
 
 ``tfsched analyze`` simulates a step six times or more (the schedule and the baseline, each over
-``SEEDS`` seeds) and then bounds it. With many workers each simulation is the bulk of its time:
+``SEEDS`` seeds) and then bounds it. With many workers the simulations are the bulk of its time:
 Inception-v3's training graph with 64 workers (317,504 nodes) took 12.7 s a simulation and
-35 s to bound, 115 s in all on one core of two. ``Simulations`` hands its runs to ``jobs``
+35 s to bound, 115 s in all on one core of two (13 s to bound since the floor's sums look up
+only the bytes that can weigh, ``sim.metrics._weighed``). ``Simulations`` hands its runs to ``jobs``
 processes (``python -m tfsched.sim.pool``) while the caller bounds the step, and collects them
 afterwards, each run the same as in the caller (the same graph, unpickled, and the same seed),
 so the prediction is the same to the last bit.
@@ -110,6 +111,8 @@ class Simulations:
         say = self.say or (lambda text: None)
         n = self.processes()
         if n > 1:
+            texts = list(dict.fromkeys(a[4] for a in self._asked))
+            say(f"{_joined(texts)}: {len(self._asked)} runs in {n} processes")
             try:
                 for k in range(n):
                     self._workers.append(_Worker.start(list(range(k, len(self._asked), n)), self._asked))
@@ -127,9 +130,6 @@ class Simulations:
                     last = text
                 results.append(simulate(sg, policy, seed=seed, **kwargs))
             self._results = results
-            return
-        texts = list(dict.fromkeys(a[4] for a in self._asked))
-        say(f"{_joined(texts)}: {len(self._asked)} runs in {n} processes")
 
     def results(self) -> list[SimResult]:
         """Every run's result, in the order asked for; waits for the workers."""
