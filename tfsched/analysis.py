@@ -595,7 +595,8 @@ def analyze_graph(
     """Order and predict for a graph already loaded, e.g. to compare algorithms on one graph.
 
     ``simulate_on``: the graph that ran (``tracing.replay.graph_that_ran``), to predict on with
-    the schedule of ``graph`` carried over to it. ``progress(text)``: told what it does next."""
+    the schedule of ``graph`` carried over to it. ``progress(text)``: told what it does next.
+    ``jobs``: the processes that simulate (``predict``)."""
     from tfsched.ordering import carry_over
 
     if progress:
