@@ -456,9 +456,9 @@ _tag_set_option = click.option(
     "-j",
     type=click.IntRange(min=1),
     default=None,
-    help="Processes to run the simulations in, beside the one that bounds the step; the prediction "
-    "is the same with any number [default: one a core for a graph of 30,000 simulated nodes or more, "
-    "else none].",
+    help="Processes that run the simulations: 2 or more run beside the one that bounds the step, 1 is "
+    "that one alone; the prediction is the same with any number [default: one a core for a graph of "
+    "30,000 simulated nodes or more, else 1].",
 )
 def analyze(
     graph,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import site
 import subprocess
 import sys
 import tempfile
@@ -171,6 +172,25 @@ def _joined(texts: list[str]) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
+def _worker_env(here: str, environ: dict[str, str]) -> dict[str, str]:
+    """A worker's environment: this process's, with the directory this ``tfsched`` was imported
+    from (``here``) first on its path, so that it imports the same one (a checkout on
+    ``sys.path``, pytest's root), unless that is a site directory, which the worker has anyway and
+    which ahead of the standard library could hide its modules.
+
+    >>> _worker_env("/src", {"PYTHONPATH": "/lib"})["PYTHONPATH"] == os.pathsep.join(["/src", "/lib"])
+    True
+    >>> import site
+    >>> _worker_env(site.getsitepackages()[0], {"PYTHONPATH": "/lib"})["PYTHONPATH"]
+    '/lib'
+    """
+    sites = {os.path.realpath(d) for d in [*site.getsitepackages(), site.getusersitepackages()]}
+    if os.path.realpath(here) in sites:
+        return environ
+    path = environ.get("PYTHONPATH")
+    return {**environ, "PYTHONPATH": here + (os.pathsep + path if path else "")}
+
+
 class _Unstarted(Exception):
     """A worker's interpreter could not be started."""
 
@@ -193,8 +213,7 @@ class _Worker:
             place = graphs.setdefault(id(sg), (len(graphs), sg))[0]
             runs.append((place, policy, seed, kwargs))
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        path = os.environ.get("PYTHONPATH")
-        env = {**os.environ, "PYTHONPATH": here + (os.pathsep + path if path else "")}
+        env = _worker_env(here, dict(os.environ))
         stderr = tempfile.TemporaryFile()
         back, theirs = os.pipe()  # its results (its stdout is whatever else it prints)
         try:
