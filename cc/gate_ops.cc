@@ -1,5 +1,6 @@
 // TfschedGate: a pass-through that releases its tensor in priority order on its channel.
 // TfschedStats: this process's gate counters.
+// TfschedBuild: which build of the library this process loaded.
 
 #include <algorithm>
 #include <cstring>
@@ -158,6 +159,15 @@ REGISTER_OP("TfschedStats")
     .Doc(R"doc(
 This process's gate counters: [released, waited, timeouts, cancelled, live_steps, wait_us, acked,
 peak_in_flight, live_credit (-1: none set), armed_late, steps].
+)doc");
+
+REGISTER_OP("TfschedBuild")
+    .Output("build: string")
+    .SetIsStateful()  // never folded into a constant by the master: it answers for its own task
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+The build of tfsched's library this process loaded: the TensorFlow version it was compiled
+against and the hash of its sources and flags (tfsched.enforce.build), as in the library's name.
 )doc");
 
 // Fault injection for the tests ($TFSCHED_TEST_ARM_DELAY_US, read once): a parked gate waits
@@ -729,7 +739,23 @@ class TfschedStatsOp : public tensorflow::OpKernel {
   }
 };
 
+// The build's name, given by tfsched.enforce.build as -DTFSCHED_BUILD_ID="tf<version>-<hash>".
+#ifndef TFSCHED_BUILD_ID
+#define TFSCHED_BUILD_ID "unknown"
+#endif
+
+class TfschedBuildOp : public tensorflow::OpKernel {
+ public:
+  explicit TfschedBuildOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({}), &out));
+    out->scalar<tensorflow::tstring>()() = TFSCHED_BUILD_ID;
+  }
+};
+
 REGISTER_KERNEL_BUILDER(Name("TfschedGate").Device(tensorflow::DEVICE_CPU), TfschedGateOp);
+REGISTER_KERNEL_BUILDER(Name("TfschedBuild").Device(tensorflow::DEVICE_CPU), TfschedBuildOp);
 REGISTER_KERNEL_BUILDER(Name("TfschedStats").Device(tensorflow::DEVICE_CPU), TfschedStatsOp);
 REGISTER_KERNEL_BUILDER(Name("TfschedAck").Device(tensorflow::DEVICE_CPU), TfschedAckOp);
 REGISTER_KERNEL_BUILDER(Name("TfschedCredit").Device(tensorflow::DEVICE_CPU), TfschedCreditOp);

@@ -31,6 +31,15 @@ def start_server(cluster, job_name, task_index, **kwargs):
     return _start_server(cluster, job_name, task_index, **kwargs)
 
 
+def check_cluster(cluster, **kwargs):
+    """Task -> build of tfsched's library, once every task of the cluster has it loaded, the
+    same build as this process; else one TfschedError line naming each task that has not (see
+    :func:`tfsched.enforce.check.check_cluster`)."""
+    from tfsched.enforce.check import check_cluster as _check_cluster
+
+    return _check_cluster(cluster, **kwargs)
+
+
 def trace_functions(cluster, path=None, *, seconds, functions=(), **kwargs):
     """Profile a TensorFlow 2 cluster while a ``with`` block's steps run; per-op times and every
     transfer of the calls, as ``tfsched trace`` records a session's steps (see
@@ -53,6 +62,7 @@ def ps_strategy(path: str, ps_tasks: int):
 __all__ = [
     "TfschedError",
     "__version__",
+    "check_cluster",
     "enable",
     "enable_functions",
     "ps_strategy",

@@ -816,6 +816,60 @@ def viz(trace_paths, output, schedule, graph_path, fetches, tag_set, compare, st
         click.echo(parting)
 
 
+@main.command()
+@click.option(
+    "--cluster",
+    "cluster_text",
+    default=None,
+    help='The cluster: a JSON file\'s path, or JSON, of {job: ["host:port", ...]} or of a TF_CONFIG '
+    "[default: $TF_CONFIG's cluster].",
+)
+@click.option(
+    "--job",
+    "jobs",
+    multiple=True,
+    help="A job to check (repeatable) [default: every job but chief, the TensorFlow 2 coordinator's].",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds each task has to answer.",
+)
+def check(cluster_text, jobs, timeout_s):
+    """Check that every task of a running cluster has tfsched loaded, the same build as here.
+
+    Each task is asked through its own address which build of tfsched's library it loaded
+    (tfsched.check_cluster). A task started without tfsched.start_server, one that loaded
+    another build, or one that does not answer is named, with an error line and exit code 1.
+
+    \b
+    Examples:
+      tfsched check --cluster '{"ps": ["ps0:2222"], "worker": ["w0:2222", "w1:2222"]}'
+      TF_CONFIG=... tfsched check
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from tfsched.enforce.check import load_cluster, raise_not_ready, task_builds
+    from tfsched.graph.devices import short_task
+
+    spec, where = load_cluster(cluster_text)
+    try:
+        found = task_builds(spec, jobs=list(jobs) or None, timeout_s=timeout_s)
+    except TfschedError as e:  # e.g. no task of the jobs asked for
+        raise TfschedError(f"{where}: {e}") from None
+    table = Table(title=f"tfsched on the tasks of {where}", title_justify="left")
+    for col in ("task", "address", "build", "status"):
+        table.add_column(col)
+    for b in found:
+        table.add_row(short_task(b.task), b.address, b.build or "-", b.problem or "ready")
+    Console().print(table)
+    raise_not_ready(found)
+
+
 def _where_workers_part(traces) -> str | None:
     """The line ``viz`` says of several workers' traces: how far apart they reached each phase of
     their steps (``bench.stagger``); None unless each trace is one worker's."""

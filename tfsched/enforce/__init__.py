@@ -12,12 +12,14 @@ from tfsched.enforce.api import (
     start_server,
     stats,
 )
+from tfsched.enforce.check import check_cluster
 
 __all__ = [
     "DEFAULT_ACK_SHARE",
     "DEFAULT_CREDIT",
     "DEFAULT_PARTITION",
     "MAX_TIMEOUT_MS",
+    "check_cluster",
     "enable",
     "enable_functions",
     "link_sizes",

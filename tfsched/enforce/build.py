@@ -70,6 +70,16 @@ def library_path() -> tuple[str, str]:
     return os.path.join(cache_dir(), f"libtfsched-tf{version}-{h.hexdigest()[:16]}.so"), version
 
 
+def build_id(path: str) -> str:
+    """The build a library's path names, ``tf<TensorFlow version>-<hash>``: what its
+    ``TfschedBuild`` op answers (compiled in as ``TFSCHED_BUILD_ID``).
+
+    >>> build_id("/root/.cache/tfsched/libtfsched-tf2.21.0-2b7ece3aae355f6d.so")
+    'tf2.21.0-2b7ece3aae355f6d'
+    """
+    return os.path.basename(path).removeprefix("libtfsched-").removesuffix(".so")
+
+
 def build(force: bool = False) -> str:
     """Build the library if this TensorFlow and these sources have none yet; returns its path.
 
@@ -108,7 +118,7 @@ def build(force: bool = False) -> str:
             try:
                 for name, obj in zip(SOURCES, objects, strict=True):  # the units in parallel
                     cmd = [compiler, "-c", os.path.join(src, name), "-o", obj, "-I", src]
-                    cmd += cflags + EXTRA_FLAGS
+                    cmd += cflags + EXTRA_FLAGS + [f'-DTFSCHED_BUILD_ID="{build_id(path)}"']
                     procs.append((cmd, _start(cmd, tmp)))
                 for cmd, p in procs:
                     out = _finish(p, f"compiling {os.path.basename(cmd[2])}")

@@ -161,3 +161,31 @@ def tasks_needed(devices, jobs: tuple[str, ...] = ("ps", "worker")) -> dict[str,
         if spec.job in needed:
             needed[spec.job] = max(needed[spec.job], (spec.task or 0) + 1)
     return needed
+
+
+def cluster_task_devices(cluster, jobs=None, purpose: str = "") -> dict[str, str]:
+    """Address -> CPU device of every task of ``jobs`` (default: all but the coordinator's
+    ``chief``) of a ``tf.train.ClusterSpec``, its dict, or a cluster resolver; a cluster with
+    none is one TfschedError line, which says what they were wanted for (``purpose``).
+
+    >>> cluster_task_devices({"ps": ["h:1"], "worker": {2: "h:2"}, "chief": ["h:3"]})
+    {'h:1': '/job:ps/replica:0/task:0/device:CPU:0', 'h:2': '/job:worker/replica:0/task:2/device:CPU:0'}
+    """
+    if hasattr(cluster, "cluster_spec"):
+        cluster = cluster.cluster_spec()
+    spec = cluster.as_dict() if hasattr(cluster, "as_dict") else cluster
+    if not isinstance(spec, dict) or not spec:
+        raise TfschedError(f"cluster must be a ClusterSpec, its dict or a cluster resolver, got {cluster!r}")
+    out = {}
+    for job, addresses in spec.items():
+        if (jobs is None and job == "chief") or (jobs is not None and job not in jobs):
+            continue
+        # a job's tasks: a list, or {task index: address} where some indices are left out
+        for i, address in addresses.items() if isinstance(addresses, dict) else enumerate(addresses):
+            out[address] = f"/job:{job}/replica:0/task:{i}/device:CPU:0"
+    if not out:
+        which = (
+            f"of the jobs {', '.join(sorted(jobs))}" if jobs is not None else "but the coordinator's (chief)"
+        )
+        raise TfschedError(f"cluster has no task {which}" + (f" {purpose}" if purpose else ""))
+    return out

@@ -44,6 +44,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
+from tfsched.graph.devices import cluster_task_devices
 from tfsched.io import check_writable
 from tfsched.tracing.replay import GRAPH_TAG, scheduled_tensor
 from tfsched.tracing.trace import FUNCTIONS_API, MISSING, OpRecord, Trace, TransferRecord, send_node
@@ -387,29 +388,6 @@ def _concrete_graphs(functions) -> tuple[list, set[str]]:
     return graphs, names
 
 
-def _task_devices(cluster, jobs) -> dict[str, str]:
-    """Address -> task device of every task of ``jobs`` (default: all but the coordinator's
-    ``chief``) of a ClusterSpec, its dict, or a cluster resolver."""
-    if hasattr(cluster, "cluster_spec"):
-        cluster = cluster.cluster_spec()
-    spec = cluster.as_dict() if hasattr(cluster, "as_dict") else cluster
-    if not isinstance(spec, dict) or not spec:
-        raise TfschedError(f"cluster must be a ClusterSpec, its dict or a cluster resolver, got {cluster!r}")
-    out = {}
-    for job, addresses in spec.items():
-        if (jobs is None and job == "chief") or (jobs is not None and job not in jobs):
-            continue
-        # a job's tasks: a list, or {task index: address} where some indices are left out
-        for i, address in addresses.items() if isinstance(addresses, dict) else enumerate(addresses):
-            out[address] = f"/job:{job}/replica:0/task:{i}/device:CPU:0"
-    if not out:
-        which = (
-            f"of the jobs {', '.join(sorted(jobs))}" if jobs is not None else "but the coordinator's (chief)"
-        )
-        raise TfschedError(f"cluster has no task {which} to profile")
-    return out
-
-
 class FunctionTracer:
     """Profile a cluster's tasks while a block of TensorFlow 2 steps runs; the traced calls are
     then ``self.trace`` (and written to ``path``, if given).
@@ -439,7 +417,7 @@ class FunctionTracer:
     ):
         if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 < seconds <= 3600:
             raise TfschedError(f"seconds must be a window of more than 0 and at most 3600 s, got {seconds!r}")
-        self.devices = _task_devices(cluster, jobs)
+        self.devices = cluster_task_devices(cluster, jobs, "to profile")
         for f in functions:  # their graphs are read at the block's end, once the calls traced them
             if not (hasattr(f, "get_operations") or hasattr(f, "graph") or callable(f)):
                 raise TfschedError(

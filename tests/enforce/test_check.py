@@ -1,0 +1,186 @@
+"""tfsched.check_cluster and ``tfsched check``: every task asked, through its own address, which
+build of tfsched's library it loaded, on real gRPC tasks."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+from tfsched.bench.local import LocalCluster
+from tfsched.enforce.check import NOT_LOADED, load_cluster, task_builds
+from tfsched.errors import TfschedError
+
+pytestmark = [pytest.mark.tf, pytest.mark.cluster]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def this_build() -> str:
+    from tfsched.enforce._loader import load_ops
+
+    return load_ops().tfsched_build().numpy().decode()
+
+
+def test_the_compiled_build_is_the_one_the_librarys_name_says():
+    from tfsched.enforce.build import build, build_id
+
+    assert this_build() == build_id(build())
+    assert this_build().startswith("tf") and len(this_build().rsplit("-", 1)[1]) == 16
+
+
+def test_a_cluster_started_with_tfsched_is_ready_and_says_its_build():
+    import tfsched
+
+    with LocalCluster(ps=2, workers=2) as c:
+        builds = tfsched.check_cluster(c.spec, timeout_s=20)
+        assert builds == {
+            f"/job:{job}/replica:0/task:{i}": this_build() for job in ("ps", "worker") for i in range(2)
+        }
+        # a job's tasks alone, and the coordinator's chief left out unless asked for
+        assert list(tfsched.check_cluster({**c.spec, "chief": ["127.0.0.1:1"]}, jobs=["ps"])) == [
+            "/job:ps/replica:0/task:0",
+            "/job:ps/replica:0/task:1",
+        ]
+
+
+def test_a_task_without_tfsched_and_one_that_does_not_answer_are_named_and_the_wait_is_bounded():
+    import tensorflow as tf
+
+    import tfsched
+    from tfsched.models import build_graph
+
+    with LocalCluster(ps=1, workers=1) as c:
+        c.vanilla = True
+        c.restart("ps", 0)  # the PS at its address again, a plain tf.distribute.Server
+        dead = f"127.0.0.1:{free_port()}"
+        spec = {"ps": c.spec["ps"], "worker": [c.spec["worker"][0], dead]}
+        started = time.monotonic()
+        found = task_builds(spec, timeout_s=3)
+        took = time.monotonic() - started
+        assert [(b.task, b.address, b.build, b.problem) for b in found] == [
+            ("/job:ps/replica:0/task:0", c.spec["ps"][0], None, NOT_LOADED),
+            ("/job:worker/replica:0/task:0", c.spec["worker"][0], this_build(), None),
+            ("/job:worker/replica:0/task:1", dead, None, "did not answer within 3 s"),
+        ]
+        assert took < 3 + 10, took  # the tasks asked at once, each within its deadline
+        with pytest.raises(TfschedError) as e:
+            tfsched.check_cluster(spec, timeout_s=3)
+        line = str(e.value)
+        assert "\n" not in line and line.startswith("2 of 3 tasks not ready for tfsched: ")
+        assert f"/job:ps/replica:0/task:0 ({c.spec['ps'][0]}) {NOT_LOADED}" in line
+        assert f"/job:worker/replica:0/task:1 ({dead}) did not answer within 3 s" in line
+
+        # what the check foretells: the step the pass gates fails on the plain PS
+        b = build_graph("seq32", mode="train", worker_task=0, ps_tasks=1, batch_size=4)
+        with tf.compat.v1.Session(c.target(), graph=b.graph, config=tfsched.enable()) as sess:
+            sess.run(b.init_op)
+            with pytest.raises(tf.errors.NotFoundError, match="TfschedGate"):
+                sess.run(b.train_op, options=tf.compat.v1.RunOptions(timeout_in_ms=60_000))
+
+
+@pytest.mark.alone  # compiles the library a second time (about 30 s of both cores)
+def test_a_task_with_another_build_is_named_with_both_builds(tmp_path):
+    """A host upgraded before the others: a task whose tfsched has other sources (a copy of this
+    checkout with one more comment line) has another build."""
+    copy = tmp_path / "other"
+    shutil.copytree(ROOT / "tfsched", copy / "tfsched", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "cc", copy / "cc")
+    with open(copy / "cc" / "gate.h", "a") as f:
+        f.write("// another build\n")
+    address = f"127.0.0.1:{free_port()}"
+    env = {**os.environ, "PYTHONPATH": str(copy), "TFSCHED_CACHE_DIR": str(tmp_path / "cache")}
+    code = f"import tfsched; tfsched.start_server({{'worker': [{address!r}]}}, 'worker', 0).join()"
+    with open(tmp_path / "task.log", "wb") as log:
+        # not in this checkout, whose tfsched python -c would import first (its directory on sys.path)
+        task = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=tmp_path, stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 400  # its build, then its server
+        while True:
+            (found,) = task_builds({"worker": [address]}, timeout_s=5)
+            if found.build is not None or time.monotonic() > deadline or task.poll() is not None:
+                break
+        log_text = (tmp_path / "task.log").read_text()[-2000:]
+        assert found.build is not None, (found, log_text)
+        assert found.build != this_build()
+        assert found.build.split("-")[0] == this_build().split("-")[0]  # the same TensorFlow
+        assert found.problem == (
+            f"runs tfsched build {found.build}, this process {this_build()}: start every task with "
+            "the same tfsched and TensorFlow"
+        )
+    finally:
+        task.kill()
+        task.wait(timeout=30)
+
+
+def run_cli(*args, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "tfsched.cli", "check", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_the_check_command_reads_tf_config_prints_each_task_and_fails_on_one_not_ready(tmp_path):
+    with LocalCluster(ps=1, workers=1) as c:
+        tf_config = json.dumps({"cluster": c.spec, "task": {"type": "worker", "index": 0}})
+        r = run_cli(env={"TF_CONFIG": tf_config})
+        assert r.returncode == 0, r.stderr
+        assert "tfsched on the tasks of TF_CONFIG" in r.stdout
+        for task in ("ps:0", "worker:0"):
+            row = next(line for line in r.stdout.splitlines() if f" {task} " in line)
+            assert "ready" in row
+        assert this_build()[:20] in r.stdout
+
+        dead = f"127.0.0.1:{free_port()}"
+        spec_file = tmp_path / "cluster.json"
+        spec_file.write_text(json.dumps({**c.spec, "worker": [*c.spec["worker"], dead]}))
+        r = run_cli("--cluster", str(spec_file), "--timeout", "2")
+        assert r.returncode == 1
+        assert "Traceback" not in r.stderr
+        (error,) = [line for line in r.stderr.splitlines() if line.startswith("Error: ")]
+        assert error == (
+            f"Error: 1 of 3 tasks not ready for tfsched: /job:worker/replica:0/task:1 ({dead}) "
+            "did not answer within 2 s"
+        )
+
+
+@pytest.mark.parametrize(
+    "args, env, error",
+    [
+        ((), {"TF_CONFIG": ""}, "Error: no cluster to check: give --cluster, or set TF_CONFIG"),
+        (("--cluster", "{not json"), {}, "Error: --cluster: not JSON ("),
+        (("--cluster", '{"ps": []}'), {}, "Error: --cluster: not a cluster spec: expected"),
+        (
+            ("--cluster", '{"ps": ["h:1"]}', "--job", "worker"),
+            {},
+            "Error: --cluster: cluster has no task of the jobs worker to check",
+        ),
+        (("--cluster", '{"ps": ["h:1"]}', "--timeout", "0"), {}, "Error: Invalid value for '--timeout'"),
+    ],
+)
+def test_the_check_commands_bad_input_is_one_error_line(args, env, error):
+    r = run_cli(*args, env=env)
+    assert r.returncode != 0 and r.stdout == ""
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith(error), r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_cluster_file_that_is_not_a_cluster_is_named(tmp_path):
+    bad = tmp_path / "c.json"
+    bad.write_text('{"cluster": {"worker": "h:1"}}')
+    with pytest.raises(TfschedError, match=f"^{re.escape(str(bad))}: not a cluster spec"):
+        load_cluster(str(bad))
+    bad.write_bytes(b"\xff\xfe")
+    with pytest.raises(TfschedError, match=f"^{re.escape(str(bad))}: cannot read it"):
+        load_cluster(str(bad))

@@ -1,0 +1,169 @@
+"""Checking a cluster before a run: every task has tfsched's library loaded, and the same build.
+
+The master's pass puts gates on every task, and every task runs the pass that makes its
+transfers inline, so each must have loaded the library (``tfsched.start_server``). A task that
+has not fails the first step with TensorFlow's ``Op type not registered 'TfschedGate'``, named
+by its gRPC address only in the error's last lines; a task that loaded another build (a host
+upgraded before the others) runs gates the master's pass did not write them for. This says it
+before a run, for each task by its name.
+
+Each task is asked through its own address, as its own master, with a session that sees no
+other task (``device_filters``): the master of a session that sees a task that does not answer
+waits for it for good (``CreateSession still waiting for response from worker``), whatever
+the session's deadline; a task's own session fails at its deadline.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from tfsched.deadlines import SESSION_CALL_TIMEOUT_S
+from tfsched.errors import TfschedError
+from tfsched.graph.devices import cluster_task_devices, task_of
+
+NOT_LOADED = "has no tfsched library loaded: start it with tfsched.start_server"
+
+
+@dataclass(frozen=True)
+class TaskBuild:
+    """What one task answered: ``build`` (``tfsched.enforce.build.build_id``), or ``problem``."""
+
+    task: str  # /job:<job>/replica:0/task:<i>
+    address: str
+    build: str | None
+    problem: str | None
+
+
+def task_builds(cluster, *, jobs=None, timeout_s: float = SESSION_CALL_TIMEOUT_S) -> list[TaskBuild]:
+    """Ask every task of ``jobs`` (default: all but the coordinator's ``chief``) of ``cluster``
+    (a ``tf.train.ClusterSpec``, its dict, or a cluster resolver) which build of tfsched's library
+    it runs, all at once, each within ``timeout_s``; in the cluster's order.
+
+    A task's ``problem``: it has no tfsched loaded, runs another build than this process, did
+    not answer, or TensorFlow's first line of what went wrong."""
+    from tfsched.enforce._loader import load_ops
+    from tfsched.graph._tf import import_tensorflow
+
+    if not (isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and timeout_s > 0):
+        raise TfschedError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    devices = cluster_task_devices(cluster, jobs, "to check")
+    tf = import_tensorflow()
+    ops = load_ops()
+    mine = ops.tfsched_build().numpy().decode()
+
+    def ask(address: str, device: str) -> TaskBuild:
+        from tfsched.deadlines import session_config
+
+        task = task_of(device)
+        g = tf.Graph()
+        with g.as_default(), g.device(device):
+            build = ops.tfsched_build()
+        config = session_config(timeout_s=timeout_s)
+        config.device_filters.append(task)
+        options = tf.compat.v1.RunOptions(timeout_in_ms=config.operation_timeout_in_ms)
+        try:
+            with tf.compat.v1.Session(f"grpc://{address}", graph=g, config=config) as sess:
+                theirs = sess.run(build, options=options).decode()
+        except tf.errors.NotFoundError as e:
+            if "TfschedBuild" not in str(e):
+                return TaskBuild(task, address, None, _first_line(e))
+            return TaskBuild(task, address, None, NOT_LOADED)
+        except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError):
+            return TaskBuild(task, address, None, f"did not answer within {timeout_s:g} s")
+        except tf.errors.OpError as e:
+            return TaskBuild(task, address, None, _first_line(e))
+        if theirs != mine:
+            return TaskBuild(
+                task,
+                address,
+                theirs,
+                f"runs tfsched build {theirs}, this process {mine}: start every task with the same "
+                "tfsched and TensorFlow",
+            )
+        return TaskBuild(task, address, theirs, None)
+
+    with ThreadPoolExecutor(max_workers=min(32, len(devices))) as pool:
+        return list(pool.map(lambda item: ask(*item), devices.items()))
+
+
+def check_cluster(cluster, *, jobs=None, timeout_s: float = SESSION_CALL_TIMEOUT_S) -> dict[str, str]:
+    """Task -> build of tfsched's library, once every task of ``jobs`` (default: all but the
+    coordinator's ``chief``) of ``cluster`` has answered within ``timeout_s`` with this process's
+    build; else one TfschedError line naming each task that did not and why (``task_builds``).
+
+    Call it where the client or coordinator starts, before its first step: a task started
+    without ``tfsched.start_server`` would fail that step, a task with another build would run
+    it with gates of another version, and a task that is not up yet would hold the session.
+
+    >>> tfsched.check_cluster(cluster_spec)  # doctest: +SKIP
+    {'/job:ps/replica:0/task:0': 'tf2.21.0-2b7ece3aae355f6d', '/job:worker/replica:0/task:0': ...}
+    """
+    found = task_builds(cluster, jobs=jobs, timeout_s=timeout_s)
+    raise_not_ready(found)
+    return {b.task: b.build for b in found}
+
+
+def raise_not_ready(found: list[TaskBuild]) -> None:
+    """One TfschedError line naming each task of ``found`` with a problem, and the problem."""
+    bad = [b for b in found if b.problem is not None]
+    if bad:
+        raise TfschedError(
+            f"{len(bad)} of {len(found)} tasks not ready for tfsched: "
+            + "; ".join(f"{b.task} ({b.address}) {b.problem}" for b in bad)
+        )
+
+
+def load_cluster(text: str | None, environ=None) -> tuple[dict, str]:
+    """(cluster spec dict, where it came from) from ``text``: a JSON file's path or JSON, of a
+    cluster (``{"ps": ["host:port"], "worker": [...]}``) or of a ``TF_CONFIG`` (its
+    ``cluster``); None: the ``TF_CONFIG`` of ``environ`` (default: this process's). What is not
+    one is one TfschedError line that names where it came from.
+
+    >>> load_cluster('{"ps": ["h:1"], "worker": ["h:2", "h:3"]}')
+    ({'ps': ['h:1'], 'worker': ['h:2', 'h:3']}, '--cluster')
+    >>> load_cluster(None, {"TF_CONFIG": '{"cluster": {"worker": ["h:2"]}, "task": {}}'})
+    ({'worker': ['h:2']}, 'TF_CONFIG')
+    """
+    import json
+    import os
+
+    environ = os.environ if environ is None else environ
+    if text is None:
+        if not environ.get("TF_CONFIG"):
+            raise TfschedError("no cluster to check: give --cluster, or set TF_CONFIG")
+        where, raw = "TF_CONFIG", environ["TF_CONFIG"]
+    elif os.path.isfile(text):
+        where = text
+        try:
+            with open(text, encoding="utf-8") as f:
+                raw = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise TfschedError(f"{text}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    else:
+        where, raw = "--cluster", text
+    try:
+        doc = json.loads(raw)
+    except ValueError as e:
+        raise TfschedError(f"{where}: not JSON ({e})") from None
+    spec = doc.get("cluster", doc) if isinstance(doc, dict) else doc
+    if not (isinstance(spec, dict) and spec and all(_addresses(v) for v in spec.values())):
+        raise TfschedError(
+            f'{where}: not a cluster spec: expected {{job: ["host:port", ...]}}, as in TF_CONFIG\'s cluster'
+        )
+    return spec, where
+
+
+def _addresses(value) -> bool:
+    """Whether ``value`` is a job's tasks: a list of addresses, or {task index: address}."""
+    if isinstance(value, dict):
+        return bool(value) and all(str(k).isdigit() and isinstance(a, str) and a for k, a in value.items())
+    return isinstance(value, list) and bool(value) and all(isinstance(a, str) and a for a in value)
+
+
+def _first_line(error) -> str:
+    """An OpError's message, its first line past TensorFlow's heading ("Graph execution
+    error:"), without the RPC's details TensorFlow adds after it."""
+    lines = [line.strip() for line in str(getattr(error, "message", error)).splitlines()]
+    lines = [line for line in lines if line and not line.endswith("execution error:")]
+    return lines[0] if lines else type(error).__name__
