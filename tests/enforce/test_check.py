@@ -1,5 +1,6 @@
-"""tfsched.check_cluster and ``tfsched check``: every task asked, through its own address, which
-build of tfsched's library it loaded, on real gRPC tasks."""
+"""Asking a cluster's tasks, on real gRPC tasks: tfsched.check_cluster and ``tfsched check``
+(every task asked, through its own address, which build of tfsched's library it loaded), and
+the side sessions of ``stats`` and ``set_credit`` while a task is down."""
 
 from __future__ import annotations
 
@@ -86,6 +87,74 @@ def test_a_task_without_tfsched_and_one_that_does_not_answer_are_named_and_the_w
                 sess.run(b.train_op, options=tf.compat.v1.RunOptions(timeout_in_ms=60_000))
 
 
+def serve(spec: dict, job: str, index: int, cwd, env=None) -> subprocess.Popen:
+    """Task ``job:index`` of ``spec`` started with tfsched (``env``: its environment's changes), in
+    a process of its own, its output in ``cwd``; answering once ``task_builds`` says so."""
+    code = f"import tfsched; tfsched.start_server({spec!r}, {job!r}, {index}).join()"
+    with open(os.path.join(cwd, f"{job}{index}.log"), "wb") as log:
+        # cwd: not this checkout, whose tfsched python -c would import first (its directory on sys.path)
+        return subprocess.Popen(
+            [sys.executable, "-c", code], env={**os.environ, **(env or {})}, cwd=cwd, stdout=log, stderr=log
+        )
+
+
+def answering(spec: dict, tasks: list[subprocess.Popen], seconds: float):
+    """What the tasks of ``spec`` answer (``task_builds``) once each answers, or after
+    ``seconds``, or once a process of ``tasks`` ended (a task may build the library first)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = task_builds(spec, timeout_s=5)
+        if (
+            not any((b.problem or "").startswith("did not answer") for b in found)
+            or time.monotonic() > deadline
+            or any(t.poll() is not None for t in tasks)
+        ):
+            return found
+
+
+def test_stats_and_set_credit_answer_while_another_task_is_down(tmp_path):
+    """A task killed in a LocalCluster has a stand-in at its address that fails every call to it
+    at once: a side session that saw every task failed to be made (``... is gone``)."""
+    from tfsched.enforce import set_credit, stats
+
+    with LocalCluster(ps=1, workers=2) as c:
+        c.kill("worker", 1)
+        started = time.monotonic()
+        assert stats(c.target(), "/job:ps/task:0", timeout_s=10)["live_credit"] == -1
+        set_credit(c.target(), 1000, ["/job:ps/task:0"])
+        assert stats(c.target(), "/job:ps/replica:0/task:0/device:CPU:0", timeout_s=10)["live_credit"] == 1000
+        assert stats(c.target(), "/job:worker/task:0", timeout_s=10)["live_steps"] == 0
+        assert time.monotonic() - started < 10
+        with pytest.raises(TfschedError, match="timeout_s must be a positive number of seconds"):
+            stats(c.target(), "/job:ps/task:0", timeout_s=0)
+
+
+def test_stats_of_a_task_that_never_answers_is_an_error_in_time_and_of_the_others_answers(tmp_path):
+    """Without a stand-in, the master of a side session that saw every task waited at its
+    creation for a task that does not answer (``CreateSession still waiting for response from
+    worker``): the PS's counters failed after 33 s (the session's deadline)."""
+    from tfsched.enforce import stats
+
+    spec = {"ps": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}" for _ in range(2)]}
+    tasks = [serve(spec, "ps", 0, tmp_path), serve(spec, "worker", 0, tmp_path)]
+    try:
+        target = f"grpc://{spec['worker'][0]}"
+        up = answering({"ps": spec["ps"], "worker": spec["worker"][:1]}, tasks, 120)
+        assert [b.problem for b in up] == [None, None], up
+        started = time.monotonic()
+        assert stats(target, "/job:ps/task:0", timeout_s=10)["live_steps"] == 0
+        assert time.monotonic() - started < 10
+        started = time.monotonic()
+        with pytest.raises(TfschedError) as e:
+            stats(target, "/job:worker/task:1", timeout_s=3)
+        assert time.monotonic() - started < 3 + 5
+        assert str(e.value) == f"stats: /job:worker/task:1 (through {target}) gave no answer within 3 s"
+    finally:
+        for t in tasks:
+            t.kill()
+            t.wait(timeout=30)
+
+
 @pytest.mark.alone  # compiles the library a second time (about 30 s of both cores)
 def test_a_task_with_another_build_is_named_with_both_builds(tmp_path):
     """A host upgraded before the others: a task whose tfsched has other sources (a copy of this
@@ -96,18 +165,11 @@ def test_a_task_with_another_build_is_named_with_both_builds(tmp_path):
     with open(copy / "cc" / "gate.h", "a") as f:
         f.write("// another build\n")
     address = f"127.0.0.1:{free_port()}"
-    env = {**os.environ, "PYTHONPATH": str(copy), "TFSCHED_CACHE_DIR": str(tmp_path / "cache")}
-    code = f"import tfsched; tfsched.start_server({{'worker': [{address!r}]}}, 'worker', 0).join()"
-    with open(tmp_path / "task.log", "wb") as log:
-        # not in this checkout, whose tfsched python -c would import first (its directory on sys.path)
-        task = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=tmp_path, stdout=log, stderr=log)
+    env = {"PYTHONPATH": str(copy), "TFSCHED_CACHE_DIR": str(tmp_path / "cache")}
+    task = serve({"worker": [address]}, "worker", 0, tmp_path, env)
     try:
-        deadline = time.monotonic() + 400  # its build, then its server
-        while True:
-            (found,) = task_builds({"worker": [address]}, timeout_s=5)
-            if found.build is not None or time.monotonic() > deadline or task.poll() is not None:
-                break
-        log_text = (tmp_path / "task.log").read_text()[-2000:]
+        (found,) = answering({"worker": [address]}, [task], 400)  # its build, then its server
+        log_text = (tmp_path / "worker0.log").read_text()[-2000:]
         assert found.build is not None, (found, log_text)
         assert found.build != this_build()
         assert found.build.split("-")[0] == this_build().split("-")[0]  # the same TensorFlow

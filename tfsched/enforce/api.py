@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 
+from tfsched.deadlines import SESSION_CALL_TIMEOUT_S
 from tfsched.errors import TfschedError
-from tfsched.graph.devices import check_job_name, check_task_devices
+from tfsched.graph.devices import check_job_name, check_task_devices, task_of
 
 # the pass's defaults (scheduler.h) and how the credit comes back (the pass's credit_return): the
 # receiver's acknowledgement, or the sender's transport done with the tensor
@@ -507,14 +508,48 @@ def _session_target(target) -> str:
     return target.sess_str if hasattr(target, "sess_str") else target
 
 
-def _side_session(target, graph):
-    """A session on ``target`` every call of which (run, create, close) has a deadline
-    (``tfsched.deadlines``): one to a task that does not answer fails, never hangs."""
+def _side_session(target, graph, devices: list[str], timeout_s: float | None = None):
+    """A session on ``target`` that sees only the tasks of ``devices`` (``device_filters``), every
+    call of which (run, create, close) has a deadline (``tfsched.deadlines``).
+
+    Without the filters the master waits at the session's creation for every task of the
+    cluster (``CreateSession still waiting for response from worker``), so one task down held
+    the calls about the others: ``stats`` of a live PS through worker 0 failed after 33 s
+    (``DeadlineExceeded``) where worker 1 had never come up, at once where a killed worker's
+    stand-in answered for it (``... is gone``), and through a master in the caller's own process
+    waited over 100 s. A task of ``devices`` that does not answer still holds it so
+    (``_answered`` bounds what waits on it)."""
     import tensorflow as tf
 
     from tfsched.deadlines import session_config
 
-    return tf.compat.v1.Session(_session_target(target), graph=graph, config=session_config())
+    config = session_config() if timeout_s is None else session_config(timeout_s=timeout_s)
+    config.device_filters.extend(dict.fromkeys(task_of(d) for d in devices))
+    return tf.compat.v1.Session(_session_target(target), graph=graph, config=config)
+
+
+def _answered(call, what: str, timeout_s: float):
+    """``call()``'s value, or one TfschedError line saying ``what`` gave no answer within
+    ``timeout_s``: ``call`` runs on a thread of its own, left behind if it never returns (a
+    session whose master waits for a task that is gone cannot be ended from here)."""
+    import threading
+
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as e:  # noqa: BLE001 - raised again on the caller's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=run, name="tfsched-side-session", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TfschedError(f"{what} gave no answer within {timeout_s:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def check_live_credit(credit) -> int:
@@ -547,7 +582,7 @@ class CreditSetter:
             for d in devices:
                 with tf.device(d):
                     self._ops.append(ops.tfsched_set_credit(self._value))
-        self._sess = _side_session(target, self._graph)
+        self._sess = _side_session(target, self._graph, devices)
 
     def __call__(self, credit: int) -> None:
         check_live_credit(credit)
@@ -576,10 +611,15 @@ def set_credit(target, credit: int, devices: list[str]) -> None:
         setter(credit)
 
 
-def stats(session=None, device: str | None = None) -> dict[str, int]:
+def stats(
+    session=None, device: str | None = None, *, timeout_s: float = SESSION_CALL_TIMEOUT_S
+) -> dict[str, int]:
     """Gate counters: of this process, or (with a session and a device) of the task running ``device``.
 
     ``live_steps`` is the number of steps whose gate state is still held: 0 between steps.
+    A task's counters come through a session that sees that task alone, whatever other task of
+    the cluster is down; a task that does not answer within ``timeout_s`` is one TfschedError
+    line (through another task's master it would wait for good: ``_side_session``).
     """
     from tfsched.enforce._loader import load_ops
 
@@ -593,9 +633,15 @@ def stats(session=None, device: str | None = None) -> dict[str, int]:
     else:
         import tensorflow as tf
 
+        if not (isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and timeout_s > 0):
+            raise TfschedError(f"stats: timeout_s must be a positive number of seconds, got {timeout_s!r}")
         g = tf.Graph()
         with g.as_default(), g.device(device):
             t = ops.tfsched_stats()
-        with _side_session(session, g) as s:
-            values = s.run(t)
+
+        def ask():
+            with _side_session(session, g, [device], timeout_s) as s:
+                return s.run(t)
+
+        values = _answered(ask, f"stats: {device} (through {_session_target(session)})", timeout_s)
     return dict(zip(STAT_NAMES, (int(v) for v in values), strict=True))
