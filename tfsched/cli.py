@@ -838,7 +838,15 @@ def viz(trace_paths, output, schedule, graph_path, fetches, tag_set, compare, st
     show_default=True,
     help="Seconds each task has to answer.",
 )
-def check(cluster_text, jobs, timeout_s):
+@click.option(
+    "--stats",
+    "counters",
+    is_flag=True,
+    help="Also each task's gate counters (tfsched.enforce.stats): transfers released, gates that "
+    "waited, timed out or were cancelled, steps whose state is held now.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the tasks as JSON, not a table.")
+def check(cluster_text, jobs, timeout_s, counters, as_json):
     """Check that every task of a running cluster has tfsched loaded, the same build as here.
 
     Each task is asked through its own address which build of tfsched's library it loaded
@@ -848,8 +856,10 @@ def check(cluster_text, jobs, timeout_s):
     \b
     Examples:
       tfsched check --cluster '{"ps": ["ps0:2222"], "worker": ["w0:2222", "w1:2222"]}'
-      TF_CONFIG=... tfsched check
+      TF_CONFIG=... tfsched check --stats
     """
+    import dataclasses
+
     from rich.console import Console
     from rich.table import Table
 
@@ -858,15 +868,20 @@ def check(cluster_text, jobs, timeout_s):
 
     spec, where = load_cluster(cluster_text)
     try:
-        found = task_builds(spec, jobs=list(jobs) or None, timeout_s=timeout_s)
+        found = task_builds(spec, jobs=list(jobs) or None, timeout_s=timeout_s, counters=counters)
     except TfschedError as e:  # e.g. no task of the jobs asked for
         raise TfschedError(f"{where}: {e}") from None
-    table = Table(title=f"tfsched on the tasks of {where}", title_justify="left")
-    for col in ("task", "address", "build", "status"):
-        table.add_column(col)
-    for b in found:
-        table.add_row(short_task(b.task), b.address, b.build or "-", b.problem or "ready")
-    Console().print(table)
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(b) for b in found], indent=2))
+    else:
+        shown = ("released", "waited", "timeouts", "cancelled", "live_steps") if counters else ()
+        table = Table(title=f"tfsched on the tasks of {where}", title_justify="left")
+        for col in ("task", "address", "build", "status", *shown):
+            table.add_column(col.replace("_", " "), justify="right" if col in shown else "left")
+        for b in found:
+            numbers = [f"{b.stats[k]:,}" if b.stats else "-" for k in shown]
+            table.add_row(short_task(b.task), b.address, b.build or "-", b.problem or "ready", *numbers)
+        Console().print(table)
     raise_not_ready(found)
 
 

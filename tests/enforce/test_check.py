@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import free_port
 from tfsched.bench.local import LocalCluster
+from tfsched.enforce.api import STAT_NAMES
 from tfsched.enforce.check import NOT_LOADED, load_cluster, task_builds
 from tfsched.errors import TfschedError
 
@@ -37,11 +38,29 @@ def test_the_compiled_build_is_the_one_the_librarys_name_says():
     assert this_build().startswith("tf") and len(this_build().rsplit("-", 1)[1]) == 16
 
 
-def test_a_cluster_started_with_tfsched_is_ready_and_says_its_build():
+def test_a_cluster_started_with_tfsched_is_ready_and_says_its_build_and_its_gates_counters():
+    import tensorflow as tf
+
     import tfsched
+    from tfsched.models import build_graph
 
     with LocalCluster(ps=2, workers=2) as c:
         builds = tfsched.check_cluster(c.spec, timeout_s=20)
+        assert all(b.stats is None for b in task_builds(c.spec))
+        b = build_graph("seq32", mode="train", worker_task=0, ps_tasks=2, batch_size=4)
+        with tf.compat.v1.Session(c.target(), graph=b.graph, config=tfsched.enable()) as sess:
+            sess.run(b.init_op)
+            sess.run(b.train_op)
+        deadline = time.monotonic() + 20  # a step's state is freed just after its run returns
+        found = task_builds(c.spec, counters=True)
+        while any(t.stats["live_steps"] for t in found):
+            assert time.monotonic() < deadline, found
+            found = task_builds(c.spec, counters=True)
+        released = {t.task: t.stats["released"] for t in found}
+        assert all(released[f"/job:ps/replica:0/task:{i}"] > 0 for i in range(2)), released  # pulls
+        assert released["/job:worker/replica:0/task:0"] > 0, released  # pushes
+        assert released["/job:worker/replica:0/task:1"] == 0, released  # it ran no step
+        assert all(t.stats["timeouts"] == t.stats["cancelled"] == 0 for t in found)
         assert builds == {
             f"/job:{job}/replica:0/task:{i}": this_build() for job in ("ps", "worker") for i in range(2)
         }
@@ -155,31 +174,56 @@ def test_stats_of_a_task_that_never_answers_is_an_error_in_time_and_of_the_other
             t.wait(timeout=30)
 
 
-@pytest.mark.alone  # compiles the library a second time (about 30 s of both cores)
-def test_a_task_with_another_build_is_named_with_both_builds(tmp_path):
+def copy_of_tfsched(where: Path, change) -> Path:
+    """A copy of this checkout's ``tfsched`` and ``cc`` at ``where``, ``change(path of its
+    cc/gate_ops.cc)`` made to it: another build of the library, made by the first task that
+    loads it."""
+    shutil.copytree(ROOT / "tfsched", where / "tfsched", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "cc", where / "cc")
+    change(where / "cc" / "gate_ops.cc")
+    return where
+
+
+@pytest.mark.alone  # compiles the library twice more (about 50 s of both cores)
+def test_a_task_with_another_build_or_one_from_before_the_build_op_is_named(tmp_path):
     """A host upgraded before the others: a task whose tfsched has other sources (a copy of this
-    checkout with one more comment line) has another build."""
-    copy = tmp_path / "other"
-    shutil.copytree(ROOT / "tfsched", copy / "tfsched", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "cc", copy / "cc")
-    with open(copy / "cc" / "gate.h", "a") as f:
-        f.write("// another build\n")
-    address = f"127.0.0.1:{free_port()}"
-    env = {"PYTHONPATH": str(copy), "TFSCHED_CACHE_DIR": str(tmp_path / "cache")}
-    task = serve({"worker": [address]}, "worker", 0, tmp_path, env)
+    checkout with one more comment line) has another build, and one whose tfsched has no
+    ``TfschedBuild`` (a copy without it, as the sessions before the hundred-and-seventeenth built
+    it) is told apart from a task without tfsched."""
+
+    def comment(path):
+        with open(path, "a") as f:
+            f.write("// another build\n")
+
+    def without_build_op(path):
+        text = path.read_text()
+        assert text.count('"TfschedBuild"') == 2  # its op and its kernel
+        path.write_text(text.replace('"TfschedBuild"', '"TfschedBuildNotYet"'))
+
+    spec = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(2)]}
+    tasks = []
     try:
-        (found,) = answering({"worker": [address]}, [task], 400)  # its build, then its server
-        log_text = (tmp_path / "worker0.log").read_text()[-2000:]
-        assert found.build is not None, (found, log_text)
-        assert found.build != this_build()
-        assert found.build.split("-")[0] == this_build().split("-")[0]  # the same TensorFlow
-        assert found.problem == (
-            f"runs tfsched build {found.build}, this process {this_build()}: start every task with "
+        for i, change in enumerate((comment, without_build_op)):
+            copy = copy_of_tfsched(tmp_path / f"copy{i}", change)
+            env = {"PYTHONPATH": str(copy), "TFSCHED_CACHE_DIR": str(tmp_path / f"cache{i}")}
+            tasks.append(serve(spec, "worker", i, tmp_path, env))
+        other, older = answering(spec, tasks, 400)  # their builds, then their servers
+        logs = [(tmp_path / f"worker{i}.log").read_text()[-2000:] for i in range(2)]
+        assert other.build is not None, (other, logs[0])
+        assert other.build != this_build()
+        assert other.build.split("-")[0] == this_build().split("-")[0]  # the same TensorFlow
+        assert other.problem == (
+            f"runs tfsched build {other.build}, this process {this_build()}: start every task with "
             "the same tfsched and TensorFlow"
         )
+        assert (older.build, older.problem) == (
+            None,
+            "runs a tfsched built before TfschedBuild: start every task with the same tfsched and TensorFlow",
+        ), logs[1]
     finally:
-        task.kill()
-        task.wait(timeout=30)
+        for task in tasks:
+            task.kill()
+            task.wait(timeout=30)
 
 
 def run_cli(*args, env=None):
@@ -202,6 +246,12 @@ def test_the_check_command_reads_tf_config_prints_each_task_and_fails_on_one_not
             row = next(line for line in r.stdout.splitlines() if f" {task} " in line)
             assert "ready" in row
         assert this_build()[:20] in r.stdout
+        r = run_cli("--stats", "--json", env={"TF_CONFIG": tf_config})
+        assert r.returncode == 0, r.stderr
+        tasks = json.loads(r.stdout)
+        assert [t["task"] for t in tasks] == ["/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0"]
+        assert all(t["build"] == this_build() and t["problem"] is None for t in tasks)
+        assert all(set(t["stats"]) == set(STAT_NAMES) and t["stats"]["timeouts"] == 0 for t in tasks)
 
         dead = f"127.0.0.1:{free_port()}"
         spec_file = tmp_path / "cluster.json"

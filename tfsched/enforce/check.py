@@ -8,9 +8,11 @@ upgraded before the others) runs gates the master's pass did not write them for.
 before a run, for each task by its name.
 
 Each task is asked through its own address, as its own master, with a session that sees no
-other task (``device_filters``): the master of a session that sees a task that does not answer
-waits for it for good (``CreateSession still waiting for response from worker``), whatever
-the session's deadline; a task's own session fails at its deadline.
+other task (``device_filters``): the master of a session that sees every task waits for each at
+the session's creation (``CreateSession still waiting for response from worker``), so one task
+down would hold the others' answers, past the session's deadline where that master is in this
+process (``list_devices`` waited two minutes with a 5 s ``operation_timeout_in_ms``, in a
+probe); a task's own session fails at its deadline.
 """
 
 from __future__ import annotations
@@ -27,22 +29,30 @@ NOT_LOADED = "has no tfsched library loaded: start it with tfsched.start_server"
 
 @dataclass(frozen=True)
 class TaskBuild:
-    """What one task answered: ``build`` (``tfsched.enforce.build.build_id``), or ``problem``."""
+    """What one task answered: ``build`` (``tfsched.enforce.build.build_id``), or ``problem``;
+    with ``counters``, its gates' counters (``tfsched.enforce.stats``) where its build is this
+    process's."""
 
     task: str  # /job:<job>/replica:0/task:<i>
     address: str
     build: str | None
     problem: str | None
+    stats: dict[str, int] | None = None
 
 
-def task_builds(cluster, *, jobs=None, timeout_s: float = SESSION_CALL_TIMEOUT_S) -> list[TaskBuild]:
+def task_builds(
+    cluster, *, jobs=None, timeout_s: float = SESSION_CALL_TIMEOUT_S, counters: bool = False
+) -> list[TaskBuild]:
     """Ask every task of ``jobs`` (default: all but the coordinator's ``chief``) of ``cluster``
     (a ``tf.train.ClusterSpec``, its dict, or a cluster resolver) which build of tfsched's library
-    it runs, all at once, each within ``timeout_s``; in the cluster's order.
+    it runs (and with ``counters`` its gates' counters), all at once, each within ``timeout_s``;
+    in the cluster's order.
 
-    A task's ``problem``: it has no tfsched loaded, runs another build than this process, did
-    not answer, or TensorFlow's first line of what went wrong."""
+    A task's ``problem``: it has no tfsched loaded, runs another build than this process (or
+    one from before ``TfschedBuild``, which has the other ops), did not answer, or TensorFlow's
+    first line of what went wrong."""
     from tfsched.enforce._loader import load_ops
+    from tfsched.enforce.api import STAT_NAMES
     from tfsched.graph._tf import import_tensorflow
 
     if not (isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and timeout_s > 0):
@@ -51,37 +61,47 @@ def task_builds(cluster, *, jobs=None, timeout_s: float = SESSION_CALL_TIMEOUT_S
     tf = import_tensorflow()
     ops = load_ops()
     mine = ops.tfsched_build().numpy().decode()
+    other = "start every task with the same tfsched and TensorFlow"
 
-    def ask(address: str, device: str) -> TaskBuild:
+    def run_on(address: str, device: str, make):
+        """``make()``'s ops placed on ``device`` run by its task's own master, which sees no other."""
         from tfsched.deadlines import session_config
 
-        task = task_of(device)
         g = tf.Graph()
         with g.as_default(), g.device(device):
-            build = ops.tfsched_build()
+            fetches = make()
         config = session_config(timeout_s=timeout_s)
-        config.device_filters.append(task)
+        config.device_filters.append(task_of(device))
         options = tf.compat.v1.RunOptions(timeout_in_ms=config.operation_timeout_in_ms)
+        with tf.compat.v1.Session(f"grpc://{address}", graph=g, config=config) as sess:
+            return sess.run(fetches, options=options)
+
+    def ask(address: str, device: str) -> TaskBuild:
+        task = task_of(device)
         try:
-            with tf.compat.v1.Session(f"grpc://{address}", graph=g, config=config) as sess:
-                theirs = sess.run(build, options=options).decode()
-        except tf.errors.NotFoundError as e:
-            if "TfschedBuild" not in str(e):
-                return TaskBuild(task, address, None, _first_line(e))
-            return TaskBuild(task, address, None, NOT_LOADED)
+            try:
+                theirs, values = run_on(address, device, lambda: (ops.tfsched_build(), ops.tfsched_stats()))
+            except tf.errors.NotFoundError as e:
+                if "TfschedBuild" not in str(e):
+                    raise
+                try:  # a build from before TfschedBuild has its other ops
+                    run_on(address, device, ops.tfsched_stats)
+                except tf.errors.NotFoundError as e:
+                    if "TfschedStats" not in str(e):
+                        raise
+                    return TaskBuild(task, address, None, NOT_LOADED)
+                return TaskBuild(task, address, None, f"runs a tfsched built before TfschedBuild: {other}")
         except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError):
             return TaskBuild(task, address, None, f"did not answer within {timeout_s:g} s")
         except tf.errors.OpError as e:
             return TaskBuild(task, address, None, _first_line(e))
+        theirs = theirs.decode()
         if theirs != mine:
             return TaskBuild(
-                task,
-                address,
-                theirs,
-                f"runs tfsched build {theirs}, this process {mine}: start every task with the same "
-                "tfsched and TensorFlow",
+                task, address, theirs, f"runs tfsched build {theirs}, this process {mine}: {other}"
             )
-        return TaskBuild(task, address, theirs, None)
+        stats = dict(zip(STAT_NAMES, (int(v) for v in values), strict=True)) if counters else None
+        return TaskBuild(task, address, theirs, None, stats)
 
     with ThreadPoolExecutor(max_workers=min(32, len(devices))) as pool:
         return list(pool.map(lambda item: ask(*item), devices.items()))

@@ -170,7 +170,15 @@ def cluster_task_devices(cluster, jobs=None, purpose: str = "") -> dict[str, str
 
     >>> cluster_task_devices({"ps": ["h:1"], "worker": {2: "h:2"}, "chief": ["h:3"]})
     {'h:1': '/job:ps/replica:0/task:0/device:CPU:0', 'h:2': '/job:worker/replica:0/task:2/device:CPU:0'}
+    >>> cluster_task_devices({"ps": ["h:1"]}, jobs="ps")
+    Traceback (most recent call last):
+    ...
+    tfsched.errors.TfschedError: jobs must be a list of job names such as ['ps', 'worker'], got 'ps'
     """
+    if jobs is not None and (
+        isinstance(jobs, str) or not all(isinstance(j, str) for j in jobs) or not jobs
+    ):  # a lone string's letters would be its jobs
+        raise TfschedError(f"jobs must be a list of job names such as ['ps', 'worker'], got {jobs!r}")
     if hasattr(cluster, "cluster_spec"):
         cluster = cluster.cluster_spec()
     spec = cluster.as_dict() if hasattr(cluster, "as_dict") else cluster
