@@ -48,7 +48,11 @@ def deadline_ms(timeout_s: float | None) -> int:
 def session_config(config=None, timeout_s: float = SESSION_CALL_TIMEOUT_S):
     """A copy of ``config`` (a ``ConfigProto``; None: a new one) whose calls without a deadline
     of their own, creating and closing the session, have ``timeout_s``, unless it sets a deadline
-    itself. A run given no ``RunOptions.timeout_in_ms`` gets it too."""
+    itself. A run given no ``RunOptions.timeout_in_ms`` gets it too.
+
+    Not bounded so: a master in this process waits at the session's first call for every task
+    it sees to answer, past this deadline and the run's (a run whose PS was not up still waited
+    after 40 s with both at 5 s); ``tfsched.check_cluster`` asks each task within one."""
     import tensorflow as tf
 
     out = tf.compat.v1.ConfigProto()

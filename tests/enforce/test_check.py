@@ -64,7 +64,12 @@ def test_a_cluster_started_with_tfsched_is_ready_and_says_its_build_and_its_gate
         assert builds == {
             f"/job:{job}/replica:0/task:{i}": this_build() for job in ("ps", "worker") for i in range(2)
         }
-        # a job's tasks alone, and the coordinator's chief left out unless asked for
+        # TensorFlow 2's cluster resolver, its coordinator's chief (not serving) left out
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+            tf.train.ClusterSpec({**c.spec, "chief": ["127.0.0.1:1"]}), rpc_layer="grpc"
+        )
+        assert tfsched.check_cluster(resolver) == builds
+        # a job's tasks alone, and the chief left out unless asked for
         assert list(tfsched.check_cluster({**c.spec, "chief": ["127.0.0.1:1"]}, jobs=["ps"])) == [
             "/job:ps/replica:0/task:0",
             "/job:ps/replica:0/task:1",
