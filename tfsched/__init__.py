@@ -33,7 +33,8 @@ def start_server(cluster, job_name, task_index, **kwargs):
 
 def check_cluster(cluster, **kwargs):
     """Task -> build of tfsched's library, once every task of the cluster has it loaded, the
-    same build as this process; else one TfschedError line naming each task that has not (see
+    same build as this process (``wait_s``: waiting that long for tasks that are starting);
+    else one TfschedError line naming each task that has not (see
     :func:`tfsched.enforce.check.check_cluster`)."""
     from tfsched.enforce.check import check_cluster as _check_cluster
 

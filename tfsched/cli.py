@@ -839,6 +839,15 @@ def viz(trace_paths, output, schedule, graph_path, fetches, tag_set, compare, st
     help="Seconds each task has to answer.",
 )
 @click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Seconds to wait for tasks that do not answer yet (a cluster that is starting): they are "
+    "asked again about once a second.",
+)
+@click.option(
     "--stats",
     "counters",
     is_flag=True,
@@ -846,7 +855,7 @@ def viz(trace_paths, output, schedule, graph_path, fetches, tag_set, compare, st
     "waited, timed out or were cancelled, steps whose state is held now.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the tasks as JSON, not a table.")
-def check(cluster_text, jobs, timeout_s, counters, as_json):
+def check(cluster_text, jobs, timeout_s, wait_s, counters, as_json):
     """Check that every task of a running cluster has tfsched loaded, the same build as here.
 
     Each task is asked through its own address which build of tfsched's library it loaded
@@ -856,19 +865,27 @@ def check(cluster_text, jobs, timeout_s, counters, as_json):
     \b
     Examples:
       tfsched check --cluster '{"ps": ["ps0:2222"], "worker": ["w0:2222", "w1:2222"]}'
-      TF_CONFIG=... tfsched check --stats
+      TF_CONFIG=... tfsched check --wait 300 --stats
     """
     import dataclasses
 
     from rich.console import Console
     from rich.table import Table
 
-    from tfsched.enforce.check import load_cluster, raise_not_ready, task_builds
+    from tfsched.enforce.check import load_cluster, raise_not_ready, wait_answers
     from tfsched.graph.devices import short_task
 
     spec, where = load_cluster(cluster_text)
     try:
-        found = task_builds(spec, jobs=list(jobs) or None, timeout_s=timeout_s, counters=counters)
+        with Console(stderr=True).status("asking the tasks") as status:
+            found = wait_answers(
+                spec,
+                jobs=list(jobs) or None,
+                timeout_s=timeout_s,
+                wait_s=wait_s,
+                counters=counters,
+                progress=status.update,
+            )
     except TfschedError as e:  # e.g. no task of the jobs asked for
         raise TfschedError(f"{where}: {e}") from None
     if as_json:

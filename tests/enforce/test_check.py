@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import free_port
 from tfsched.bench.local import LocalCluster
 from tfsched.enforce.api import STAT_NAMES
-from tfsched.enforce.check import NOT_LOADED, load_cluster, task_builds
+from tfsched.enforce.check import NOT_LOADED, load_cluster, task_builds, wait_answers
 from tfsched.errors import TfschedError
 
 pytestmark = [pytest.mark.tf, pytest.mark.cluster]
@@ -134,6 +134,26 @@ def answering(spec: dict, tasks: list[subprocess.Popen], seconds: float):
             or any(t.poll() is not None for t in tasks)
         ):
             return found
+
+
+def test_a_check_with_a_wait_waits_for_a_task_that_is_starting(tmp_path):
+    import tfsched
+
+    spec = {"ps": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
+    tasks = [serve(spec, "ps", 0, tmp_path), serve(spec, "worker", 0, tmp_path)]
+    try:
+        said = []
+        found = wait_answers(spec, timeout_s=5, wait_s=120, progress=said.append)
+        assert [b.problem for b in found] == [None, None], found
+        # the processes take seconds to import TensorFlow: the first asks found neither
+        assert said[0] == "waiting for 2 of 2 tasks to answer: ps:0, worker:0", said
+        assert tfsched.check_cluster(spec) == {b.task: this_build() for b in found}
+    finally:
+        for t in tasks:
+            t.kill()
+            t.wait(timeout=30)
+    with pytest.raises(TfschedError, match="wait_s must be a number of seconds, 0 or more"):
+        wait_answers(spec, wait_s=-1)
 
 
 def test_stats_and_set_credit_answer_while_another_task_is_down(tmp_path):
@@ -261,7 +281,9 @@ def test_the_check_command_reads_tf_config_prints_each_task_and_fails_on_one_not
         dead = f"127.0.0.1:{free_port()}"
         spec_file = tmp_path / "cluster.json"
         spec_file.write_text(json.dumps({**c.spec, "worker": [*c.spec["worker"], dead]}))
-        r = run_cli("--cluster", str(spec_file), "--timeout", "2")
+        started = time.monotonic()
+        r = run_cli("--cluster", str(spec_file), "--timeout", "2", "--wait", "3")
+        assert 3 <= time.monotonic() - started < 3 + 30  # asked again for 3 s (and a Python's start)
         assert r.returncode == 1
         assert "Traceback" not in r.stderr
         (error,) = [line for line in r.stderr.splitlines() if line.startswith("Error: ")]

@@ -17,14 +17,17 @@ probe); a task's own session fails at its deadline.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from tfsched.deadlines import SESSION_CALL_TIMEOUT_S
 from tfsched.errors import TfschedError
-from tfsched.graph.devices import cluster_task_devices, task_of
+from tfsched.graph.devices import cluster_task_devices, short_task, task_of
 
 NOT_LOADED = "has no tfsched library loaded: start it with tfsched.start_server"
+NO_ANSWER = "did not answer"
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,7 @@ def task_builds(
                     return TaskBuild(task, address, None, NOT_LOADED)
                 return TaskBuild(task, address, None, f"runs a tfsched built before TfschedBuild: {other}")
         except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError):
-            return TaskBuild(task, address, None, f"did not answer within {timeout_s:g} s")
+            return TaskBuild(task, address, None, f"{NO_ANSWER} within {timeout_s:g} s")
         except tf.errors.OpError as e:
             return TaskBuild(task, address, None, _first_line(e))
         theirs = theirs.decode()
@@ -107,21 +110,54 @@ def task_builds(
         return list(pool.map(lambda item: ask(*item), devices.items()))
 
 
-def check_cluster(cluster, *, jobs=None, timeout_s: float = SESSION_CALL_TIMEOUT_S) -> dict[str, str]:
+def check_cluster(
+    cluster, *, jobs=None, timeout_s: float = SESSION_CALL_TIMEOUT_S, wait_s: float = 0.0
+) -> dict[str, str]:
     """Task -> build of tfsched's library, once every task of ``jobs`` (default: all but the
     coordinator's ``chief``) of ``cluster`` has answered within ``timeout_s`` with this process's
     build; else one TfschedError line naming each task that did not and why (``task_builds``).
+    ``wait_s``: a cluster that is starting; the tasks that do not answer yet are asked again
+    until they do, for at most that long (``wait_answers``).
 
     Call it where the client or coordinator starts, before its first step: a task started
     without ``tfsched.start_server`` would fail that step, a task with another build would run
-    it with gates of another version, and a task that is not up yet would hold the session.
+    it with gates of another version, and a task that is not up yet would hold the session (for
+    good, where its master is in this process: ``tfsched.deadlines.session_config``).
 
-    >>> tfsched.check_cluster(cluster_spec)  # doctest: +SKIP
+    >>> tfsched.check_cluster(cluster_spec, wait_s=300)  # doctest: +SKIP
     {'/job:ps/replica:0/task:0': 'tf2.21.0-2b7ece3aae355f6d', '/job:worker/replica:0/task:0': ...}
     """
-    found = task_builds(cluster, jobs=jobs, timeout_s=timeout_s)
+    found = wait_answers(cluster, jobs=jobs, timeout_s=timeout_s, wait_s=wait_s)
     raise_not_ready(found)
     return {b.task: b.build for b in found}
+
+
+def wait_answers(
+    cluster,
+    *,
+    jobs=None,
+    timeout_s: float = SESSION_CALL_TIMEOUT_S,
+    wait_s: float = 0.0,
+    counters: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> list[TaskBuild]:
+    """``task_builds``, asked again about once a second while some task does not answer, until
+    all do or ``wait_s`` has passed; a problem other than no answer (no tfsched, another build)
+    ends the wait at once. ``progress(text)``: told which tasks it waits for."""
+    if not (isinstance(wait_s, (int, float)) and not isinstance(wait_s, bool) and wait_s >= 0):
+        raise TfschedError(f"wait_s must be a number of seconds, 0 or more, got {wait_s!r}")
+    deadline = time.monotonic() + wait_s
+    while True:
+        started = time.monotonic()
+        found = task_builds(cluster, jobs=jobs, timeout_s=timeout_s, counters=counters)
+        silent = [b for b in found if (b.problem or "").startswith(NO_ANSWER)]
+        other = [b for b in found if b.problem is not None and b not in silent]
+        if not silent or other or time.monotonic() >= deadline:
+            return found
+        if progress is not None:
+            names = ", ".join(short_task(b.task) for b in silent)
+            progress(f"waiting for {len(silent)} of {len(found)} tasks to answer: {names}")
+        time.sleep(max(0.0, min(1.0 - (time.monotonic() - started), deadline - time.monotonic())))
 
 
 def raise_not_ready(found: list[TaskBuild]) -> None:
