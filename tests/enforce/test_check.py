@@ -298,6 +298,7 @@ def test_the_check_command_reads_tf_config_prints_each_task_and_fails_on_one_not
     [
         ((), {"TF_CONFIG": ""}, "Error: no cluster to check: give --cluster, or set TF_CONFIG"),
         (("--cluster", "{not json"), {}, "Error: --cluster: not JSON ("),
+        (("--cluster", "clustr.json"), {}, "Error: clustr.json: no such file, and not a cluster in JSON"),
         (("--cluster", '{"ps": []}'), {}, "Error: --cluster: not a cluster spec: expected"),
         (
             ("--cluster", '{"ps": ["h:1"]}', "--job", "worker"),

@@ -619,7 +619,8 @@ def stats(
     ``live_steps`` is the number of steps whose gate state is still held: 0 between steps.
     A task's counters come through a session that sees that task alone, whatever other task of
     the cluster is down; a task that does not answer within ``timeout_s`` is one TfschedError
-    line (through another task's master it would wait for good: ``_side_session``).
+    line (through another task's master, whose wait for it can outlast the session's deadline:
+    ``_side_session``).
     """
     from tfsched.enforce._loader import load_ops
 

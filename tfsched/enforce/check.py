@@ -196,6 +196,8 @@ def load_cluster(text: str | None, environ=None) -> tuple[dict, str]:
                 raw = f.read()
         except (OSError, UnicodeDecodeError) as e:
             raise TfschedError(f"{text}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    elif not text.lstrip().startswith(("{", "[")):  # a path, mistyped or not a file
+        raise TfschedError(f"{text}: no such file, and not a cluster in JSON")
     else:
         where, raw = "--cluster", text
     try:
