@@ -136,19 +136,25 @@ def answering(spec: dict, tasks: list[subprocess.Popen], seconds: float):
             return found
 
 
-def test_a_check_with_a_wait_waits_for_a_task_that_is_starting(tmp_path):
+def test_a_check_with_a_wait_waits_for_tasks_that_start_later(tmp_path):
+    import threading
+
     import tfsched
 
     spec = {"ps": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
-    tasks = [serve(spec, "ps", 0, tmp_path), serve(spec, "worker", 0, tmp_path)]
+    tasks = []
+    later = threading.Timer(
+        6, lambda: tasks.extend(serve(spec, job, 0, tmp_path) for job in ("ps", "worker"))
+    )
+    later.start()
     try:
         said = []
-        found = wait_answers(spec, timeout_s=5, wait_s=120, progress=said.append)
+        found = wait_answers(spec, timeout_s=2, wait_s=120, progress=said.append)
         assert [b.problem for b in found] == [None, None], found
-        # the processes take seconds to import TensorFlow: the first asks found neither
-        assert said[0] == "waiting for 2 of 2 tasks to answer: ps:0, worker:0", said
+        assert said and said[0] == "waiting for 2 of 2 tasks to answer: ps:0, worker:0", said
         assert tfsched.check_cluster(spec) == {b.task: this_build() for b in found}
     finally:
+        later.join()
         for t in tasks:
             t.kill()
             t.wait(timeout=30)
@@ -291,6 +297,47 @@ def test_the_check_command_reads_tf_config_prints_each_task_and_fails_on_one_not
             f"Error: 1 of 3 tasks not ready for tfsched: /job:worker/replica:0/task:1 ({dead}) "
             "did not answer within 2 s"
         )
+
+
+def test_ctrl_c_ends_a_check_at_once_while_a_task_is_being_asked():
+    """A listener that accepts and never answers holds an ask for its whole deadline: Ctrl-C
+    ends the command at once (with a ThreadPoolExecutor it waited 52 s of a 60 s deadline)."""
+    import signal
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        p = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tfsched.cli",
+                "check",
+                "--timeout",
+                "60",
+                "--cluster",
+                json.dumps({"ps": [address]}),
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal's Ctrl-C
+        )
+        try:
+            listener.settimeout(60)
+            held, _ = listener.accept()  # the ask is on its way (past TensorFlow's import)
+            time.sleep(2)
+            assert p.poll() is None
+            sent = time.monotonic()
+            p.send_signal(signal.SIGINT)
+            _, err = p.communicate(timeout=60)
+            assert time.monotonic() - sent < 10
+            held.close()
+        finally:
+            p.kill()
+            p.wait(timeout=30)
+    assert p.returncode == 130 and err.strip().splitlines()[-1] == "Aborted.", err
 
 
 @pytest.mark.parametrize(
