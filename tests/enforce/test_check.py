@@ -113,7 +113,7 @@ def test_a_task_without_tfsched_and_one_that_does_not_answer_are_named_and_the_w
 
 def serve(spec: dict, job: str, index: int, cwd, env=None) -> subprocess.Popen:
     """Task ``job:index`` of ``spec`` started with tfsched (``env``: its environment's changes), in
-    a process of its own, its output in ``cwd``; answering once ``task_builds`` says so."""
+    a process of its own, its output in ``cwd/<job><index>.log`` (``answering`` waits for it)."""
     code = f"import tfsched; tfsched.start_server({spec!r}, {job!r}, {index}).join()"
     with open(os.path.join(cwd, f"{job}{index}.log"), "wb") as log:
         # cwd: not this checkout, whose tfsched python -c would import first (its directory on sys.path)
@@ -182,7 +182,8 @@ def test_stats_and_set_credit_answer_while_another_task_is_down(tmp_path):
 def test_stats_of_a_task_that_never_answers_is_an_error_in_time_and_of_the_others_answers(tmp_path):
     """Without a stand-in, the master of a side session that saw every task waited at its
     creation for a task that does not answer (``CreateSession still waiting for response from
-    worker``): the PS's counters failed after 33 s (the session's deadline)."""
+    worker``): before the session saw only its task, the PS's counters failed here after 33 s
+    (the session's deadline; a probe on ea4cd1f's code)."""
     from tfsched.enforce import stats
 
     spec = {"ps": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}" for _ in range(2)]}
