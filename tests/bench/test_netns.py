@@ -376,6 +376,9 @@ def test_bench_command_writes_every_field(tmp_path, monkeypatch):
     assert p.returncode == 0, p.stderr[-2000:]
     data = json.loads(out.read_text())
     assert data["config"]["bandwidth"] == "0.2 Gbit/s" and data["config"]["workers"] == 2
+    from tfsched.enforce.build import current_build_id
+
+    assert data["tfsched_build"] == current_build_id()  # the build its tasks loaded
     assert data["config"]["trace_steps"] == 2
     if CGROUPS:
         md = out.with_suffix(".md").read_text()

@@ -213,6 +213,12 @@ def test_the_table_says_what_pc_was_on_this_link():
     )
     assert summary["modes"][1]["credit"] == 40_000_000
     assert "`+pc` here: partition 10,000,000, credit 40,000,000 parameters." in markdown(summary)
+    # the build of the library the tasks load, which the file records (TfschedBuild answers it)
+    from tfsched.enforce.build import build_id, library_path
+
+    assert summary["tfsched_build"] == build_id(library_path()[0])
+    assert f"\ntfsched build: {summary['tfsched_build']}.\n" in markdown(summary)
+    assert "tfsched build" not in markdown({**summary, "tfsched_build": None})  # an older file
     # CPU per synchronized step: the machine's busy seconds over the steps all workers made
     pc.iterations, pc.cpu_s, pc.cpu_total_s = [[1.0, 0.9], [1.1, 1.0]], 3.0, 4.0
     row = summarize({"baseline": base, "tao+pc": pc}, summary["config"])["modes"][1]

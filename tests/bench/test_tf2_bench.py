@@ -53,6 +53,9 @@ def test_a_tf2_bench_run_fills_every_field_from_real_calls(tmp_path, monkeypatch
     # TensorFlow's C++ start-up logs (the GPU probe's error on a machine without CUDA) stay off the terminal
     assert not re.search(r"^[EI]\d{4} ", p.stderr, re.M), p.stderr[-2000:]
     data = json.loads(out.read_text())
+    from tfsched.enforce.build import current_build_id
+
+    assert data["tfsched_build"] == current_build_id()  # the build its tasks loaded
     c = data["config"]
     assert (c["api"], c["model"], c["mode"], c["workers"], c["bandwidth"]) == (
         "tf2",

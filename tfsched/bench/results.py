@@ -22,6 +22,7 @@ from tfsched.bench.run import (
     training_step_s,
 )
 from tfsched.bench.stagger import PHASE_NAMES, PHASES
+from tfsched.enforce.build import current_build_id
 from tfsched.io import write_atomic
 from tfsched.models.build import BATCH_NORM_MODELS
 
@@ -112,6 +113,7 @@ def summarize(results: dict[str, ModeResult], config: dict) -> dict:
         "machine": platform.platform(),
         "cpu": cpu_description(),
         "cores": os.cpu_count() or 1,
+        "tfsched_build": current_build_id(),
         "modes": rows,
     }
 
@@ -526,6 +528,8 @@ def markdown(summary: dict) -> str:
         ),
         # files from before the sixteenth session do not say which processor ran them
         *(["", f"Processor: {summary['cpu']}."] if summary.get("cpu") else []),
+        # files from before the hundred-and-seventeenth session do not say which build made them
+        *(["", f"tfsched build: {summary['tfsched_build']}."] if summary.get("tfsched_build") else []),
         "",
         "| mode | steps/s | vs baseline | p50 step (s) | p95 step (s) | p95/p50 | sync p95/p50 | straggler "
         "| E (measured) | slowest worker (s) | simulated (s) | sim. error | CPU s/step (busy) |",

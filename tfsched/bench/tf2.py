@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable
 from types import SimpleNamespace
 
+from tfsched.enforce.build import current_build_id
 from tfsched.errors import TfschedError
 from tfsched.models.shards import MIN_SHARD_BYTES, min_size_partitioner, shard_sizes
 
@@ -958,6 +959,7 @@ def side_by_side(
         "config": config,
         "machine": platform.platform(),
         "cpu": cpu_description(),
+        "tfsched_build": current_build_id(),
         "modes": rows,
     }
 
@@ -998,6 +1000,7 @@ def markdown(summary: dict) -> str:
         "per worker; vs baseline: over all rounds (95% interval of the paired per-round ratios)",
         "",
         f"Processor: {summary['cpu']}.",
+        *(["", f"tfsched build: {summary['tfsched_build']}."] if summary.get("tfsched_build") else []),
         "",
         "| mode | steps/s | vs baseline | per round | p50 call (s) | p95 call (s) | p95/p50 "
         "| last pull, median (s) | MB pulled, pushed a call | control edges a call "

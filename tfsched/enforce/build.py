@@ -80,6 +80,12 @@ def build_id(path: str) -> str:
     return os.path.basename(path).removeprefix("libtfsched-").removesuffix(".so")
 
 
+def current_build_id() -> str:
+    """The build this TensorFlow and these sources make (``build_id``), which every task started
+    from this install loads: what a results file records of the code that made it."""
+    return build_id(library_path()[0])
+
+
 def build(force: bool = False) -> str:
     """Build the library if this TensorFlow and these sources have none yet; returns its path.
 
