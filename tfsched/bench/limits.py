@@ -36,8 +36,11 @@ import os
 
 from tfsched.bench.hostcpu import BASE
 
-# what a line says where a thread could not start: TensorFlow's (tsl's PosixEnv), Python's
-THREAD_FAILURES = ("pthread_create", "can't start new thread")
+# what a line says where a thread could not start: TensorFlow's (tsl's PosixEnv), Python's, and
+# gRPC's server thread manager's (``thread_manager.cc:144] Check failed: worker->created()``: a
+# task that met a cgroup's pids.max there, in a CI rehearsal of the 117th session, was said
+# without the limit)
+THREAD_FAILURES = ("pthread_create", "can't start new thread", "Check failed: worker->created()")
 # cgroup v1's "no limit" for memory (the largest page-aligned int64); v2 writes "max"
 _NO_MEMORY_LIMIT = 2**63 - 4096
 
@@ -239,6 +242,8 @@ def explain(line: str, since: dict | None = None) -> str:
 
     >>> explain("Check failed: something else")
     'Check failed: something else'
+    >>> explain("thread_manager.cc:144] Check failed: worker->created()").endswith(": raise it, or run fewer tasks)")
+    True
     """
     if not any(failure in line for failure in THREAD_FAILURES):
         return line
