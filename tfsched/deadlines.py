@@ -15,6 +15,8 @@ import math
 import threading
 import time
 
+from tfsched.units import check_seconds
+
 # A step's deadline, once earlier steps have shown what a step takes (``step_deadline_s``): this
 # many times the slowest of them, and never less than the floor. Tracing (FULL_TRACE, the RPC
 # logging held on) slows a step, the first traced step sets the tracer up, and a new session's
@@ -55,6 +57,7 @@ def session_config(config=None, timeout_s: float = SESSION_CALL_TIMEOUT_S):
     after 40 s with both at 5 s); ``tfsched.check_cluster`` asks each task within one."""
     import tensorflow as tf
 
+    check_seconds(timeout_s, "session_config: timeout_s")
     out = tf.compat.v1.ConfigProto()
     if config is not None:
         out.CopyFrom(config)

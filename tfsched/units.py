@@ -63,6 +63,42 @@ def is_count(x, least: int = 0, most: int = INT64_MAX) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and least <= x <= most
 
 
+def is_number(x, least: float = -math.inf, most: float = math.inf) -> bool:
+    """Whether ``x`` is a finite number (an int or a float, not a bool) from ``least`` to
+    ``most``: what a time, a size or a share read from Python or JSON must be. Python's JSON
+    reads ``NaN`` and ``Infinity``, which every comparison would let through or stop at once.
+
+    >>> is_number(1.5), is_number(0, least=0), is_number(True), is_number(float("nan")), is_number(math.inf)
+    (True, True, False, False, False)
+    >>> is_number(-1, least=0), is_number("1"), is_number(2, most=1)
+    (False, False, False)
+    """
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and least <= x <= most
+
+
+def check_seconds(x, what: str, *, zero: bool = False) -> float:
+    """``x`` if it is a number of seconds above 0 (or 0 with ``zero``), at most a day
+    (``MAX_DURATION_S``): a timeout or a wait given in Python; else one error naming ``what``.
+    A day at the most: TensorFlow takes a deadline in milliseconds in an int64, and a wait
+    longer than a day is a wait forever by another name.
+
+    >>> check_seconds(30, "timeout_s"), check_seconds(0, "wait_s", zero=True)
+    (30, 0)
+    >>> check_seconds(0, "timeout_s")
+    Traceback (most recent call last):
+    ...
+    tfsched.errors.TfschedError: timeout_s must be a number of seconds, above 0, at most a day (86400), got 0
+    >>> check_seconds(float("inf"), "wait_s", zero=True)
+    Traceback (most recent call last):
+    ...
+    tfsched.errors.TfschedError: wait_s must be a number of seconds, 0 or more, at most a day (86400), got inf
+    """
+    if is_number(x, 0.0, MAX_DURATION_S) and (zero or x > 0):
+        return x
+    least = "0 or more" if zero else "above 0"
+    raise TfschedError(f"{what} must be a number of seconds, {least}, at most a day (86400), got {x!r}")
+
+
 def is_steps(x, least: int = 1) -> bool:
     """Whether ``x`` is a whole number of steps of at least ``least``: an int or what indexes as
     one (numpy's, as a loop over ``np.arange`` gives), not a bool or a float. Only for counts

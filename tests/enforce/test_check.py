@@ -158,8 +158,11 @@ def test_a_check_with_a_wait_waits_for_tasks_that_start_later(tmp_path):
         for t in tasks:
             t.kill()
             t.wait(timeout=30)
-    with pytest.raises(TfschedError, match="wait_s must be a number of seconds, 0 or more"):
-        wait_answers(spec, wait_s=-1)
+    for bad in (-1, float("inf"), float("nan"), "5", True):
+        with pytest.raises(TfschedError, match="wait_s must be a number of seconds, 0 or more"):
+            wait_answers(spec, wait_s=bad)
+    with pytest.raises(TfschedError, match="timeout_s must be a number of seconds, above 0"):
+        wait_answers(spec, timeout_s=float("inf"))  # TensorFlow's deadlines are whole milliseconds
 
 
 def test_stats_and_set_credit_answer_while_another_task_is_down(tmp_path):
@@ -175,7 +178,7 @@ def test_stats_and_set_credit_answer_while_another_task_is_down(tmp_path):
         assert stats(c.target(), "/job:ps/replica:0/task:0/device:CPU:0", timeout_s=10)["live_credit"] == 1000
         assert stats(c.target(), "/job:worker/task:0", timeout_s=10)["live_steps"] == 0
         assert time.monotonic() - started < 10
-        with pytest.raises(TfschedError, match="timeout_s must be a positive number of seconds"):
+        with pytest.raises(TfschedError, match="timeout_s must be a number of seconds, above 0"):
             stats(c.target(), "/job:ps/task:0", timeout_s=0)
 
 

@@ -43,6 +43,18 @@ def test_malformed_messages_are_rejected(coord):
     assert coord.rejected == 6
 
 
+def test_reports_whose_times_are_not_finite_are_rejected(coord):
+    """Python's JSON reads ``NaN`` and ``Infinity``: a trial measured as one (a worker's clock
+    gone wrong, a message made by hand) made a trial's throughput NaN, which the search took as
+    a measurement. Until the hundred-and-eighteenth session they were taken."""
+    for seconds, waits in ((float("nan"), []), (float("inf"), []), (2.0, [float("nan")] * 2)):
+        report = {"task": TASKS[0], "epoch": 0, "steps": 2, "seconds": seconds, "waits": waits}
+        with pytest.raises(grpc.RpcError) as e:
+            _raw(coord.address, "Report", json.dumps(report).encode())
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert coord.rejected == 3 and not coord.search.history
+
+
 def test_unknown_task_is_rejected(coord):
     with pytest.raises(grpc.RpcError) as e:
         _raw(coord.address, "Poll", json.dumps({"task": "/job:worker/task:9", "step": 0}).encode())

@@ -11,7 +11,7 @@ from tfsched.graph.devices import check_job_name, check_task_devices, task_of
 # the pass's defaults (scheduler.h) and how the credit comes back (the pass's credit_return): the
 # receiver's acknowledgement, or the sender's transport done with the tensor
 from tfsched.sim.engine import DEFAULT_ACK_SHARE, check_ack_share, check_credit_return, check_host_order
-from tfsched.units import is_count
+from tfsched.units import check_seconds, is_count
 
 OPTIMIZER_NAME = "TfschedScheduler"
 DEFAULT_TIMEOUT_MS = 60_000
@@ -634,8 +634,7 @@ def stats(
     else:
         import tensorflow as tf
 
-        if not (isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and timeout_s > 0):
-            raise TfschedError(f"stats: timeout_s must be a positive number of seconds, got {timeout_s!r}")
+        check_seconds(timeout_s, "stats: timeout_s")
         g = tf.Graph()
         with g.as_default(), g.device(device):
             t = ops.tfsched_stats()

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from tfsched.deadlines import SESSION_CALL_TIMEOUT_S
 from tfsched.errors import TfschedError
 from tfsched.graph.devices import cluster_task_devices, short_task, task_of
+from tfsched.units import check_seconds
 
 NOT_LOADED = "has no tfsched library loaded: start it with tfsched.start_server"
 NO_ANSWER = "did not answer"
@@ -57,8 +58,7 @@ def task_builds(
     from tfsched.enforce.api import STAT_NAMES
     from tfsched.graph._tf import import_tensorflow
 
-    if not (isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and timeout_s > 0):
-        raise TfschedError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    check_seconds(timeout_s, "timeout_s")
     devices = cluster_task_devices(cluster, jobs, "to check")
     tf = import_tensorflow()
     ops = load_ops()
@@ -172,8 +172,7 @@ def wait_answers(
     """``task_builds``, asked again about once a second while some task does not answer, until
     all do or ``wait_s`` has passed; a problem other than no answer (no tfsched, another build)
     ends the wait at once. ``progress(text)``: told which tasks it waits for."""
-    if not (isinstance(wait_s, (int, float)) and not isinstance(wait_s, bool) and wait_s >= 0):
-        raise TfschedError(f"wait_s must be a number of seconds, 0 or more, got {wait_s!r}")
+    check_seconds(wait_s, "wait_s", zero=True)
     deadline = time.monotonic() + wait_s
     while True:
         started = time.monotonic()

@@ -24,7 +24,7 @@ from tfsched.errors import TfschedError
 from tfsched.graph.devices import task_of
 from tfsched.graph.model import DTYPE_SIZES
 from tfsched.tracing.trace import MISSING, OpRecord, Trace, TransferRecord
-from tfsched.units import is_steps
+from tfsched.units import check_seconds, is_steps
 
 _RECV = re.compile(
     r"^\[(?P<size>[0-9.]+)(?P<unit>B|KB|MB|GB)\] \[[^\]]*\] (?P<edge>\S+) from (?P<src>\S+) to (?P<dst>\S+)$"
@@ -265,8 +265,8 @@ def collect(
         raise TfschedError(f"steps must be a positive whole number, got {steps!r}")
     if not is_steps(warmup, least=0):
         raise TfschedError(f"warmup must be a whole number, not negative, got {warmup!r}")
-    if timeout_s is not None and not timeout_s > 0:
-        raise TfschedError(f"timeout_s must be positive, got {timeout_s!r}")
+    if timeout_s is not None:
+        check_seconds(timeout_s, "timeout_s")
     tasks = tf_config_tasks() if tasks is None else tasks
     warm = tf.compat.v1.RunOptions(timeout_in_ms=deadline_ms(timeout_s))
     slowest = 0.0

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 import re
 from dataclasses import asdict, dataclass, field, replace
 
 from tfsched.errors import TfschedError
 from tfsched.io import read_json, write_atomic
+from tfsched.units import is_number
 
 SCHEMA = "tfsched.trace/1"
 # meta key: traced step (a string, as JSON keys are) -> the transfers its partition graphs send
@@ -80,7 +80,7 @@ class TransferRecord:
 
 
 def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+    return is_number(x, least=0)
 
 
 def _record_problem(trace: Trace) -> str | None:

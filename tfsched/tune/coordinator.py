@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 from tfsched.errors import TfschedError
 from tfsched.tune.search import Setting, _Search, confirm_order
+from tfsched.units import is_number
 
 SERVICE = "tfsched.Coordinator"
 _POLL = {"task": str, "step": int}
@@ -54,19 +55,15 @@ def _decode(raw: bytes, shape: dict) -> dict:
     for k, t in shape.items():
         v = msg[k]
         if t is list:
-            if not isinstance(v, list) or not all(_number(x) and 0 <= x <= 1 for x in v):
+            if not isinstance(v, list) or not all(is_number(x, 0, 1) for x in v):
                 raise ValueError(f"field {k!r} must be a list of shares, 0 to 1")
             continue
-        ok = _number(v) if t is float else isinstance(v, t) and not isinstance(v, bool)
+        ok = is_number(v) if t is float else isinstance(v, t) and not isinstance(v, bool)
         if not ok:
             raise ValueError(f"field {k!r} must be {t.__name__}")
         if t in (int, float) and v < 0:
             raise ValueError(f"field {k!r} must not be negative")
     return msg
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def straggler(waits: list[list[float]]) -> float:
