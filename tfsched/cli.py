@@ -177,6 +177,14 @@ def _duration(ctx, param, value):
         raise click.BadParameter(str(e)) from None
 
 
+def _timeout(ctx, param, value):
+    """A duration (``_duration``) above 0: how long something has to answer."""
+    seconds = _duration(ctx, param, value)
+    if seconds is not None and seconds <= 0:
+        raise click.BadParameter(f"{value!r} leaves no time to answer: give more than 0")
+    return seconds
+
+
 # what a credit window acknowledges (analyze: needs --credit; tune: its trials' credit)
 _ack_share_option = click.option(
     "--ack-share",
@@ -833,19 +841,19 @@ def viz(trace_paths, output, schedule, graph_path, fetches, tag_set, compare, st
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=0, min_open=True),
-    default=30.0,
+    default="30s",
     show_default=True,
-    help="Seconds each task has to answer.",
+    callback=_timeout,
+    help="How long each task has to answer (30s, 500ms; a plain number is seconds).",
 )
 @click.option(
     "--wait",
     "wait_s",
-    type=click.FloatRange(min=0),
-    default=0.0,
+    default="0s",
     show_default=True,
-    help="Seconds to wait for tasks that do not answer yet (a cluster that is starting): they are "
-    "asked again about once a second.",
+    callback=_duration,
+    help="How long to wait for tasks that do not answer yet (a cluster that is starting; 300s, "
+    "a plain number is seconds): they are asked again about once a second.",
 )
 @click.option(
     "--stats",

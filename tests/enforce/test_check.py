@@ -357,6 +357,10 @@ def test_ctrl_c_ends_a_check_at_once_while_a_task_is_being_asked():
             "Error: --cluster: cluster has no task of the jobs worker to check",
         ),
         (("--cluster", '{"ps": ["h:1"]}', "--timeout", "0"), {}, "Error: Invalid value for '--timeout'"),
+        # NaN and infinity passed click's FloatRange, and were then blamed on --cluster
+        (("--cluster", '{"ps": ["h:1"]}', "--timeout", "inf"), {}, "Error: Invalid value for '--timeout'"),
+        (("--cluster", '{"ps": ["h:1"]}', "--wait", "nan"), {}, "Error: Invalid value for '--wait'"),
+        (("--cluster", '{"ps": ["h:1"]}', "--wait", "2d"), {}, "Error: Invalid value for '--wait'"),
     ],
 )
 def test_the_check_commands_bad_input_is_one_error_line(args, env, error):
