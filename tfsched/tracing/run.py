@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from tfsched.errors import TfschedError, cause_line
 from tfsched.tracing.trace import Trace
+from tfsched.units import check_seconds
 
 
 def load_user_graph(graph_path: str, fetches: list[str] | None, init: str | None, tag_set: str | None = None):
@@ -98,6 +99,7 @@ def trace_local(
     """
     if steps <= 0:
         raise TfschedError(f"--steps must be positive, got {steps}")
+    check_seconds(step_timeout_s, "step_timeout_s")
     if (model is None) == (graph_path is None):
         raise TfschedError("give either --model or --graph")
     if model is not None and (fetches or init or tag_set):
