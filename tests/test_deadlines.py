@@ -23,3 +23,35 @@ def test_a_deadline_that_is_no_number_of_seconds_is_one_error(bad):
     infinity an OverflowError from ``math.ceil``."""
     with pytest.raises(TfschedError, match="session_config: timeout_s must be a number of seconds, above 0"):
         session_config(timeout_s=bad)
+
+
+def _collect(bad):
+    from tfsched.tracing import collect
+
+    collect(None, [], steps=1, timeout_s=bad)
+
+
+def _trace_local(bad):
+    from tfsched.tracing.run import trace_local
+
+    trace_local(model="seq32", step_timeout_s=bad)
+
+
+def _stats(bad):
+    from tfsched.enforce import stats
+
+    stats("grpc://127.0.0.1:1", "/job:ps/task:0", timeout_s=bad)
+
+
+def _check_cluster(bad):
+    import tfsched
+
+    tfsched.check_cluster({"ps": ["127.0.0.1:1"]}, timeout_s=bad)
+
+
+@pytest.mark.parametrize("call", [_collect, _trace_local, _stats, _check_cluster])
+def test_every_deadline_a_user_gives_is_checked_before_anything_runs(call):
+    """One check (``tfsched.units.check_seconds``) for each: nothing is started, nothing asked."""
+    for bad in (0, float("inf"), float("nan"), 2 * 86400):
+        with pytest.raises(TfschedError, match="must be a number of seconds, above 0, at most a day"):
+            call(bad)
