@@ -179,6 +179,26 @@ class TestBadGraphs:
         with pytest.raises(TfschedError, match="no parameter server"):
             build_comm_graph([op("a", []), op("b", ["a"])], fetches=["b"], source="g.pb")
 
+    def test_a_ps_job_that_holds_no_variable_where_another_does_is_an_error(self):
+        """``--ps-job worker`` on a graph whose variables are on ps: the roles came out swapped
+        (the worker's reads taken for pushes) until the hundred-and-eighteenth session."""
+        nodes = var("w") + [op("y", ["w/read"]), op("z", ["y"], device=PS)]
+        with pytest.raises(
+            TfschedError,
+            match="^g.pb: no variable of the step is on the parameter servers' job worker but on ps: name",
+        ):
+            build_comm_graph(nodes, fetches=["z"], ps_jobs=("worker",), source="g.pb")
+        assert build_comm_graph(nodes, fetches=["z"], source="g.pb").ps_tasks == [PS.rsplit("/device", 1)[0]]
+        # a PS job holding an embedding's table and no variable, the worker a local one, is a PS
+        local = var("steps", device=W0) + [
+            RawNode("table", "MutableHashTableV2", PS, attrs={}),
+            RawNode("find", "LookupTableFindV2", PS, ["table", "steps/read"], attrs={}, output_shapes=[(4,)]),
+            op("emb", ["find", "steps/read"]),
+        ]
+        assert build_comm_graph(local, fetches=["emb"], source="g.pb").ps_tasks == [
+            PS.rsplit("/device", 1)[0]
+        ]
+
     def test_missing_input(self):
         with pytest.raises(TfschedError, match="g.pb: node 'a' has input 'zz'"):
             build_comm_graph([op("a", ["zz"])], source="g.pb")

@@ -392,10 +392,9 @@ def build_comm_graph(
 
     tasks = {task_of(devices[n]) for n in g}
     ps_tasks = sorted(t for t in tasks if t.split("/")[1].split(":", 1)[1] in ps_jobs)
-    if not ps_tasks:
-        holders = {task_of(devices[n]) for n in g if nodes[n].op in VARIABLE_OPS}
-        if holders and holders != tasks:
-            ps_tasks = sorted(holders)
+    holders = {task_of(devices[n]) for n in g if nodes[n].op in VARIABLE_OPS}
+    if not ps_tasks and holders and holders != tasks:
+        ps_tasks = sorted(holders)
     if not ps_tasks:
         jobs = ", ".join(sorted({t.split("/")[1] for t in tasks}))
         # e.g. a SavedModel exported with clear_devices=True, the serving default
@@ -403,6 +402,16 @@ def build_comm_graph(
         raise TfschedError(
             f"{source}: no parameter server: no op of the step is placed on a job named "
             f"{' or '.join(ps_jobs)} (jobs found: {jobs}){bare}"
+        )
+    stateful = {task_of(devices[n]) for n in g if nodes[n].op in VARIABLE_OPS or "Table" in nodes[n].op}
+    if holders and not stateful & set(ps_tasks):
+        # the PS named hold no variable (nor a table: an embedding's) where others hold some: the
+        # roles would come out swapped, a worker's reads taken for pushes (--ps-job worker, a
+        # probe), not an error
+        where = ", ".join(sorted({t.split("/")[1].split(":", 1)[1] for t in holders}))
+        raise TfschedError(
+            f"{source}: no variable of the step is on the parameter servers' job "
+            f"{' or '.join(ps_jobs)} but on {where}: name the job that holds them with --ps-job"
         )
     worker_tasks = sorted(tasks - set(ps_tasks))
 
