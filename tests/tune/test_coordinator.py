@@ -44,9 +44,10 @@ def test_malformed_messages_are_rejected(coord):
 
 
 def test_reports_whose_times_are_not_finite_are_rejected(coord):
-    """Python's JSON reads ``NaN`` and ``Infinity``: a trial measured as one (a worker's clock
-    gone wrong, a message made by hand) made a trial's throughput NaN, which the search took as
-    a measurement. Until the hundred-and-eighteenth session they were taken."""
+    """Python's JSON reads ``NaN`` and ``Infinity``: a report whose seconds were one (a worker's
+    clock gone wrong, a message made by hand) made the trial's throughput NaN, which the search
+    took as a measurement. Until the hundred-and-eighteenth session such seconds were taken (a
+    NaN wait was refused already, as no share from 0 to 1)."""
     for seconds, waits in ((float("nan"), []), (float("inf"), []), (2.0, [float("nan")] * 2)):
         report = {"task": TASKS[0], "epoch": 0, "steps": 2, "seconds": seconds, "waits": waits}
         with pytest.raises(grpc.RpcError) as e:
