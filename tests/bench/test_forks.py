@@ -206,6 +206,25 @@ def test_a_child_still_running_is_killed_on_close(program):
     assert (late.returncode, late.stderr) == (1, "the forking process was closed")
 
 
+def test_an_output_removed_by_close_as_it_is_read_is_given_once(program, monkeypatch):
+    """``close`` removes the run's directory: a file read and removed by it before the run
+    removed it was given twice, its text and "", a ``TypeError`` raised on the run's thread
+    (a full run's CI, session 118). Here ``close`` wins that race every time."""
+    unlink = os.unlink
+
+    def closed_first(path, *args, **kwargs):
+        unlink(path, *args, **kwargs)
+        if str(path).endswith((".out", ".err")):
+            raise FileNotFoundError(path)
+
+    with Forks([]) as forks:
+        monkeypatch.setattr(os, "unlink", closed_first)
+        done = forks.run([program, "3"], 60)
+        monkeypatch.undo()
+        assert done.returncode == 3 and json.loads(done.stdout)["argv"] == [program, "3"]
+        assert done.stderr == "to stderr\n" and os.listdir(forks.dir) == []
+
+
 def test_a_child_outlives_its_zygote_and_the_next_run_fails_in_one_line(program):
     with Forks([]) as forks:
         waiting, ran, child = _running_child(forks, [program, "nap"])

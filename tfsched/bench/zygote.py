@@ -471,16 +471,19 @@ class Forks:
             with self._lock:
                 self._lifelines.discard(program.stdin)
                 program.stdin.close()
-        outputs = []
+        outputs = {}
         for path in (out, err):
-            try:  # (gone: closed meanwhile)
+            outputs[path] = ""
+            # either may be gone, closed meanwhile: ``close`` removes the run's directory. Until
+            # the hundred-and-nineteenth session a file read and then removed by ``close`` before
+            # this removed it was given twice, its text and "", and the run raised a TypeError.
+            with contextlib.suppress(OSError):
                 with open(path, encoding="utf-8", errors="replace") as f:
-                    outputs.append(f.read())
+                    outputs[path] = f.read()
+            with contextlib.suppress(OSError):
                 os.unlink(path)
-            except OSError:
-                outputs.append("")
         shutil.rmtree(tmp, ignore_errors=True)
-        return subprocess.CompletedProcess(argv, program.returncode, *outputs)
+        return subprocess.CompletedProcess(argv, program.returncode, outputs[out], outputs[err])
 
     def close(self) -> None:
         """End the zygote, kill a program still running, and remove the files once it has
