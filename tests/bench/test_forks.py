@@ -225,6 +225,26 @@ def test_an_output_removed_by_close_as_it_is_read_is_given_once(program, monkeyp
         assert done.stderr == "to stderr\n" and os.listdir(forks.dir) == []
 
 
+def test_a_run_closed_as_it_starts_returns_as_closed(program, monkeypatch):
+    """``close`` between a run's check and its files: the run's directory gone, the run is the
+    closed one's line, as a run after ``close`` is (a ``FileNotFoundError`` raised before)."""
+    mkdir = os.mkdir
+    forks = Forks([])
+    try:
+
+        def closed_first(path, *args, **kwargs):
+            forks.close()
+            mkdir(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "mkdir", closed_first)
+        done = forks.run([program, "0"], 60)
+        monkeypatch.undo()
+    finally:
+        forks.close()
+    assert (done.returncode, done.stderr) == (1, "the forking process was closed")
+    assert _running(program) == [] and not os.path.exists(forks.dir)
+
+
 def test_a_child_outlives_its_zygote_and_the_next_run_fails_in_one_line(program):
     with Forks([]) as forks:
         waiting, ran, child = _running_child(forks, [program, "nap"])

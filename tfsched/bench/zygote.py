@@ -430,15 +430,22 @@ class Forks:
         says so is killed and returns as killed (``wait_for``); a zygote that ended or never got
         ready gives a failed run whose stderr says so with the zygote's last line of stderr."""
         argv = list(argv)
+        closed = subprocess.CompletedProcess(argv, 1, "", "the forking process was closed")
         with self._lock:
             if self._closed:
-                return subprocess.CompletedProcess(argv, 1, "", "the forking process was closed")
+                return closed
             self._runs += 1
             out, err, tmp = (os.path.join(self.dir, f"{self._runs}.{s}") for s in ("out", "err", "tmp"))
-        os.mkdir(tmp)
         # its name (``comm``): no "job:index", which the CPU sampler would take for a task's
         name = os.path.basename(argv[1] if argv[0] == "-m" else argv[0]).replace(":", "_")
-        with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        with contextlib.ExitStack() as files:
+            try:
+                os.mkdir(tmp)
+                stdout, stderr = (files.enter_context(open(path, "wb")) for path in (out, err))
+            except OSError:
+                if self._closed:  # closed meanwhile: its directory removed (a traceback before)
+                    return closed
+                raise
             lifeline_r, lifeline_w = os.pipe()
             try:
                 pid = self.zygote._spawn(
