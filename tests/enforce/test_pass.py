@@ -686,3 +686,42 @@ class TestEnableChecks:
             tfsched.enable(schedule=str(sched), graph=seq.graph, fetches=seq.fetches)
         # and the right graph passes
         tfsched.enable(schedule=str(sched), graph=par.graph, fetches=par.fetches)
+
+    def test_the_graph_and_fetches_are_taken_as_a_session_takes_them(self, tmp_path):
+        """``fetches``: a name, an op or tensor, or a list of them, as ``Session.run`` takes
+        them; a name was read letter by letter and an op was an AttributeError. A graph of
+        another kind is one line, and the errors about the graph say which one it is."""
+        import tfsched
+        from tfsched.analysis import analyze
+
+        par, seq = build_graph("par32"), build_graph("seq32")
+        path = tmp_path / "par.pb"
+        path.write_bytes(par.graph_def().SerializeToString())
+        sched = tmp_path / "par.json"
+        analyze(str(path), fetches=par.fetches).schedule.save(str(sched))
+        (name,) = par.fetches
+        op = par.graph.get_operation_by_name(name)
+        for fetches in (name, op, [op], (name,)):
+            tfsched.enable(schedule=str(sched), graph=par.graph, fetches=fetches)
+            with pytest.raises(TfschedError, match=r"matches \d+ of the \d+ transfers"):
+                seq_fetch = seq.graph.get_operation_by_name(seq.fetches[0])
+                tfsched.enable(
+                    schedule=str(sched),
+                    graph=seq.graph,
+                    fetches=seq_fetch if fetches is op else seq.fetches[0],
+                )
+        for graph, fetches, message in (
+            ("par.pb", None, "graph must be a tf.Graph or a GraphDef, got str"),
+            (
+                par.graph,
+                [3],
+                "fetches must be op or tensor names, tf.Operations or tf.Tensors (or a list of them), got 3",
+            ),
+            (par.graph, "nope", f"the graph checked against {sched}: fetch 'nope' is not in the graph"),
+            (type(par.graph_def())(), None, f"the graph checked against {sched}: the graph has no nodes"),
+        ):
+            with pytest.raises(TfschedError) as e:
+                tfsched.enable(schedule=str(sched), graph=graph, fetches=fetches)
+            assert str(e.value) == message
+        with pytest.raises(TfschedError, match="graph must be a tf.Graph"):  # checked with no schedule too
+            tfsched.enable(graph=3)

@@ -160,10 +160,11 @@ def match_schedule(
     from tfsched.graph.load import nodes_from_graph_def, output_specs
     from tfsched.ordering import priority_of
 
+    source = f"the graph checked against {path}"
     g = build_comm_graph(
-        nodes_from_graph_def(graph_def, path),
+        nodes_from_graph_def(graph_def, source),
         fetches=fetches or schedule.get("graph", {}).get("fetches") or None,
-        source=path,
+        source=source,
         output_specs=output_specs,
         ps_jobs=(ps_job,),
     )
@@ -179,6 +180,35 @@ def match_schedule(
         for t in data
     )
     return matched, len(data)
+
+
+def _fetch_names(fetches) -> list[str]:
+    """``enable``'s ``fetches`` as names: one op or tensor name, a ``tf.Operation`` or
+    ``tf.Tensor`` (``tf.Variable``), or a list of them, as ``Session.run`` takes them. Until the
+    hundred-and-nineteenth session a name was read letter by letter ("fetch 't' is not in the
+    graph") and an op raised an AttributeError."""
+    single = isinstance(fetches, str) or hasattr(fetches, "op")
+    items = [fetches] if single or not isinstance(fetches, list | tuple) else fetches
+    names = []
+    for f in items:
+        name = f if isinstance(f, str) else getattr(f, "name", None)  # (an EagerTensor has none)
+        if not isinstance(name, str) or not name:
+            raise TfschedError(
+                f"fetches must be op or tensor names, tf.Operations or tf.Tensors (or a list of them), got {f!r}"
+            )
+        names.append(name)
+    return names
+
+
+def _graph_def(graph):
+    """``enable``'s ``graph``: a tf.Graph's GraphDef, or the GraphDef given."""
+    from tfsched.graph._tf import import_tensorflow
+
+    if hasattr(graph, "as_graph_def"):
+        return graph.as_graph_def()
+    if isinstance(graph, import_tensorflow().compat.v1.GraphDef):
+        return graph
+    raise TfschedError(f"graph must be a tf.Graph or a GraphDef, got {type(graph).__name__}")
 
 
 def enable(
@@ -215,6 +245,9 @@ def enable(
         ``MAX_TIMEOUT_MS``, about 31.7 years).
     graph : optionally the tf.Graph or GraphDef the session will run: the schedule is checked
         against it now, and a schedule made for another graph is an error here, not at run time.
+    fetches : with ``graph``, what a step of it runs, as ``Session.run`` takes it: an op or
+        tensor, its name, or a list of them (default: the schedule's fetches, else the graph's
+        ``train_op`` collection or sinks).
     strict : make any error of the pass fail the session (default: TensorFlow logs it and runs the
         graph unscheduled).
     partition : split transfers larger than this many parameters into slices that are gated one
@@ -328,6 +361,8 @@ def enable(
         raise TfschedError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
     if fetches is not None and graph is None:
         raise TfschedError("fetches choose what of graph= a step runs; give graph= too")
+    graph_def = None if graph is None else _graph_def(graph)
+    fetches = None if fetches is None else _fetch_names(fetches)
     if host_credit and not credit:
         raise TfschedError("host_credit needs a credit (credit=N parameters or $TFSCHED_CREDIT)")
     check_host_order(host_order, host_credit)
@@ -373,9 +408,8 @@ def enable(
         mode = "queue" if doc["mode"] == "queue" else "counter"
         if not lines:
             raise TfschedError(f"{schedule}: the schedule has no transfers to order")
-        if graph is not None:
-            gd = graph.as_graph_def() if hasattr(graph, "as_graph_def") else graph
-            matched, total = match_schedule(doc, gd, fetches, schedule, ps_job)
+        if graph_def is not None:
+            matched, total = match_schedule(doc, graph_def, fetches, schedule, ps_job)
             if matched == 0 or matched < total // 2:
                 raise TfschedError(
                     f"{schedule}: the schedule matches {matched} of the {total} transfers of this graph; "
