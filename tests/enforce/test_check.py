@@ -136,6 +136,50 @@ def answering(spec: dict, tasks: list[subprocess.Popen], seconds: float):
             return found
 
 
+def test_a_task_that_cannot_start_is_one_error_line_naming_it(tmp_path):
+    """``start_server``: a job or a task the cluster has not, a port another process holds, a
+    cluster of another kind: TensorFlow's error as one line naming the task (an InternalError's
+    or UnknownError's traceback before the hundred-and-nineteenth session)."""
+    import socket
+
+    code = (
+        "import json, sys, tfsched\n"
+        "said = []\n"
+        "for args in json.loads(sys.argv[1]):\n"
+        "    try:\n"
+        "        tfsched.start_server(*args)\n"
+        "        said.append('started')\n"
+        "    except tfsched.TfschedError as e:\n"
+        "        said.append(str(e))\n"
+        "print(json.dumps(said))\n"
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        cases = [
+            ({"ps": [address]}, "worker", 0),
+            ({"ps": [address]}, "ps", 1),
+            ({"ps": [address]}, "ps", 0),
+            ("ps", "ps", 0),
+        ]
+        done = subprocess.run(
+            [sys.executable, "-c", code, json.dumps(cases)],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=300,
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == [
+        'cannot start task worker:0: Job "worker" was not defined in cluster',
+        'cannot start task ps:1: Task 1 was not defined in job "ps"',
+        "cannot start task ps:0: Could not start gRPC server",
+        "cannot start task ps:0: Could not convert `server_or_cluster_def` to a `tf.train.ServerDef` or "
+        "`tf.train.ClusterSpec`.",
+    ]
+
+
 def test_a_check_with_a_wait_waits_for_tasks_that_start_later(tmp_path):
     import threading
 

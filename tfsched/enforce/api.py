@@ -528,14 +528,24 @@ def start_server(cluster, job_name: str, task_index: int, *, config=None, start:
     window give it more ``inter_op_parallelism_threads`` than cores, so that an
     acknowledgement's ``TfschedCredit`` does not wait behind kernels that block on the intra-op
     pool (measured in README, "The executor's threads"); inline, the sends, acknowledgements and
-    credit returns wait for none.
+    credit returns wait for none. A task that cannot start (a job or task the cluster has not,
+    its port held by another process) is one TfschedError line naming it.
     """
     from tfsched.enforce._loader import load_ops
     from tfsched.graph._tf import import_tensorflow
 
     tf = import_tensorflow()
     load_ops()
-    return tf.distribute.Server(cluster, job_name=job_name, task_index=task_index, config=config, start=start)
+    try:
+        return tf.distribute.Server(
+            cluster, job_name=job_name, task_index=task_index, config=config, start=start
+        )
+    except (tf.errors.OpError, TypeError, ValueError) as e:
+        # one line naming the task (TensorFlow's error, an InternalError's traceback before the
+        # hundred-and-nineteenth session): a job or task the cluster has not, a port in use
+        said = (e.message if isinstance(e, tf.errors.OpError) else str(e)).strip().splitlines()
+        task = f" {job_name}:{task_index}" if job_name is not None else ""
+        raise TfschedError(f"cannot start task{task}: {said[0] if said else type(e).__name__}") from None
 
 
 def _session_target(target) -> str:
