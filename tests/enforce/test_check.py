@@ -224,6 +224,47 @@ def test_stats_and_set_credit_answer_while_another_task_is_down(tmp_path):
         assert time.monotonic() - started < 10
         with pytest.raises(TfschedError, match="timeout_s must be a number of seconds, above 0"):
             stats(c.target(), "/job:ps/task:0", timeout_s=0)
+        # a task the cluster has not, a device or session of another kind: one line each (a
+        # TensorFlow error and traceback, or an AttributeError, before the 119th session)
+        import tensorflow as tf
+
+        target = c.target()
+        with tf.compat.v1.Session(target) as session:  # a session is taken as its target
+            assert stats(session, "/job:ps/task:0", timeout_s=10)["live_credit"] == 1000
+            for call, message in (
+                (
+                    lambda: stats(session, "/job:ps/task:7", timeout_s=10),
+                    f"stats: /job:ps/task:7 (through {target})",
+                ),
+                (
+                    lambda: set_credit(session, 1, ["/job:nope/task:0"]),
+                    f"set_credit: /job:nope/task:0 (through {target})",
+                ),
+            ):
+                with pytest.raises(TfschedError) as e:
+                    call()
+                assert str(e.value) == f"{message}: the cluster has no such task"
+        for call, message in (
+            (
+                lambda: stats(target),
+                "stats: device must be a task's device such as '/job:ps/task:0' (with a session), got None",
+            ),
+            (
+                lambda: stats(3, "/job:ps/task:0"),
+                "stats: the session must be a tf.compat.v1.Session or its target string, got 3",
+            ),
+            (
+                lambda: set_credit(None, 1, ["/job:ps/task:0"]),
+                "set_credit: the session must be a tf.compat.v1.Session or its target string, got None",
+            ),
+            (
+                lambda: stats("x", "/job:ps/task:0"),
+                "stats: /job:ps/task:0 (through x): 'x' is not a session target such as 'grpc://host:port'",
+            ),
+        ):
+            with pytest.raises(TfschedError) as e:
+                call()
+            assert str(e.value) == message
 
 
 def test_stats_of_a_task_that_never_answers_is_an_error_in_time_and_of_the_others_answers(tmp_path):

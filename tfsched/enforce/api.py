@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from tfsched.deadlines import SESSION_CALL_TIMEOUT_S
-from tfsched.errors import TfschedError
+from tfsched.errors import TfschedError, cause_line
 from tfsched.graph.devices import check_job_name, check_task_devices, task_of
 
 # the pass's defaults (scheduler.h) and how the credit comes back (the pass's credit_return): the
@@ -543,13 +543,31 @@ def start_server(cluster, job_name: str, task_index: int, *, config=None, start:
     except (tf.errors.OpError, TypeError, ValueError) as e:
         # one line naming the task (TensorFlow's error, an InternalError's traceback before the
         # hundred-and-nineteenth session): a job or task the cluster has not, a port in use
-        said = (e.message if isinstance(e, tf.errors.OpError) else str(e)).strip().splitlines()
         task = f" {job_name}:{task_index}" if job_name is not None else ""
-        raise TfschedError(f"cannot start task{task}: {said[0] if said else type(e).__name__}") from None
+        raise TfschedError(f"cannot start task{task}: {cause_line(e)}") from None
 
 
-def _session_target(target) -> str:
-    return target.sess_str if hasattr(target, "sess_str") else target
+def _session_target(target, what: str = "target") -> str:
+    """A session's target string (``grpc://host:port``), or the string given; anything else is one
+    TfschedError line naming ``what``."""
+    found = target.sess_str if hasattr(target, "sess_str") else target
+    if isinstance(found, bytes):  # (a Session's)
+        found = found.decode(errors="replace")
+    if not isinstance(found, str):
+        raise TfschedError(f"{what} must be a tf.compat.v1.Session or its target string, got {target!r}")
+    return found
+
+
+def _side_failure(error, what: str, target: str) -> TfschedError:
+    """A side session's TensorFlow error as one line: ``what``, then its cause. Until the
+    hundred-and-nineteenth session a task the cluster has not, or a target that is none, was
+    TensorFlow's error and traceback."""
+    cause = cause_line(error)
+    if cause.startswith("Cannot assign a device for operation"):
+        cause = "the cluster has no such task"
+    elif cause.startswith("No session factory registered"):
+        cause = f"{target!r} is not a session target such as 'grpc://host:port'"
+    return TfschedError(f"{what} (through {target}): {cause}")
 
 
 def _side_session(target, graph, devices: list[str], timeout_s: float | None = None):
@@ -569,7 +587,7 @@ def _side_session(target, graph, devices: list[str], timeout_s: float | None = N
 
     config = session_config() if timeout_s is None else session_config(timeout_s=timeout_s)
     config.device_filters.extend(dict.fromkeys(task_of(d) for d in devices))
-    return tf.compat.v1.Session(_session_target(target), graph=graph, config=config)
+    return tf.compat.v1.Session(target, graph=graph, config=config)
 
 
 def _answered(call, what: str, timeout_s: float):
@@ -615,10 +633,13 @@ class CreditSetter:
         from tfsched.enforce._loader import load_ops
 
         devices = check_task_devices(devices)
+        self._target = _session_target(target, "set_credit: the session")
 
         ops = load_ops()
         import tensorflow as tf
 
+        self._errors = tf.errors.OpError
+        self._what = f"set_credit: {', '.join(devices)}"
         self._graph = tf.Graph()
         with self._graph.as_default():
             self._value = tf.compat.v1.placeholder(tf.int64, [])
@@ -626,11 +647,17 @@ class CreditSetter:
             for d in devices:
                 with tf.device(d):
                     self._ops.append(ops.tfsched_set_credit(self._value))
-        self._sess = _side_session(target, self._graph, devices)
+        try:
+            self._sess = _side_session(self._target, self._graph, devices)
+        except self._errors as e:
+            raise _side_failure(e, self._what, self._target) from None
 
     def __call__(self, credit: int) -> None:
         check_live_credit(credit)
-        self._sess.run(self._ops, {self._value: credit or -1})
+        try:
+            self._sess.run(self._ops, {self._value: credit or -1})
+        except self._errors as e:
+            raise _side_failure(e, self._what, self._target) from None
 
     def close(self) -> None:
         self._sess.close()
@@ -672,20 +699,31 @@ def stats(
         raise TfschedError(
             f"stats: device {device!r} is a task's, asked through a session: give session= too"
         )
+    if session is not None:
+        target = _session_target(session, "stats: the session")
+        try:
+            (device,) = check_task_devices([device])
+        except TfschedError:
+            raise TfschedError(
+                f"stats: device must be a task's device such as '/job:ps/task:0' (with a session), got {device!r}"
+            ) from None
+        check_seconds(timeout_s, "stats: timeout_s")
     ops = load_ops()
     if session is None:
         values = ops.tfsched_stats().numpy()
     else:
         import tensorflow as tf
 
-        check_seconds(timeout_s, "stats: timeout_s")
         g = tf.Graph()
         with g.as_default(), g.device(device):
             t = ops.tfsched_stats()
 
         def ask():
-            with _side_session(session, g, [device], timeout_s) as s:
+            with _side_session(target, g, [device], timeout_s) as s:
                 return s.run(t)
 
-        values = _answered(ask, f"stats: {device} (through {_session_target(session)})", timeout_s)
+        try:
+            values = _answered(ask, f"stats: {device} (through {target})", timeout_s)
+        except tf.errors.OpError as e:
+            raise _side_failure(e, f"stats: {device}", target) from None
     return dict(zip(STAT_NAMES, (int(v) for v in values), strict=True))
