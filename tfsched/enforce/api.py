@@ -187,8 +187,7 @@ def _fetch_names(fetches) -> list[str]:
     ``tf.Tensor`` (``tf.Variable``), or a list of them, as ``Session.run`` takes them. Until the
     hundred-and-nineteenth session a name was read letter by letter ("fetch 't' is not in the
     graph") and an op raised an AttributeError."""
-    single = isinstance(fetches, str) or hasattr(fetches, "op")
-    items = [fetches] if single or not isinstance(fetches, list | tuple) else fetches
+    items = fetches if isinstance(fetches, list | tuple) else [fetches]
     names = []
     for f in items:
         name = f if isinstance(f, str) else getattr(f, "name", None)  # (an EagerTensor has none)
