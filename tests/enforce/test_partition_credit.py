@@ -641,7 +641,7 @@ def test_set_credit_refuses_what_it_cannot_set(cluster):
     checked before its side session is made: a lone device string was taken letter by letter
     (TensorFlow's ValueError on ``tf.device("j")``), and a credit of 2**63 was numpy's
     OverflowError. ``stats`` with a device and no session gave this process's counters."""
-    import tfsched
+    import tfsched.enforce  # (run alone, no other test has imported it)
 
     target = cluster.target("worker", 0)
     for devices in ("/job:ps/task:0", [], ["ps:0"], [b"/job:ps/task:0"], None):

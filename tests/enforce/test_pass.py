@@ -701,10 +701,10 @@ class TestEnableChecks:
         analyze(str(path), fetches=par.fetches).schedule.save(str(sched))
         (name,) = par.fetches
         op = par.graph.get_operation_by_name(name)
+        seq_fetch = seq.graph.get_operation_by_name(seq.fetches[0])
         for fetches in (name, op, [op], (name,)):
             tfsched.enable(schedule=str(sched), graph=par.graph, fetches=fetches)
             with pytest.raises(TfschedError, match=r"matches \d+ of the \d+ transfers"):
-                seq_fetch = seq.graph.get_operation_by_name(seq.fetches[0])
                 tfsched.enable(
                     schedule=str(sched),
                     graph=seq.graph,

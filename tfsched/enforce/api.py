@@ -637,7 +637,6 @@ class CreditSetter:
         ops = load_ops()
         import tensorflow as tf
 
-        self._errors = tf.errors.OpError
         self._what = f"set_credit: {', '.join(devices)}"
         self._graph = tf.Graph()
         with self._graph.as_default():
@@ -648,14 +647,16 @@ class CreditSetter:
                     self._ops.append(ops.tfsched_set_credit(self._value))
         try:
             self._sess = _side_session(self._target, self._graph, devices)
-        except self._errors as e:
+        except tf.errors.OpError as e:
             raise _side_failure(e, self._what, self._target) from None
 
     def __call__(self, credit: int) -> None:
+        import tensorflow as tf
+
         check_live_credit(credit)
         try:
             self._sess.run(self._ops, {self._value: credit or -1})
-        except self._errors as e:
+        except tf.errors.OpError as e:
             raise _side_failure(e, self._what, self._target) from None
 
     def close(self) -> None:

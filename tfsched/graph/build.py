@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 import networkx as nx
 
 from tfsched.errors import TfschedError
-from tfsched.graph.devices import DeviceSpec, check_job_name, parse_device, task_of
+from tfsched.graph.devices import DeviceSpec, check_job_name, job_of, parse_device, task_of
 from tfsched.graph.model import (
     DTYPE_SIZES,
     VARIABLE_SIZE_DTYPES,
@@ -391,7 +391,7 @@ def build_comm_graph(
                 g.add_edge(src, name, tensors={tensor})
 
     tasks = {task_of(devices[n]) for n in g}
-    ps_tasks = sorted(t for t in tasks if t.split("/")[1].split(":", 1)[1] in ps_jobs)
+    ps_tasks = sorted(t for t in tasks if job_of(t) in ps_jobs)
     holders = {task_of(devices[n]) for n in g if nodes[n].op in VARIABLE_OPS}
     if not ps_tasks and holders and holders != tasks:
         ps_tasks = sorted(holders)
@@ -408,7 +408,7 @@ def build_comm_graph(
         # the PS named hold no variable (nor a table: an embedding's) where others hold some: the
         # roles would come out swapped, a worker's reads taken for pushes (--ps-job worker, a
         # probe), not an error
-        where = ", ".join(sorted({t.split("/")[1].split(":", 1)[1] for t in holders}))
+        where = ", ".join(sorted({job_of(t) for t in holders}))
         raise TfschedError(
             f"{source}: no variable of the step is on the parameter servers' job "
             f"{' or '.join(ps_jobs)} but on {where}: name the job that holds them with --ps-job"
