@@ -981,6 +981,66 @@ class TestHeterogeneousLinks:
         assert b.lower <= r.makespan <= b.upper
 
 
+def _plain_max_min(flows, link_capacity=None, weight=None):
+    """Max-min fairness as its definition reads (engine._max_min_rates until the hundred-and-
+    twentieth session): each round, the link with the smallest share per weight, every flow's
+    own link (its channel's rate) among them, ties to the smaller name."""
+    from collections import defaultdict
+
+    cap, users, links_of = {}, defaultdict(set), {}
+    for fid, up, down, c in flows:
+        for link in (up, down):
+            cap[link] = (link_capacity or {}).get(link, max(cap.get(link, 0.0), c))
+            users[link].add(fid)
+        cap[f"flow:{fid}"] = c
+        users[f"flow:{fid}"].add(fid)
+        links_of[fid] = (up, down, f"flow:{fid}")
+    w = (lambda fid: weight.get(fid, 1.0)) if weight else (lambda fid: 1.0)
+    weighs = (lambda u: sum(map(w, u))) if weight else len
+    rate = {}
+    while len(rate) < len(flows):
+        share, bottleneck = min((cap[link] / weighs(u), link) for link, u in users.items() if u)
+        for fid in list(users[bottleneck]):
+            rate[fid] = share * w(fid)
+            for link in links_of[fid]:
+                cap[link] -= rate[fid]
+                users[link].discard(fid)
+    return rate
+
+
+def test_max_min_rates_are_the_definitions_to_the_last_bit():
+    """The rounds skip the flows' own links while a host link's share is below them all; the
+    rates, and the order they come in (which the shared machine's sums of them follow), must
+    be the plain algorithm's exactly: ties (whole numbers), own links the bottleneck (channels
+    slower than their hosts), link capacities and weights."""
+    import random
+
+    from tfsched.sim.engine import _max_min_rates
+
+    rng = random.Random(7)
+    own_first = 0
+    for case in range(400):
+        hosts = rng.randint(1, 6)
+        flows = [
+            (
+                fid,
+                f"up:h{rng.randrange(hosts)}",
+                f"down:h{rng.randrange(hosts)}",
+                float(rng.choice((2, 3, 4, 6, 12))),
+            )
+            for fid in rng.sample(range(10_000), rng.randint(1, 40))
+        ]
+        capacity = {
+            f"up:h{h}": float(rng.randint(1, 30)) for h in range(hosts) if case % 3 and rng.random() < 0.5
+        }
+        weight = {fid: rng.choice((0.5, 1.0, 0.9**3)) for fid, *_ in flows} if case % 4 == 1 else None
+        got = _max_min_rates(flows, capacity, weight)
+        want = _plain_max_min(flows, capacity, weight)
+        assert list(got.items()) == list(want.items()), case
+        own_first += any(got[fid] == c / (weight or {}).get(fid, 1.0) for fid, _, _, c in flows)
+    assert own_first > 50  # the cases had flows held to their own channel's rate
+
+
 def test_analyze_predicts_an_order_without_credit_raced_and_with_credit_kept():
     from tfsched.analysis import predict
 

@@ -145,6 +145,7 @@ import math
 import random
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from tfsched.errors import TfschedError
 from tfsched.sim.model import BARRIER, COMPUTE, DELAY, MESSAGE, SimGraph
@@ -344,27 +345,48 @@ def _max_min_rates(
     per-channel models fitted to a trace, taking the smallest instead would throttle a fast
     channel below its own rate, and a step could then exceed TicTac's upper bound.
     """
+    lc = link_capacity or {}
     cap: dict[str, float] = {}
-    users: dict[str, set[int]] = defaultdict(set)
-    links_of: dict[int, tuple[str, ...]] = {}
+    users: dict[str, set[int]] = {}
+    links_of: dict[int, tuple[str, str]] = {}
     for fid, up, down, c in flows:
-        own = f"flow:{fid}"
+        links_of[fid] = (up, down)
         for link in (up, down):
-            if link_capacity and link in link_capacity:
-                cap[link] = link_capacity[link]
+            u = users.get(link)
+            if u is None:
+                users[link] = {fid}
+                cap[link] = lc[link] if link in lc else max(0.0, c)
             else:
-                cap[link] = max(cap.get(link, 0.0), c)
-            users[link].add(fid)
-        cap[own] = c
-        users[own].add(fid)
-        links_of[fid] = (up, down, own)
+                u.add(fid)
+                if link not in lc and c > cap[link]:
+                    cap[link] = c
     w = (lambda fid: weight.get(fid, 1.0)) if weight else (lambda fid: 1.0)
     # a link's flows' weights in all: with none given, how many they are (the same sum, exactly)
     weighs = (lambda u: sum(map(w, u))) if weight else len
+    # A flow's own link (its channel's rate) has it alone until it is rated: its share stays
+    # the rate over the flow's weight. A round whose host link has a share below them all
+    # looks at none of them; the others take the smallest share left, sorted once (as the
+    # names of the links break ties). The same bottlenecks in the same order as with every
+    # flow's link scanned with the host links in each round, and so the same rates, exactly.
+    shares = (c / w(fid) for fid, _, _, c in flows) if weight else map(itemgetter(3), flows)
+    least_own = min(shares, default=math.inf)  # without weights c / 1 is c, exactly
+    own: list[tuple[float, str, int]] = []
+    k = 0
     rate: dict[int, float] = {}
     while len(rate) < len(flows):
-        share, bottleneck = min((cap[link] / weighs(u), link) for link, u in users.items() if u)
-        for fid in list(users[bottleneck]):
+        host = min(((cap[link] / weighs(u), link) for link, u in users.items() if u), default=None)
+        if host is not None and host[0] < least_own:
+            share, bottleneck = host
+        else:
+            if not own:
+                own = sorted((c / w(fid), f"flow:{fid}", fid) for fid, _, _, c in flows)
+            while own[k][2] in rate:
+                k += 1
+            share, bottleneck, fid = own[k]
+            if host is not None and host < (share, bottleneck):
+                share, bottleneck = host
+        rated = list(users[bottleneck]) if bottleneck in users else [fid]
+        for fid in rated:
             rate[fid] = share * w(fid)
             for link in links_of[fid]:
                 cap[link] -= rate[fid]
@@ -851,27 +873,31 @@ def simulate(
         if npred[i] == 0:
             became_ready(i)
 
+    # per message: the bytes left at which its flow is done, and its channel's host links
+    done_at = [_EPS * max(1.0, b) for b in sg.nbytes]
+    links: dict[str, tuple[str, str]] = {}
     while True:
         t_event = events[0][0] if events else math.inf
         t_flow, f_first = math.inf, -1
         for i, left in flows.items():
-            t = now + left / rates[i] if rates[i] > 0 else math.inf
+            r = rates[i]
+            t = now + left / r if r > 0 else math.inf
             if t < t_flow:
                 t_flow, f_first = t, i
         t_next = min(t_event, t_flow)
         if t_next == math.inf:
             break
         dt = t_next - now
-        if dt > 0:
-            for i in flows:
-                flows[i] -= rates[i] * dt
         now = t_next
         changed = False
-        finished = [
-            i
-            for i, left in flows.items()
-            if left <= _EPS * max(1.0, sg.nbytes[i]) or i == f_first and t_flow <= t_event
-        ]
+        first = f_first if t_flow <= t_event else -1
+        finished = []
+        for i, left in flows.items():
+            if dt > 0:
+                left -= rates[i] * dt
+                flows[i] = left
+            if left <= done_at[i] or i == first:
+                finished.append(i)
         for i in finished:
             del flows[i]
             changed = True
@@ -934,8 +960,11 @@ def simulate(
         if changed:
             spec = []
             for i in flows:
-                src, dst = sg.resource[i].split("->")
-                spec.append((i, "up:" + src, "down:" + dst, sg.bandwidth[i]))
+                ch = sg.resource[i]
+                if ch not in links:
+                    src, dst = ch.split("->")
+                    links[ch] = ("up:" + src, "down:" + dst)
+                spec.append((i, *links[ch], sg.bandwidth[i]))
             rates = _max_min_rates(spec, sg.link_capacity, flow_weight(spec)) if spec else {}
             if shared and sg.comm_slot_s_per_byte:
                 advance(shared[0])  # the ops ran at the old share until now
