@@ -355,7 +355,7 @@ def _max_min_rates(
             u = users.get(link)
             if u is None:
                 users[link] = {fid}
-                cap[link] = lc[link] if link in lc else max(0.0, c)
+                cap[link] = lc[link] if link in lc else c if c > 0.0 else 0.0  # max(0.0, c)
             else:
                 u.add(fid)
                 if link not in lc and c > cap[link]:
