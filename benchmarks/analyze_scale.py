@@ -11,7 +11,8 @@ their priorities and the whole prediction) must be the same, byte for byte.
     python benchmarks/analyze_scale.py --before 9907681 --name analyze_scale-s116 [--workers 8,32,64]
 
 Writes ``benchmarks/results/NAME.json`` and ``.md`` (``analyze_scale-s115``: the floor's sums
-in less memory, against 6b6ce9b; ``-s116``: the simulations side by side, against 9907681).
+in less memory, against 6b6ce9b; ``-s116``: the simulations side by side, against 9907681;
+``-s120``: the max-min rounds past the flows' own links, against c4fe980).
 """
 
 from __future__ import annotations
