@@ -53,6 +53,14 @@ class _Group(click.Group):
         except TfschedError as e:
             click.echo(f"Error: {e}", err=True)
             sys.exit(1)
+        except MemoryError as e:  # numpy's says how much it could not allocate; Python's, nothing
+            detail = str(e).strip()
+            click.echo(
+                f"Error: out of memory{': ' + detail if detail else ''}; ask for less (fewer --workers "
+                "or --steps, a smaller model) or free some",
+                err=True,
+            )
+            sys.exit(1)
         except RuntimeError as e:  # this process could start no thread: the limit it met, in one line
             from tfsched.bench.limits import explain
 

@@ -796,6 +796,32 @@ class TestBadInput:
         assert analyze(pathlib.Path(seq_graph_file["pb"]), fetches=["train"]).schedule.priorities
         assert not list(tmp_path.iterdir())  # nothing written
 
+    def test_running_out_of_memory_is_one_error_line(self, seq_graph_file, tmp_path):
+        """More workers than memory holds was a traceback from deep in the simulator or the
+        bounds (numpy's or Python's MemoryError); it is one line that says what ran out, with
+        nothing written. The process gets 500 MiB more than it has mapped once TensorFlow is in."""
+        out = tmp_path / "s.json"
+        code = (
+            "import resource, sys, tfsched.cli\n"
+            "from tfsched.graph._tf import import_tensorflow\n"
+            "import_tensorflow()\n"
+            "vm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmSize:'))\n"
+            "resource.setrlimit(resource.RLIMIT_AS, ((vm + 500 * 1024) * 1024, resource.RLIM_INFINITY))\n"
+            "sys.argv = ['tfsched', 'analyze', sys.argv[1], '--workers', '3000', '--jobs', '1',"
+            " '-o', sys.argv[2]]\n"
+            "tfsched.cli.main()\n"
+        )
+        p = subprocess.run(
+            [sys.executable, "-c", code, seq_graph_file["pb"], str(out)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
+        assert_one_line_error(p, "out of memory", "fewer --workers")
+        assert not out.exists()
+
     def test_output_not_written_on_error(self, tmp_path):
         out = tmp_path / "s.json"
         p = run("analyze", str(tmp_path / "missing.pb"), "-o", str(out))
