@@ -355,7 +355,7 @@ def _max_min_rates(
             u = users.get(link)
             if u is None:
                 users[link] = {fid}
-                cap[link] = lc[link] if link in lc else c if c > 0.0 else 0.0  # max(0.0, c)
+                cap[link] = lc[link] if link in lc else max(0.0, c)
             else:
                 u.add(fid)
                 if link not in lc and c > cap[link]:
@@ -374,18 +374,16 @@ def _max_min_rates(
     k = 0
     rate: dict[int, float] = {}
     while len(rate) < len(flows):
-        host = min(((cap[link] / weighs(u), link) for link, u in users.items() if u), default=None)
-        if host is not None and host[0] < least_own:
-            share, bottleneck = host
-        else:
+        best = host = min(((cap[link] / weighs(u), link) for link, u in users.items() if u), default=None)
+        if host is None or host[0] >= least_own:  # a flow's own link may have the smallest share
             if not own:
                 own = sorted((c / w(fid), f"flow:{fid}", fid) for fid, _, _, c in flows)
             while own[k][2] in rate:
                 k += 1
-            share, bottleneck, fid = own[k]
-            if host is not None and host < (share, bottleneck):
-                share, bottleneck = host
-        rated = list(users[bottleneck]) if bottleneck in users else [fid]
+            if host is None or own[k][:2] < host:
+                best = own[k]
+        share, bottleneck = best[:2]
+        rated = list(users[bottleneck]) if bottleneck in users else [best[2]]
         for fid in rated:
             rate[fid] = share * w(fid)
             for link in links_of[fid]:
@@ -874,7 +872,7 @@ def simulate(
             became_ready(i)
 
     # per message: the bytes left at which its flow is done, and its channel's host links
-    done_at = [_EPS * max(1.0, b) for b in sg.nbytes]
+    done_at = {i: _EPS * max(1.0, sg.nbytes[i]) for i in range(n) if sg.kind[i] == MESSAGE}
     links: dict[str, tuple[str, str]] = {}
     while True:
         t_event = events[0][0] if events else math.inf
