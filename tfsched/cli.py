@@ -35,10 +35,25 @@ BUILTIN_MODELS = [
 ]
 
 
+def _quiet_out_of_memory(hook):
+    """``sys.unraisablehook`` without the reports of finalizers that ran out of memory: as a
+    ``MemoryError`` unwinds, what it would free is still held by its traceback, and a
+    ``__del__`` or a generator's close that runs then can fail too. Python reported each as
+    "Exception ignored in ...", or failed to ("Exception ignored in sys.unraisablehook"),
+    before the one error line (``_Group.main``) that says memory ran out."""
+
+    def quiet(unraisable):
+        if not isinstance(unraisable.exc_value, MemoryError):
+            hook(unraisable)
+
+    return quiet
+
+
 class _Group(click.Group):
     def main(self, args=None, prog_name=None, **extra):
         # TensorFlow's C++ INFO logging would bury our output; users can override.
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        sys.unraisablehook = _quiet_out_of_memory(sys.unraisablehook)
         try:
             rv = super().main(args=args, prog_name=prog_name or "tfsched", standalone_mode=False, **extra)
         except click.exceptions.Exit as e:
