@@ -42,10 +42,14 @@ def _quiet_out_of_memory(hook):
     "Exception ignored in ...", or failed to ("Exception ignored in sys.unraisablehook"),
     before the one error line (``_Group.main``) that says memory ran out."""
 
+    if getattr(hook, "quiet_out_of_memory", False):  # main() called again in one process
+        return hook
+
     def quiet(unraisable):
         if not isinstance(unraisable.exc_value, MemoryError):
             hook(unraisable)
 
+    quiet.quiet_out_of_memory = True
     return quiet
 
 

@@ -825,6 +825,20 @@ class TestBadInput:
         assert_one_line_error(p, "out of memory", "fewer --workers")
         assert not out.exists()
 
+    def test_only_a_finalizers_memory_error_goes_unreported(self):
+        """The hook that quiets finalizers out of memory passes every other report on, and a
+        second ``main()`` in one process does not wrap it again."""
+        from types import SimpleNamespace
+
+        from tfsched.cli import _quiet_out_of_memory
+
+        reported = []
+        hook = _quiet_out_of_memory(reported.append)
+        assert _quiet_out_of_memory(hook) is hook
+        for error in (MemoryError(), ValueError("x"), MemoryError("Unable to allocate"), OSError()):
+            hook(SimpleNamespace(exc_value=error))
+        assert [type(r.exc_value) for r in reported] == [ValueError, OSError]
+
     def test_output_not_written_on_error(self, tmp_path):
         out = tmp_path / "s.json"
         p = run("analyze", str(tmp_path / "missing.pb"), "-o", str(out))
