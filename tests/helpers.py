@@ -139,6 +139,24 @@ def shadow_module(where: Path, name: str, monkeypatch) -> str:
     return said
 
 
+def small_simulation_processes(where: Path, monkeypatch, room_mib: int = 16) -> None:
+    """Every simulation process (``python -m tfsched.sim.pool``) started from now on gets
+    ``room_mib`` MiB of address space more than it has mapped once it has imported what it runs
+    (``RLIMIT_AS``), through a ``sitecustomize`` first on the path (PYTHONPATH); other processes,
+    a ``tfsched`` command among them, are left as they are."""
+    (where / "sitecustomize.py").write_text(
+        "import resource\n"
+        "if b'tfsched.sim.pool' in open('/proc/self/cmdline', 'rb').read():\n"
+        "    import tfsched.sim.pool\n"
+        "    vm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmSize:'))\n"
+        f"    room = (vm + {room_mib} * 1024) * 1024\n"
+        "    resource.setrlimit(resource.RLIMIT_AS, (room, resource.RLIM_INFINITY))\n"
+    )
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(p for p in (str(where), os.environ.get("PYTHONPATH")) if p)
+    )
+
+
 # a short bench of Seq-32 on two workers at 200 Mbit/s: 3 steps, one round, batch 4
 BENCH_SEQ32 = (
     "bench",

@@ -16,7 +16,7 @@ from click.core import ParameterSource
 
 from tfsched.bench.local import LEGACY_KERAS
 from tfsched.demo import DEMO_MODES
-from tfsched.errors import TfschedError
+from tfsched.errors import OutOfMemory, TfschedError
 from tfsched.models.build import PS_PLACEMENTS
 from tfsched.tune.coordinator import OBJECTIVES
 from tfsched.tune.search import MAX_SEED
@@ -73,15 +73,16 @@ class _Group(click.Group):
             click.echo(f"Error: {e}", err=True)
             sys.exit(1)
         except MemoryError as e:  # numpy's says how much it could not allocate; Python's, nothing
+            where = f" in {e.where}" if isinstance(e, OutOfMemory) else ""
             detail = str(e).strip()
             click.echo(
-                f"Error: out of memory{': ' + detail if detail else ''}; ask for less (fewer --workers "
-                "or --steps, a smaller model) or free some",
+                f"Error: out of memory{where}{': ' + detail if detail else ''}; ask for less (fewer "
+                "--workers or --steps, a smaller model) or free some",
                 err=True,
             )
             sys.exit(1)
         except RuntimeError as e:  # this process could start no thread: the limit it met, in one line
-            from tfsched.bench.limits import explain
+            from tfsched.limits import explain
 
             if explain(str(e)) == str(e):
                 raise

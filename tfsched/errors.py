@@ -11,6 +11,15 @@ class TfschedError(Exception):
     """
 
 
+class OutOfMemory(MemoryError):
+    """Memory ran out in another process of ours that said so (``where``: "a simulation
+    process"); ``str()``: what it said (numpy's allocation, or nothing)."""
+
+    def __init__(self, detail: str, where: str):
+        super().__init__(detail)
+        self.where = where
+
+
 # lines of a TensorFlow error around its cause: where it was detected, the node, the stack
 _NOT_THE_CAUSE = (
     "Detected at node",

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.helpers import shadow_module
+from tests.helpers import shadow_module, small_simulation_processes
 
 pytestmark = pytest.mark.tf
 
@@ -823,6 +823,17 @@ class TestBadInput:
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
         )
         assert_one_line_error(p, "out of memory", "fewer --workers")
+        assert not out.exists()
+
+    def test_a_simulation_process_out_of_memory_is_one_error_line(
+        self, seq_graph_file, tmp_path, monkeypatch
+    ):
+        """With ``--jobs 2`` the simulations run in processes of their own; one that ran out of
+        memory was "a simulation process failed: MemoryError", without what to do."""
+        small_simulation_processes(tmp_path, monkeypatch, room_mib=16)
+        out = tmp_path / "s.json"
+        p = run("analyze", seq_graph_file["pb"], "--workers", "200", "--jobs", "2", "-o", str(out))
+        assert_one_line_error(p, "out of memory in a simulation process; ask for less", "fewer --workers")
         assert not out.exists()
 
     def test_only_a_finalizers_memory_error_goes_unreported(self):

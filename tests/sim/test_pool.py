@@ -3,14 +3,15 @@ a failure named, and no worker left behind."""
 
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.helpers import random_training_case
-from tfsched.errors import TfschedError
+from tests.helpers import random_training_case, small_simulation_processes
+from tfsched.errors import OutOfMemory, TfschedError
 from tfsched.ordering import order
 from tfsched.sim import build_sim_graph, simulate
 from tfsched.sim.pool import MIN_SIDE_BY_SIDE_NODES, Simulations, default_jobs
@@ -93,6 +94,29 @@ class TestSimulations:
             with pytest.raises(TfschedError, match="a simulation process failed: exit code 1"):
                 sims.start()
                 asked.runs()
+        assert not _worker_pids()
+
+    def test_a_worker_out_of_memory_is_a_memory_error_in_the_caller(self, tmp_path, monkeypatch):
+        # its graph of 42,000 nodes does not fit in 16 MiB more than the worker has mapped
+        g, o, _ = random_training_case(1)
+        sg = build_sim_graph(g, o, order(g, "tio"), workers=2000)
+        small_simulation_processes(tmp_path, monkeypatch, room_mib=16)
+        with Simulations(jobs=2) as sims:
+            asked = sims.seeded(sg, "random", "simulating")
+            with pytest.raises(MemoryError) as raised:  # was "a simulation process failed: MemoryError"
+                sims.start()
+                asked.runs()
+        assert isinstance(raised.value, OutOfMemory) and raised.value.where == "a simulation process"
+        assert not _worker_pids()
+
+    def test_a_killed_worker_is_named_by_its_signal(self):
+        sg = _cases()[0]
+        with Simulations(jobs=2) as sims:
+            asked = sims.seeded(sg, "random", "simulating", seeds=20_000)  # minutes of runs
+            sims.start()
+            sims._workers[1].proc.send_signal(signal.SIGKILL)  # not the out-of-memory killer
+            with pytest.raises(TfschedError, match=r"^a simulation process failed: killed by SIGKILL$"):
+                asked.runs()  # was "exit code -9"
         assert not _worker_pids()
 
     def test_closing_early_ends_the_workers(self):

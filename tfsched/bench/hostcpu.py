@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 from tfsched.bench.zygote import TaskHost
 from tfsched.errors import TfschedError
+from tfsched.limits import BASE
 
-BASE = "/sys/fs/cgroup"
 PREFIX = "tfsched-"  # a group's name: tfsched-<tag>-<n>-<job><index>, tag the run's pid % 100,000
 # CFS bandwidth period: within each, a group runs at most its quota. Shorter than the kernel's
 # default 100 ms so that a task whose threads use up its quota at once waits less for the next

@@ -16,7 +16,6 @@ import os
 import re
 import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -26,10 +25,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tfsched.bench.limits import counters, explain, explain_death
 from tfsched.bench.server import INTER_OP_FLAG
 from tfsched.bench.zygote import TaskHost, start_python, zygote
 from tfsched.errors import TfschedError
+from tfsched.limits import counters, exit_status, explain, explain_death
 from tfsched.units import check_link_bandwidth
 
 # how much lower than this process the tasks of a relayed LocalCluster run (nice)
@@ -239,16 +238,6 @@ def task_said(
     start (``limits.explain``); ``pid``: its process."""
     said = explain(task_log(log_dir, job, index)[:300], since)
     return f"/job:{job}/task:{index} {explain_death(how, since, pid)}" + (f": {said}" if said else "")
-
-
-def exit_status(code: int | None) -> str:
-    """``Popen.returncode`` in words: "exit code 1", "killed by SIGABRT"."""
-    if code is not None and code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
 
 
 def wait_ready(procs: dict, timeout_s: float, log_dir: str, since: dict | None = None) -> None:

@@ -50,8 +50,8 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 
-from tfsched.bench.limits import counters, explain
 from tfsched.errors import TfschedError
+from tfsched.limits import counters, explain
 
 # A relay reads and paces about CHUNK_S of its link's time at a time, from MIN_CHUNK to
 # MAX_CHUNK bytes: 64 KiB below about 370 Mbit/s, 256 KiB at 1 Gbit/s, 1 MiB from about

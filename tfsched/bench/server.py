@@ -19,13 +19,10 @@ import os
 import signal
 import sys
 
+from tfsched.limits import offer_to_the_killer
+
 SERVING = "tfsched task: serving"
 INTER_OP_FLAG = "--inter-op-threads="
-# Where memory runs out, the kernel's out-of-memory killer takes a task before the process that
-# runs the cluster (0 by default): that process holds the run's state and its cleanup, and names
-# the task and the limit it met (``bench.limits.explain_death``). Raising one's own score needs no
-# privilege.
-OOM_SCORE_ADJ = 500
 
 
 def main(argv: list[str]) -> int:
@@ -33,11 +30,7 @@ def main(argv: list[str]) -> int:
     flags = set(argv[3:])
     scheduled = "--vanilla" not in flags
     inter_op = [int(f[len(INTER_OP_FLAG) :]) for f in flags if f.startswith(INTER_OP_FLAG)]
-    try:
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write(str(OOM_SCORE_ADJ))
-    except OSError:  # not Linux, or a kernel without it: the killer chooses by size alone
-        pass
+    offer_to_the_killer()  # before the process that runs the cluster (``limits.OOM_SCORE_ADJ``)
     from tfsched.graph._tf import import_tensorflow
 
     tf = import_tensorflow()

@@ -16,13 +16,18 @@ reads its graphs and runs from its stdin, writes its results to a pipe of their 
 it prints goes with its stderr), and then ends; its
 stdin stays open until the caller has read them, and its end at any other time (the caller
 killed, or closing early) ends the worker at once. A worker that fails is an error naming its
-last line of stderr.
+last line of stderr. One that ran out of memory raises a ``MemoryError`` in the caller
+(``errors.OutOfMemory``, which the CLI's one line says with what to do). The workers raise their
+``oom_score_adj`` (``limits.offer_to_the_killer``), so that where memory runs out the kernel's
+killer takes a worker before the caller, and the error says so, with the cgroup's limit or the
+machine's memory (``limits.explain_death``).
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import re
 import site
 import subprocess
 import sys
@@ -32,7 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
-from tfsched.errors import TfschedError
+from tfsched.errors import OutOfMemory, TfschedError
+from tfsched.limits import counters, exit_status, explain_death, offer_to_the_killer
 from tfsched.sim import SEEDS
 from tfsched.sim.engine import SimResult, simulate
 from tfsched.sim.model import SimGraph
@@ -44,6 +50,9 @@ from tfsched.units import is_count
 # (19,900 nodes), 4.9 to 5.1 s side by side against 5.8 to 5.9 s with 8 (39,688 nodes).
 MIN_SIDE_BY_SIDE_NODES = 30_000
 END_TIMEOUT_S = 10.0  # a worker's exit once it has sent its results or closed its pipe
+# a traceback's last line where memory ran out: Python's "MemoryError", numpy's
+# "numpy._core._exceptions._ArrayMemoryError: Unable to allocate 125. MiB for an array ..."
+_OUT_OF_MEMORY = re.compile(r"(?:[\w.]+\.)?\w*MemoryError(?::\s*(?P<detail>.*))?")
 
 
 def check_jobs(jobs: int | None) -> None:
@@ -91,6 +100,7 @@ class Simulations:
     _asked: list[tuple[SimGraph, str, int, dict, str]] = field(default_factory=list, init=False)
     _results: list[SimResult] | None = field(default=None, init=False)
     _workers: list[_Worker] = field(default_factory=list, init=False)
+    _since: dict | None = field(default=None, init=False)  # the limits' counts at start
 
     def seeded(self, sg: SimGraph, policy: str, text: str, seeds: int = SEEDS, **kwargs) -> Pending:
         """``seeds`` runs of ``sg`` under ``policy``, seeds 0 to ``seeds - 1`` (as
@@ -114,9 +124,11 @@ class Simulations:
         if n > 1:
             texts = list(dict.fromkeys(a[4] for a in self._asked))
             say(f"{_joined(texts)}: {len(self._asked)} runs in {n} processes")
+            self._since = counters()
             try:
                 for k in range(n):
-                    self._workers.append(_Worker.start(list(range(k, len(self._asked), n)), self._asked))
+                    indices = list(range(k, len(self._asked), n))
+                    self._workers.append(_Worker.start(indices, self._asked, self._since))
             except _Unstarted:  # no interpreter to start (an embedded Python): run them here
                 self.close()
                 n = 1
@@ -203,9 +215,10 @@ class _Worker:
     indices: list[int]
     stderr: IO[bytes]  # its stdout and stderr
     back: IO[bytes]  # its results
+    since: dict | None = None  # the limits' counts before it started (``limits.counters``)
 
     @classmethod
-    def start(cls, indices: list[int], asked: list) -> _Worker:
+    def start(cls, indices: list[int], asked: list, since: dict | None = None) -> _Worker:
         graphs: dict[int, tuple[int, SimGraph]] = {}  # id -> (its place in the list sent, graph)
         runs = []
         for i in indices:
@@ -231,7 +244,7 @@ class _Worker:
             raise _Unstarted(e) from None
         finally:
             os.close(theirs)
-        worker = cls(proc, indices, stderr, os.fdopen(back, "rb"))
+        worker = cls(proc, indices, stderr, os.fdopen(back, "rb"), since)
         try:
             pickle.dump(([g for _, g in graphs.values()], runs), proc.stdin, pickle.HIGHEST_PROTOCOL)
             proc.stdin.flush()
@@ -258,17 +271,24 @@ class _Worker:
             raise self.failed()
         return results
 
-    def failed(self) -> TfschedError:
-        """Why it failed (its last line of stderr), once it has ended (killed if it has not
-        within ``END_TIMEOUT_S``)."""
+    def failed(self) -> Exception:
+        """Why it failed, once it has ended (killed if it has not within ``END_TIMEOUT_S``): the
+        signal that killed it, and whether it was the out-of-memory killer; else its last line of
+        stderr, an ``OutOfMemory`` where that is a ``MemoryError``; else its exit code."""
         try:
             self.proc.wait(timeout=END_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        how = exit_status(self.proc.returncode)
         self.stderr.seek(0)
         lines = self.stderr.read().decode(errors="replace").strip().splitlines()
-        why = lines[-1] if lines else f"exit code {self.proc.returncode}"
+        if self.proc.returncode < 0:
+            why = explain_death(how, self.since, self.proc.pid)
+        elif lines and (memory := _OUT_OF_MEMORY.fullmatch(lines[-1].strip())):
+            return OutOfMemory(memory["detail"] or "", "a simulation process")
+        else:
+            why = lines[-1] if lines else how
         return TfschedError(f"a simulation process failed: {why}")
 
     def kill(self) -> None:
@@ -291,6 +311,7 @@ def _orphaned(fd: int) -> None:
 
 
 def main() -> None:
+    offer_to_the_killer()  # before the caller, which says so (``Simulations``)
     stdin, back = sys.stdin.buffer, os.fdopen(int(sys.argv[1]), "wb")
     graphs, runs = pickle.load(stdin)
     threading.Thread(target=_orphaned, args=(stdin.fileno(),), daemon=True).start()

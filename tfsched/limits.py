@@ -1,4 +1,4 @@
-"""Which limit a cluster task or relay that failed met: threads (a cgroup's ``pids.max``, ``ulimit
+"""Which limit a process of ours that failed met (a cluster task, a relay, a simulation process): threads (a cgroup's ``pids.max``, ``ulimit
 -u``, the kernel's) or memory (the out-of-memory killer, a cgroup's or the machine's).
 
 Threads. A cluster task that cannot start a thread aborts with TensorFlow's ``Check failed: ret ==
@@ -33,8 +33,14 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 
-from tfsched.bench.hostcpu import BASE
+BASE = "/sys/fs/cgroup"  # where the cgroup hierarchies are mounted
+# Where memory runs out, the kernel's out-of-memory killer takes a process of ours that raised its
+# score (``offer_to_the_killer``: a cluster task, a simulation process) before the process that
+# started it (0 by default): that one holds the run's state and its cleanup, and names the process
+# and the limit it met (``explain_death``). Raising one's own score needs no privilege.
+OOM_SCORE_ADJ = 500
 
 # what a line says where a thread could not start: TensorFlow's (tsl's PosixEnv), Python's, and
 # gRPC's server thread manager's (``thread_manager.cc:144] Check failed: worker->created()``: a
@@ -88,6 +94,29 @@ def groups(
 def pids_groups() -> list[str]:
     """This process's pids cgroups, its own first (``groups``)."""
     return groups("pids", "pids.max")
+
+
+def offer_to_the_killer() -> None:
+    """Make this process the out-of-memory killer's choice before its parent (``OOM_SCORE_ADJ``)."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(OOM_SCORE_ADJ))
+    except OSError:  # not Linux, or a kernel without it: the killer chooses by size alone
+        pass
+
+
+def exit_status(code: int | None) -> str:
+    """``Popen.returncode`` in words: "exit code 1", "killed by SIGABRT".
+
+    >>> exit_status(-9), exit_status(2), exit_status(-200)
+    ('killed by SIGKILL', 'exit code 2', 'killed by signal 200')
+    """
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 def _memory_groups() -> list[tuple[str, str]]:
