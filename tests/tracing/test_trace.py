@@ -464,6 +464,14 @@ class TestBadTraces:
                 "transfers[0].bytes must be a non-negative number",
             ),
             (
+                lambda d: d["transfers"][0].update(consumers=[["a"]]),  # was a TypeError in viz
+                "transfers[0].consumers must be a list of op names",
+            ),
+            (
+                lambda d: d["transfers"][0].update(consumers="a"),  # was taken for its letters
+                "a transfer's consumers must be a list, got 'a'",
+            ),
+            (
                 lambda d: d.update(step_times_us=[]),
                 "step_times_us must hold one non-negative number per traced step",
             ),

@@ -83,10 +83,18 @@ def _number(x) -> bool:
     return is_number(x, least=0)
 
 
+def _listed(items) -> tuple:
+    """A JSON list as a tuple; anything else (a text, whose letters ``tuple`` would take for its
+    items) a TypeError that says so."""
+    if not isinstance(items, list):
+        raise TypeError(f"a transfer's consumers must be a list, got {items!r}")
+    return tuple(items)
+
+
 def _record_problem(trace: Trace) -> str | None:
     """What is wrong with a loaded trace's records, None if nothing: each record's step is one
-    of the trace's, its names are text, its times and bytes non-negative numbers, and there is
-    one step time per step (what ``viz`` and the oracle index by)."""
+    of the trace's, its names are text (a transfer's consumers too), its times and bytes
+    non-negative numbers, and there is one step time per step (what ``viz`` and the oracle index by)."""
     if len(trace.step_times_us) != trace.steps or not all(map(_number, trace.step_times_us)):
         return f"step_times_us must hold one non-negative number per traced step ({trace.steps})"
     if trace.step_starts_us and (
@@ -111,6 +119,8 @@ def _record_problem(trace: Trace) -> str | None:
             for f in numbers:
                 if not _number(getattr(r, f)):
                     return f"{kind}[{i}].{f} must be a non-negative number, got {getattr(r, f)!r}"
+            if kind == "transfers" and not all(isinstance(c, str) for c in r.consumers):
+                return f"transfers[{i}].consumers must be a list of op names"
     return None
 
 
@@ -194,7 +204,7 @@ class Trace:
                 steps=int(data["steps"]),
                 ops=[OpRecord(**o) for o in data["ops"]],
                 transfers=[
-                    TransferRecord(**{**t, "consumers": tuple(t.get("consumers", ()))})
+                    TransferRecord(**{**t, "consumers": _listed(t.get("consumers", []))})
                     for t in data["transfers"]
                 ],
                 step_times_us=[float(x) for x in data["step_times_us"]],
