@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <deque>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
@@ -153,11 +154,8 @@ bool IsUpdate(const std::string& op) {
          absl::StartsWith(op, "ResourceApply") || absl::StartsWith(op, "SparseApply") ||
          absl::StartsWith(op, "ResourceSparseApply");
 }
-bool StartsControlFlow(const std::string& op) {
-  return op == "Switch" || op == "RefSwitch" || op == "Enter" || op == "RefEnter";
-}
-bool EndsControlFlow(const std::string& op) {
-  return op == "Merge" || op == "RefMerge" || op == "Exit" || op == "RefExit";
+bool IsOp(const std::string& op, const char* name) {
+  return op == name || op == absl::StrCat("Ref", name);
 }
 
 // The graph as index-based adjacency, for the analyses below.
@@ -193,6 +191,36 @@ struct Graph {
         preds[i].push_back(src);
         out[src].push_back(i);
         if (!in.control) data_out[src].push_back({i, k});
+      }
+    }
+    // A loop's Exit waits for every input of its loop, the loop-invariant ones too: the loop
+    // runs until its condition fails, and its body may need any of them on every iteration,
+    // through the back edges left out here. Without these edges an Exit sent on a channel could
+    // take its turn before an input of its own loop on that channel, and each waited for the
+    // other until the gates' timeout (a random graph: a loop on a worker, one of its loop
+    // variables from a PS, another a variable's read from that PS).
+    std::map<std::string, std::vector<int>> entering;  // a frame's name -> its Enter nodes
+    for (int i = 0; i < n; ++i)
+      if (IsOp(g.node(i).op(), "Enter")) {
+        auto it = g.node(i).attr().find("frame_name");
+        if (it != g.node(i).attr().end()) entering[it->second.s()].push_back(i);
+      }
+    for (int x = 0; x < n && !entering.empty(); ++x) {
+      if (!IsOp(g.node(x).op(), "Exit") || inputs[x].empty()) continue;
+      const int sw = Find(inputs[x][0].node);  // Exit <- Switch <- Merge <- Enter (its variable's)
+      const int merge = sw >= 0 && !inputs[sw].empty() ? Find(inputs[sw][0].node) : -1;
+      if (merge < 0 || !IsOp(g.node(merge).op(), "Merge")) continue;
+      for (const Input& in : inputs[merge]) {
+        const int e = Find(in.node);
+        if (e < 0 || !IsOp(g.node(e).op(), "Enter")) continue;
+        auto frame = entering.find(g.node(e).attr().at("frame_name").s());
+        if (frame == entering.end()) break;
+        for (int u : frame->second)
+          if (std::find(preds[x].begin(), preds[x].end(), u) == preds[x].end()) {
+            preds[x].push_back(u);
+            out[u].push_back(x);
+          }
+        break;
       }
     }
     // Kahn's algorithm; nodes left over (a cycle TensorFlow would reject) are appended.
@@ -348,24 +376,74 @@ std::string AccumulatedVariable(const Graph& g, const std::vector<std::pair<int,
 
 // Nodes whose outputs may be dead or live in a loop frame: gating them could leave a counter
 // short (a dead tensor's gate never runs) or run a gate once per iteration.
+//
+// A loop's frame is what its Enter nodes reach before its Exit nodes, as TensorFlow's
+// BuildControlFlowInfo makes frames: its Merge nodes, its condition and LoopCond among them.
+// (Until the 121st session a Merge ended the region, as a conditional's does, so a loop's
+// condition after its Merge was gated: a LoopCond sent to another task ran its gate once per
+// iteration.) A node outside loops may be dead when it depends on an output of a Switch: each
+// node carries the Switch outputs it depends on, data or control, and a Merge whose inputs differ
+// only by the two branches of one predicate (a conditional's, whose Switch nodes share it)
+// depends on neither.
 std::vector<bool> ControlFlowRegion(const Graph& g) {
   const int n = g.def->node_size();
-  std::vector<bool> in(n, false);
-  std::deque<int> q;
-  for (int i = 0; i < n; ++i)
-    if (StartsControlFlow(g.node(i).op())) {
-      in[i] = true;
-      q.push_back(i);
+  std::map<std::string, int> predicates;  // a conditional's predicate tensor, numbered
+  auto predicate = [&](int sw) {
+    const Input p = g.inputs[sw].size() > 1 ? g.inputs[sw][1] : Input{};
+    return predicates.emplace(absl::StrCat(p.node, ":", p.port), predicates.size()).first->second;
+  };
+  std::vector<int> depth(n, 0);  // loop frames around the node
+  // (predicate, branch) pairs it depends on: the outputs of Switch nodes outside loops
+  std::vector<std::set<std::pair<int, int>>> on(n);
+  for (int v : g.topo) {  // without loop back edges: a loop's Merge follows its Enter
+    const std::string& op = g.node(v).op();
+    std::vector<std::set<std::pair<int, int>>> ins;
+    int d = 0;
+    for (const Input& in : g.inputs[v]) {
+      const int u = g.Find(in.node);
+      if (u < 0 || IsOp(g.node(u).op(), "NextIteration")) continue;
+      d = std::max(d, depth[u]);
+      std::set<std::pair<int, int>> c = on[u];
+      if (IsOp(g.node(u).op(), "Switch") && depth[u] == 0) {
+        const int p = predicate(u);
+        if (in.control) {  // after either output: dead with whichever is
+          c.insert({p, 0});
+          c.insert({p, 1});
+        } else {
+          c.insert({p, in.port});
+        }
+      }
+      ins.push_back(std::move(c));
     }
-  while (!q.empty()) {
-    int v = q.front();
-    q.pop_front();
-    for (int s : g.out[v]) {
-      if (in[s] || EndsControlFlow(g.node(s).op())) continue;
-      in[s] = true;
-      q.push_back(s);
+    depth[v] = IsOp(op, "Enter") ? d + 1 : IsOp(op, "Exit") ? std::max(d - 1, 0) : d;
+    if (IsOp(op, "Merge") && depth[v] == 0 && ins.size() >= 2) {
+      std::set<std::pair<int, int>> common = ins[0];
+      for (const auto& c : ins) {
+        std::set<std::pair<int, int>> both;
+        std::set_intersection(common.begin(), common.end(), c.begin(), c.end(),
+                              std::inserter(both, both.begin()));
+        common.swap(both);
+      }
+      std::set<int> preds, branches;
+      bool paired = true;  // each input: the common part and one branch of one predicate
+      for (const auto& c : ins) {
+        if (c.size() != common.size() + 1) paired = false;
+        for (const auto& pb : c)
+          if (!common.count(pb)) {
+            preds.insert(pb.first);
+            branches.insert(pb.second);
+          }
+      }
+      if (paired && preds.size() == 1 && branches.size() == 2) {
+        on[v] = std::move(common);  // one branch or the other runs: live where they both are
+        continue;
+      }
     }
+    for (auto& c : ins) on[v].insert(c.begin(), c.end());
   }
+  std::vector<bool> in(n);
+  for (int v = 0; v < n; ++v)
+    in[v] = depth[v] > 0 || !on[v].empty() || IsOp(g.node(v).op(), "Switch");
   return in;
 }
 

@@ -218,6 +218,56 @@ class TestPass:
         assert gates(result) == []
         assert result == baseline
 
+    def test_nothing_in_a_loop_or_a_branch_is_gated(self):
+        """A loop's condition after its Merge (its LoopCond among them) is in the loop's frame:
+        gated, a LoopCond sent to another task ran its gate once per iteration (found by a random
+        graph, tests/enforce/test_random_graphs.py). A conditional's branch may be dead, and so
+        may what follows a Merge inside it; what follows the conditional's Merge is live."""
+        import tensorflow as tf
+        from tensorflow.python.ops import control_flow_util
+
+        g = tf.Graph()
+        v1 = control_flow_util.ENABLE_CONTROL_FLOW_V2
+        control_flow_util.ENABLE_CONTROL_FLOW_V2 = False  # Switch, Merge, Enter, Exit, LoopCond
+        try:
+            with g.as_default():
+                with g.device("/job:ps/task:0"):
+                    v = tf.compat.v1.get_variable("v", [8])
+                with g.device("/job:worker/task:0"):
+                    x = tf.identity(v * 1.0, name="x")
+                    limit = tf.identity(tf.reduce_sum(x), name="limit")
+
+                def cond(i, y):
+                    with tf.device("/job:worker/task:0"):  # the condition on one task
+                        return tf.less(tf.cast(i, tf.float32), limit)
+
+                def body(i, y):
+                    with tf.device("/job:worker/task:1"):  # the body on another
+                        return [i + 1, y * 0.9]
+
+                with g.device("/job:worker/task:1"):
+                    _, y = tf.compat.v1.while_loop(cond, body, [0, x], maximum_iterations=3)
+                    inner = tf.cond(
+                        tf.reduce_sum(y) > 0,
+                        lambda: tf.cond(tf.reduce_sum(y) > 1, lambda: y * 2.0, lambda: y * 3.0) + 1.0,
+                        lambda: y - 1.0,
+                    )
+                with g.device("/job:worker/task:0"):
+                    out = tf.identity(inner * 2.0, name="out")
+        finally:
+            control_flow_util.ENABLE_CONTROL_FLOW_V2 = v1
+        gd = optimize(g.as_graph_def(), [out.op.name], only_tfsched())
+        ops = {n.name: n.op for n in gd.node}
+        assert {"LoopCond", "Merge", "Exit", "Switch"} <= set(ops.values())
+        gated = {n.input[0].split(":")[0] for n in gd.node if n.op == "TfschedGate"}
+        in_loop = {name for name in gated if name.startswith("while/")}
+        assert not in_loop, in_loop  # was {"while/Merge_1"}: a gate run once per iteration
+        in_branch = {name for name in gated if name.startswith("cond/") and name != "cond/Merge"}
+        assert not in_branch, in_branch
+        # the pull, the value into the loop and the conditional's result (its Merge) are gated
+        assert gated == {"ReadVariableOp", "mul", "cond/Merge"}, gated
+        assert ops["ReadVariableOp"] == "ReadVariableOp" and ops["cond/Merge"] == "Merge"
+
     def test_pruned_fetch_only_waits_for_present_transfers(self):
         # Fetch half of par32's branches: the pass sees (and ranks) only their transfers.
         built = build_graph("par32", ps_tasks=1)

@@ -1,0 +1,265 @@
+"""Random PS graphs trained with tfsched and without on a real cluster: how many are bitwise the same.
+
+The built-in models are chains and fans of layers; a random graph is not. Each step's workers read
+a random set of variables (ref and resource, on two PS, vectors and matrices, some large enough to
+be sliced) and build on them with conditionals, while loops, control dependencies, ops placed back
+on a PS and another worker's tensors; one of four optimizers applies the gradients. Each graph is
+trained three steps and run once for its loss alone (a pruned step) without tfsched, again
+without it, and with tfsched under one of the pass's settings in turn (``SETTINGS``, by seed). Its
+losses and final variables are compared byte for byte.
+
+A graph is *same* when tfsched's run is TensorFlow's to the last bit. *vanilla differs* when
+TensorFlow's own two runs differ (a read that races its variable's update: nothing to compare
+with). Where tfsched's run is not TensorFlow's though TensorFlow's two agree, TensorFlow runs it
+four times more on a cluster whose links add 2 ms (relays, ``bench.relay``): *vanilla varies* if
+one of those is not its first result either (TensorFlow's own result depends on when tensors
+arrive, which tfsched changes by design); else *different*: a case to look into. *error*: a run
+failed.
+``tests/enforce/test_random_graphs.py`` trains ten of them in CI.
+
+    python benchmarks/random_graphs.py [--seeds 0:200] --name NAME
+
+Writes ``benchmarks/results/<name>.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _results import machine, write  # noqa: E402
+
+# the pass's settings, one a graph in turn (``tfsched.enable``'s keywords)
+SETTINGS = [
+    {},
+    {"partition": 1000},
+    {"credit": 5000},
+    {"partition": 500, "credit": 2000},
+    {"ready": True},
+    {"host_credit": True, "credit": 4000},
+    {"inline_transfers": False},
+    {"partition": 500, "credit": 2000, "ack_group": 4},
+    {"credit": 3000, "credit_return": "sent"},
+    {"partition": 700, "credit": 3000, "push_credit": 2000},
+]
+# where TensorFlow's own result is checked against timing: links of 1 Gbit/s that add 2 ms
+SLOW_BPS = 1e9
+SLOW_LATENCY_S = 0.002
+WIDTH = 8  # every tensor the workers build is a vector this long
+STEPS = 3
+
+
+def random_graph(seed: int, tag: str):
+    """A random PS training graph: (graph, train op, loss, init op, the variables' values, what it
+    is). ``tag`` names its variables apart from other graphs' on the same cluster, whose PS
+    keep ref variables by name."""
+    import tensorflow as tf
+
+    rng = np.random.RandomState(seed)
+    g = tf.Graph()
+    with g.as_default():
+        variables = []
+        for k in range(rng.randint(1, 10)):
+            shape = [int(rng.choice([WIDTH, 16, 64, 3000, 20000]))]
+            if rng.rand() < 0.4:
+                shape = [shape[0] // WIDTH, WIDTH]
+            with tf.device(f"/job:ps/task:{rng.randint(2)}"):
+                variables.append(
+                    tf.compat.v1.get_variable(
+                        f"{tag}_{seed}_v{k}",
+                        shape,
+                        initializer=tf.compat.v1.random_uniform_initializer(-1, 1, seed=k),
+                        use_resource=bool(rng.rand() < 0.7),
+                    )
+                )
+        matrices = [v for v in variables if v.shape.rank == 2 and v.shape[0] >= WIDTH]
+        workers = int(rng.choice([1, 2]))
+        outs, produced = [], []
+        for w in range(workers):
+            with tf.device(f"/job:worker/task:{w}"):
+                pool = [
+                    tf.reshape(variables[v], [-1])[:WIDTH]
+                    for v in rng.permutation(len(variables))[: rng.randint(1, len(variables) + 1)]
+                ]
+                if produced and rng.rand() < 0.5:
+                    pool.append(produced[rng.randint(len(produced))])  # another worker's tensor
+                for _ in range(rng.randint(1, 12)):
+                    kind = rng.choice(["add", "mul", "matmul", "cond", "while", "control", "on_ps", "fill"])
+                    a, b = pool[rng.randint(len(pool))], pool[rng.randint(len(pool))]
+                    if kind == "add":
+                        x = a + b
+                    elif kind == "mul":
+                        x = a * tf.tanh(b)
+                    elif kind == "matmul" and matrices:
+                        m = matrices[rng.randint(len(matrices))][:WIDTH]
+                        x = tf.reshape(tf.matmul(tf.reshape(a, [1, WIDTH]), m), [WIDTH])
+                    elif kind == "cond":
+                        x = tf.cond(tf.reduce_sum(a) > 0, lambda a=a, b=b: a * 2.0 + b, lambda a=a: a - 1.0)
+                    elif kind == "while":
+                        _, x = tf.while_loop(
+                            lambda i, y: i < 3, lambda i, y, b=b: (i + 1, y * 0.9 + b * 0.01), [0, a]
+                        )
+                    elif kind == "control":
+                        with tf.control_dependencies([b]):
+                            x = tf.identity(a) * 1.5
+                    elif kind == "on_ps":  # a worker's tensor to a PS and back
+                        with tf.device(f"/job:ps/task:{rng.randint(2)}"):
+                            x = a * 3.0 - b
+                    else:
+                        x = tf.fill([WIDTH], tf.reduce_sum(a * b))
+                    pool.append(x)
+                # every tensor in the loss, so that each read comes before its variable's update
+                outs.append(
+                    tf.reduce_sum(tf.square(pool[-1])) + tf.add_n([tf.reduce_sum(p) * 0.01 for p in pool])
+                )
+                produced.append(pool[-1])
+        loss = tf.add_n(outs)
+        name = str(rng.choice(["sgd", "momentum", "adam", "adagrad"]))
+        optimizer = {
+            "sgd": lambda: tf.compat.v1.train.GradientDescentOptimizer(0.01),
+            "momentum": lambda: tf.compat.v1.train.MomentumOptimizer(0.01, 0.9),
+            "adam": lambda: tf.compat.v1.train.AdamOptimizer(0.01),
+            "adagrad": lambda: tf.compat.v1.train.AdagradOptimizer(0.01),
+        }[name]()
+        train = optimizer.minimize(loss, colocate_gradients_with_ops=True)
+        init = tf.compat.v1.global_variables_initializer()
+        values = [v.read_value() for v in tf.compat.v1.global_variables()]  # slots too
+    return g, train, loss, init, values, f"{len(variables)} variables, {workers} workers, {name}"
+
+
+def trained(target, seed: int, config, tag: str):
+    """(each step's loss, the final variables) as bytes, and the gates the first step ran."""
+    import tensorflow as tf
+
+    g, train, loss, init, values, _ = random_graph(seed, tag)
+    options = tf.compat.v1.RunOptions(timeout_in_ms=20_000)
+    first = tf.compat.v1.RunOptions(timeout_in_ms=20_000, output_partition_graphs=True)
+    md = tf.compat.v1.RunMetadata()
+    with tf.compat.v1.Session(target, graph=g, config=config) as sess:
+        sess.run(init, options=options)
+        losses = []
+        for k in range(STEPS):
+            _, x = sess.run(
+                [train, loss], options=first if k == 0 else options, run_metadata=md if k == 0 else None
+            )
+            losses.append(np.asarray(x).tobytes())
+        losses.append(np.asarray(sess.run(loss, options=options)).tobytes())  # a pruned step
+        final = [np.asarray(x).tobytes() for x in sess.run(values, options=options)]
+    gates = sum(n.op == "TfschedGate" for pg in md.partition_graphs for n in pg.node)
+    return (losses, final), gates
+
+
+def strict():
+    import tensorflow as tf
+
+    config = tf.compat.v1.ConfigProto()
+    config.graph_options.rewrite_options.fail_on_optimizer_errors = True
+    return config
+
+
+def compare(target, seed: int, slow_target: str | None = None, tries: int = 4) -> tuple[str, int, str]:
+    """(same | different | vanilla differs | vanilla varies, the gates tfsched's first step ran,
+    what the graph is). Where tfsched's run is not TensorFlow's though TensorFlow's two agree,
+    TensorFlow runs it ``tries`` times more on ``slow_target`` (a cluster whose links add
+    latency): *vanilla varies* if any of them is not its first result either (TensorFlow's own
+    result depends on when tensors arrive, which tfsched changes by design)."""
+    import tfsched
+
+    vanilla, _ = trained(target, seed, strict(), "vanilla")
+    again, _ = trained(target, seed, strict(), "again")
+    settings = SETTINGS[seed % len(SETTINGS)]
+    scheduled, gates = trained(target, seed, tfsched.enable(strict(), strict=True, **settings), "tfsched")
+    what = random_graph(seed, "what")[-1]
+    if vanilla != again:
+        return "vanilla differs", gates, what
+    if scheduled == vanilla:
+        return "same", gates, what
+    if slow_target and any(
+        trained(slow_target, seed, strict(), f"slow{k}")[0] != vanilla for k in range(tries)
+    ):
+        return "vanilla varies", gates, what
+    return "different", gates, what
+
+
+def _seeds(text: str) -> range:
+    first, _, last = text.partition(":")
+    try:
+        seeds = range(int(first), int(last))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seeds must be FIRST:END, got {text!r}") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"no seed in {text!r}")
+    return seeds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=_seeds, default=_seeds("0:200"), help="FIRST:END (default 0:200)")
+    parser.add_argument("--name", required=True, help="results/<name>.json and .md")
+    opts = parser.parse_args()
+
+    from tfsched.bench.local import LocalCluster
+    from tfsched.errors import cause_line
+
+    graphs = []
+    with (
+        LocalCluster(ps=2, workers=2) as cluster,
+        LocalCluster(ps=2, workers=2, vanilla=True, bandwidth_bps=SLOW_BPS, latency_s=SLOW_LATENCY_S) as slow,
+    ):
+        target = cluster.target("worker", 0)
+        for seed in opts.seeds:
+            started = time.monotonic()
+            try:
+                verdict, gates, what = compare(target, seed, slow.target("worker", 0))
+            except Exception as e:  # noqa: BLE001 - a run that failed is a result too
+                verdict, gates, what = "error", 0, cause_line(e)
+            settings = SETTINGS[seed % len(SETTINGS)]
+            graphs.append(
+                {"seed": seed, "verdict": verdict, "gates": gates, "graph": what, "settings": settings}
+            )
+            print(
+                f"seed {seed}: {verdict} ({what}; {gates} gates; {settings}; "
+                f"{time.monotonic() - started:.1f} s)",
+                flush=True,
+            )
+    counts = {
+        v: sum(g["verdict"] == v for g in graphs) for v in ("same", "different", "vanilla differs", "error")
+    }
+    lines = [
+        f"# Random PS graphs, tfsched against TensorFlow ({len(graphs)} graphs, seeds "
+        f"{opts.seeds.start} to {opts.seeds.stop - 1})",
+        "",
+        f"`python benchmarks/random_graphs.py --seeds {opts.seeds.start}:{opts.seeds.stop} --name {opts.name}`; "
+        f"{machine()['cpus']} cores ({machine()['platform']}).",
+        "",
+        "| verdict | graphs |",
+        "|---|---|",
+        *(f"| {v} | {k} |" for v, k in counts.items()),
+        "",
+        "Graphs not the same:",
+        "",
+        *(
+            f"- seed {g['seed']}: {g['verdict']} ({g['graph']}; {g['gates']} gates; {g['settings']})"
+            for g in graphs
+            if g["verdict"] != "same"
+        ),
+    ]
+    write(
+        opts.name,
+        {
+            "machine": machine(),
+            "options": {"seeds": [opts.seeds.start, opts.seeds.stop]},
+            "counts": counts,
+            "graphs": graphs,
+        },
+        lines,
+    )
+
+
+if __name__ == "__main__":
+    main()
