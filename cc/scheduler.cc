@@ -213,7 +213,9 @@ struct Graph {
       for (const Input& in : inputs[merge]) {
         const int e = Find(in.node);
         if (e < 0 || !IsOp(g.node(e).op(), "Enter")) continue;
-        auto frame = entering.find(g.node(e).attr().at("frame_name").s());
+        auto name = g.node(e).attr().find("frame_name");
+        if (name == g.node(e).attr().end()) break;
+        auto frame = entering.find(name->second.s());
         if (frame == entering.end()) break;
         for (int u : frame->second)
           if (std::find(preds[x].begin(), preds[x].end(), u) == preds[x].end()) {
