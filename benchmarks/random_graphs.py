@@ -133,10 +133,11 @@ def random_graph(seed: int, tag: str):
 
 
 def trained(target, seed: int, config, tag: str):
-    """(each step's loss, the final variables) as bytes, and the gates the first step ran."""
+    """(each step's loss, the final variables) as bytes, the gates the first step ran, and what
+    the graph is."""
     import tensorflow as tf
 
-    g, train, loss, init, values, _ = random_graph(seed, tag)
+    g, train, loss, init, values, what = random_graph(seed, tag)
     options = tf.compat.v1.RunOptions(timeout_in_ms=20_000)
     first = tf.compat.v1.RunOptions(timeout_in_ms=20_000, output_partition_graphs=True)
     md = tf.compat.v1.RunMetadata()
@@ -151,7 +152,7 @@ def trained(target, seed: int, config, tag: str):
         losses.append(np.asarray(sess.run(loss, options=options)).tobytes())  # a pruned step
         final = [np.asarray(x).tobytes() for x in sess.run(values, options=options)]
     gates = sum(n.op == "TfschedGate" for pg in md.partition_graphs for n in pg.node)
-    return (losses, final), gates
+    return (losses, final), gates, what
 
 
 def strict():
@@ -170,11 +171,10 @@ def compare(target, seed: int, slow_target: str | None = None, tries: int = 4) -
     result depends on when tensors arrive, which tfsched changes by design)."""
     import tfsched
 
-    vanilla, _ = trained(target, seed, strict(), "vanilla")
-    again, _ = trained(target, seed, strict(), "again")
+    vanilla, _, what = trained(target, seed, strict(), "vanilla")
+    again, _, _ = trained(target, seed, strict(), "again")
     settings = SETTINGS[seed % len(SETTINGS)]
-    scheduled, gates = trained(target, seed, tfsched.enable(strict(), strict=True, **settings), "tfsched")
-    what = random_graph(seed, "what")[-1]
+    scheduled, gates, _ = trained(target, seed, tfsched.enable(strict(), strict=True, **settings), "tfsched")
     if vanilla != again:
         return "vanilla differs", gates, what
     if scheduled == vanilla:
