@@ -1,6 +1,7 @@
 // TfschedGate: a pass-through that releases its tensor in priority order on its channel.
 // TfschedStats: this process's gate counters.
 // TfschedBuild: which build of the library this process loaded.
+// TfschedHold: keeps a sum's inputs from it (scheduler.cc, HeldFromSums).
 
 #include <algorithm>
 #include <cstring>
@@ -147,6 +148,17 @@ REGISTER_OP("TfschedConcat")
     })
     .Doc(R"doc(
 Receiver side of TfschedSplit: the slices, in order, as one tensor of `shape`.
+)doc");
+
+REGISTER_OP("TfschedHold")
+    .Input("inputs: T")
+    .Attr("T: list(type) >= 1")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Does nothing with `inputs`: the pass makes it run right after a sum (AddN) that is sent to another
+task, so that those inputs' buffers are still held while the sum runs and the sum adds them in
+TensorFlow's own order (scheduler.cc, HeldFromSums). Stateful, so that Grappler leaves it be.
 )doc");
 
 REGISTER_OP("TfschedStats")
@@ -717,6 +729,12 @@ class TfschedConcatOp : public tensorflow::OpKernel {
   tensorflow::TensorShape shape_;
 };
 
+class TfschedHoldOp : public tensorflow::OpKernel {
+ public:
+  explicit TfschedHoldOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  void Compute(OpKernelContext*) override {}
+};
+
 class TfschedStatsOp : public tensorflow::OpKernel {
  public:
   explicit TfschedStatsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
@@ -769,6 +787,7 @@ REGISTER_KERNEL_BUILDER(Name("TfschedSetCredit").Device(tensorflow::DEVICE_CPU),
                         TfschedSetCreditOp);
 REGISTER_KERNEL_BUILDER(Name("TfschedSplit").Device(tensorflow::DEVICE_CPU), TfschedSplitOp);
 REGISTER_KERNEL_BUILDER(Name("TfschedConcat").Device(tensorflow::DEVICE_CPU), TfschedConcatOp);
+REGISTER_KERNEL_BUILDER(Name("TfschedHold").Device(tensorflow::DEVICE_CPU), TfschedHoldOp);
 
 }  // namespace
 }  // namespace tfsched

@@ -53,6 +53,10 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   //   functions:  bool, the pass is in force for every function a process instantiates: a graph the
   //               schedule names none of the transfers of (another function) is ordered by TIO,
   //               not refused
+  //   iterations: int >= 1, how many times Grappler's meta optimizer runs its optimizers, this
+  //               one the last each time (RewriterConfig.meta_optimizer_iterations; default 2,
+  //               TensorFlow's): the pass gates the graph on its last call, the graph TensorFlow's
+  //               own optimizers have finished with, and returns it unchanged before
   //   dump_dir:   string, a directory on this task's host: each graph with cross-task transfers is
   //               written there as it came to the pass (<graph>.<worker>.pb, placed: what `tfsched
   //               analyze` reads) and as gated (<graph>.<worker>.gated.pb)
@@ -89,6 +93,8 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   std::string credit_return_ = "ack";
   bool functions_ = false;
   std::string dump_dir_;
+  int64_t iterations_ = 2;
+  std::map<std::string, int64_t> calls_;  // item id -> the calls so far (Optimize)
 };
 
 }  // namespace tfsched

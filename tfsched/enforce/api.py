@@ -237,7 +237,9 @@ def enable(
 
     Parameters
     ----------
-    config : tf.compat.v1.ConfigProto to extend (it is modified and returned).
+    config : tf.compat.v1.ConfigProto to extend (it is modified and returned). The pass gates on
+        Grappler's last iteration, whose number it takes from the config's
+        ``graph_options.rewrite_options.meta_optimizer_iterations`` now: set that first.
     schedule : a ``tfsched analyze -o`` file; without one the pass orders by TIO itself.
     algorithm : ``tio`` (no schedule needed) or the algorithm of the schedule file.
     timeout_ms : the longest a gate waits before it lets its tensor go (0: no limit; at most
@@ -451,6 +453,8 @@ def enable(
     opt.parameter_map["credit_return"].s = credit_return.encode()
     opt.parameter_map["push_credit"].i = push_credit or 0
     opt.parameter_map["inline_transfers"].b = inline_transfers
+    # the pass gates on Grappler's last iteration (cc/scheduler.h): 0 is TensorFlow's default, two
+    opt.parameter_map["iterations"].i = rewrite.meta_optimizer_iterations or 2
     if dump_graphs is not None:
         opt.parameter_map["dump_dir"].s = os.fspath(os.path.abspath(dump_graphs)).encode()
     if strict:
