@@ -17,7 +17,7 @@ arrive, which tfsched changes by design); else *different*: a case to look into.
 failed.
 ``tests/enforce/test_random_graphs.py`` trains fourteen of them in CI.
 
-    python benchmarks/random_graphs.py [--seeds 0:200] --name NAME
+    python benchmarks/random_graphs.py [--seeds 0:200] [--extended] --name NAME
 
 Writes ``benchmarks/results/<name>.json`` and ``.md``.
 """
@@ -54,10 +54,18 @@ WIDTH = 8  # every tensor the workers build is a vector this long
 STEPS = 3
 
 
-def random_graph(seed: int, tag: str):
+# the op kinds a worker builds with; ``extended`` graphs also sum several tensors (an AddN,
+# sent on as any tensor), sum received tensors on a PS and send the sum back, and read rows of a
+# variable (a gather: its gradient is sparse, IndexedSlices, applied by a sparse update)
+KINDS = ["add", "mul", "matmul", "cond", "while", "control", "on_ps", "fill"]
+EXTENDED_KINDS = [*KINDS, "sum", "sum_on_ps", "gather"]
+
+
+def random_graph(seed: int, tag: str, extended: bool = False):
     """A random PS training graph: (graph, train op, loss, init op, the variables' values, what it
     is). ``tag`` names its variables apart from other graphs' on the same cluster, whose PS
-    keep ref variables by name."""
+    keep ref variables by name. ``extended`` draws from ``EXTENDED_KINDS`` (the graphs of a seed
+    without it stay those of the sessions before it)."""
     import tensorflow as tf
 
     rng = np.random.RandomState(seed)
@@ -89,7 +97,7 @@ def random_graph(seed: int, tag: str):
                 if produced and rng.rand() < 0.5:
                     pool.append(produced[rng.randint(len(produced))])  # another worker's tensor
                 for _ in range(rng.randint(1, 12)):
-                    kind = rng.choice(["add", "mul", "matmul", "cond", "while", "control", "on_ps", "fill"])
+                    kind = rng.choice(EXTENDED_KINDS if extended else KINDS)
                     a, b = pool[rng.randint(len(pool))], pool[rng.randint(len(pool))]
                     if kind == "add":
                         x = a + b
@@ -110,6 +118,17 @@ def random_graph(seed: int, tag: str):
                     elif kind == "on_ps":  # a worker's tensor to a PS and back
                         with tf.device(f"/job:ps/task:{rng.randint(2)}"):
                             x = a * 3.0 - b
+                    elif kind == "sum":
+                        x = tf.add_n([pool[i] for i in rng.randint(len(pool), size=rng.randint(3, 6))])
+                    elif kind == "sum_on_ps":  # received tensors summed on a PS, sent back
+                        with tf.device(f"/job:ps/task:{rng.randint(2)}"):
+                            x = tf.add_n([a, b, pool[rng.randint(len(pool))]]) * 0.5
+                    elif kind == "gather":
+                        v = variables[rng.randint(len(variables))]
+                        rows = rng.randint(int(v.shape[0]), size=WIDTH if v.shape.rank == 1 else 1)
+                        with tf.device(v.device):  # a gather goes with its variable
+                            got = tf.gather(v, rows.tolist())
+                        x = tf.reshape(got, [-1])[:WIDTH] * tf.tanh(a)
                     else:
                         x = tf.fill([WIDTH], tf.reduce_sum(a * b))
                     pool.append(x)
@@ -132,12 +151,12 @@ def random_graph(seed: int, tag: str):
     return g, train, loss, init, values, f"{len(variables)} variables, {workers} workers, {name}"
 
 
-def trained(target, seed: int, config, tag: str):
+def trained(target, seed: int, config, tag: str, extended: bool = False):
     """(each step's loss, the final variables) as bytes, the gates the first step ran, and what
     the graph is."""
     import tensorflow as tf
 
-    g, train, loss, init, values, what = random_graph(seed, tag)
+    g, train, loss, init, values, what = random_graph(seed, tag, extended)
     options = tf.compat.v1.RunOptions(timeout_in_ms=20_000)
     first = tf.compat.v1.RunOptions(timeout_in_ms=20_000, output_partition_graphs=True)
     md = tf.compat.v1.RunMetadata()
@@ -163,7 +182,9 @@ def strict():
     return config
 
 
-def compare(target, seed: int, slow_target: str | None = None, tries: int = 4) -> tuple[str, int, str]:
+def compare(
+    target, seed: int, slow_target: str | None = None, tries: int = 4, extended: bool = False
+) -> tuple[str, int, str]:
     """(same | different | vanilla differs | vanilla varies, the gates tfsched's first step ran,
     what the graph is). Where tfsched's run is not TensorFlow's though TensorFlow's two agree,
     TensorFlow runs it ``tries`` times more on ``slow_target`` (a cluster whose links add
@@ -171,16 +192,17 @@ def compare(target, seed: int, slow_target: str | None = None, tries: int = 4) -
     result depends on when tensors arrive, which tfsched changes by design)."""
     import tfsched
 
-    vanilla, _, what = trained(target, seed, strict(), "vanilla")
-    again, _, _ = trained(target, seed, strict(), "again")
+    vanilla, _, what = trained(target, seed, strict(), "vanilla", extended)
+    again, _, _ = trained(target, seed, strict(), "again", extended)
     settings = SETTINGS[seed % len(SETTINGS)]
-    scheduled, gates, _ = trained(target, seed, tfsched.enable(strict(), strict=True, **settings), "tfsched")
+    config = tfsched.enable(strict(), strict=True, **settings)
+    scheduled, gates, _ = trained(target, seed, config, "tfsched", extended)
     if vanilla != again:
         return "vanilla differs", gates, what
     if scheduled == vanilla:
         return "same", gates, what
     if slow_target and any(
-        trained(slow_target, seed, strict(), f"slow{k}")[0] != vanilla for k in range(tries)
+        trained(slow_target, seed, strict(), f"slow{k}", extended)[0] != vanilla for k in range(tries)
     ):
         return "vanilla varies", gates, what
     return "different", gates, what
@@ -201,6 +223,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=_seeds, default=_seeds("0:200"), help="FIRST:END (default 0:200)")
     parser.add_argument("--name", required=True, help="results/<name>.json and .md")
+    parser.add_argument(
+        "--extended",
+        action="store_true",
+        help="graphs drawn from EXTENDED_KINDS: sums, sums on a PS, gathers",
+    )
     opts = parser.parse_args()
 
     from tfsched.bench.local import LocalCluster
@@ -215,7 +242,7 @@ def main() -> None:
         for seed in opts.seeds:
             started = time.monotonic()
             try:
-                verdict, gates, what = compare(target, seed, slow.target("worker", 0))
+                verdict, gates, what = compare(target, seed, slow.target("worker", 0), extended=opts.extended)
             except Exception as e:  # noqa: BLE001 - a run that failed is a result too
                 verdict, gates, what = "error", 0, cause_line(e)
             settings = SETTINGS[seed % len(SETTINGS)]
@@ -232,10 +259,11 @@ def main() -> None:
         for v in ("same", "different", "vanilla differs", "vanilla varies", "error")
     }
     lines = [
-        f"# Random PS graphs, tfsched against TensorFlow ({len(graphs)} graphs, seeds "
-        f"{opts.seeds.start} to {opts.seeds.stop - 1})",
+        f"# Random PS graphs{' (extended)' if opts.extended else ''}, tfsched against TensorFlow "
+        f"({len(graphs)} graphs, seeds {opts.seeds.start} to {opts.seeds.stop - 1})",
         "",
-        f"`python benchmarks/random_graphs.py --seeds {opts.seeds.start}:{opts.seeds.stop} --name {opts.name}`; "
+        f"`python benchmarks/random_graphs.py --seeds {opts.seeds.start}:{opts.seeds.stop}"
+        f"{' --extended' if opts.extended else ''} --name {opts.name}`; "
         f"{machine()['cpus']} cores ({machine()['platform']}).",
         "",
         "| verdict | graphs |",
@@ -254,7 +282,7 @@ def main() -> None:
         opts.name,
         {
             "machine": machine(),
-            "options": {"seeds": [opts.seeds.start, opts.seeds.stop]},
+            "options": {"seeds": [opts.seeds.start, opts.seeds.stop], "extended": opts.extended},
             "counts": counts,
             "graphs": graphs,
         },
