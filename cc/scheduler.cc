@@ -831,18 +831,11 @@ Running RunningWithFeeds(const Graph& g, const tensorflow::grappler::GrapplerIte
 // of 200 (benchmarks/random_graphs.py): e.g. `gradients/AddN_4` of five gradients added from its
 // third on. The inputs a sum sent away could not take over without tfsched are now also inputs
 // of a TfschedHold that runs after the sum, so their buffers are held while it runs.
-std::map<int, std::vector<std::string>> HeldFromSums(const Graph& g,
-                                                     const std::vector<Transfer>& xfers,
-                                                     const Running& running) {
-  std::set<std::pair<int, int>> sent;  // (node, port) sent to another task: NIC-compatible
-  for (size_t v = 0; v < g.inputs.size(); ++v) {
-    if (!running.Runs(v) || g.task[v].empty()) continue;
-    for (const Input& in : g.inputs[v]) {
-      const int src = in.control ? -1 : g.Find(in.node);
-      if (src >= 0 && !g.task[src].empty() && g.task[src] != g.task[v] && !running.Fed(in))
-        sent.insert({src, in.port});
-    }
-  }
+// `sent_away`: every (node, port) sent to another task, gated or not (NIC-compatible without
+// tfsched).
+std::map<int, std::vector<std::string>> HeldFromSums(
+    const Graph& g, const std::vector<Transfer>& xfers,
+    const std::set<std::pair<int, int>>& sent_away) {
   std::map<int, std::vector<std::string>> held;
   for (const Transfer& t : xfers) {
     const NodeDef& sum = g.node(t.src);
@@ -855,7 +848,7 @@ std::map<int, std::vector<std::string>> HeldFromSums(const Graph& g,
       ++operands;
       const int src = g.Find(in.node);
       // received from another task, or sent to one: NIC-compatible, TensorFlow may take it over
-      if (src < 0 || g.task[src] != g.task[t.src] || sent.count({src, in.port})) continue;
+      if (src < 0 || g.task[src] != g.task[t.src] || sent_away.count({src, in.port})) continue;
       keep.push_back(sum.input(k));
     }
     if (operands >= 3 && !keep.empty()) held[t.src] = std::move(keep);  // two add either way
@@ -902,6 +895,7 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
 
   // One transfer per (source tensor, receiving task), as TensorFlow's partitioner makes them.
   std::map<std::pair<std::string, std::string>, Transfer> found;  // ordered: deterministic output
+  std::set<std::pair<int, int>> sent_away;  // (node, port) sent to another task at all
   for (int v = 0; v < out.node_size(); ++v) {
     if (!running.Runs(v)) continue;
     for (int k = 0; k < static_cast<int>(g.inputs[v].size()); ++k) {
@@ -910,6 +904,7 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
       if (in.control || src < 0 || g.task[src].empty() || g.task[v].empty() ||
           g.task[src] == g.task[v] || running.Fed(in))
         continue;
+      sent_away.insert({src, in.port});
       if (in_flow[src] || IsSmallConst(g.node(src))) continue;
       auto& t = found[{absl::StrCat(in.node, ":", in.port), g.task[v]}];
       t.src = src;
@@ -1114,7 +1109,7 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
   // Sums whose inputs a TfschedHold keeps from them (HeldFromSums): each one's gates (or split)
   // wait for its hold, which runs right after the sum.
   std::map<int, std::string> holds;  // sum -> its TfschedHold
-  for (const auto& [sum, inputs] : HeldFromSums(g, xfers, running)) {
+  for (const auto& [sum, inputs] : HeldFromSums(g, xfers, sent_away)) {
     NodeDef hold;
     hold.set_name(unique(absl::StrCat(out.node(sum).name(), "/tfsched_hold", tag)));
     hold.set_op("TfschedHold");

@@ -302,21 +302,13 @@ class TestPass:
         rewrote a gated graph otherwise than TensorFlow's own (random graph 133: two sums merged
         into one of seven operands, added in another order, without tfsched only). The pass gates
         on the last iteration: the graph is TensorFlow's own plus the pass's nodes."""
-        import tensorflow as tf
-
         import tfsched
         from tests.helpers import benchmark_script
 
         graphs = benchmark_script("random_graphs")
         g, train, loss, *_ = graphs.random_graph(133, "t")
-
-        def config():
-            config = tf.compat.v1.ConfigProto()
-            config.graph_options.rewrite_options.fail_on_optimizer_errors = True
-            return config
-
-        vanilla = optimize(g.as_graph_def(), [train.name], config())
-        gated = optimize(g.as_graph_def(), [train.name], tfsched.enable(config(), strict=True))
+        vanilla = optimize(g.as_graph_def(), [train.name], graphs.strict())
+        gated = optimize(g.as_graph_def(), [train.name], tfsched.enable(graphs.strict(), strict=True))
         ours = {n.name: n for n in gated.node if n.op.startswith("Tfsched") or "tfsched" in n.name}
         assert any(n.op == "TfschedGate" for n in ours.values())
 
