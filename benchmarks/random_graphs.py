@@ -5,19 +5,22 @@ a random set of variables (ref and resource, on two PS, vectors and matrices, so
 be sliced) and build on them with conditionals, while loops, control dependencies, ops placed back
 on a PS and another worker's tensors; one of four optimizers applies the gradients. Each graph is
 trained three steps and run once for its loss alone (a pruned step) without tfsched, again
-without it, and with tfsched under one of the pass's settings in turn (``SETTINGS``, by seed). Its
-losses and final variables are compared byte for byte.
+without it, and with tfsched (``--tfsched-runs`` times) under one of the pass's settings in turn
+(``SETTINGS``, by seed). Its losses and final variables are compared byte for byte.
 
-A graph is *same* when tfsched's run is TensorFlow's to the last bit. *vanilla differs* when
+A graph is *same* when every tfsched run is TensorFlow's to the last bit. *vanilla differs* when
 TensorFlow's own two runs differ (a read that races its variable's update: nothing to compare
-with). Where tfsched's run is not TensorFlow's though TensorFlow's two agree, TensorFlow runs it
-four times more on a cluster whose links add 2 ms (relays, ``bench.relay``): *vanilla varies* if
-one of those is not its first result either (TensorFlow's own result depends on when tensors
-arrive, which tfsched changes by design); else *different*: a case to look into. *error*: a run
-failed.
+with). Where a tfsched run is not TensorFlow's though TensorFlow's two agree, TensorFlow runs it
+``--slow-tries`` times more on a cluster whose links add 2 ms (relays, ``bench.relay``),
+``--traced-tries`` times with every step traced, and ``--one-slow-tries`` times on each cluster
+whose links add 2 ms at one task alone (which changes the order tensors arrive in): *vanilla
+varies* as soon as one of those is not its first result either (TensorFlow's own result depends
+on when tensors arrive, which tfsched changes by design: ``benchmarks/recv_race.py``); else
+*different*: a case to look into. *error*: a run failed.
 ``tests/enforce/test_random_graphs.py`` trains fourteen of them in CI.
 
-    python benchmarks/random_graphs.py [--seeds 0:200] [--extended] --name NAME
+    python benchmarks/random_graphs.py [--seeds 0:200] [--extended] [--tfsched-runs 1]
+        [--slow-tries 12] [--traced-tries 8] [--one-slow-tries 4] --name NAME
 
 Writes ``benchmarks/results/<name>.json`` and ``.md``.
 """
@@ -25,6 +28,7 @@ Writes ``benchmarks/results/<name>.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -32,7 +36,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _results import machine, write  # noqa: E402
+from _results import machine, positive, write  # noqa: E402
 
 # the pass's settings, one a graph in turn (``tfsched.enable``'s keywords)
 SETTINGS = [
@@ -47,9 +51,11 @@ SETTINGS = [
     {"credit": 3000, "credit_return": "sent"},
     {"partition": 700, "credit": 3000, "push_credit": 2000},
 ]
-# where TensorFlow's own result is checked against timing: links of 1 Gbit/s that add 2 ms
+# where TensorFlow's own result is checked against timing: links of 1 Gbit/s that add 2 ms (every
+# task's, or one task's)
 SLOW_BPS = 1e9
 SLOW_LATENCY_S = 0.002
+TASKS = [("ps", 0), ("ps", 1), ("worker", 0), ("worker", 1)]  # the clusters' tasks
 WIDTH = 8  # every tensor the workers build is a vector this long
 STEPS = 3
 
@@ -151,26 +157,31 @@ def random_graph(seed: int, tag: str, extended: bool = False):
     return g, train, loss, init, values, f"{len(variables)} variables, {workers} workers, {name}"
 
 
-def trained(target, seed: int, config, tag: str, extended: bool = False):
+def trained(target, seed: int, config, tag: str, extended: bool = False, traced: bool = False):
     """(each step's loss, the final variables) as bytes, the gates the first step ran, and what
-    the graph is."""
+    the graph is. ``traced``: every step with ``FULL_TRACE``, which changes when ops run and
+    tensors arrive (the step stats are not kept)."""
     import tensorflow as tf
 
     g, train, loss, init, values, what = random_graph(seed, tag, extended)
-    options = tf.compat.v1.RunOptions(timeout_in_ms=20_000)
-    first = tf.compat.v1.RunOptions(timeout_in_ms=20_000, output_partition_graphs=True)
-    md = tf.compat.v1.RunMetadata()
+    level = tf.compat.v1.RunOptions.FULL_TRACE if traced else tf.compat.v1.RunOptions.NO_TRACE
+    options = tf.compat.v1.RunOptions(timeout_in_ms=20_000, trace_level=level)
+    first = tf.compat.v1.RunOptions(timeout_in_ms=20_000, trace_level=level, output_partition_graphs=True)
+    first_md = tf.compat.v1.RunMetadata()
+
+    def md(step: int):  # the first step's, else a throwaway one where traced
+        return first_md if step == 0 else (tf.compat.v1.RunMetadata() if traced else None)
+
     with tf.compat.v1.Session(target, graph=g, config=config) as sess:
-        sess.run(init, options=options)
+        sess.run(init, options=options, run_metadata=md(-1))
         losses = []
         for k in range(STEPS):
-            _, x = sess.run(
-                [train, loss], options=first if k == 0 else options, run_metadata=md if k == 0 else None
-            )
+            _, x = sess.run([train, loss], options=first if k == 0 else options, run_metadata=md(k))
             losses.append(np.asarray(x).tobytes())
-        losses.append(np.asarray(sess.run(loss, options=options)).tobytes())  # a pruned step
-        final = [np.asarray(x).tobytes() for x in sess.run(values, options=options)]
-    gates = sum(n.op == "TfschedGate" for pg in md.partition_graphs for n in pg.node)
+        pruned = sess.run(loss, options=options, run_metadata=md(-1))
+        losses.append(np.asarray(pruned).tobytes())
+        final = [np.asarray(x).tobytes() for x in sess.run(values, options=options, run_metadata=md(-1))]
+    gates = sum(n.op == "TfschedGate" for pg in first_md.partition_graphs for n in pg.node)
     return (losses, final), gates, what
 
 
@@ -182,29 +193,32 @@ def strict():
     return config
 
 
-def compare(
-    target, seed: int, slow_target: str | None = None, tries: int = 4, extended: bool = False
-) -> tuple[str, int, str]:
+def compare(target, seed: int, perturbed=None, extended: bool = False, runs: int = 1) -> tuple[str, int, str]:
     """(same | different | vanilla differs | vanilla varies, the gates tfsched's first step ran,
-    what the graph is). Where tfsched's run is not TensorFlow's though TensorFlow's two agree,
-    TensorFlow runs it ``tries`` times more on ``slow_target`` (a cluster whose links add
-    latency): *vanilla varies* if any of them is not its first result either (TensorFlow's own
-    result depends on when tensors arrive, which tfsched changes by design)."""
+    what the graph is). tfsched trains the graph ``runs`` times: it is the same only if every run
+    is TensorFlow's. Where one is not though TensorFlow's own two runs agree, TensorFlow trains it
+    again where ``perturbed()`` says (its (target, traced) pairs, in turn: a cluster whose links
+    add latency, with every step traced): *vanilla varies* as soon as one of those is not its
+    first result either (TensorFlow's own result depends on when tensors arrive, which tfsched
+    changes by design; ``benchmarks/recv_race.py`` shows one way)."""
     import tfsched
 
     vanilla, _, what = trained(target, seed, strict(), "vanilla", extended)
     again, _, _ = trained(target, seed, strict(), "again", extended)
     settings = SETTINGS[seed % len(SETTINGS)]
     config = tfsched.enable(strict(), strict=True, **settings)
-    scheduled, gates, _ = trained(target, seed, config, "tfsched", extended)
+    scheduled, gates = [], 0
+    for k in range(runs):
+        result, ran, _ = trained(target, seed, config, "tfsched" if k == 0 else f"tfsched{k}", extended)
+        scheduled.append(result)
+        gates = gates or ran
     if vanilla != again:
         return "vanilla differs", gates, what
-    if scheduled == vanilla:
+    if all(result == vanilla for result in scheduled):
         return "same", gates, what
-    if slow_target and any(
-        trained(slow_target, seed, strict(), f"slow{k}", extended)[0] != vanilla for k in range(tries)
-    ):
-        return "vanilla varies", gates, what
+    for k, (where, traced) in enumerate(perturbed() if perturbed else ()):
+        if trained(where, seed, strict(), f"perturbed{k}", extended, traced)[0] != vanilla:
+            return "vanilla varies", gates, what
     return "different", gates, what
 
 
@@ -224,25 +238,77 @@ def main() -> None:
     parser.add_argument("--seeds", type=_seeds, default=_seeds("0:200"), help="FIRST:END (default 0:200)")
     parser.add_argument("--name", required=True, help="results/<name>.json and .md")
     parser.add_argument(
+        "--tfsched-runs",
+        type=positive(int),
+        default=1,
+        help="tfsched trains each graph this many times; the same only if every run is (default 1)",
+    )
+    parser.add_argument(
+        "--slow-tries",
+        type=int,
+        default=12,
+        help="where tfsched's result differs, TensorFlow's runs on links that add 2 ms (default 12)",
+    )
+    parser.add_argument(
+        "--traced-tries",
+        type=int,
+        default=8,
+        help="where tfsched's result differs, TensorFlow's runs with every step traced (default 8)",
+    )
+    parser.add_argument(
+        "--one-slow-tries",
+        type=int,
+        default=4,
+        help="where tfsched's result differs, TensorFlow's runs with one task's links slow, for "
+        "each task (default 4)",
+    )
+    parser.add_argument(
         "--extended",
         action="store_true",
         help="graphs drawn from EXTENDED_KINDS: sums, sums on a PS, gathers",
     )
     opts = parser.parse_args()
+    for flag in ("slow_tries", "traced_tries", "one_slow_tries"):
+        if getattr(opts, flag) < 0:
+            parser.error(f"--{flag.replace('_', '-')} must be 0 or more, got {getattr(opts, flag)}")
 
     from tfsched.bench.local import LocalCluster
     from tfsched.errors import cause_line
 
     graphs = []
-    with (
-        LocalCluster(ps=2, workers=2) as cluster,
-        LocalCluster(ps=2, workers=2, vanilla=True, bandwidth_bps=SLOW_BPS, latency_s=SLOW_LATENCY_S) as slow,
-    ):
-        target = cluster.target("worker", 0)
+    with contextlib.ExitStack() as stack:
+        target = stack.enter_context(LocalCluster(ps=2, workers=2)).target("worker", 0)
+        slow = stack.enter_context(
+            LocalCluster(ps=2, workers=2, vanilla=True, bandwidth_bps=SLOW_BPS, latency_s=SLOW_LATENCY_S)
+        )
+        one_slow = {}  # task -> a cluster whose links are slow at that task alone, once needed
+
+        def one_slow_target(task) -> str:
+            if task not in one_slow:
+                one_slow[task] = stack.enter_context(
+                    LocalCluster(
+                        ps=2,
+                        workers=2,
+                        vanilla=True,
+                        bandwidth_bps=SLOW_BPS,
+                        latency_s=SLOW_LATENCY_S,
+                        shaped=(task,),
+                    )
+                )
+            return one_slow[task].target("worker", 0)
+
+        def perturbed():
+            yield from ((slow.target("worker", 0), False) for _ in range(opts.slow_tries))
+            yield from ((target, True) for _ in range(opts.traced_tries))
+            for task in TASKS:
+                yield from ((one_slow_target(task), False) for _ in range(opts.one_slow_tries))
+
         for seed in opts.seeds:
             started = time.monotonic()
             try:
-                verdict, gates, what = compare(target, seed, slow.target("worker", 0), extended=opts.extended)
+                verdict, gates, what = compare(
+                    target, seed, perturbed, extended=opts.extended, runs=opts.tfsched_runs
+                )
             except Exception as e:  # noqa: BLE001 - a run that failed is a result too
                 verdict, gates, what = "error", 0, cause_line(e)
             settings = SETTINGS[seed % len(SETTINGS)]
@@ -263,7 +329,9 @@ def main() -> None:
         f"({len(graphs)} graphs, seeds {opts.seeds.start} to {opts.seeds.stop - 1})",
         "",
         f"`python benchmarks/random_graphs.py --seeds {opts.seeds.start}:{opts.seeds.stop}"
-        f"{' --extended' if opts.extended else ''} --name {opts.name}`; "
+        f"{' --extended' if opts.extended else ''} --tfsched-runs {opts.tfsched_runs} "
+        f"--slow-tries {opts.slow_tries} --traced-tries {opts.traced_tries} "
+        f"--one-slow-tries {opts.one_slow_tries} --name {opts.name}`; "
         f"{machine()['cpus']} cores ({machine()['platform']}).",
         "",
         "| verdict | graphs |",
@@ -282,7 +350,14 @@ def main() -> None:
         opts.name,
         {
             "machine": machine(),
-            "options": {"seeds": [opts.seeds.start, opts.seeds.stop], "extended": opts.extended},
+            "options": {
+                "seeds": [opts.seeds.start, opts.seeds.stop],
+                "extended": opts.extended,
+                "tfsched_runs": opts.tfsched_runs,
+                "slow_tries": opts.slow_tries,
+                "traced_tries": opts.traced_tries,
+                "one_slow_tries": opts.one_slow_tries,
+            },
             "counts": counts,
             "graphs": graphs,
         },

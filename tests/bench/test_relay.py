@@ -286,6 +286,18 @@ class _Echo(_Sink):
                 conn.sendall(data)
 
 
+def _round_trips(port: int, count: int = 3) -> list[float]:
+    """The seconds each of ``count`` pings to an echo at ``port`` took to come back."""
+    trips = []
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        for _ in range(count):
+            start = time.monotonic()
+            s.sendall(b"ping")
+            assert s.recv(16) == b"ping"
+            trips.append(time.monotonic() - start)
+    return trips
+
+
 def test_relays_add_each_links_latency_and_keep_the_bandwidth():
     echo, sink = _Echo(), _Sink()
     spec = {"ps": [echo.addr], "worker": [sink.addr, "127.0.0.1:9"]}
@@ -296,13 +308,7 @@ def test_relays_add_each_links_latency_and_keep_the_bandwidth():
         # a round trip crosses four links (w1's uplink, the PS's downlink, and back): 40 ms
         # (every trip takes the 40 ms; the quickest of three no more than 30 ms past them: a
         # loaded machine may hold up one trip's threads, as it may the session's steps below)
-        with socket.create_connection(("127.0.0.1", to_ps)) as s:
-            trips = []
-            for _ in range(3):
-                start = time.monotonic()
-                s.sendall(b"ping")
-                assert s.recv(16) == b"ping"
-                trips.append(time.monotonic() - start)
+        trips = _round_trips(to_ps)
         assert min(trips) >= 0.04 and min(trips) < 0.04 + 0.03, trips
         # what is on the way is not waited for chunk by chunk: 5 MB take 0.4 s and 20 ms
         start = time.monotonic()
@@ -315,6 +321,28 @@ def test_relays_add_each_links_latency_and_keep_the_bandwidth():
         sink.close()
     with pytest.raises(OSError):
         _send(to_ps, 1)
+
+
+def test_a_task_left_unshaped_adds_no_latency_of_its_own():
+    from tfsched.bench.local import LocalCluster
+    from tfsched.errors import TfschedError
+
+    echo, sink = _Echo(), _Sink()
+    spec = {"ps": [echo.addr], "worker": [sink.addr, "127.0.0.1:9"]}
+    relays = RelayedSpec(spec, 100e6, latency_s=0.01, unshaped=[("ps", 0)])  # one slow worker
+    try:
+        to_ps = int(relays.spec_of("worker", 1)["ps"][0].split(":")[1])
+        # a round trip crosses worker 1's uplink and downlink alone: 20 ms, not 40
+        trips = _round_trips(to_ps)
+        assert min(trips) >= 0.02 and min(trips) < 0.02 + 0.015, trips
+    finally:
+        relays.close()
+        echo.close()
+        sink.close()
+    with pytest.raises(TfschedError, match="shaped must name tasks of the cluster"):
+        LocalCluster(ps=1, workers=1, bandwidth_bps=1e9, shaped=[("ps", 1)]).__enter__()
+    with pytest.raises(TfschedError, match="shaped must name tasks of the cluster"):
+        LocalCluster(ps=1, workers=1, shaped=[("ps", 0)]).__enter__()
 
 
 def test_a_delayed_relay_holds_at_most_a_links_worth():

@@ -847,3 +847,19 @@ def test_a_scheduled_step_without_the_pass():
     assert sent("x/tfsched_to_ps_0_gate_1/ack:0") is None and sent("y:0") == "y:0"
     plain = [RawNode("a", "Const", W), RawNode("b", "Identity", P, ["a"])]
     assert _without_the_pass(plain)[0] is plain
+
+
+def test_collect_names_a_fetch_of_another_graph():
+    tf = pytest.importorskip("tensorflow")
+    from tfsched.tracing import collect
+
+    mine, other = tf.Graph(), tf.Graph()
+    with mine.as_default():
+        ok = tf.constant(1.0, name="ok")
+    with other.as_default():
+        stray = tf.constant(2.0, name="stray") * 3.0
+    with tf.compat.v1.Session(graph=mine) as sess:
+        for fetches in (stray, [ok, {"loss": stray}], stray.op):
+            with pytest.raises(TfschedError, match=r"fetch 'mul(:0)?' is not in the session's graph"):
+                collect(sess, fetches, steps=1, warmup=0, tasks=())
+        assert collect(sess, {"ok": ok}, steps=1, warmup=0, tasks=()).steps == 1

@@ -489,7 +489,8 @@ class LocalCluster(TaskHandles):
 
     With ``bandwidth_bps`` each task is a host with a link of that bandwidth each way, shaped by
     relays in this process (``bench.relay``: no root needed), which adds ``latency_s`` to what
-    crosses it; the client's own side is unshaped, as the emulated cluster's bridge is."""
+    crosses it; the client's own side is unshaped, as the emulated cluster's bridge is. With
+    ``shaped`` only those tasks' links are (``[("ps", 1)]``: one slow PS), the others' are not."""
 
     ps: int = 1
     workers: int = 1
@@ -498,6 +499,7 @@ class LocalCluster(TaskHandles):
     host_cores: float = 0.0  # each task's own cores (bench.hostcpu); 0: they share the machine's
     bandwidth_bps: float | None = None  # None: loopback as it is
     latency_s: float = 0.0  # per link, with bandwidth_bps
+    shaped: tuple | None = None  # the (job, index) whose links are shaped; None: every task's
     start_timeout_s: float = 180.0
     spec: dict = field(default_factory=dict)
     procs: dict = field(default_factory=dict)  # (job, index) -> Popen
@@ -509,6 +511,11 @@ class LocalCluster(TaskHandles):
             check_link_bandwidth(self.bandwidth_bps)  # what the relays shape (units.LINK_BPS_RANGE)
         if self.latency_s and (self.bandwidth_bps is None or not self.latency_s > 0):
             raise TfschedError(f"latency is a positive time on shaped links, got {self.latency_s!r} s")
+        tasks = {("ps", i) for i in range(self.ps)} | {("worker", i) for i in range(self.workers)}
+        if self.shaped is not None and (self.bandwidth_bps is None or not set(self.shaped) <= tasks):
+            raise TfschedError(
+                f"shaped must name tasks of the cluster, with a bandwidth, got {self.shaped!r}"
+            )
         self.spec = {
             "ps": [f"127.0.0.1:{free_port()}" for _ in range(self.ps)],
             "worker": [f"127.0.0.1:{free_port()}" for _ in range(self.workers)],
@@ -522,6 +529,7 @@ class LocalCluster(TaskHandles):
                     self.bandwidth_bps,
                     self.latency_s,
                     pids=lambda: {p.pid: task for task, p in self.procs.items()},
+                    unshaped=() if self.shaped is None else tasks - set(self.shaped),
                 )
             if self.relays is None:
                 self.start_all()

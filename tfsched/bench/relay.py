@@ -441,7 +441,8 @@ class RelayedSpec:
     """A relay for every ordered pair of tasks of ``spec`` ({job: ["host:port", ...]}), each task
     its own host with links of ``bandwidth_bps`` that add ``latency_s`` each; ``spec_of(job,
     index)`` is the cluster spec that task runs with, ``client_address(job, index)`` where the
-    driver reaches that task (across the task's link only). ``close()`` ends every relay and
+    driver reaches that task (across the task's link only). The tasks in ``unshaped`` have links
+    without limit or latency. ``close()`` ends every relay and
     connection.
 
     ``shared_spec``, for a client that hands every task one cluster spec of its own (TensorFlow
@@ -453,10 +454,15 @@ class RelayedSpec:
     tasks' processes as they are at the time, {pid: (job, index)} (none until they start)."""
 
     def __init__(
-        self, spec: dict, bandwidth_bps: float, latency_s: float = 0.0, pids: Callable[[], dict] = dict
+        self,
+        spec: dict,
+        bandwidth_bps: float,
+        latency_s: float = 0.0,
+        pids: Callable[[], dict] = dict,
+        unshaped=(),
     ):
         self.spec = spec
-        self.links = Links(bandwidth_bps, latency_s, unshaped=(CLIENT,))
+        self.links = Links(bandwidth_bps, latency_s, unshaped=(CLIENT, *unshaped))
         tasks = [(job, i) for job, addrs in spec.items() for i in range(len(addrs))]
         # a relay to each task from the driver, from each other task and from all (shared_spec)
         open_files_for(len(tasks) * (len(tasks) + 1))

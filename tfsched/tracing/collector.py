@@ -256,6 +256,9 @@ def collect(
     ``timeout_s``: each step's deadline (``RunOptions.timeout_in_ms``; none by default, as the
     session's own runs); a traced step's is shorter once the warm-up steps have shown what a
     step takes (``step_deadline_s``), so that a dead task ends the trace soon.
+
+    A fetch (a tensor, op or variable, anywhere in ``fetches``) of a graph other than the
+    session's is a TfschedError that names it, before any step runs.
     """
     import tensorflow as tf
 
@@ -268,6 +271,9 @@ def collect(
     if timeout_s is not None:
         check_seconds(timeout_s, "timeout_s")
     tasks = tf_config_tasks() if tasks is None else tasks
+    for fetch in tf.nest.flatten(fetches):
+        if getattr(fetch, "graph", sess.graph) is not sess.graph:
+            raise TfschedError(f"fetch {getattr(fetch, 'name', fetch)!r} is not in the session's graph")
     warm = tf.compat.v1.RunOptions(timeout_in_ms=deadline_ms(timeout_s))
     slowest = 0.0
     for _ in range(warmup):
