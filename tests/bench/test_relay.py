@@ -329,7 +329,7 @@ def test_a_task_left_unshaped_adds_no_latency_of_its_own():
 
     echo, sink = _Echo(), _Sink()
     spec = {"ps": [echo.addr], "worker": [sink.addr, "127.0.0.1:9"]}
-    relays = RelayedSpec(spec, 100e6, latency_s=0.01, unshaped=[("ps", 0)])  # one slow worker
+    relays = RelayedSpec(spec, 100e6, latency_s=0.01, unshaped=[("ps", 0)])  # the workers' alone
     try:
         to_ps = int(relays.spec_of("worker", 1)["ps"][0].split(":")[1])
         # a round trip crosses worker 1's uplink and downlink alone: 20 ms, not 40

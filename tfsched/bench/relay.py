@@ -442,8 +442,7 @@ class RelayedSpec:
     its own host with links of ``bandwidth_bps`` that add ``latency_s`` each; ``spec_of(job,
     index)`` is the cluster spec that task runs with, ``client_address(job, index)`` where the
     driver reaches that task (across the task's link only). The tasks in ``unshaped`` have links
-    without limit or latency. ``close()`` ends every relay and
-    connection.
+    without limit or latency. ``close()`` ends every relay and connection.
 
     ``shared_spec``, for a client that hands every task one cluster spec of its own (TensorFlow
     2's coordinator does: its ``CreateContext`` request carries the spec each task then reaches
