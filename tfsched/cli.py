@@ -1306,8 +1306,10 @@ def bench(
             **cluster,
         )
         return
+    from tfsched.enforce.build import current_build_id
     from tfsched.progress import progress_bar
 
+    build = current_build_id()  # what the tasks load: the sources may change while it runs
     with progress_bar(console, "benchmark") as (say, done):
         results = cluster_side_by_side(
             model,
@@ -1349,7 +1351,7 @@ def bench(
         "tuned": {"file": tuned_path, "mode": tuned} if tuned else None,
         "trace_steps": trace_steps,
     }
-    summary = summarize(results, config)
+    summary = summarize(results, config, build=build)
     if traces_dir:
         os.makedirs(traces_dir, exist_ok=True)
     md_path = write(summary, output, results)

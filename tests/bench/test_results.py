@@ -219,6 +219,9 @@ def test_the_table_says_what_pc_was_on_this_link():
     assert summary["tfsched_build"] == build_id(library_path()[0])
     assert f"\ntfsched build: {summary['tfsched_build']}.\n" in markdown(summary)
     assert "tfsched build" not in markdown({**summary, "tfsched_build": None})  # an older file
+    # the one the run's tasks loaded, taken as they started: the sources may change meanwhile
+    started = "tf2.21.0-0123456789abcdef"
+    assert summarize({"baseline": base}, summary["config"], build=started)["tfsched_build"] == started
     # CPU per synchronized step: the machine's busy seconds over the steps all workers made
     pc.iterations, pc.cpu_s, pc.cpu_total_s = [[1.0, 0.9], [1.1, 1.0]], 3.0, 4.0
     row = summarize({"baseline": base, "tao+pc": pc}, summary["config"])["modes"][1]

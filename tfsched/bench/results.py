@@ -92,7 +92,11 @@ def cpu_description(cpuinfo: str = "/proc/cpuinfo") -> str:
     return f"{name}, {os.cpu_count() or 1} cores"
 
 
-def summarize(results: dict[str, ModeResult], config: dict) -> dict:
+def summarize(results: dict[str, ModeResult], config: dict, build: str | None = None) -> dict:
+    """The run's summary that ``write`` writes: its config, the machine, and per mode its results
+    and ratio to the baseline. ``build``: the build of the op the run's tasks loaded
+    (``current_build_id`` when they started; until the 124th session it was taken here, after
+    the run, from sources that may have changed meanwhile); None: the current one."""
     baseline = results.get("baseline")
     base = baseline.throughput if baseline else 0.0
     rows = []
@@ -113,7 +117,7 @@ def summarize(results: dict[str, ModeResult], config: dict) -> dict:
         "machine": platform.platform(),
         "cpu": cpu_description(),
         "cores": os.cpu_count() or 1,
-        "tfsched_build": current_build_id(),
+        "tfsched_build": build or current_build_id(),
         "modes": rows,
     }
 

@@ -798,6 +798,7 @@ def side_by_side(
 
     if run_mode not in ("train", "inference"):
         raise TfschedError(f"unknown mode {run_mode!r}; expected train or inference")
+    build = current_build_id()  # what the tasks started from this install load, not the sources at the end
     if "baseline" not in modes:
         raise TfschedError("the modes must include baseline")
     placements = (ps_placement,) if isinstance(ps_placement, str) else tuple(ps_placement)
@@ -959,7 +960,7 @@ def side_by_side(
         "config": config,
         "machine": platform.platform(),
         "cpu": cpu_description(),
-        "tfsched_build": current_build_id(),
+        "tfsched_build": build,
         "modes": rows,
     }
 
