@@ -13,6 +13,36 @@ def cluster():
         yield c
 
 
+def ungated_sums_graph(size=4096):
+    """A PS and a worker: sums of three or more tensors sent to the PS, one the pass does not gate
+    (``total``: it depends on a Switch's output) with operands sent away (``own``, ``inner``) and
+    received (w's read), one of them (``inner``) a sum whose own operand is sent away (``mine``),
+    and one the pass gates (``apart``). Returns (graph, the PS's ``out``, its update of v)."""
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        with g.device("/job:ps/task:0"):
+            v, w, x = (
+                tf.compat.v1.get_variable(
+                    f"ungated_{name}", [size], initializer=tf.compat.v1.random_normal_initializer(seed=i)
+                )
+                for i, name in enumerate("vwx")
+            )
+        with g.device("/job:worker/task:0"):
+            own, mine = tf.sin(v, name="own"), tf.tanh(v, name="mine")  # also sent to the PS
+            pred = tf.compat.v1.placeholder_with_default(True, [], name="pred")
+            _, live = tf.raw_ops.Switch(data=tf.cos(x, name="cx"), pred=pred, name="switch")
+            cv, tx = tf.cos(v, name="cv"), tf.tanh(x, name="tx")
+            inner = tf.add_n([tx, mine, cv], name="inner")  # sent to the PS, and an operand
+            total = tf.add_n([live, own, w, inner], name="total")  # w: read on the PS
+            apart = tf.add_n([tx, cv, tf.sin(x, name="sx")], name="apart")  # sent away gated
+        with g.device("/job:ps/task:0"):
+            out = tf.identity(total * 2.0 + own + mine + inner + apart, name="out")
+            update = v.assign_sub(0.01 * out, name="update")
+    return g, out, update
+
+
 def train(target, built, steps, config=None, options=None, run_metadata=None):
     """Run init and ``steps`` training steps; returns (losses, final variable values)."""
     import tensorflow as tf

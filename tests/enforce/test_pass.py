@@ -304,22 +304,9 @@ class TestPass:
         its way in (a TfschedConcat, not a `_Recv`), an operand no longer is, and the sum added
         otherwise than TensorFlow's. Those operands' transfers stay TensorFlow's; the others are
         gated (and cut) as before."""
-        import tensorflow as tf
+        from tests.enforce.conftest import ungated_sums_graph
 
-        g = tf.Graph()
-        with g.as_default():
-            with g.device("/job:ps/task:0"):
-                v, w, x = (tf.compat.v1.get_variable(name, [4096]) for name in "vwx")
-            with g.device("/job:worker/task:0"):
-                own, mine = tf.sin(v, name="own"), tf.tanh(v, name="mine")  # also sent to the PS
-                pred = tf.compat.v1.placeholder_with_default(True, [], name="pred")
-                _, live = tf.raw_ops.Switch(data=tf.cos(x, name="cx"), pred=pred, name="switch")
-                cv, tx = tf.cos(v, name="cv"), tf.tanh(x, name="tx")
-                inner = tf.add_n([tx, mine, cv], name="inner")  # sent to the PS, and an operand
-                total = tf.add_n([live, own, w, inner], name="total")  # w: read on the PS
-                apart = tf.add_n([tx, cv, tf.sin(x, name="sx")], name="apart")  # sent away gated
-            with g.device("/job:ps/task:0"):
-                out = tf.identity(total * 2.0 + own + mine + inner + apart, name="out")
+        g, out, _ = ungated_sums_graph()
         gd = optimize(g.as_graph_def(), [out.op.name], only_tfsched(partition=1024))
         nodes = {n.name: n for n in gd.node}
 
@@ -329,7 +316,8 @@ class TestPass:
 
         gated = {source(n.input[0]) for n in gd.node if n.op == "TfschedGate"}
         reads = {
-            var: {n.name for n in gd.node if n.op == "ReadVariableOp" and n.input[0] == var} for var in "vwx"
+            var: {n.name for n in gd.node if n.op == "ReadVariableOp" and n.input[0] == f"ungated_{var}"}
+            for var in "vwx"
         }
         assert all(reads.values()), reads
         # total's operands: `own` and `inner` (sent to the PS), w's read (received, cut by the
@@ -339,7 +327,7 @@ class TestPass:
         # the others are gated: x's and v's reads, and `apart` (a sum sent to the PS, held)
         assert reads["x"] | reads["v"] | {"apart"} <= gated, gated
         assert any(n.op == "TfschedSplit" for n in gd.node)  # the partition cut what it may
-        assert any(n.op == "TfschedHold" and f"^{apart.op.name}" in n.input for n in gd.node)
+        assert any(n.op == "TfschedHold" and "^apart" in n.input for n in gd.node)
 
     def test_the_pass_gates_the_graph_grappler_finished_with(self):
         """Grappler runs its optimizers again after the pass on every iteration but the last; they

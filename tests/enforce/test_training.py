@@ -209,6 +209,38 @@ def test_default_session_no_config_is_untouched(cluster):
     assert _gates(target, build_graph("seq32", ps_tasks=2), _strict()) == []
 
 
+def test_sums_sent_away_ungated_run_bitwise_identical(cluster):
+    """Sums of three or more tensors sent to the PS, one that the pass does not gate (it depends
+    on a Switch's output: its operands' transfers stay TensorFlow's) and one it does (held), with
+    the received operands cut: every step's result is TensorFlow's, and the gates ran. (Which
+    operand such a sum takes over depends on timing too: this graph ran the same under the pass
+    before the 124th session as well; tests/enforce/test_pass.py checks what the pass leaves.)"""
+    import tensorflow as tf
+
+    import tfsched
+    from tests.enforce.conftest import ungated_sums_graph
+
+    def run(config):
+        g, out, update = ungated_sums_graph()
+        with g.as_default():
+            init = tf.compat.v1.global_variables_initializer()
+        md = tf.compat.v1.RunMetadata()
+        with tf.compat.v1.Session(cluster.target("worker", 0), graph=g, config=config) as sess:
+            sess.run(init)
+            outs = [sess.run([out, update])[0] for _ in range(3)]
+            sess.run(
+                [out, update],
+                options=tf.compat.v1.RunOptions(output_partition_graphs=True),
+                run_metadata=md,
+            )
+        return outs, [n.name for pg in md.partition_graphs for n in pg.node if n.op == "TfschedGate"]
+
+    vanilla, none = run(_strict())
+    scheduled, gates = run(tfsched.enable(_strict(), strict=True, partition=1024))
+    assert not none and gates
+    assert [o.tobytes() for o in vanilla] == [o.tobytes() for o in scheduled]
+
+
 @pytest.mark.skipif(os.environ.get("TFSCHED_SKIP_SLOW") == "1", reason="slow")
 def test_thousand_steps_leave_no_state(cluster):
     import tensorflow as tf
