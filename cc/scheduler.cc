@@ -730,14 +730,51 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
   // operands, added in another order, but not where a sum fed a gate (a random graph, seed 133
   // of benchmarks/random_graphs.py, trained differently until the 122nd session). Gated last,
   // the graph is TensorFlow's own with the pass's nodes added.
-  if (++calls_[item.id] < iterations_) {
+  //
+  // Grappler's iterations are RewriterConfig.meta_optimizer_iterations, which tfsched.enable()
+  // read into `iterations`; the pass sees only its own parameters. Changed after enable(), the
+  // pass gated before the last iteration (more calls: an error, once, which a strict config makes
+  // the session's) or never (fewer: the destructor's log line). Until the 124th session neither
+  // said a word.
+  const int64_t call = ++calls_[item.id];
+  if (call == 1 && iterations_ > 1) {
+    std::string first;
+    for (const NodeDef& n : item.graph.node()) {
+      const std::string task = TaskOf(n.device());
+      if (task.empty()) continue;
+      if (first.empty()) first = task;
+      if (task != first) {
+        spanning_.insert(item.id);
+        break;
+      }
+    }
+  }
+  if (call < iterations_ || call > iterations_ + 1) {
     *optimized_graph = item.graph;
     return absl::OkStatus();
   }
+  if (call == iterations_ + 1)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "tfsched: Grappler ran its optimizers more than the ", iterations_,
+        " times tfsched.enable() was told of on ", item.id,
+        " (meta_optimizer_iterations set after it?): the pass gated the graph before Grappler's "
+        "last iteration, whose optimizers may rewrite it otherwise than TensorFlow's own; set "
+        "graph_options.rewrite_options.meta_optimizer_iterations before tfsched.enable()"));
   bool crossing = false;
   absl::Status status = Gate(item, optimized_graph, &crossing);
   if (crossing && !dump_dir_.empty()) Dump(item, status.ok() ? *optimized_graph : GraphDef());
   return status;
+}
+
+TfschedScheduler::~TfschedScheduler() {
+  for (const auto& [id, calls] : calls_)
+    if (calls < iterations_ && spanning_.count(id))
+      LOG(ERROR) << "tfsched: Grappler ran its optimizers " << calls << " of the " << iterations_
+                 << " times tfsched.enable() was told of on " << id
+                 << " (meta_optimizer_iterations set after it, or a graph under min_graph_nodes):"
+                    " the pass gates on the last, so this graph runs ungated; set "
+                    "graph_options.rewrite_options.meta_optimizer_iterations before "
+                    "tfsched.enable()";
 }
 
 void TfschedScheduler::Dump(const tensorflow::grappler::GrapplerItem& item,

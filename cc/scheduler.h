@@ -4,6 +4,7 @@
 #define TFSCHED_CC_SCHEDULER_H_
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "tensorflow/core/grappler/optimizers/custom_graph_optimizer.h"
@@ -61,6 +62,10 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   //               written there as it came to the pass (<graph>.<worker>.pb, placed: what `tfsched
   //               analyze` reads) and as gated (<graph>.<worker>.gated.pb)
   absl::Status Init(const tensorflow::RewriterConfig_CustomGraphOptimizer* config) override;
+  // Grappler makes its optimizers for each graph it optimizes and ends them after: an item
+  // Grappler ran fewer iterations on than `iterations`, whose nodes are on several tasks, was
+  // not gated, and the log says why.
+  ~TfschedScheduler() override;
   std::string name() const override { return "TfschedScheduler"; }
   bool UsesFunctionLibrary() const override { return false; }
   absl::Status Optimize(tensorflow::grappler::Cluster* cluster,
@@ -95,6 +100,7 @@ class TfschedScheduler : public tensorflow::grappler::CustomGraphOptimizer {
   std::string dump_dir_;
   int64_t iterations_ = 2;
   std::map<std::string, int64_t> calls_;  // item id -> the calls so far (Optimize)
+  std::set<std::string> spanning_;        // item ids whose nodes are on several tasks
 };
 
 }  // namespace tfsched

@@ -329,6 +329,35 @@ class TestPass:
         assert any(n.op == "TfschedSplit" for n in gd.node)  # the partition cut what it may
         assert any(n.op == "TfschedHold" and "^apart" in n.input for n in gd.node)
 
+    def test_iterations_changed_after_enable_are_named(self, capfd):
+        """The pass gates on Grappler's last iteration, whose number enable() reads from the
+        config. Set after it: more iterations fail a strict session with one line (the graph was
+        gated before the last); fewer leave the graph ungated, and the log says so."""
+        from tensorflow.core.protobuf import rewriter_config_pb2
+
+        import tfsched
+
+        iterations = rewriter_config_pb2.RewriterConfig
+        built = build_graph("seq32", ps_tasks=1)
+        more = only_tfsched()  # enable() read ONE
+        more.graph_options.rewrite_options.meta_optimizer_iterations = iterations.TWO
+        with pytest.raises(Exception, match="more than the 1 times tfsched.enable.. was told of") as e:
+            optimize(built.graph_def(), built.fetches, more)
+        assert "set graph_options.rewrite_options.meta_optimizer_iterations before" in str(e.value)
+
+        fewer = only_tfsched()
+        fewer.graph_options.rewrite_options.meta_optimizer_iterations = iterations.TWO
+        tfsched.enable(fewer, strict=True)  # read TWO
+        fewer.graph_options.rewrite_options.meta_optimizer_iterations = iterations.ONE
+        capfd.readouterr()
+        gd = optimize(built.graph_def(), built.fetches, fewer)
+        assert gates(gd) == []
+        assert "1 of the 2 times tfsched.enable() was told of" in capfd.readouterr().err
+        # as enable() was told: gated, nothing said
+        fewer.graph_options.rewrite_options.meta_optimizer_iterations = iterations.TWO
+        assert gates(optimize(built.graph_def(), built.fetches, fewer))
+        assert "tfsched.enable() was told of" not in capfd.readouterr().err
+
     def test_the_pass_gates_the_graph_grappler_finished_with(self):
         """Grappler runs its optimizers again after the pass on every iteration but the last; they
         rewrote a gated graph otherwise than TensorFlow's own (random graph 133: two sums merged

@@ -239,7 +239,9 @@ def enable(
     ----------
     config : tf.compat.v1.ConfigProto to extend (it is modified and returned). The pass gates on
         Grappler's last iteration, whose number it takes from the config's
-        ``graph_options.rewrite_options.meta_optimizer_iterations`` now: set that first.
+        ``graph_options.rewrite_options.meta_optimizer_iterations`` now: set that first (set
+        after, more iterations are an error of the pass, which fails a ``strict`` session, and
+        fewer leave the graph ungated, which the pass logs).
     schedule : a ``tfsched analyze -o`` file; without one the pass orders by TIO itself.
     algorithm : ``tio`` (no schedule needed) or the algorithm of the schedule file.
     timeout_ms : the longest a gate waits before it lets its tensor go (0: no limit; at most
