@@ -733,24 +733,27 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
   //
   // Grappler's iterations are RewriterConfig.meta_optimizer_iterations, which tfsched.enable()
   // read into `iterations`; the pass sees only its own parameters. Changed after enable(), the
-  // pass gated before the last iteration (more calls: an error, once, which a strict config makes
-  // the session's) or never (fewer: the destructor's log line). Until the 124th session neither
-  // said a word.
+  // pass gated before the last iteration (more calls: an error, once, where it gated, which a
+  // strict config makes the session's) or never (fewer: the destructor's log line, where the
+  // graph spans tasks). Until the 124th session neither said a word.
   const int64_t call = ++calls_[item.id];
-  if (call == 1 && iterations_ > 1) {
+  const auto spans_tasks = [&item]() {
     std::string first;
     for (const NodeDef& n : item.graph.node()) {
       const std::string task = TaskOf(n.device());
       if (task.empty()) continue;
       if (first.empty()) first = task;
-      if (task != first) {
-        spanning_.insert(item.id);
-        break;
-      }
+      if (task != first) return true;
     }
-  }
-  if (call < iterations_ || call > iterations_ + 1) {
-    *optimized_graph = item.graph;
+    return false;
+  };
+  if (call == 1 && iterations_ > 1 && spans_tasks()) spanning_.insert(item.id);
+  const auto gated = [&item]() {
+    return std::any_of(item.graph.node().begin(), item.graph.node().end(),
+                       [](const NodeDef& n) { return n.op() == kGateOp; });
+  };
+  if (call < iterations_ || call > iterations_ + 1 || (call > iterations_ && !gated())) {
+    *optimized_graph = item.graph;  // more calls on a graph with no gate: nothing gated early
     return absl::OkStatus();
   }
   if (call == iterations_ + 1)

@@ -344,6 +344,14 @@ class TestPass:
         with pytest.raises(Exception, match="more than the 1 times tfsched.enable.. was told of") as e:
             optimize(built.graph_def(), built.fetches, more)
         assert "set graph_options.rewrite_options.meta_optimizer_iterations before" in str(e.value)
+        # a graph the pass did not gate (nothing crosses tasks): nothing gated early, no error
+        import tensorflow as tf
+
+        g = tf.Graph()
+        with g.as_default(), g.device("/job:worker/task:0"):
+            v = tf.compat.v1.get_variable("local", [8])
+            out = tf.identity(tf.sin(v) * 2.0 + tf.cos(v), name="out")
+        assert gates(optimize(g.as_graph_def(), [out.op.name], more)) == []
 
         fewer = only_tfsched()
         fewer.graph_options.rewrite_options.meta_optimizer_iterations = iterations.TWO
