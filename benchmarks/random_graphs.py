@@ -271,8 +271,10 @@ def main() -> None:
             parser.error(f"--{flag.replace('_', '-')} must be 0 or more, got {getattr(opts, flag)}")
 
     from tfsched.bench.local import LocalCluster
+    from tfsched.enforce.build import current_build_id
     from tfsched.errors import cause_line
 
+    build = current_build_id()  # what the tasks load as they start, whatever the sources become
     graphs = []
     with contextlib.ExitStack() as stack:
 
@@ -332,7 +334,7 @@ def main() -> None:
         f"{' --extended' if opts.extended else ''} --tfsched-runs {opts.tfsched_runs} "
         f"--slow-tries {opts.slow_tries} --traced-tries {opts.traced_tries} "
         f"--one-slow-tries {opts.one_slow_tries} --name {opts.name}`; "
-        f"{machine()['cpus']} cores ({machine()['platform']}).",
+        f"{machine()['cpus']} cores ({machine()['platform']}); tfsched build {build}.",
         "",
         "| verdict | graphs |",
         "|---|---|",
@@ -350,6 +352,7 @@ def main() -> None:
         opts.name,
         {
             "machine": machine(),
+            "tfsched_build": build,
             "options": {
                 "seeds": [opts.seeds.start, opts.seeds.stop],
                 "extended": opts.extended,
