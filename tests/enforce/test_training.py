@@ -239,6 +239,8 @@ def test_sums_sent_away_ungated_run_bitwise_identical(cluster):
     scheduled, gates = run(tfsched.enable(_strict(), strict=True, partition=1024))
     assert not none and gates
     assert [o.tobytes() for o in vanilla] == [o.tobytes() for o in scheduled]
+    sources = {name.split("/tfsched")[0] for name in gates}  # what each gate sends
+    assert "apart" in sources and not sources & {"own", "mine", "inner"}, sources
 
 
 @pytest.mark.skipif(os.environ.get("TFSCHED_SKIP_SLOW") == "1", reason="slow")
