@@ -758,9 +758,9 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
   }
   if (call == iterations_ + 1)
     return absl::FailedPreconditionError(absl::StrCat(
-        "tfsched: Grappler ran its optimizers more than the ", iterations_,
-        " times tfsched.enable() was told of on ", item.id,
-        " (meta_optimizer_iterations set after it?): the pass gated the graph before Grappler's "
+        "tfsched: Grappler ran its optimizers on ", item.id, " more times than the ", iterations_,
+        " iterations tfsched.enable() was told of (meta_optimizer_iterations set after it?): the "
+        "pass gated the graph before Grappler's "
         "last iteration, whose optimizers may rewrite it otherwise than TensorFlow's own; set "
         "graph_options.rewrite_options.meta_optimizer_iterations before tfsched.enable()"));
   bool crossing = false;
@@ -772,9 +772,10 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
 TfschedScheduler::~TfschedScheduler() {
   for (const auto& [id, calls] : calls_)
     if (calls < iterations_ && spanning_.count(id))
-      LOG(ERROR) << "tfsched: Grappler ran its optimizers " << calls << " of the " << iterations_
-                 << " times tfsched.enable() was told of on " << id
-                 << " (meta_optimizer_iterations set after it, or a graph under min_graph_nodes):"
+      LOG(ERROR) << "tfsched: Grappler ran its optimizers on " << id << " " << calls
+                 << " times, fewer than the " << iterations_
+                 << " iterations tfsched.enable() was told of (meta_optimizer_iterations set after"
+                    " it, or a graph under min_graph_nodes):"
                     " the pass gates on the last, so this graph runs ungated; set "
                     "graph_options.rewrite_options.meta_optimizer_iterations before "
                     "tfsched.enable()";

@@ -341,7 +341,9 @@ class TestPass:
         built = build_graph("seq32", ps_tasks=1)
         more = only_tfsched()  # enable() read ONE
         more.graph_options.rewrite_options.meta_optimizer_iterations = iterations.TWO
-        with pytest.raises(Exception, match="more than the 1 times tfsched.enable.. was told of") as e:
+        with pytest.raises(
+            Exception, match="more times than the 1 iterations tfsched.enable.. was told of"
+        ) as e:
             optimize(built.graph_def(), built.fetches, more)
         assert "set graph_options.rewrite_options.meta_optimizer_iterations before" in str(e.value)
         # a graph the pass did not gate (nothing crosses tasks): nothing gated early, no error
@@ -360,7 +362,7 @@ class TestPass:
         capfd.readouterr()
         gd = optimize(built.graph_def(), built.fetches, fewer)
         assert gates(gd) == []
-        assert "1 of the 2 times tfsched.enable() was told of" in capfd.readouterr().err
+        assert "1 times, fewer than the 2 iterations tfsched.enable() was told of" in capfd.readouterr().err
         # as enable() was told: gated, nothing said
         fewer.graph_options.rewrite_options.meta_optimizer_iterations = iterations.TWO
         assert gates(optimize(built.graph_def(), built.fetches, fewer))
