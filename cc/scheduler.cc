@@ -449,6 +449,12 @@ std::vector<bool> ControlFlowRegion(const Graph& g) {
   return in;
 }
 
+// Whether the pass has gated the graph already (a gate in it).
+bool Gated(const GraphDef& graph) {
+  return std::any_of(graph.node().begin(), graph.node().end(),
+                     [](const NodeDef& n) { return n.op() == kGateOp; });
+}
+
 bool IsSmallConst(const NodeDef& node) {
   if (node.op() != "Const") return false;
   auto it = node.attr().find("value");
@@ -748,11 +754,7 @@ absl::Status TfschedScheduler::Optimize(tensorflow::grappler::Cluster* /*cluster
     return false;
   };
   if (call == 1 && iterations_ > 1 && spans_tasks()) spanning_.insert(item.id);
-  const auto gated = [&item]() {
-    return std::any_of(item.graph.node().begin(), item.graph.node().end(),
-                       [](const NodeDef& n) { return n.op() == kGateOp; });
-  };
-  if (call < iterations_ || call > iterations_ + 1 || (call > iterations_ && !gated())) {
+  if (call < iterations_ || call > iterations_ + 1 || (call > iterations_ && !Gated(item.graph))) {
     *optimized_graph = item.graph;  // more calls on a graph with no gate: nothing gated early
     return absl::OkStatus();
   }
@@ -959,8 +961,7 @@ absl::Status TfschedScheduler::Gate(const tensorflow::grappler::GrapplerItem& it
                                     GraphDef* optimized_graph, bool* crossing) {
   *optimized_graph = item.graph;
   GraphDef& out = *optimized_graph;
-  for (const NodeDef& n : out.node())
-    if (n.op() == kGateOp) return absl::OkStatus();  // idempotent: already gated
+  if (Gated(out)) return absl::OkStatus();  // idempotent: already gated
 
   const Graph g(out);
   const std::vector<bool> in_flow = ControlFlowRegion(g);
