@@ -155,7 +155,11 @@ class Analysis:
         prios = self.schedule.priorities
         return {
             "algorithm": self.schedule.algorithm,
-            "transfers": [t.record(prios[t]) for ts in self.schedule.channels().values() for t in ts],
+            "transfers": [
+                t.record(prios[t], t not in self.schedule.ungated)
+                for ts in self.schedule.channels().values()
+                for t in ts
+            ],
             "prediction": {**self.prediction.to_json(), "simulated_graph": self.simulated_graph},
             "sizes": self.sizes,
             "ps_load": self.graph.ps_load,

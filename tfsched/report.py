@@ -127,6 +127,7 @@ def print_analysis(
         f"[bold]{g.source}[/]: {len(g.graph)} ops in the step (fetches: {', '.join(g.fetches)}), "
         f"PS tasks: {len(g.ps_tasks)}, workers: {a.workers}; transfers: {kinds['pull']} pulls, "
         f"{kinds['push']} pushes, {kinds['control']} control"
+        + (f"; {len(g.ungated)} of them left ungated, as the pass leaves them" if g.ungated else "")
     )
     if len(g.ps_tasks) > 1:
         from tfsched.placement import Placement
@@ -166,7 +167,8 @@ def print_analysis(
             table.add_column(col, justify="right" if col in ("priority", "bytes") else "left")
         shown = ts if limit is None else ts[:limit]
         for t in shown:
-            table.add_row(str(s.priorities[t]), t.kind, t.tensor, t.variable or "-", _bytes(t.bytes))
+            rank = "ungated" if t in s.ungated else str(s.priorities[t])
+            table.add_row(rank, t.kind, t.tensor, t.variable or "-", _bytes(t.bytes))
         if len(shown) < len(ts):
             table.add_row("…", "", f"{len(ts) - len(shown)} more (--all lists them)", "", "")
         console.print(table)

@@ -29,6 +29,28 @@ def optimize(graph_def, fetch_names, config):
     return tf_optimizer.OptimizeGraph(config, meta)
 
 
+def _step_of(graph_def, fetches):
+    """What a session hands Grappler of a placed ``graph_def`` to run ``fetches``: the ops they
+    need (data and control inputs), each colocated only with ops among them."""
+    by_name = {n.name: n for n in graph_def.node}
+    keep, todo = set(), [f.split(":")[0] for f in fetches]
+    while todo:
+        name = todo.pop()
+        if name not in keep:
+            keep.add(name)
+            todo.extend(i.lstrip("^").split(":")[0] for i in by_name[name].input)
+    step = type(graph_def)()
+    step.versions.CopyFrom(graph_def.versions)
+    step.library.CopyFrom(graph_def.library)
+    step.node.extend(n for n in graph_def.node if n.name in keep)
+    for n in step.node:
+        if "_class" in n.attr:
+            kept = [c for c in n.attr["_class"].list.s if c.decode().removeprefix("loc:@") in keep]
+            del n.attr["_class"].list.s[:]
+            n.attr["_class"].list.s.extend(kept)
+    return step
+
+
 def only_tfsched(**kwargs):
     import tensorflow as tf
     from tensorflow.core.protobuf import rewriter_config_pb2
@@ -328,6 +350,47 @@ class TestPass:
         assert reads["x"] | reads["v"] | {"apart"} <= gated, gated
         assert any(n.op == "TfschedSplit" for n in gd.node)  # the partition cut what it may
         assert any(n.op == "TfschedHold" and "^apart" in n.input for n in gd.node)
+
+    def test_the_analysis_leaves_ungated_what_the_pass_leaves(self):
+        """The transfers the analysis and the simulator leave to TensorFlow (``CommGraph.ungated``:
+        control edges, small constants, refs and handles, tensors from loops and branches, the
+        operands sums sent away ungated could take over) are the ones the pass does not gate, on
+        random graphs with conditionals, loops and sums, on a built-in model and on the
+        hand-built graph of sums sent away ungated: the pass's gates send exactly the rest. (Each
+        graph is a step's, placed and pruned to its fetches as a session hands it to Grappler, and
+        only the pass rewrites it, so that both see the same transfers.)"""
+        from tests.enforce.conftest import ungated_sums_graph
+        from tests.helpers import benchmark_script
+        from tfsched.graph import build_comm_graph
+        from tfsched.graph.load import nodes_from_graph_def, output_specs, placed_graph_def
+
+        graphs = benchmark_script("random_graphs")
+        cases = []
+        for seed in range(16):
+            g, train, *_ = graphs.random_graph(seed, "gating", extended=True)
+            cases.append((g.as_graph_def(add_shapes=True), [train.name]))
+        g, out, _ = ungated_sums_graph()
+        cases.append((g.as_graph_def(add_shapes=True), [out.op.name]))
+        built = build_graph("seq32", ps_tasks=2)
+        cases.append((built.graph_def(), built.fetches))
+        config = only_tfsched()
+        config.graph_options.rewrite_options.disable_model_pruning = True  # it renames and bypasses
+        in_flow = 0
+        for saved, fetches in cases:
+            gd = _step_of(placed_graph_def(saved), fetches)
+            comm = build_comm_graph(nodes_from_graph_def(gd), fetches=fetches, output_specs=output_specs)
+            analysed = {(t.tensor, t.dst_task) for t in comm.transfers if t not in comm.ungated}
+            gated = {
+                (
+                    n.input[0] if ":" in n.input[0] else f"{n.input[0]}:0",
+                    n.attr["channel"].s.decode().split("->")[1],
+                )
+                for n in optimize(gd, fetches, config).node
+                if n.op == "TfschedGate"
+            }
+            assert analysed == gated, (fetches, analysed ^ gated)
+            in_flow += sum(t.kind != "control" and (t.bytes or 0) > 64 for t in comm.ungated)
+        assert in_flow > 0  # tensors from loops and branches, not only control edges and constants
 
     def test_iterations_changed_after_enable_are_named(self, capfd):
         """The pass gates on Grappler's last iteration, whose number enable() reads from the

@@ -151,12 +151,15 @@ class TestSimulate:
             in_flight = [j for j in msgs if r.starts[j] <= r.starts[i] < r.ends[j]]
             assert sum(sg.nbytes[j] for j in in_flight) <= 8000
 
-    def test_queue_policy_counts_a_control_edge_among_the_pulls_of_its_channel(self):
+    def test_a_control_edge_beside_the_pulls_goes_ungated(self):
         # TensorFlow 2's step functions send control edges from the PS beside the pulls (its
         # GroupCrossDeviceControlEdges): under the layer order's queue policy such an edge was a
-        # queue's message among counted ones, and the simulator failed comparing their keys.
+        # queue's message among counted ones, and the simulator failed comparing their keys. The
+        # pass gates no control edge; since the hundred-and-twenty-fifth session neither does
+        # the simulator: it goes when ready, under any policy.
         from tests.helpers import PS
         from tfsched.graph import RawNode
+        from tfsched.sim.engine import pushing_gates, release_policies
 
         nodes = var("v0", (1000,)) + var("v1", (1000,))
         nodes.append(RawNode("mark", "NoOp", PS, []))
@@ -172,6 +175,32 @@ class TestSimulate:
         pulls = [sg.name[i] for i in sorted(msgs, key=lambda i: r.sends[i]) if "read" in sg.name[i]]
         assert pulls == ["v0/read:0", "v1/read:0"]
         assert r.step_time == pytest.approx(simulate(sg, "counter").step_time)
+        for policy in ("counter", "queue", "ready"):
+            how = release_policies(sg, policy, pushing_gates(sg))
+            assert {sg.name[i]: how[i] for i in msgs}["^mark"] == "fifo"
+
+    def test_a_transfer_the_pass_leaves_ungated_goes_when_ready_whole_and_holds_no_counter(self):
+        # v1's read is ready at 1 s and ranked first. Gated, v0's pull waits for it under the
+        # counters (1 s, then both 1 MB pulls on the link, one after the other: 3 s); ungated (in
+        # a loop or a branch, which the pass leaves to TensorFlow) it holds no counter, and the
+        # partition does not cut it (2 s).
+        from dataclasses import replace
+
+        g = chain_graph(2, [250_000, 250_000])
+        o = oracle_with({"v1/read": 1.0, "f0": 0.0, "f1": 0.0}, bandwidth_bps=8e6)
+        first, second = sorted(g.transfers, key=lambda t: t.variable)
+        s = Schedule("tao", {second: 0, first: 1}, mode="counter")
+        left = replace(g, ungated=frozenset({second}))
+        for graph, step, slices in ((g, 3.0, [10, 10]), (left, 2.0, [10, 1])):
+            sg = build_sim_graph(graph, o, s, partition_bytes=100_000)
+            assert simulate(sg, "counter").step_time == pytest.approx(step)
+            names = [sg.name[i] for i, k in enumerate(sg.kind) if k == 1]
+            assert [names.count(t.tensor) for t in (first, second)] == slices
+        # the order puts it last on its channel and the schedule file says it is not gated
+        tio = order(left, "tio")
+        assert tio.ungated == {second} and tio.priorities[second] > tio.priorities[first]
+        records = [r for ch in tio.to_json()["channels"] for r in ch["transfers"]]
+        assert {r["tensor"]: r["gated"] for r in records} == {first.tensor: True, second.tensor: False}
 
     def test_random_fifo_spreads(self):
         nodes = (

@@ -25,6 +25,7 @@ import networkx as nx
 
 from tfsched.errors import TfschedError
 from tfsched.graph.devices import DeviceSpec, check_job_name, job_of, parse_device, task_of
+from tfsched.graph.gating import LOOP_BACK_OPS, SMALL_CONST_ELEMENTS, ungated_transfers
 from tfsched.graph.model import (
     DTYPE_SIZES,
     VARIABLE_SIZE_DTYPES,
@@ -93,7 +94,6 @@ FUNCTIONAL_OPS = frozenset(
     }
 )
 METADATA_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
-LOOP_BACK_OPS = frozenset({"NextIteration", "RefNextIteration"})
 # Sinks that are not part of a training step: initializers, savers, summaries.
 _NOT_A_STEP = re.compile(
     r"(^|/)(init(_\d+)?|init_all_tables|save(_\d+)?|report_uninitialized\w*|\w*[Ii]nitializer\w*)($|/)"
@@ -416,6 +416,8 @@ def build_comm_graph(
     worker_tasks = sorted(tasks - set(ps_tasks))
 
     transfers = _find_transfers(g, nodes, inputs, set(ps_tasks), source, output_specs, infer_shapes)
+    order = list(nx.topological_sort(g))
+    ungated = ungated_transfers(transfers, nodes, inputs, order, lambda n: g.nodes[n]["op"].task)
     return CommGraph(
         graph=g,
         transfers=transfers,
@@ -424,6 +426,7 @@ def build_comm_graph(
         worker_tasks=worker_tasks,
         back_edges=kept_back,
         source=source,
+        ungated=ungated,
     )
 
 
@@ -532,9 +535,6 @@ def _accumulated_variable(
     return found
 
 
-REPLICATED_CONST_MAX_ELEMENTS = 16
-
-
 def _replicated_constants(g: nx.DiGraph, nodes: dict[str, RawNode]) -> set[str]:
     """Constants that TensorFlow copies to each consuming device instead of sending them.
 
@@ -548,7 +548,7 @@ def _replicated_constants(g: nx.DiGraph, nodes: dict[str, RawNode]) -> set[str]:
         if op.type != "Const" or "/device:CPU:" not in op.device:
             continue
         shape = nodes[n].attrs.get("value_shape")
-        if shape is None or math.prod(max(d, 0) for d in shape) > REPLICATED_CONST_MAX_ELEMENTS:
+        if shape is None or math.prod(max(d, 0) for d in shape) > SMALL_CONST_ELEMENTS:
             continue
         uses = [t for _, _, d in g.out_edges(n, data=True) for t in d["tensors"]]
         if len(uses) <= 1 or any(t.startswith("^") for t in uses):

@@ -133,8 +133,9 @@ class Transfer:
         their updates needs it)."""
         return (self.key, *(f"push:{v}" for v in self.updates))
 
-    def record(self, priority: int) -> dict:
-        """The JSON record of the transfer with its priority (``analyze --json``, schedule files)."""
+    def record(self, priority: int, gated: bool = True) -> dict:
+        """The JSON record of the transfer with its priority (``analyze --json``, schedule files);
+        ``gated``: False where the pass leaves it to TensorFlow (``CommGraph.ungated``)."""
         return {
             "tensor": self.tensor,
             "variable": self.variable,
@@ -143,6 +144,7 @@ class Transfer:
             "dst": self.dst,
             "bytes": self.bytes,
             "priority": priority,
+            "gated": gated,
         }
 
 
@@ -178,6 +180,8 @@ class CommGraph:
     worker_tasks: list[str]
     back_edges: list[tuple[str, str]] = field(default_factory=list)
     source: str = ""
+    # the transfers the enforcement pass leaves as TensorFlow makes them (``graph.gating``)
+    ungated: frozenset[Transfer] = frozenset()
 
     def op(self, name: str) -> Op:
         return self.graph.nodes[name]["op"]
@@ -197,9 +201,11 @@ class CommGraph:
     @cached_property
     def busiest_channel_params(self) -> int:
         """The most elements one channel (sender task, receiver task) carries in a step, as the
-        pass counts them: over the transfers whose size is known (``enforce.link_sizes``)."""
+        pass counts them: over the transfers it gates whose size is known (``enforce.link_sizes``)."""
         per: dict[tuple[str, str], int] = {}
         for t in self.transfers:
+            if t in self.ungated:
+                continue
             size = DTYPE_SIZES.get((t.dtype or "").removesuffix("_REF"))
             if t.bytes and size:
                 per[t.channel] = per.get(t.channel, 0) + t.bytes // size

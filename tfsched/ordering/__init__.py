@@ -37,9 +37,23 @@ def order(graph: CommGraph, algorithm: str = "tio", oracle: TimeOracle | None = 
         top = max(values.values(), default=0.0) + 1.0
         for t in missing:
             values[t] = top + tail[t]
-    if DEFAULT_MODE[algorithm] == "counter":
-        values = counter_safe(graph, values)
-    return schedule_for(graph, algorithm, values, DEFAULT_MODE[algorithm])
+    return schedule_for(
+        graph, algorithm, _gated_first(graph, values, DEFAULT_MODE[algorithm]), DEFAULT_MODE[algorithm]
+    )
+
+
+def _gated_first(graph: CommGraph, values: dict, mode: str) -> dict[Transfer, int]:
+    """Ranks per channel: the transfers the pass gates in the order of ``values`` (made safe for
+    the counters where ``mode`` is theirs, over those alone, as the pass's ``CounterSafe``), then
+    those it leaves ungated (``CommGraph.ungated``), in graph order: they take no place in the
+    counters, and the order the schedule gives them is never enforced."""
+    gated = {t: v for t, v in values.items() if t not in graph.ungated}
+    ranks = normalize(counter_safe(graph, gated) if mode == "counter" else gated)
+    top = max(ranks.values(), default=-1) + 1
+    for i, t in enumerate(graph.transfers):
+        if t in values and t in graph.ungated:
+            ranks[t] = top + i
+    return ranks
 
 
 def carry_over(schedule: Schedule, graph: CommGraph) -> Schedule:
@@ -67,9 +81,9 @@ def carry_over(schedule: Schedule, graph: CommGraph) -> Schedule:
     for t in graph.transfers:
         p = priority_of(t, exact, by_ps, _ps_side(t, graph))
         values[t] = (p, 0.0) if p is not None else (top, tio.get(t, 0.0))
-    if schedule.mode == "counter":
-        values = counter_safe(graph, values)
-    carried = schedule_for(graph, schedule.algorithm, values, schedule.mode)
+    carried = schedule_for(
+        graph, schedule.algorithm, _gated_first(graph, values, schedule.mode), schedule.mode
+    )
     carried.partition, carried.credit = schedule.partition, schedule.credit
     return carried
 

@@ -58,6 +58,9 @@ class Schedule:
     credit: int | None = None  # parameters in flight per channel; None: unlimited
     source: str = ""
     fetches: list[str] = field(default_factory=list)
+    # of ``priorities``, the transfers the pass leaves ungated (``CommGraph.ungated``): each
+    # channel's last, their order not enforced
+    ungated: frozenset[Transfer] = frozenset()
 
     def channels(self) -> dict[tuple[str, str], list[Transfer]]:
         """(sender task, receiver task) -> transfers in priority order (ties in graph order)."""
@@ -78,7 +81,9 @@ class Schedule:
                 {
                     "sender": s,
                     "receiver": r,
-                    "transfers": [{"key": t.key, **t.record(self.priorities[t])} for t in ts],
+                    "transfers": [
+                        {"key": t.key, **t.record(self.priorities[t], t not in self.ungated)} for t in ts
+                    ],
                 }
                 for (s, r), ts in self.channels().items()
             ],
@@ -130,6 +135,8 @@ def load_schedule(path: str) -> dict:
             nbytes = t.get("bytes")
             if nbytes is not None and not is_count(nbytes):
                 bad.append("bytes")
+            if not isinstance(t.get("gated", True), bool):
+                bad.append("gated")
             if bad:
                 raise TfschedError(f"{where}: transfer {j}: bad or missing {', '.join(bad)}")
         ps = [t.get("priority") for t in transfers]
@@ -145,4 +152,5 @@ def schedule_for(graph: CommGraph, algorithm: str, values: dict, mode: str) -> S
         mode=mode,
         source=graph.source,
         fetches=list(graph.fetches),
+        ungated=frozenset(t for t in values if t in graph.ungated),
     )

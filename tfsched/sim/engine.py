@@ -206,7 +206,9 @@ def pushing_gates(sg: SimGraph) -> set[tuple]:
 
 def release_policies(sg: SimGraph, policy: str, pushing: set[tuple]) -> list[str]:
     """Per node: how its message is released under ``policy`` (the module docstring), the
-    channels of ``pushing`` (``pushing_gates``) being the pushes'."""
+    channels of ``pushing`` (``pushing_gates``) being the pushes'. A transfer the pass leaves
+    ungated (``SimGraph.ungated``) goes when ready under any policy (``fifo``): it takes no
+    place in its channel's counter, and no credit."""
     n = len(sg)
     how = [policy] * n
     if policy == "ready":
@@ -220,6 +222,10 @@ def release_policies(sg: SimGraph, policy: str, pushing: set[tuple]) -> list[str
             if sg.kind[i] == MESSAGE:
                 queued = sg.gate[i] in pushing or sg.transfer[i] is None
                 how[i] = "queue" if queued else "counter"
+    if policy in ("counter", "queue", "ready") and sg.ungated:
+        for i in range(n):
+            if sg.kind[i] == MESSAGE and sg.transfer[i] in sg.ungated:
+                how[i] = "fifo"
     return how
 
 

@@ -61,6 +61,9 @@ class SimGraph:
     # with host_bytes: the sender's and the receiver's shares of a byte's CPU (the rest, the
     # kernel's, is the machine's alone; TimeOracle.host_byte_shares)
     host_byte_shares: tuple[float, float] = (0.5, 0.5)
+    # the transfers the pass leaves ungated (CommGraph.ungated): released when ready, whole, in
+    # any policy (sim.engine.release_policies)
+    ungated: frozenset[Transfer] = frozenset()
 
     def add(
         self,
@@ -194,6 +197,7 @@ def build_sim_graph(
         host_slots=oracle.host_slots if oracle.machine_slots else None,
         host_bytes=oracle.host_bytes,
         host_byte_shares=oracle.host_byte_shares,
+        ungated=graph.ungated,
     )
     barriers: dict[tuple[str, int], int] = {}  # (worker run, step) -> its end-of-step node
     laid: dict[tuple[str, int], dict[str, int]] = {}  # (worker run, step) -> op name -> node
@@ -246,7 +250,8 @@ def build_sim_graph(
                 msgs = []
                 p = prio.get(t, 0)
                 tied = at_rank[(t.src_task, t.dst_task, p)] > 1
-                for s, size in enumerate(slice_sizes(nbytes, partition_bytes)):
+                cut = None if t in graph.ungated else partition_bytes  # the pass cuts what it gates
+                for s, size in enumerate(slice_sizes(nbytes, cut)):
                     m = sg.add(
                         MESSAGE,
                         t.tensor,
