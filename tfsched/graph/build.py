@@ -25,7 +25,7 @@ import networkx as nx
 
 from tfsched.errors import TfschedError
 from tfsched.graph.devices import DeviceSpec, check_job_name, job_of, parse_device, task_of
-from tfsched.graph.gating import LOOP_BACK_OPS, SMALL_CONST_ELEMENTS, ungated_transfers
+from tfsched.graph.gating import LOOP_BACK_OPS, small_const, ungated_transfers
 from tfsched.graph.model import (
     DTYPE_SIZES,
     VARIABLE_SIZE_DTYPES,
@@ -547,8 +547,7 @@ def _replicated_constants(g: nx.DiGraph, nodes: dict[str, RawNode]) -> set[str]:
         op = g.nodes[n]["op"]
         if op.type != "Const" or "/device:CPU:" not in op.device:
             continue
-        shape = nodes[n].attrs.get("value_shape")
-        if shape is None or math.prod(max(d, 0) for d in shape) > SMALL_CONST_ELEMENTS:
+        if not small_const(nodes[n]):
             continue
         uses = [t for _, _, d in g.out_edges(n, data=True) for t in d["tensors"]]
         if len(uses) <= 1 or any(t.startswith("^") for t in uses):

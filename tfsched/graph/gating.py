@@ -78,15 +78,17 @@ def control_flow_region(order: Iterable[str], op_of: Callable[[str], str], input
         if op in MERGE_OPS and depth[v] == 0 and len(ins) >= 2:
             common = set.intersection(*ins)
             apart = [c - common for c in ins]
-            if all(len(c) == 1 for c in apart) and len({p for c in apart for p, _ in c}) == 1:
-                if len({b for c in apart for _, b in c}) == 2:
-                    on[v] = frozenset(common)  # one branch or the other runs: live where both are
-                    continue
+            ends = {pb for c in apart for pb in c}  # each input: the common part and one branch
+            if all(len(c) == 1 for c in apart) and len({p for p, _ in ends}) == 1 and len(ends) == 2:
+                on[v] = frozenset(common)  # one branch or the other runs: live where both are
+                continue
         on[v] = frozenset().union(*ins)
     return {v for v in depth if depth[v] > 0 or on[v] or op_of(v) in SWITCH_OPS}
 
 
-def _small_const(node: RawNode) -> bool:
+def small_const(node: RawNode) -> bool:
+    """A constant of at most ``SMALL_CONST_ELEMENTS``: the pass does not gate it, and TensorFlow
+    copies it to each device that uses it where several do (``graph.build``)."""
     shape = node.attrs.get("value_shape")
     return (
         node.op == "Const"
@@ -98,10 +100,6 @@ def _small_const(node: RawNode) -> bool:
 def _unheld_dtype(dtype: str | None) -> bool:
     """A dtype no gate holds: a ref, a resource handle or a variant."""
     return dtype is not None and (dtype.endswith("_REF") or dtype in ("RESOURCE", "VARIANT"))
-
-
-def _port(t: Transfer) -> int:
-    return int(t.tensor.rsplit(":", 1)[1])
 
 
 def ungated_transfers(
@@ -118,16 +116,13 @@ def ungated_transfers(
     out = {
         t
         for t in transfers
-        if t.kind == "control"
-        or _unheld_dtype(t.dtype)
-        or t.src_op in region
-        or _small_const(nodes[t.src_op])
+        if t.kind == "control" or _unheld_dtype(t.dtype) or t.src_op in region or small_const(nodes[t.src_op])
     }
     data = [t for t in transfers if t.kind != "control"]
-    by_tensor: dict[tuple[str, int], list[Transfer]] = defaultdict(list)
+    by_tensor: dict[str, list[Transfer]] = defaultdict(list)  # "op:port" -> its transfers
     for t in data:
-        by_tensor[(t.src_op, _port(t))].append(t)
-    sums = [n for n in order if nodes[n].op == "AddN" and (n, 0) in by_tensor]
+        by_tensor[t.tensor].append(t)
+    sums = [n for n in order if nodes[n].op == "AddN" and f"{n}:0" in by_tensor]
     while True:  # until none is left: an operand left ungated may itself be such a sum
         more = _operands_of_ungated_sums(sums, by_tensor, out, inputs, task_of_op) - out
         if not more:
@@ -144,14 +139,14 @@ def _operands_of_ungated_sums(sums, by_tensor, ungated, inputs: Inputs, task_of_
     same in either order."""
     out: set[Transfer] = set()
     for s in sums:
-        if any(t not in ungated for t in by_tensor[(s, 0)]):
+        if any(t not in ungated for t in by_tensor[f"{s}:0"]):
             continue  # gated: the pass holds its operands (HeldFromSums)
         operands = [(u, port) for u, port, control in inputs[s] if not control]
         if len(operands) < 3:
             continue
         here = task_of_op(s)
         for u, port in operands:
-            sent = by_tensor.get((u, port), [])
+            sent = by_tensor.get(f"{u}:{port}", [])
             if task_of_op(u) != here:  # received from another task
                 out.update(t for t in sent if t.dst_task == here)
             else:  # sent to one
