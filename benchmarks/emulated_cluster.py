@@ -140,7 +140,11 @@ def command(row: str) -> list[str]:
     return ["tfsched", "bench", *ROWS[row].split(), "-o", out]
 
 
-def assemble() -> None:
+def assembled() -> tuple[str, dict[str, str]]:
+    """BENCHMARKS.md's text, from the rows' results files, ``targets.md`` and ``reading.md``
+    (BENCHMARKS.md is made, not edited: an edit there alone is lost at the next assembly), and
+    each row's table as today's columns show it (row -> its Markdown). Writes nothing."""
+    tables = {}
     parts = [
         "# Benchmarks",
         "",
@@ -185,10 +189,9 @@ def assemble() -> None:
         parts.append("")
         if row in done:
             # the table as today's columns show it (a column added since is computed from the
-            # raw times the file keeps), written back beside the file
-            table = markdown(done[row])
-            write_atomic(os.path.join(RESULTS, f"bench-{row}.md"), lambda f, t=table: f.write(t))
-            parts.append(table.strip())
+            # raw times the file keeps)
+            tables[row] = markdown(done[row])
+            parts.append(tables[row].strip())
         else:
             parts.append("Not run yet.")
         parts.append("")
@@ -225,8 +228,15 @@ def assemble() -> None:
     if os.path.exists(reading):
         with open(reading) as f:
             parts.append(f.read().strip())
-    with open(os.path.join(ROOT, "BENCHMARKS.md"), "w") as f:
-        f.write("\n".join(parts) + "\n")
+    return "\n".join(parts) + "\n", tables
+
+
+def assemble() -> None:
+    """Write BENCHMARKS.md (``assembled``), and each row's table back beside its results file."""
+    text, tables = assembled()
+    for row, table in tables.items():
+        write_atomic(os.path.join(RESULTS, f"bench-{row}.md"), lambda f, t=table: f.write(t))
+    write_atomic(os.path.join(ROOT, "BENCHMARKS.md"), lambda f: f.write(text))
 
 
 TF2_ROWS = {
