@@ -59,10 +59,16 @@ ROWS = {
     # statistics (``--moving-averages``, the default since): ``--no-moving-averages`` runs them as
     # they ran. The eighty-ninth session re-ran them all with them, on the Intel Xeon (the runs
     # before: ``results/bench-<row>-no-ma.*``).
-    "resnet50-train": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 161 --modes baseline,tio,tao,tio+pc,tao+pc,tio+p4194304+c4194304,tao+pc+host",
+    # The hundred-and-twenty-sixth session re-ran every row of two rounds on its code, on the AMD
+    # EPYC of family 25, with four (these, AlexNet's and the `-sent` rows of the same models), so
+    # that their ratios carry 95% intervals; the runs before are kept as
+    # ``results/bench-<row>-s89.*`` (ResNet-50 and Inception-v3 training and their `-sent` rows,
+    # Intel Xeon), ``-s19.*`` (Inception-v3 inference), ``-s17.*`` (AlexNet, Intel Xeon),
+    # ``-s20.*`` (Inception-v3 inference `-sent`) and ``-s21.*`` (AlexNet `-sent`).
+    "resnet50-train": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 161 --modes baseline,tio,tao,tio+pc,tao+pc,tio+p4194304+c4194304,tao+pc+host",
     "resnet50-inference": "--model resnet50 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 680 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host,tio+pc+a32,tao+pc+a32",
-    "inception_v3-train": "--model inception_v3 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 73 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+pc+a32",
-    "inception_v3-inference": "--model inception_v3 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 299 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+pc+a32,tao+pc+host+a32",
+    "inception_v3-train": "--model inception_v3 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 73 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+pc+a32",
+    "inception_v3-inference": "--model inception_v3 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 299 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+pc+a32,tao+pc+host+a32",
     # The toy models' steps are short (par32: about 20 ms): more steps and rounds than the large
     # models, so that a mode's mean is not a tenth of a second of measurement and the rows carry
     # 95% intervals (5 steps x 2 rounds before the thirteenth session: par32's ratios moved by
@@ -75,7 +81,7 @@ ROWS = {
     # session), so that the intervals (+-1% to +-2% on the processor of that session, +-6% to +-9%
     # before) can tell a 2% loss.
     "resnet50-train-10g": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 4 --rounds 36 --batch-size 8 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+p1000000+c4000000",
-    "alexnet-train": "--model alexnet --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 227 --modes baseline,tio,tao,tao+pc,tao+pc+host",
+    "alexnet-train": "--model alexnet --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 227 --modes baseline,tio,tao,tao+pc,tao+pc+host",
     # The Transformer's +pc credit (4M parameters) exceeds its pulls (3.5M a worker) and so orders
     # nothing on the wire: since the eighteenth session the row also runs two credits that bind.
     "transformer-train": "--model transformer --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 5 --batch-size 21 --modes baseline,tio,tao,tao+pc,tao+p1000000+c1000000,tao+p250000+c250000,tao+pc+host",
@@ -89,14 +95,14 @@ ROWS = {
     "resnet50-train-10g-sent": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 4 --rounds 36 --batch-size 8 --modes baseline,tao+p1000000+c4000000,tao+p1000000+c4000000+sent,tao+pc+host,tao+pc+host+sent",
     "vgg16-inference-sent": "--model vgg16 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 397 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent",
     "vgg16-train-sent": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 103 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent",
-    "inception_v3-inference-sent": "--model inception_v3 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 299 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent,tao+pc+a32,tao+pc+a32+sent",
+    "inception_v3-inference-sent": "--model inception_v3 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 299 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent,tao+pc+a32,tao+pc+a32+sent",
     "resnet50-inference-sent": "--model resnet50 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 680 --modes baseline,tao+pc,tao+pc+sent,tao+pc+a32,tao+pc+a32+sent",
-    "inception_v3-train-sent": "--model inception_v3 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 73 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent,tao+pc+a32,tao+pc+a32+sent",
+    "inception_v3-train-sent": "--model inception_v3 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 73 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent,tao+pc+a32,tao+pc+a32+sent",
     # The twenty-first session's: the other rows whose modes acknowledge. seq32's and par32's
     # modes do not: their `+pc` credit acknowledges tensors of at least an eighth of it (500,000
     # parameters at 1 Gbit/s), and their largest are 65,536 and 4,096.
-    "resnet50-train-sent": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 161 --modes baseline,tao+pc,tao+pc+sent,tio+p4194304+c4194304,tio+p4194304+c4194304+sent,tao+pc+host,tao+pc+host+sent",
-    "alexnet-train-sent": "--model alexnet --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 2 --batch-size 227 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent",
+    "resnet50-train-sent": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 161 --modes baseline,tao+pc,tao+pc+sent,tio+p4194304+c4194304,tio+p4194304+c4194304+sent,tao+pc+host,tao+pc+host+sent",
+    "alexnet-train-sent": "--model alexnet --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 227 --modes baseline,tao+pc,tao+pc+sent,tao+pc+host,tao+pc+host+sent",
     "transformer-train-sent": "--model transformer --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 5 --batch-size 21 --modes baseline,tao+p1000000+c1000000,tao+p1000000+c1000000+sent,tao+p250000+c250000,tao+p250000+c250000+sent",
     # The thirty-fourth session's: two PS, the variables spread by the bytes each moves a step
     # (build_graph's ``ps_placement``, largest first since the thirty-fifth session: each PS half
