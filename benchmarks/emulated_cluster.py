@@ -64,7 +64,8 @@ ROWS = {
     # that their ratios carry 95% intervals; the runs before are kept as
     # ``results/bench-<row>-s89.*`` (ResNet-50 and Inception-v3 training and their `-sent` rows,
     # Intel Xeon), ``-s19.*`` (Inception-v3 inference), ``-s17.*`` (AlexNet, Intel Xeon),
-    # ``-s20.*`` (Inception-v3 inference `-sent`) and ``-s21.*`` (AlexNet `-sent`).
+    # ``-s20.*`` (Inception-v3 inference `-sent`) and ``-s21.*`` (AlexNet `-sent`). It re-ran
+    # MobileNet's row too, its command unchanged (the run before: ``results/bench-mobilenet-train-s89.*``).
     "resnet50-train": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 161 --modes baseline,tio,tao,tio+pc,tao+pc,tio+p4194304+c4194304,tao+pc+host",
     "resnet50-inference": "--model resnet50 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 680 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host,tio+pc+a32,tao+pc+a32",
     "inception_v3-train": "--model inception_v3 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 73 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+pc+a32",

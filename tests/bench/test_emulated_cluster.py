@@ -36,10 +36,11 @@ def test_benchmarks_md_is_what_its_parts_assemble(cluster):
         f"(edit benchmarks/targets.md or benchmarks/reading.md, then assemble); first at\n"
         f"  {(theirs + [''])[differ][:160]!r}, where it makes\n  {(mine + [''])[differ][:160]!r}"
     )
-    # every row run so far has its table in the file, under its command
+    # every row run so far has its table in the file, under its command, and beside its results
     assert tables and all(f"## {row}\n\n```bash\ntfsched bench " in committed for row in tables)
     for row, table in tables.items():
         assert table.strip() in committed, row
+        assert (Path(cluster.RESULTS) / f"bench-{row}.md").read_text() == table, row
 
 
 def test_assembling_writes_nothing_until_asked(cluster, tmp_path, monkeypatch):
