@@ -112,6 +112,7 @@ ROWS = {
     "vgg16-train-2ps": "--model vgg16 --mode train --ps 2 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 103 --modes baseline,tio,tao,tao+pc,tao+p1000000+c1000000,tao+pc+host",
     "vgg16-inference-2ps": "--model vgg16 --mode inference --ps 2 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 397 --modes baseline,tio,tao,tao+pc,tao+p1000000+c1000000,tao+pc+host",
     # The thirty-fifth session's: the Transformer on two PS, the transformer-train row's modes.
+    # Re-run in the hundred-and-twenty-sixth (AMD EPYC); the run before: ``results/bench-transformer-train-2ps-s35.*``.
     # Its embedding table is looked up on its PS: by bytes held that PS exchanged 20% of a step's
     # bytes; by bytes moved, half.
     "transformer-train-2ps": "--model transformer --mode train --ps 2 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 5 --batch-size 21 --modes baseline,tio,tao,tao+pc,tao+p1000000+c1000000,tao+p250000+c250000,tao+pc+host",
