@@ -260,13 +260,13 @@ def machine_cpu_floor(
     bytes at the receiver (``copied_bytes``, ``reassembled_bytes``), at the CPU the bench
     measured ``TfschedConcat`` to spend on a byte (``run.copy_cpu_s_per_byte``; since the
     ninetieth session, before which the copy was not counted). ResNet-50 training at 10
-    Gbit/s on this Intel Xeon, its baseline at the cores' limit (eighty-ninth session, ``results/bench-resnet50-train-10g.md``):
+    Gbit/s on this Intel Xeon, its baseline at the cores' limit (eighty-ninth session, ``results/bench-resnet50-train-10g-s89.md``):
     ByteScheduler's fixed sizes (partition 1,000,000, credit 4,000,000) spent 0.14 CPU seconds
     a step more than the baseline's 1.64 and were predicted 12% fast; their 172 more messages a
     step (120 acknowledgements, 52 slices) at the 166 us the bench measured a message to cost
     are 0.03 of it, and they are now predicted 10% fast
     (``results/resnet50-train-10g-s89-repredicted.md``). Beside its twin with ``+sent`` in the
-    next run (``results/bench-resnet50-train-10g-sent.md``) an acknowledgement cost about 0.75
+    next run (``results/bench-resnet50-train-10g-sent-s89.md``) an acknowledgement cost about 0.75
     ms, and putting the slices back together most of the rest. The same row on the AMD EPYC
     (ninetieth session, ``results/bench-resnet50-train-10g-s90.md``): the fixed sizes' copies,
     230.7 MB a step at the 1.09e-10 CPU seconds a byte measured, added 0.025 s to the 0.021 s of
