@@ -80,7 +80,9 @@ ROWS = {
     "par32-inference": "--model par32 --mode inference --ps 1 --workers 4 --bandwidth 1Gbit --steps 50 --rounds 6 --batch-size 4 --modes baseline,tio,tao,tio+pc,tao+pc,tao+pc+host",
     # The compute-bound setting of the third target: 36 rounds (12 before the sixteenth
     # session), so that the intervals (+-1% to +-2% on the processor of that session, +-6% to +-9%
-    # before) can tell a 2% loss.
+    # before) can tell a 2% loss. This row and its `-sent` row were re-run in the
+    # hundred-and-twenty-seventh session (Intel Xeon, model 106); the runs before:
+    # ``results/bench-resnet50-train-10g-s89.*`` and ``-sent-s89.*``.
     "resnet50-train-10g": "--model resnet50 --mode train --ps 1 --workers 2 --bandwidth 10Gbit --steps 4 --rounds 36 --batch-size 8 --modes baseline,tio,tao,tao+pc,tao+pc+host,tao+p1000000+c4000000",
     "alexnet-train": "--model alexnet --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 4 --batch-size 227 --modes baseline,tio,tao,tao+pc,tao+pc+host",
     # The Transformer's +pc credit (4M parameters) exceeds its pulls (3.5M a worker) and so orders
