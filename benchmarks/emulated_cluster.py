@@ -110,7 +110,9 @@ ROWS = {
     # The thirty-fourth session's: two PS, the variables spread by the bytes each moves a step
     # (build_graph's ``ps_placement``, largest first since the thirty-fifth session: each PS half
     # of VGG16's bytes; round-robin left the second PS 12,426 of its 33.6M parameters), at the
-    # 1 PS rows' batch, so that the rows differ in the PS count alone.
+    # 1 PS rows' batch, so that the rows differ in the PS count alone. Re-run in the
+    # hundred-and-twenty-eighth (Intel Xeon, model 106); the thirty-fifth session's runs before:
+    # ``results/bench-vgg16-train-2ps-s35.*`` and ``bench-vgg16-inference-2ps-s35.*``.
     "vgg16-train-2ps": "--model vgg16 --mode train --ps 2 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 103 --modes baseline,tio,tao,tao+pc,tao+p1000000+c1000000,tao+pc+host",
     "vgg16-inference-2ps": "--model vgg16 --mode inference --ps 2 --workers 4 --bandwidth 1Gbit --steps 3 --rounds 5 --batch-size 397 --modes baseline,tio,tao,tao+pc,tao+p1000000+c1000000,tao+pc+host",
     # The thirty-fifth session's: the Transformer on two PS, the transformer-train row's modes.
@@ -130,7 +132,9 @@ ROWS = {
     # at 0.4 cores as 201 does at 0.5
     "vgg16-train-hosts04-cross": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 3 --batch-size 161 --host-cores 0.4 --trace-steps 1 --modes baseline,tao+pc+host,layer+pc+ready+cross",
     # The eighty-second session's, on an Intel Xeon (family 6, model 167): the same at that
-    # processor's balance at 0.4 cores a task, the bench's default batch there (56).
+    # processor's balance at 0.4 cores a task, the bench's default batch there (56). Re-run in
+    # the hundred-and-twenty-eighth (model 106); the eighty-second's run before:
+    # ``results/bench-vgg16-train-hosts04-b56-s82.*``.
     "vgg16-train-hosts04-b56-cross": "--model vgg16 --mode train --ps 1 --workers 4 --bandwidth 1Gbit --steps 5 --rounds 3 --batch-size 56 --host-cores 0.4 --trace-steps 1 --modes baseline,tao+pc+host,layer+pc+ready+cross",
     # The eightieth session's: ResNet-50 training with batch normalization's moving averages
     # updated each step (the default since), behind TensorFlow's barrier and across it (the
