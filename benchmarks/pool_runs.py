@@ -42,7 +42,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _results import machine, run_title, write  # noqa: E402
 
 # what makes two runs the same benchmark (keys of a results file's config; their processor must match too)
-SAME = ("api", "model", "mode", "workers", "ps", "batch_size", "bandwidth", "latency", "queue", "host_cores")
+SAME = (
+    "api",
+    "model",
+    "mode",
+    "workers",
+    "ps",
+    "batch_size",
+    "bandwidth",
+    "latency",
+    "queue",
+    "host_cores",
+    "inter_op_threads",
+    "thread_spinning",
+)
 # what a results file says it is: a session's run, or TensorFlow 2's (``--api tf2``: no synchronized
 # step, so no mean step; its ratio is of the workers' steps a second)
 BENCHMARKS = ("tfsched bench", "tfsched bench --api tf2")

@@ -1075,6 +1075,15 @@ def _bench_tf2(console, *, output, traces_dir, balance, tuned, **run) -> None:
     "the number of cores). More than the cores let a credit's acknowledgement run while the "
     "others wait on convolutions; every mode, the baseline too, runs on these tasks.",
 )
+@click.option(
+    "--thread-spinning/--no-thread-spinning",
+    default=True,
+    show_default=True,
+    help="Whether each task's idle pool threads spin a while before they sleep (TensorFlow's "
+    "default). --no-thread-spinning sets the tasks' ConfigProto.experimental.disable_thread_spinning: "
+    "the CPU they spun goes to the other tasks of shared cores; every mode, the baseline too, "
+    "runs on these tasks.",
+)
 @_host_cores_option
 @click.option(
     "--tuned",
@@ -1167,6 +1176,7 @@ def bench(
     ps_placement,
     api,
     inter_op_threads,
+    thread_spinning,
     host_cores,
     moving_averages,
 ):
@@ -1198,6 +1208,11 @@ def bench(
             raise click.UsageError(
                 "--inter-op-threads is not for --api tf2: TensorFlow 2's calls also run on thread "
                 "pools of their own, which the server's setting does not size"
+            )
+        if not thread_spinning:
+            raise click.UsageError(
+                "--no-thread-spinning is for --api session: TensorFlow 2's calls also run on thread "
+                "pools of their own, which the server's setting does not make"
             )
         if any(parse_mode(m).push_credit for m in modes if m != TUNED):
             raise click.UsageError(
@@ -1321,6 +1336,7 @@ def bench(
             relays=shaped_loopback,
             ps_placement=ps_placement,
             inter_op_threads=inter_op_threads,
+            thread_spinning=thread_spinning,
             moving_averages=moving_averages,
             **cluster,
         )
@@ -1345,6 +1361,8 @@ def bench(
         "latency": f"{latency * 1e3:g} ms" if latency else None,
         "queue": None if loopback or queue == DEFAULT_QUEUE_S else f"{queue * 1e3:g} ms",
         **({"inter_op_threads": inter_op_threads} if inter_op_threads else {}),
+        # absent: TensorFlow's default, the tasks' idle pool threads spin before they sleep
+        **({"thread_spinning": False} if not thread_spinning else {}),
         **({"host_cores": host_cores} if host_cores else {}),
         **({"links": "relays"} if shaped_loopback else {}),
         "batch_balance": balance.to_json() if balance else None,

@@ -26,6 +26,7 @@ def _results_file(
     cpu: str = "EPYC, 2 cores",
     host_cores: float = 0,
     api: str = "session",
+    task_config: dict | None = None,
 ) -> str:
     config = {"model": "vgg16", "mode": "inference", "workers": 4, "ps": 1, "batch_size": batch}
     config.update(bandwidth="1 Gbit/s", latency=None, queue=None, rounds=3)
@@ -33,6 +34,7 @@ def _results_file(
         config["host_cores"] = host_cores
     if api == "tf2":  # bench --api tf2 records it, and names its benchmark so
         config["api"] = "tf2"
+    config.update(task_config or {})  # the tasks' settings, recorded only where not TensorFlow's
     doc = {
         "benchmark": "tfsched bench --api tf2" if api == "tf2" else "tfsched bench",
         "config": config,
@@ -100,8 +102,17 @@ def test_runs_of_tensorflow_2_are_pooled_and_say_so(pool_runs, tmp_path, monkeyp
         ({"cpu": "Xeon, 2 cores"}, "ran on 'Xeon, 2 cores', not 'EPYC, 2 cores'"),
         ({"host_cores": 0.5}, "host_cores 0.5, not None as in"),
         ({"api": "tf2"}, "api 'tf2', not None as in"),
+        ({"task_config": {"inter_op_threads": 4}}, "inter_op_threads 4, not None as in"),
+        ({"task_config": {"thread_spinning": False}}, "thread_spinning False, not None as in"),
     ],
-    ids=["another-batch", "another-processor", "hosts-with-cores-of-their-own", "tensorflow-2"],
+    ids=[
+        "another-batch",
+        "another-processor",
+        "hosts-with-cores-of-their-own",
+        "tensorflow-2",
+        "more-inter-op-threads",
+        "idle-threads-not-spinning",
+    ],
 )
 def test_runs_of_another_benchmark_are_refused_in_one_line(pool_runs, tmp_path, monkeypatch, bad, error):
     files = [

@@ -245,6 +245,12 @@ def test_the_table_says_what_pc_was_on_this_link():
         summarize({"baseline": base}, threads)
     )
     assert "inter-op" not in markdown(summarize({"baseline": base}, summary["config"]))
+    # and tasks whose idle threads sleep at once (bench --no-thread-spinning)
+    still = dict(summary["config"], thread_spinning=False)
+    assert "10 Gbit/s, idle threads not spinning, 1 interleaved" in markdown(
+        summarize({"baseline": base}, still)
+    )
+    assert "spinning" not in markdown(summarize({"baseline": base}, summary["config"]))
 
 
 def test_paired_round_ratios_give_the_interval_of_the_speedup():

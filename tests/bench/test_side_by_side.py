@@ -419,6 +419,7 @@ def test_a_push_window_holds_the_workers_pushes_and_not_the_pulls(tmp_path):
     given."""
     from tfsched.bench.local import LocalCluster
     from tfsched.bench.run import mode_configs, parse_mode, run_side_by_side
+    from tfsched.bench.server import CONFIG_LINE
     from tfsched.enforce.api import set_credit, stats
     from tfsched.models import build_graph
 
@@ -454,6 +455,10 @@ def test_a_push_window_holds_the_workers_pushes_and_not_the_pulls(tmp_path):
                 for t in os.listdir(f"/proc/{proc.pid}/task")
             ]
             assert names.count("tf_Compute") == 5
+        for job, index in cluster.procs:  # what the task started with, and nothing else
+            with open(os.path.join(cluster.log_dir, f"{job}{index}.log")) as f:
+                (said,) = [line for line in f if line.startswith(CONFIG_LINE)]
+            assert "inter_op_parallelism_threads: 5" in said and "spinning" not in said
         for mode in (plain, windowed):
             set_credit(targets[0], 0, devices)  # resets the peak counters
             results = run_side_by_side(
@@ -502,3 +507,42 @@ def test_the_default_batch_size_is_the_balance_measured_for_the_run(tmp_path):
     config = json.loads(out.read_text())["config"]
     assert config["batch_size"] == 3 and config["batch_balance"] is None
     assert "communication" not in p.stderr
+
+
+@pytest.mark.tf
+def test_tasks_whose_idle_threads_do_not_spin_train_as_the_others(tmp_path):
+    """``thread_spinning=False`` (bench ``--no-thread-spinning``) starts every task with
+    ``experimental.disable_thread_spinning``, the config a server's thread pools are made from,
+    and vanilla TensorFlow and a scheduled mode both train on such tasks; a cluster started
+    without it gives its tasks TensorFlow's defaults."""
+    from tfsched.bench.local import LocalCluster
+    from tfsched.bench.run import mode_configs, run_side_by_side
+    from tfsched.bench.server import CONFIG_LINE
+    from tfsched.models import build_graph
+
+    def builder(w):
+        return build_graph("seq32", worker_task=w, ps_tasks=1, batch_size=4, mode="train")
+
+    graph_path = tmp_path / "seq32.pb"
+    graph_path.write_bytes(builder(0).graph_def().SerializeToString())
+    configs = mode_configs(("baseline", "tio+pc"), str(graph_path), builder(0).fetches)
+
+    def said(cluster):
+        lines = {}
+        for job, index in cluster.procs:
+            with open(os.path.join(cluster.log_dir, f"{job}{index}.log")) as f:
+                lines[(job, index)] = [line.strip() for line in f if line.startswith(CONFIG_LINE)]
+        return lines
+
+    with LocalCluster(ps=1, workers=2, thread_spinning=False) as cluster:
+        lines = said(cluster)
+        assert len(lines) == 3
+        assert all(
+            found == [CONFIG_LINE + "experimental { disable_thread_spinning: true }"]
+            for found in lines.values()
+        )
+        targets = [cluster.target("worker", w) for w in range(2)]
+        results = run_side_by_side(targets, builder, configs, steps=2, rounds=1)
+        assert {m: r.steps for m, r in results.items()} == {"baseline": 4, "tio+pc": 4}
+    with LocalCluster(ps=1, workers=1) as cluster:
+        assert said(cluster) == {("ps", 0): [], ("worker", 0): []}

@@ -205,6 +205,7 @@ def test_a_tf2_inference_bench_pulls_and_pushes_nothing(tmp_path):
         (("--modes", "baseline,tuned"), "mode tuned needs --tuned FILE"),
         (("--modes", "baseline,fifo"), "--modes"),
         (("--inter-op-threads", "4"), "--inter-op-threads is not for --api tf2: TensorFlow 2's calls"),
+        (("--no-thread-spinning",), "--no-thread-spinning is for --api session: TensorFlow 2's calls"),
         (("--modes", "baseline,tio+pc+w1000"), "+wN modes are for --api session"),
         (("--modes", "baseline,layer+pc+ready+cross"), "+cross modes are for --api session"),
         (("--no-moving-averages",), "--no-moving-averages is for --api session: a TensorFlow 2 step"),

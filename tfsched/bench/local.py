@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tfsched.bench.server import INTER_OP_FLAG
+from tfsched.bench.server import INTER_OP_FLAG, NO_SPIN_FLAG
 from tfsched.bench.zygote import TaskHost, start_python, zygote
 from tfsched.errors import TfschedError
 from tfsched.limits import counters, exit_status, explain, explain_death
@@ -128,6 +128,7 @@ def start_tasks(
     spec_of=None,
     only=None,
     inter_op_threads: int = 0,
+    thread_spinning: bool = True,
 ) -> dict:
     """Start every task of ``spec`` (or the one ``only`` names, as (job, index)), each serving
     ``bench.server``; (job, index) -> its process (a ``Popen`` or a ``bench.zygote.ForkedTask``).
@@ -136,7 +137,8 @@ def start_tasks(
     group, niceness), ``spec_of`` the cluster spec it runs with (``spec`` itself by default).
     Each task's stderr goes to ``log_dir/<job><index>.log`` (``task_log``): what a task that
     dies said last. ``inter_op_threads``: how many kernels each task's executor runs at a time
-    (0: TensorFlow's default, the number of cores).
+    (0: TensorFlow's default, the number of cores); ``thread_spinning=False``: its thread pools'
+    idle threads sleep at once (``bench.server``'s ``--no-thread-spinning``).
 
     Each task is forked from this process's zygote (``bench.zygote``), which imported
     TensorFlow once; with ``TFSCHED_FORKED_TASKS=0`` it is ``python -m tfsched.bench.server``
@@ -169,6 +171,8 @@ def start_tasks(
                     argv.append("--vanilla")
                 if inter_op_threads:
                     argv.append(f"{INTER_OP_FLAG}{inter_op_threads}")
+                if not thread_spinning:
+                    argv.append(NO_SPIN_FLAG)
                 argv.append("--with-stdin")  # the task ends when this process does, however it ends
                 with open(os.path.join(log_dir, f"{job}{i}.log"), "wb") as log:
                     procs[(job, i)] = start_python(
@@ -317,7 +321,8 @@ def dead_tasks_named(dead_tasks: Callable[[], list[str]] | None, grace_s: float 
 
 class TaskHandles:
     """What both cluster kinds offer once their tasks run (``spec``, ``procs`` and ``log_dir``
-    set; ``vanilla``, ``inter_op_threads`` and ``start_timeout_s`` are their settings)."""
+    set; ``vanilla``, ``inter_op_threads``, ``thread_spinning`` and ``start_timeout_s`` are their
+    settings)."""
 
     # This process's address on the cluster's network (where a driver-side service listens).
     driver_host = "127.0.0.1"
@@ -341,7 +346,12 @@ class TaskHandles:
                 inner(job, index), cgroup_procs=self.host_cpu.procs(job, index)
             )
         # to start a task again (restart)
-        self._launch = {"host": host, "spec_of": spec_of, "inter_op_threads": self.inter_op_threads}
+        self._launch = {
+            "host": host,
+            "spec_of": spec_of,
+            "inter_op_threads": self.inter_op_threads,
+            "thread_spinning": self.thread_spinning,
+        }
         self._since = counters()  # what a task that dies met is what the limits count from here
         self.procs = start_tasks(self.spec, vanilla=self.vanilla, log_dir=self.log_dir, **self._launch)
         wait_ready(self.procs, self.start_timeout_s, self.log_dir, self._since)
@@ -496,6 +506,7 @@ class LocalCluster(TaskHandles):
     workers: int = 1
     vanilla: bool = False  # plain tf.distribute.Server tasks, without tfsched loaded
     inter_op_threads: int = 0  # kernels each task runs at a time (0: TensorFlow's default)
+    thread_spinning: bool = True  # False: the tasks' idle pool threads sleep at once (bench.server)
     host_cores: float = 0.0  # each task's own cores (bench.hostcpu); 0: they share the machine's
     bandwidth_bps: float | None = None  # None: loopback as it is
     latency_s: float = 0.0  # per link, with bandwidth_bps

@@ -253,6 +253,7 @@ class EmulatedCluster(TaskHandles):
     queue_s: float = DEFAULT_QUEUE_S  # the most of the link's time each shaper queues
     vanilla: bool = False
     inter_op_threads: int = 0  # kernels each task runs at a time (0: TensorFlow's default)
+    thread_spinning: bool = True  # False: the tasks' idle pool threads sleep at once (bench.server)
     host_cores: float = 0.0  # each task's own cores (bench.hostcpu); 0: they share the machine's
     start_tasks: bool = True  # False: only the hosts and links (for link measurements)
     start_timeout_s: float = 180.0

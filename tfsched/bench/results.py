@@ -517,6 +517,7 @@ def markdown(summary: dict) -> str:
     summary = {**summary, "modes": modes}
     link = link_text(c)
     link += f", {c['inter_op_threads']} inter-op threads a task" if c.get("inter_op_threads") else ""
+    link += ", idle threads not spinning" if c.get("thread_spinning") is False else ""
     batch = f", batch {c['batch_size']}" if c.get("batch_size") else ""
     if c["mode"] == "train" and c["model"] in BATCH_NORM_MODELS and not c.get("moving_averages"):
         batch += ", without batch normalization's moving averages"  # the key's absence too: see bench

@@ -1534,6 +1534,7 @@ def host_cluster(
     progress: Callable[[str], None] | None = None,
     inter_op_threads: int = 0,
     host_cores: float = 0.0,
+    thread_spinning: bool = True,
 ):
     """The cluster a bench or a tuning run trains on (not started yet): each task a host with
     links of ``bandwidth_bps`` each way, emulated with namespaces (``bench.netns``, root), or
@@ -1541,7 +1542,8 @@ def host_cluster(
     ``progress`` is told what it starts; ``inter_op_threads``: how many kernels each task runs
     at a time (0: TensorFlow's default, the number of cores); ``host_cores``: the cores of its
     own each task has (``bench.hostcpu``: a CPU quota; 0: every task shares the machine's),
-    checked here, before anything starts."""
+    checked here, before anything starts; ``thread_spinning=False``: each task's idle pool
+    threads sleep at once instead of spinning first (``bench.server``)."""
     from tfsched.bench.local import LocalCluster
     from tfsched.bench.netns import EmulatedCluster
 
@@ -1571,6 +1573,7 @@ def host_cluster(
             queue_s=queue_s,
             inter_op_threads=inter_op_threads,
             host_cores=host_cores,
+            thread_spinning=thread_spinning,
         )
     return LocalCluster(
         ps=ps,
@@ -1579,6 +1582,7 @@ def host_cluster(
         latency_s=latency_s,
         inter_op_threads=inter_op_threads,
         host_cores=host_cores,
+        thread_spinning=thread_spinning,
     )
 
 
@@ -1606,6 +1610,7 @@ def cluster_side_by_side(
     inter_op_threads: int = 0,
     moving_averages: bool = True,
     host_cores: float = 0.0,
+    thread_spinning: bool = True,
 ) -> dict[str, ModeResult]:
     """Side by side on an emulated multi-host cluster (``bandwidth_bps`` given) or on loopback.
 
@@ -1621,7 +1626,9 @@ def cluster_side_by_side(
     (a tuple) run every mode on each placement's graph in the same rounds, the first's modes
     under their names, the others' as ``MODE@PLACEMENT`` (``placed_mode``), each predicted on
     its own graph from its own baseline's traces. ``inter_op_threads``: how many kernels each
-    task runs at a time, ``host_cores`` the cores of its own each task has (``host_cluster``'s).
+    task runs at a time, ``host_cores`` the cores of its own each task has, ``thread_spinning``
+    whether its idle pool threads spin before they sleep (``host_cluster``'s: every mode, the
+    baseline too, runs on these tasks).
     ``moving_averages``: ``build_graph``'s (a training step updates its batch normalization's
     moving statistics).
     """
@@ -1711,6 +1718,7 @@ def cluster_side_by_side(
             progress=progress,
             inter_op_threads=inter_op_threads,
             host_cores=host_cores,
+            thread_spinning=thread_spinning,
         )
         with cluster:
             targets = [cluster.target("worker", w) for w in range(workers)]

@@ -1,6 +1,6 @@
 """One cluster task in its own process:
 ``python -m tfsched.bench.server CLUSTER_JSON JOB INDEX [--vanilla] [--with-stdin]
-[--inter-op-threads=N]``.
+[--inter-op-threads=N] [--no-thread-spinning]``.
 
 Loads tfsched (so the task can run gates), starts a ``tf.distribute.Server`` and serves until
 killed. Prints ``ready`` on stdout once the server is up, and ``SERVING`` on stderr (the task's
@@ -9,7 +9,9 @@ log), so that a task which dies later is reported by what it said after it. With
 that pipe, so a task never outlives the process that started it, even one killed by SIGKILL,
 which runs no cleanup (before, its tasks served on forever, ports and memory held). With
 ``--inter-op-threads=N`` the task's executor runs N kernels at a time
-(``inter_op_parallelism_threads``; TensorFlow's default is the number of cores).
+(``inter_op_parallelism_threads``; TensorFlow's default is the number of cores). With
+``--no-thread-spinning`` its thread pools' idle threads sleep at once instead of spinning first
+(``experimental.disable_thread_spinning``): CPU for the other tasks of shared cores.
 """
 
 from __future__ import annotations
@@ -23,19 +25,46 @@ from tfsched.limits import offer_to_the_killer
 
 SERVING = "tfsched task: serving"
 INTER_OP_FLAG = "--inter-op-threads="
+NO_SPIN_FLAG = "--no-thread-spinning"
+CONFIG_LINE = "tfsched task: config "  # what the task says of a config not TensorFlow's default
+
+
+def task_config(tf, flags: set[str]):
+    """The ``ConfigProto`` a task's server starts with for ``flags`` (None: TensorFlow's defaults).
+    Its thread pools, the devices' and the executor's, are the server's, made as it starts: a
+    session's config cannot change them later.
+
+    >>> import tensorflow as tf
+    >>> task_config(tf, {"--with-stdin"}) is None
+    True
+    >>> c = task_config(tf, {NO_SPIN_FLAG, INTER_OP_FLAG + "3"})
+    >>> c.inter_op_parallelism_threads, c.experimental.disable_thread_spinning
+    (3, True)
+    """
+    inter_op = [int(f[len(INTER_OP_FLAG) :]) for f in flags if f.startswith(INTER_OP_FLAG)]
+    if not inter_op and NO_SPIN_FLAG not in flags:
+        return None
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=inter_op[0] if inter_op else 0)
+    config.experimental.disable_thread_spinning = NO_SPIN_FLAG in flags
+    return config
 
 
 def main(argv: list[str]) -> int:
     spec, job, index = json.loads(argv[0]), argv[1], int(argv[2])
     flags = set(argv[3:])
     scheduled = "--vanilla" not in flags
-    inter_op = [int(f[len(INTER_OP_FLAG) :]) for f in flags if f.startswith(INTER_OP_FLAG)]
     offer_to_the_killer()  # before the process that runs the cluster (``limits.OOM_SCORE_ADJ``)
     from tfsched.graph._tf import import_tensorflow
 
     tf = import_tensorflow()
     cluster = tf.train.ClusterSpec(spec)
-    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=inter_op[0]) if inter_op else None
+    config = task_config(tf, flags)
+    if config is not None:
+        from google.protobuf import text_format
+
+        print(
+            CONFIG_LINE + text_format.MessageToString(config, as_one_line=True), file=sys.stderr, flush=True
+        )
     if scheduled:
         from tfsched.enforce.api import start_server
 
