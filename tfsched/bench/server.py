@@ -11,7 +11,9 @@ which runs no cleanup (before, its tasks served on forever, ports and memory hel
 ``--inter-op-threads=N`` the task's executor runs N kernels at a time
 (``inter_op_parallelism_threads``; TensorFlow's default is the number of cores). With
 ``--no-thread-spinning`` its thread pools' idle threads sleep at once instead of spinning first
-(``experimental.disable_thread_spinning``): CPU for the other tasks of shared cores.
+(``experimental.disable_thread_spinning``), which would leave what they spun to the other tasks
+of shared cores; on VGG16 it changed the step less than runs drift (README, "Idle threads that
+sleep at once").
 """
 
 from __future__ import annotations
