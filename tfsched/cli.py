@@ -1212,7 +1212,7 @@ def bench(
         if not thread_spinning:
             raise click.UsageError(
                 "--no-thread-spinning is for --api session: TensorFlow 2's calls also run on thread "
-                "pools of their own, which the server's setting does not make"
+                "pools of their own, which the bench has not checked the setting reaches"
             )
         if any(parse_mode(m).push_credit for m in modes if m != TUNED):
             raise click.UsageError(

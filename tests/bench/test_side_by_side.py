@@ -410,6 +410,17 @@ def test_placements_share_one_run_each_on_its_own_graph():
     assert "x of baseline@held |" in text.split("| tao@held |")[1].split("\n")[0]
 
 
+def _config_lines(cluster) -> dict:
+    """(job, index) -> the config lines each task of a running cluster logged as it started."""
+    from tfsched.bench.server import CONFIG_LINE
+
+    lines = {}
+    for job, index in cluster.procs:
+        with open(os.path.join(cluster.log_dir, f"{job}{index}.log")) as f:
+            lines[(job, index)] = [line.strip() for line in f if line.startswith(CONFIG_LINE)]
+    return lines
+
+
 @pytest.mark.tf
 def test_a_push_window_holds_the_workers_pushes_and_not_the_pulls(tmp_path):
     """A mode's ``+wN`` is ``enable(push_credit=N)`` (``mode_configs``): under it the workers'
@@ -419,7 +430,6 @@ def test_a_push_window_holds_the_workers_pushes_and_not_the_pulls(tmp_path):
     given."""
     from tfsched.bench.local import LocalCluster
     from tfsched.bench.run import mode_configs, parse_mode, run_side_by_side
-    from tfsched.bench.server import CONFIG_LINE
     from tfsched.enforce.api import set_credit, stats
     from tfsched.models import build_graph
 
@@ -455,9 +465,7 @@ def test_a_push_window_holds_the_workers_pushes_and_not_the_pulls(tmp_path):
                 for t in os.listdir(f"/proc/{proc.pid}/task")
             ]
             assert names.count("tf_Compute") == 5
-        for job, index in cluster.procs:  # what the task started with, and nothing else
-            with open(os.path.join(cluster.log_dir, f"{job}{index}.log")) as f:
-                (said,) = [line for line in f if line.startswith(CONFIG_LINE)]
+        for (said,) in _config_lines(cluster).values():  # what each task started with, and nothing else
             assert "inter_op_parallelism_threads: 5" in said and "spinning" not in said
         for mode in (plain, windowed):
             set_credit(targets[0], 0, devices)  # resets the peak counters
@@ -527,15 +535,8 @@ def test_tasks_whose_idle_threads_do_not_spin_train_as_the_others(tmp_path):
     graph_path.write_bytes(builder(0).graph_def().SerializeToString())
     configs = mode_configs(("baseline", "tio+pc"), str(graph_path), builder(0).fetches)
 
-    def said(cluster):
-        lines = {}
-        for job, index in cluster.procs:
-            with open(os.path.join(cluster.log_dir, f"{job}{index}.log")) as f:
-                lines[(job, index)] = [line.strip() for line in f if line.startswith(CONFIG_LINE)]
-        return lines
-
     with LocalCluster(ps=1, workers=2, thread_spinning=False) as cluster:
-        lines = said(cluster)
+        lines = _config_lines(cluster)
         assert len(lines) == 3
         assert all(
             found == [CONFIG_LINE + "experimental { disable_thread_spinning: true }"]
@@ -545,4 +546,4 @@ def test_tasks_whose_idle_threads_do_not_spin_train_as_the_others(tmp_path):
         results = run_side_by_side(targets, builder, configs, steps=2, rounds=1)
         assert {m: r.steps for m, r in results.items()} == {"baseline": 4, "tio+pc": 4}
     with LocalCluster(ps=1, workers=1) as cluster:
-        assert said(cluster) == {("ps", 0): [], ("worker", 0): []}
+        assert _config_lines(cluster) == {("ps", 0): [], ("worker", 0): []}
